@@ -1,0 +1,3 @@
+"""XPUShare: transparent GPU sharing (libnvshare.so + nvshare-scheduler)."""
+
+__version__ = "0.1.0"
