@@ -1,0 +1,516 @@
+"""nvshare-device-plugin: the kubelet device plugin (API v1beta1) for ``nvshare.com/gpu``.
+
+Lifecycle
+  1. Find the GPUs (NVML, or --gpu-uuids), install libnvshare.so into --host-lib-dir atomically.
+  2. Serve the DevicePlugin service on <device-plugin-dir>/<endpoint>, check that it answers, then
+     register with the kubelet on <device-plugin-dir>/kubelet.sock.
+  3. Watch both sockets (every --watch-interval seconds). A kubelet restart deletes every socket in
+     the directory and re-creates kubelet.sock: when our socket is gone (or replaced) the server is
+     started again, and whenever kubelet.sock is a new file the plugin registers again. A failed
+     registration is retried with backoff; the process never exits for it.
+  4. SIGTERM/SIGINT: stop serving, remove the socket, exit 0.
+
+What a container gets from Allocate (see docs/kubernetes.md)
+  env     LD_PRELOAD=<container-lib-dir>/libnvshare.so
+          NVIDIA_VISIBLE_DEVICES=<physical GPU UUIDs, comma separated>
+          NVSHARE_SOCK_PATH=<container-socket-dir>/scheduler.sock   (+ any --container-env)
+  mounts  <host-lib-dir>    -> <container-lib-dir>    read-only
+          <host-socket-dir> -> <container-socket-dir> read-only (the scheduler's socket directory)
+  devices none by default (the NVIDIA container runtime injects them from NVIDIA_VISIBLE_DEVICES);
+          --pass-device-specs adds /dev/nvidiactl, /dev/nvidia-uvm(-tools) and /dev/nvidia<minor>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+from typing import Dict, List, Optional
+
+import grpc
+
+from . import devices as dev
+from .health import DEFAULT_IGNORED_XIDS, FileHealthSource, HealthBoard, HealthSource, NvmlHealthMonitor
+from .libinstall import LIBRARY_NAME, clean_stale_temps, default_library_source, install_library
+from .proto import deviceplugin_pb2 as pb
+from .proto import deviceplugin_pb2_grpc as pb_grpc
+
+log = logging.getLogger("nvshare-device-plugin")
+
+API_VERSION = "v1beta1"
+RESOURCE_NAME = "nvshare.com/gpu"
+DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+KUBELET_SOCKET = "kubelet.sock"
+DEFAULT_ENDPOINT = "nvshare-gpu.sock"
+DEFAULT_VIRTUAL_DEVICES = 10
+DEFAULT_HOST_LIB_DIR = "/var/lib/nvshare/lib"
+DEFAULT_CONTAINER_LIB_DIR = "/usr/local/nvshare/lib"
+DEFAULT_SOCKET_DIR = "/var/run/nvshare"
+SCHEDULER_SOCKET_NAME = "scheduler.sock"
+CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+# ---------------------------------------------------------------------------------------------
+# device state shared by every server instance and stream
+
+class DeviceState:
+    """The advertised devices and their health; ListAndWatch streams wait on `cond`."""
+
+    def __init__(self, gpus: List[dev.PhysicalGPU], units: int):
+        self.gpus = list(gpus)
+        self.by_uuid = {g.uuid: g for g in gpus}
+        self.order = {g.uuid: g.index for g in gpus}
+        self.units = units
+        self.cond = threading.Condition()
+        self.generation = 0
+        self._healthy: Dict[str, bool] = {g.uuid: True for g in gpus}
+        self._reason: Dict[str, str] = {}
+
+    def set_health(self, uuid: str, healthy: bool, reason: str = "") -> None:
+        with self.cond:
+            if uuid not in self._healthy or self._healthy[uuid] == healthy:
+                return
+            self._healthy[uuid] = healthy
+            self._reason[uuid] = reason
+            self.generation += 1
+            self.cond.notify_all()
+        log.warning("GPU %s -> %s (%s); %d devices updated", uuid,
+                    dev.HEALTHY if healthy else dev.UNHEALTHY, reason, self.units)
+
+    def healthy(self, uuid: str) -> bool:
+        with self.cond:
+            return self._healthy.get(uuid, False)
+
+    def wake_all(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+    def devices_locked(self) -> List[pb.Device]:
+        out = []
+        for gpu in self.gpus:
+            health = dev.HEALTHY if self._healthy[gpu.uuid] else dev.UNHEALTHY
+            topo = None
+            if gpu.numa_node is not None:
+                topo = pb.TopologyInfo(nodes=[pb.NUMANode(ID=gpu.numa_node)])
+            for dev_id in dev.virtual_ids(gpu, self.units):
+                out.append(pb.Device(ID=dev_id, health=health, topology=topo))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the DevicePlugin service
+
+class AllocateConfig:
+    def __init__(self, host_lib_dir: str, container_lib_dir: str, host_socket_dir: str,
+                 container_socket_dir: str, extra_env: Dict[str, str], pass_device_specs: bool,
+                 dev_root: str = "/"):
+        self.host_lib_dir = host_lib_dir
+        self.container_lib_dir = container_lib_dir
+        self.host_socket_dir = host_socket_dir
+        self.container_socket_dir = container_socket_dir
+        self.extra_env = dict(extra_env)
+        self.pass_device_specs = pass_device_specs
+        self.dev_root = dev_root
+
+
+class DevicePluginService(pb_grpc.DevicePluginServicer):
+    def __init__(self, state: DeviceState, cfg: AllocateConfig, stopped: threading.Event):
+        self.state = state
+        self.cfg = cfg
+        self.stopped = stopped
+
+    def GetDevicePluginOptions(self, request, context):
+        return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+    def ListAndWatch(self, request, context):
+        last = None
+        log.info("ListAndWatch: stream opened")
+        while not self.stopped.is_set() and context.is_active():
+            with self.state.cond:
+                if self.state.generation == last:
+                    self.state.cond.wait(timeout=1.0)
+                generation = self.state.generation
+                devices = self.state.devices_locked() if generation != last else None
+            if devices is not None and not self.stopped.is_set():
+                last = generation
+                yield pb.ListAndWatchResponse(devices=devices)
+        log.info("ListAndWatch: stream closed")
+
+    def GetPreferredAllocation(self, request, context):
+        units_per_gpu = {g.uuid: self.state.units for g in self.state.gpus}
+        resp = pb.PreferredAllocationResponse()
+        for creq in request.container_requests:
+            ids = dev.preferred_allocation(list(creq.available_deviceIDs), list(creq.must_include_deviceIDs),
+                                           creq.allocation_size, units_per_gpu, self.state.order)
+            log.info("GetPreferredAllocation: size %d from %d available -> %s", creq.allocation_size,
+                     len(creq.available_deviceIDs), ",".join(ids))
+            resp.container_responses.add(deviceIDs=ids)
+        return resp
+
+    def Allocate(self, request, context):
+        resp = pb.AllocateResponse()
+        lib = os.path.join(self.cfg.host_lib_dir, LIBRARY_NAME)
+        if not os.path.isfile(lib):
+            msg = (f"{lib} is not installed on this node (the device plugin could not install "
+                   f"libnvshare.so; see its log)")
+            log.error("Allocate refused: %s", msg)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, msg)
+        for creq in request.container_requests:
+            try:
+                gpus = dev.check_allocation(creq.devices_ids, self.state.by_uuid, self.state.units)
+            except dev.AllocationError as e:
+                log.error("Allocate refused for %s: %s", ",".join(creq.devices_ids), e)
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            resp.container_responses.append(self._container_response(gpus))
+            log.info("Allocate: %s -> GPUs %s", ",".join(creq.devices_ids),
+                     ",".join(g.uuid for g in gpus))
+        return resp
+
+    def _container_response(self, gpus: List[dev.PhysicalGPU]) -> pb.ContainerAllocateResponse:
+        cfg = self.cfg
+        r = pb.ContainerAllocateResponse()
+        r.envs.update(cfg.extra_env)
+        r.envs["LD_PRELOAD"] = f"{cfg.container_lib_dir.rstrip('/')}/{LIBRARY_NAME}"
+        r.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)
+        r.envs["NVSHARE_SOCK_PATH"] = f"{cfg.container_socket_dir.rstrip('/')}/{SCHEDULER_SOCKET_NAME}"
+        r.mounts.add(container_path=cfg.container_lib_dir, host_path=cfg.host_lib_dir, read_only=True)
+        r.mounts.add(container_path=cfg.container_socket_dir, host_path=cfg.host_socket_dir, read_only=True)
+        if cfg.pass_device_specs:
+            paths = list(CONTROL_DEVICES) + [f"/dev/nvidia{g.minor}" for g in gpus if g.minor is not None]
+            for path in paths:
+                if os.path.exists(os.path.join(cfg.dev_root, path.lstrip("/"))):
+                    r.devices.add(container_path=path, host_path=path, permissions="rw")
+        return r
+
+    def PreStartContainer(self, request, context):
+        return pb.PreStartContainerResponse()
+
+
+# ---------------------------------------------------------------------------------------------
+# one serving instance on the plugin socket
+
+class PluginServer:
+    def __init__(self, socket_path: str, state: DeviceState, cfg: AllocateConfig, workers: int = 16):
+        self.socket_path = socket_path
+        self.state = state
+        self.cfg = cfg
+        self.workers = workers
+        self.stopped = threading.Event()
+        self.server: Optional[grpc.Server] = None
+        self.inode: Optional[tuple] = None
+
+    def start(self, ready_timeout: float = 5.0) -> None:
+        directory = os.path.dirname(self.socket_path) or "."
+        if not os.path.isdir(directory):
+            raise RuntimeError(f"directory {directory} does not exist (is it the kubelet's device-plugin dir?)")
+        _remove_socket(self.socket_path)
+        from concurrent.futures import ThreadPoolExecutor
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="grpc"))
+        pb_grpc.add_DevicePluginServicer_to_server(DevicePluginService(self.state, self.cfg, self.stopped),
+                                                   self.server)
+        try:
+            if self.server.add_insecure_port(f"unix:{self.socket_path}") == 0:
+                raise RuntimeError(f"cannot listen on {self.socket_path}")
+            self.server.start()
+            self.inode = _identity(self.socket_path)
+            # the kubelet dials back as soon as Register returns: make sure we answer first
+            with grpc.insecure_channel(f"unix:{self.socket_path}") as ch:
+                pb_grpc.DevicePluginStub(ch).GetDevicePluginOptions(pb.Empty(), timeout=ready_timeout,
+                                                                    wait_for_ready=True)
+        except BaseException:
+            self.stop(grace=0)
+            raise
+        log.info("serving on %s", self.socket_path)
+
+    def alive(self) -> bool:
+        """Our socket file is still the one we created."""
+        return self.inode is not None and _identity(self.socket_path) == self.inode
+
+    def stop(self, grace: float = 1.0) -> None:
+        self.stopped.set()
+        self.state.wake_all()
+        if self.server is not None:
+            self.server.stop(grace).wait(grace + 1.0)
+        if self.inode is not None and self.alive():
+            _remove_socket(self.socket_path)
+
+
+def _remove_socket(path: str) -> None:
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _identity(path: str) -> Optional[tuple]:
+    """(inode, ctime) of a socket file, None if absent: a re-created file differs even if its inode
+    number is reused."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_ctime_ns) if stat.S_ISSOCK(st.st_mode) else None
+
+
+def register(kubelet_socket: str, endpoint: str, resource_name: str, timeout: float = 5.0) -> None:
+    with grpc.insecure_channel(f"unix:{kubelet_socket}") as ch:
+        grpc.channel_ready_future(ch).result(timeout=timeout)
+        pb_grpc.RegistrationStub(ch).Register(pb.RegisterRequest(
+            version=API_VERSION, endpoint=endpoint, resource_name=resource_name,
+            options=pb.DevicePluginOptions(pre_start_required=False,
+                                           get_preferred_allocation_available=True)),
+            timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole plugin
+
+class DevicePlugin:
+    def __init__(self, *, device_plugin_dir: str, endpoint: str, resource_name: str,
+                 state: DeviceState, cfg: AllocateConfig, health_sources: List[HealthSource],
+                 watch_interval: float = 1.0, max_backoff: float = 30.0):
+        self.dir = device_plugin_dir
+        self.endpoint = endpoint
+        self.resource_name = resource_name
+        self.socket_path = os.path.join(device_plugin_dir, endpoint)
+        self.kubelet_socket = os.path.join(device_plugin_dir, KUBELET_SOCKET)
+        self.state = state
+        self.cfg = cfg
+        self.health_sources = health_sources
+        self.watch_interval = watch_interval
+        self.max_backoff = max_backoff
+        self.stop_event = threading.Event()
+        self.server: Optional[PluginServer] = None
+        self.registered_with: Optional[tuple] = None  # identity of the kubelet.sock we registered with
+        self._next_try = 0.0
+        self._backoff = 0.0
+        self._said_waiting = False
+        self._serve_error: Optional[str] = None
+
+    def request_stop(self, *_args) -> None:
+        self.stop_event.set()
+
+    def _serve(self) -> bool:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        server = PluginServer(self.socket_path, self.state, self.cfg)
+        try:
+            server.start()
+        except Exception as e:  # noqa: BLE001 - e.g. the directory is missing; try again next tick
+            text = f"cannot serve on {self.socket_path}: {_rpc_text(e)}"
+            if text != self._serve_error:
+                log.error("%s; retrying", text)
+                self._serve_error = text
+            return False
+        self._serve_error = None
+        self.server = server
+        self.registered_with = None  # a new server must be (re-)announced
+        self._next_try = 0.0
+        self._backoff = 0.0
+        return True
+
+    def step(self) -> None:
+        """One watch tick: re-serve if our socket vanished, re-register if the kubelet is new."""
+        if self.server is None or not self.server.alive():
+            if self.server is not None:
+                log.warning("%s was removed (kubelet restart?): serving again", self.socket_path)
+            if not self._serve():
+                return
+        kubelet = _identity(self.kubelet_socket)
+        if kubelet is None:
+            if self.registered_with is not None or not self._said_waiting:
+                log.warning("no %s: waiting for the kubelet", self.kubelet_socket)
+                self._said_waiting = True
+                self.registered_with = None
+            return
+        self._said_waiting = False
+        if kubelet == self.registered_with or time.monotonic() < self._next_try:
+            return
+        try:
+            register(self.kubelet_socket, self.endpoint, self.resource_name)
+        except Exception as e:  # noqa: BLE001 - grpc.RpcError, FutureTimeoutError
+            self._backoff = min(self.max_backoff, max(self.watch_interval, self._backoff * 2 or 1.0))
+            self._next_try = time.monotonic() + self._backoff
+            log.error("registration with the kubelet failed (%s); retrying in %.1fs",
+                      _rpc_text(e), self._backoff)
+            return
+        self.registered_with = kubelet
+        self._backoff = 0.0
+        log.info("registered %s with the kubelet (endpoint %s, API %s)", self.resource_name,
+                 self.endpoint, API_VERSION)
+
+    def run(self) -> int:
+        board = HealthBoard([g.uuid for g in self.state.gpus], self.state.set_health)
+        for source in self.health_sources:
+            source.start(board)
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    self.step()
+                except Exception:  # noqa: BLE001 - keep the plugin up; try again next tick
+                    log.exception("watch step failed")
+                self.stop_event.wait(self.watch_interval)
+        finally:
+            log.info("stopping")
+            for source in self.health_sources:
+                source.stop()
+            if self.server is not None:
+                self.server.stop()
+        return 0
+
+
+def _rpc_text(e: Exception) -> str:
+    if isinstance(e, grpc.RpcError) and hasattr(e, "code"):
+        return f"{e.code().name}: {e.details()}"
+    return str(e) or type(e).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+
+def _env(name: str, default=None):
+    value = os.environ.get(name)
+    return value if value not in (None, "") else default
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= n <= 1000:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 1000: {n}")
+    return n
+
+
+def _xid_list(text: str):
+    try:
+        return frozenset(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of XIDs: {text!r}") from None
+
+
+def _key_value(text: str):
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"want KEY=VALUE: {text!r}")
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nvshare-device-plugin",
+        description="Kubelet device plugin advertising nvshare.com/gpu (N shared units per physical GPU).")
+    p.add_argument("--virtual-devices", type=_positive_int,
+                   default=_env("NVSHARE_VIRTUAL_DEVICES", str(DEFAULT_VIRTUAL_DEVICES)),
+                   help="units advertised per physical GPU (env NVSHARE_VIRTUAL_DEVICES; default 10)")
+    p.add_argument("--gpu-uuids", default=_env("NVSHARE_GPU_UUIDS"),
+                   help="declare the GPUs instead of asking NVML: UUID[:numa=N][:minor=M][,UUID...] "
+                        "(env NVSHARE_GPU_UUIDS)")
+    p.add_argument("--device-plugin-dir", default=_env("NVSHARE_DEVICE_PLUGIN_DIR", DEFAULT_DEVICE_PLUGIN_DIR),
+                   help="the kubelet's device-plugin directory (default %(default)s)")
+    p.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help="socket file name (default %(default)s)")
+    p.add_argument("--resource-name", default=RESOURCE_NAME, help="default %(default)s")
+    p.add_argument("--library", default=None,
+                   help="libnvshare.so to install (default: $NVSHARE_LIBRARY, else the one shipped in "
+                        "the package)")
+    p.add_argument("--host-lib-dir", default=_env("NVSHARE_HOST_LIB_DIR", DEFAULT_HOST_LIB_DIR),
+                   help="host directory the library is installed into and mounted from; the plugin "
+                        "container must see it at this same path (default %(default)s)")
+    p.add_argument("--container-lib-dir", default=DEFAULT_CONTAINER_LIB_DIR,
+                   help="where containers see the library directory (default %(default)s)")
+    p.add_argument("--host-socket-dir", default=DEFAULT_SOCKET_DIR,
+                   help="host directory of the scheduler socket (default %(default)s)")
+    p.add_argument("--container-socket-dir", default=DEFAULT_SOCKET_DIR,
+                   help="where containers see it (default %(default)s)")
+    p.add_argument("--container-env", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                   help="extra environment for every allocated container (repeatable)")
+    p.add_argument("--pass-device-specs", action="store_true",
+                   help="also list /dev/nvidia* device nodes in Allocate (for runtimes without the "
+                        "NVIDIA container toolkit hook)")
+    p.add_argument("--nvml-health", choices=("auto", "on", "off"), default=_env("NVSHARE_NVML_HEALTH", "auto"),
+                   help="watch NVML XID events and lost GPUs (auto: when NVML initialises)")
+    p.add_argument("--ignored-xids", type=_xid_list, default=DEFAULT_IGNORED_XIDS,
+                   help="XIDs that do not make a GPU unhealthy (default 13,31,43,45,68,109)")
+    p.add_argument("--xid-recovery-seconds", type=float, default=300.0,
+                   help="a GPU with a critical XID is Healthy again after this long without another "
+                        "one and a good NVML probe (0: never; default %(default)s)")
+    p.add_argument("--health-file", default=_env("NVSHARE_HEALTH_FILE"),
+                   help="JSON file marking GPUs Unhealthy by hand: {\"GPU-...\": \"Unhealthy\"} "
+                        "(env NVSHARE_HEALTH_FILE)")
+    p.add_argument("--health-file-interval", type=float, default=0.5, help=argparse.SUPPRESS)
+    p.add_argument("--watch-interval", type=float, default=1.0,
+                   help="seconds between socket checks (default %(default)s)")
+    p.add_argument("--debug", action="store_true", default=_env("NVSHARE_DEBUG", "0") not in ("0", ""))
+    return p
+
+
+def _discover(args) -> List[dev.PhysicalGPU]:
+    if args.gpu_uuids:
+        return dev.parse_gpu_list(args.gpu_uuids)
+    return dev.discover_nvml()
+
+
+def _nvml_usable() -> bool:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return True
+    except Exception as e:  # noqa: BLE001
+        log.info("NVML not available (%s): no NVML health checks", e)
+        return False
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        gpus = _discover(args)
+    except (ValueError, RuntimeError) as e:
+        log.error("no GPUs: %s (pass --gpu-uuids where NVML is unreachable)", e)
+        return 1
+    if not gpus:
+        log.error("NVML found no GPUs on this node")
+        return 1
+    log.info("GPUs: %s; %d units each as %s", ", ".join(g.uuid for g in gpus), args.virtual_devices,
+             args.resource_name)
+
+    source = args.library or default_library_source()
+    if source is None:
+        log.error("no libnvshare.so to install (pass --library); Allocate will refuse until it is installed")
+    else:
+        try:
+            clean_stale_temps(args.host_lib_dir)
+            install_library(source, args.host_lib_dir)
+        except OSError as e:
+            log.error("cannot install %s into %s: %s; Allocate will refuse", source, args.host_lib_dir, e)
+
+    state = DeviceState(gpus, args.virtual_devices)
+    cfg = AllocateConfig(args.host_lib_dir, args.container_lib_dir, args.host_socket_dir,
+                         args.container_socket_dir, dict(args.container_env), args.pass_device_specs)
+    uuids = [g.uuid for g in gpus]
+    sources: List[HealthSource] = []
+    if args.nvml_health == "on" or (args.nvml_health == "auto" and _nvml_usable()):
+        sources.append(NvmlHealthMonitor(uuids, ignored_xids=args.ignored_xids,
+                                         xid_recovery_s=args.xid_recovery_seconds))
+    if args.health_file:
+        sources.append(FileHealthSource(args.health_file, uuids, interval=args.health_file_interval))
+
+    plugin = DevicePlugin(device_plugin_dir=args.device_plugin_dir, endpoint=args.endpoint,
+                          resource_name=args.resource_name, state=state, cfg=cfg,
+                          health_sources=sources, watch_interval=args.watch_interval)
+    signal.signal(signal.SIGTERM, plugin.request_stop)
+    signal.signal(signal.SIGINT, plugin.request_stop)
+    return plugin.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
