@@ -1,0 +1,47 @@
+"""CUDA graphs under libnvshare.so: capture and replay must work and give eager results.
+
+The prior nvshare failed here (cudaErrorStreamCaptureUnsupported, then ...Invalidated): something it
+did on its own (a synchronize) met a capturing stream. Besides plain capture, this captures more
+kernels than the library's checkpoint interval and pauses inside a capture long enough for an idle
+release, whose drain must not disturb the capture.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from . import harness
+from .harness import PROGRAMS, VIRTUAL_CAPACITY_BYTES, python_cmd
+
+# Longer than torch.cuda.graph's own set-up (synchronize, gc, empty_cache), so the GPU is still held
+# when the capture starts, and much shorter than the pause, so the release falls inside it.
+IDLE_RELEASE_MS = 200
+PAUSE_S = 1.0
+MARK_RE = re.compile(r"^MARK capture pause (begin|end) t=([0-9.]+)$", re.M)
+
+
+@pytest.mark.timeout(180)
+def test_cuda_graph_capture_and_replay_match_eager(scheduler, under_library) -> None:
+    shared = harness.run(
+        python_cmd(PROGRAMS / "graph_capture.py", "--replays", 20, "--iterations", 300,
+                   "--pause-s", PAUSE_S),
+        under_library(NVSHARE_IDLE_RELEASE_MS=IDLE_RELEASE_MS, NVSHARE_DEBUG=1), timeout=150)
+    harness.check_shared(shared, timeout=150)
+    result = shared.result
+    assert result and result["library_loaded"], shared.describe()
+    assert result["memory_total"] == VIRTUAL_CAPACITY_BYTES, "the library's memory view is not active"
+    failed = [s for s in result["scenarios"] if not s["ok"]]
+    assert not failed, f"graph scenarios failed: {failed}\n{shared.describe()}"
+    assert {s["name"] for s in result["scenarios"]} == {"basic", "many_kernels", "idle_during_capture"}
+
+    # The pause inside the capture really let the library release the GPU (and drain it) while the
+    # stream was capturing; otherwise the third scenario proved nothing.
+    marks = dict((kind, float(t)) for kind, t in MARK_RE.findall(shared.stderr))
+    assert set(marks) == {"begin", "end"}, shared.describe()
+    releases = [e.t for e in scheduler.events("release", {shared.pid}) if e.fields.get("reason") == "idle"]
+    assert any(marks["begin"] < t < marks["end"] + 0.2 for t in releases), (
+        f"no idle release during the {PAUSE_S}s pause inside the capture "
+        f"(NVSHARE_IDLE_RELEASE_MS={IDLE_RELEASE_MS}); idle releases at {releases}, pause {marks}\n"
+        f"--- scheduler log ---\n{scheduler.log()}")
