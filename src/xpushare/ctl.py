@@ -1,0 +1,168 @@
+"""nvsharectl: look at and steer nvshare-scheduler.
+
+nvshare-compatible flags: -T/--set-tq N, -S/--anti-thrash on|off; plus --gpu SEL (one GPU),
+--set-gpu-memory SIZE and `status [--json]`. Exit codes: 0 ok, 1 no scheduler / refused / failed,
+2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .paths import client_socket_candidates
+from .protocol import CtlClient, ProtocolError, SchedulerUnavailable
+from .sizes import format_size, parse_size
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive integer is required")
+    return value
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nvsharectl",
+        description="Control and inspect nvshare-scheduler.",
+        epilog="examples: nvsharectl status | nvsharectl -T 10 | nvsharectl -S off --gpu 0 | "
+               "nvsharectl --set-gpu-memory 16GiB --gpu 0")
+    p.add_argument("-T", "--set-tq", type=_positive_int, metavar="N",
+                   help="set the time quantum to N seconds (positive integer)")
+    p.add_argument("-S", "--anti-thrash", choices=["on", "off"],
+                   help="on = serial (one holder at a time), off = everyone runs at once")
+    p.add_argument("--gpu", metavar="SEL",
+                   help="apply -T/-S/--set-gpu-memory to one GPU (index or UUID) instead of all")
+    p.add_argument("--set-gpu-memory", type=_size, metavar="SIZE",
+                   help="capacity the scheduler counts --gpu as (e.g. 16GiB; 0 clears)")
+    p.add_argument("--socket", metavar="PATH", help="scheduler socket (default: $NVSHARE_SOCK_PATH, "
+                   "else the per-user socket, then /var/run/nvshare/scheduler.sock)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    st = sub.add_parser("status", help="show GPUs, lock holders, queues and clients")
+    st.add_argument("--json", action="store_true", help="print the scheduler's reply as JSON")
+    return p
+
+
+def _connect(explicit) -> CtlClient:
+    tried = []
+    for path in client_socket_candidates(explicit):
+        try:
+            return CtlClient(path)
+        except SchedulerUnavailable:
+            tried.append(str(path))
+    raise SchedulerUnavailable(f"no scheduler is running (tried {', '.join(tried)}); start one with "
+                               "nvshare-scheduler or nvshare-run")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
+    if args.set_gpu_memory is not None and args.gpu is None:
+        parser.error("--set-gpu-memory needs --gpu")
+    requests = []
+    gpu = {"gpu": int(args.gpu) if args.gpu.isdigit() else args.gpu} if args.gpu else {}
+    if args.set_tq is not None:
+        requests.append(("set_tq", {"seconds": args.set_tq, **gpu}))
+    if args.anti_thrash is not None:
+        requests.append(("set_mode", {"mode": "serial" if args.anti_thrash == "on" else "off", **gpu}))
+    if args.set_gpu_memory is not None:
+        requests.append(("set_gpu_memory", {"bytes": args.set_gpu_memory, **gpu}))
+    if args.gpu and not requests:
+        parser.error("--gpu selects the GPU for -T, -S or --set-gpu-memory")
+    if args.command == "status":
+        requests.append(("status", {}))
+    if not requests:
+        parser.print_help()
+        return 0
+
+    try:
+        with _connect(args.socket) as client:
+            for op, fields in requests:
+                reply = client.request(op, **fields)
+                if not reply.get("ok"):
+                    print(f"nvsharectl: {op}: {reply.get('error', 'failed')}", file=sys.stderr)
+                    return 1
+                if op == "status":
+                    if args.json:
+                        json.dump(reply, sys.stdout, indent=2)
+                        print()
+                    else:
+                        render_status(reply)
+    except SchedulerUnavailable as e:
+        print(f"nvsharectl: {e}", file=sys.stderr)
+        return 1
+    except PermissionError as e:
+        print(f"nvsharectl: permission denied: {e.filename or args.socket}", file=sys.stderr)
+        return 1
+    except (OSError, ProtocolError) as e:
+        print(f"nvsharectl: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+
+
+def render_status(status: dict, file=None) -> None:
+    """Two tables (GPUs, clients) with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    out = file or sys.stdout
+    console = Console(file=out, width=None if out.isatty() else 200, highlight=False)
+    sched = status.get("scheduler", {})
+    console.print(f"nvshare-scheduler {sched.get('version', '?')} (pid {sched.get('pid', '?')}) on "
+                  f"{sched.get('socket', '?')}")
+
+    gpus = Table(title="GPUs", title_justify="left")
+    for col in ("GPU", "UUID", "Name", "Memory", "Capacity", "Mode", "TQ", "Holder", "Queue"):
+        gpus.add_column(col, no_wrap=col != "Name")
+    for g in status.get("gpus", []):
+        holders = ", ".join(f"{h['pid']} ({_duration(h['held_for'])}{', dropping' if h['dropping'] else ''})"
+                            for h in g["holders"]) or "-"
+        gpus.add_row("-" if g["index"] is None else str(g["index"]), g["uuid"], g["name"] or "?",
+                     format_size(g["memory_total"]) if g["memory_total"] else "?",
+                     format_size(g["capacity"]) if g["capacity"] else "?",
+                     g["mode"], f"{g['tq']:g}s", holders,
+                     " ".join(str(p) for p in g["queue"]) or "-")
+    console.print(gpus if status.get("gpus") else "No GPUs known yet.")
+
+    clients = Table(title="Clients", title_justify="left")
+    for col in ("PID", "UID", "State", "GPU", "Memory", "Pod", "Command"):
+        clients.add_column(col, no_wrap=True, overflow="ellipsis")
+    for c in status.get("clients", []):
+        gpu_cells = [f"{'-' if d['index'] is None else d['index']}:{d['state']}" for d in c["gpus"]]
+        mem = [format_size(d["managed_bytes"] + d["other_bytes"]) for d in c["gpus"]]
+        pod = c.get("pod")
+        pod = f"{pod['namespace']}/{pod['name']}" if pod else (
+            f"{c['pod_hint']['namespace']}/{c['pod_hint']['name']} (hint)" if c.get("pod_hint") else "-")
+        clients.add_row(str(c["pid"]), str(c["uid"]), c["state"], " ".join(gpu_cells) or "-",
+                        " ".join(mem) or "-", pod,
+                        c["command"] or "?")
+    console.print(clients if status.get("clients") else "No clients.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

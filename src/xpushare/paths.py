@@ -1,0 +1,104 @@
+"""Where things live: the interposer library and the scheduler socket.
+
+Socket paths (docs/protocol.md, "Transport"):
+- root: /var/run/nvshare/scheduler.sock (the system scheduler);
+- anyone else: $XDG_RUNTIME_DIR/nvshare/scheduler.sock, or /tmp/nvshare-$UID/scheduler.sock when
+  XDG_RUNTIME_DIR is unset (a per-user scheduler);
+- NVSHARE_SOCK_PATH (or a --socket flag) overrides both.
+A client that is not root and has no override tries its per-user path first, then the system path.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SOCKET_ENV = "NVSHARE_SOCK_PATH"
+LIBRARY_ENV = "NVSHARE_LIBRARY"
+SYSTEM_SOCKET = Path("/var/run/nvshare/scheduler.sock")
+SOCKET_NAME = "scheduler.sock"
+LIBRARY_NAME = "libnvshare.so"
+
+
+def library_path() -> Path:
+    """The libnvshare.so to preload: $NVSHARE_LIBRARY if set, else the copy shipped in the package.
+
+    Raises FileNotFoundError (with a hint) when the file is not there.
+    """
+    override = os.environ.get(LIBRARY_ENV)
+    path = Path(override) if override else Path(__file__).resolve().parent / "lib" / LIBRARY_NAME
+    if not path.is_file():
+        hint = (f"{LIBRARY_ENV} points to a missing file" if override else
+                f"the package was installed without its native library; build it "
+                f"(pip install .) or set {LIBRARY_ENV}")
+        raise FileNotFoundError(f"{path}: {hint}")
+    return path
+
+
+def _euid() -> int:
+    return os.geteuid()
+
+
+def default_socket_path(uid: int | None = None) -> Path:
+    """The socket a scheduler running as `uid` (default: this process) listens on by default.
+
+    NVSHARE_SOCK_PATH is not consulted here; see socket_override().
+    """
+    if uid is None:
+        uid = _euid()
+    if uid == 0:
+        return SYSTEM_SOCKET
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and uid == _euid():  # XDG_RUNTIME_DIR belongs to the current user only
+        return Path(runtime) / "nvshare" / SOCKET_NAME
+    return Path(f"/tmp/nvshare-{uid}") / SOCKET_NAME
+
+
+def socket_override(explicit: str | os.PathLike | None = None) -> Path | None:
+    """An explicit path (a --socket flag) or $NVSHARE_SOCK_PATH, else None."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(SOCKET_ENV)
+    return Path(env) if env else None
+
+
+def client_socket_candidates(explicit: str | os.PathLike | None = None) -> list[Path]:
+    """The sockets a client tries, in order."""
+    override = socket_override(explicit)
+    if override is not None:
+        return [override]
+    if _euid() == 0:
+        return [SYSTEM_SOCKET]
+    return [default_socket_path(), SYSTEM_SOCKET]
+
+
+def ensure_socket_dir(socket_path: Path) -> None:
+    """Create the socket's directory (mode 0755) if missing.
+
+    Refuses (PermissionError) an existing directory owned by another non-root user: a per-user
+    directory under /tmp could have been planted by someone else.
+    """
+    parent = Path(socket_path).parent
+    if parent.exists():
+        owner = parent.stat().st_uid
+        if owner not in (0, _euid()):
+            raise PermissionError(f"{parent} is owned by uid {owner}, not by uid {_euid()} or root")
+        return
+    missing = []
+    p = parent
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o755, exist_ok=True)
+        os.chmod(d, 0o755)  # mkdir's mode is filtered by the umask
+
+
+def can_create_dir(path: Path) -> bool:
+    """Whether this user could create `path` (or it exists and is writable)."""
+    p = Path(path)
+    while not p.exists():
+        if p.parent == p:
+            return False
+        p = p.parent
+    return p.is_dir() and os.access(p, os.W_OK | os.X_OK)

@@ -1,0 +1,358 @@
+"""The XPUShare wire protocol, version 1 (docs/protocol.md is the definition).
+
+Frames are a 12-byte little-endian header (magic, version, type, length) and `length` payload bytes.
+Fixed payloads are packed structs; CTL_REQUEST/CTL_REPLY carry a JSON object, ERROR UTF-8 text.
+native/src/protocol.h mirrors this module; tests/test_protocol_agreement.py checks they agree.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from dataclasses import astuple, dataclass
+from enum import IntEnum
+from typing import ClassVar, NamedTuple
+
+MAGIC = 0x4853564E  # the bytes "NVSH" read as a little-endian u32
+VERSION = 1
+MAX_PAYLOAD = 65536
+
+HEADER = struct.Struct("<IHHI")  # magic, version, type, length
+HEADER_FIELDS = (("magic", "I"), ("version", "H"), ("type", "H"), ("length", "I"))
+
+
+class MessageType(IntEnum):
+    HELLO = 1
+    WELCOME = 2
+    ATTACH = 3
+    ATTACHED = 4
+    REQ_LOCK = 5
+    LOCK_OK = 6
+    DROP_LOCK = 7
+    LOCK_RELEASED = 8
+    MEM_UPDATE = 9
+    CTL_REQUEST = 10
+    CTL_REPLY = 11
+    ERROR = 12
+
+
+class DropReason(IntEnum):
+    """`device.reason` of DROP_LOCK."""
+    QUANTUM = 1
+    PREEMPTED = 2
+    ADMIN = 3
+
+
+class ReleaseReason(IntEnum):
+    """`device.reason` of LOCK_RELEASED."""
+    DROPPED = 0
+    IDLE = 1
+
+
+HELLO_REQUIRE_SCHEDULER = 1  # hello.flags bit 0
+
+
+class ProtocolError(Exception):
+    """A malformed frame or payload."""
+
+
+def _layout(fields):
+    """{name: (offset, size)} for packed little-endian fields."""
+    out, offset = {}, 0
+    for name, fmt in fields:
+        size = struct.calcsize("<" + fmt)
+        out[name] = (offset, size)
+        offset += size
+    return out
+
+
+def _cstr(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def _fixed(text: str, size: int) -> bytes:
+    """UTF-8, cut at a character boundary to fit `size` bytes (struct pads with NULs)."""
+    data = text.encode("utf-8")
+    if len(data) > size:
+        data = data[:size].decode("utf-8", "ignore").encode("utf-8")
+    return data
+
+
+class _Payload:
+    """Base of the fixed-size payload dataclasses: FIELDS drives packing, size and layout."""
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]]
+    STRUCT: ClassVar[struct.Struct]
+    SIZE: ClassVar[int]
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls.STRUCT = struct.Struct("<" + "".join(fmt for _, fmt in cls.FIELDS))
+        cls.SIZE = cls.STRUCT.size
+
+    @classmethod
+    def layout(cls) -> dict[str, tuple[int, int]]:
+        return _layout(cls.FIELDS)
+
+    def pack(self) -> bytes:
+        values = [(_fixed(v, struct.calcsize(fmt)) if isinstance(v, str) else v)
+                  for v, (_, fmt) in zip(astuple(self), self.FIELDS)]
+        return self.STRUCT.pack(*values)
+
+    @classmethod
+    def unpack(cls, data: bytes):
+        if len(data) != cls.SIZE:
+            raise ProtocolError(f"{cls.__name__} payload is {len(data)} bytes, expected {cls.SIZE}")
+        values = [(_cstr(v) if isinstance(v, bytes) else v) for v in cls.STRUCT.unpack(data)]
+        return cls(*values)
+
+
+@dataclass
+class Hello(_Payload):
+    FIELDS = (("flags", "I"), ("priority", "i"), ("pod_name", "256s"), ("pod_namespace", "256s"))
+    flags: int = 0
+    priority: int = 0
+    pod_name: str = ""
+    pod_namespace: str = ""
+
+
+@dataclass
+class Welcome(_Payload):
+    FIELDS = (("client_id", "Q"), ("protocol_version", "I"), ("reserved", "I"))
+    client_id: int = 0
+    protocol_version: int = VERSION
+    reserved: int = 0
+
+
+@dataclass
+class Attach(_Payload):
+    FIELDS = (("device", "I"), ("flags", "I"), ("uuid", "48s"), ("name", "96s"),
+              ("physical_memory", "Q"), ("capacity", "Q"))
+    device: int = 0
+    flags: int = 0
+    uuid: str = ""
+    name: str = ""
+    physical_memory: int = 0
+    capacity: int = 0
+
+
+@dataclass
+class Attached(_Payload):
+    FIELDS = (("device", "I"), ("flags", "I"), ("capacity", "Q"))
+    device: int = 0
+    flags: int = 0
+    capacity: int = 0
+
+
+@dataclass
+class DeviceMsg(_Payload):
+    """REQ_LOCK, DROP_LOCK and LOCK_RELEASED."""
+    FIELDS = (("device", "I"), ("reason", "I"))
+    device: int = 0
+    reason: int = 0
+
+
+@dataclass
+class Grant(_Payload):
+    """LOCK_OK."""
+    FIELDS = (("device", "I"), ("quantum_ms", "I"))
+    device: int = 0
+    quantum_ms: int = 0
+
+
+@dataclass
+class MemUpdate(_Payload):
+    FIELDS = (("device", "I"), ("reserved", "I"), ("managed_bytes", "Q"), ("other_bytes", "Q"))
+    device: int = 0
+    reserved: int = 0
+    managed_bytes: int = 0
+    other_bytes: int = 0
+
+
+# The payload class of every fixed-size type; the others are variable (JSON or text).
+PAYLOADS: dict[MessageType, type[_Payload]] = {
+    MessageType.HELLO: Hello,
+    MessageType.WELCOME: Welcome,
+    MessageType.ATTACH: Attach,
+    MessageType.ATTACHED: Attached,
+    MessageType.REQ_LOCK: DeviceMsg,
+    MessageType.LOCK_OK: Grant,
+    MessageType.DROP_LOCK: DeviceMsg,
+    MessageType.LOCK_RELEASED: DeviceMsg,
+    MessageType.MEM_UPDATE: MemUpdate,
+}
+_TYPE_OF = {cls: t for t, cls in PAYLOADS.items() if cls is not DeviceMsg}  # DeviceMsg has three
+
+
+class Frame(NamedTuple):
+    type: MessageType
+    payload: bytes
+
+    def decode(self):
+        """The payload as its dataclass, a dict (CTL_*) or a str (ERROR)."""
+        cls = PAYLOADS.get(self.type)
+        if cls is not None:
+            return cls.unpack(self.payload)
+        if self.type == MessageType.ERROR:
+            return self.payload.decode("utf-8", "replace")
+        return decode_json(self.payload)
+
+
+def encode_frame(msg_type: MessageType | int, payload: bytes | _Payload = b"") -> bytes:
+    if isinstance(payload, _Payload):
+        payload = payload.pack()
+    if len(payload) > MAX_PAYLOAD:
+        raise ProtocolError(f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
+    return HEADER.pack(MAGIC, VERSION, int(msg_type), len(payload)) + payload
+
+
+def encode(msg: _Payload, msg_type: MessageType | None = None) -> bytes:
+    """A frame for a payload dataclass; DeviceMsg needs its type (REQ_LOCK/DROP_LOCK/LOCK_RELEASED)."""
+    if msg_type is None:
+        msg_type = _TYPE_OF.get(type(msg))
+        if msg_type is None:
+            raise ValueError(f"{type(msg).__name__} needs an explicit message type")
+    return encode_frame(msg_type, msg.pack())
+
+
+def encode_json(msg_type: MessageType, obj: dict) -> bytes:
+    return encode_frame(msg_type, json.dumps(obj, separators=(",", ":")).encode("utf-8"))
+
+
+def encode_error(text: str) -> bytes:
+    return encode_frame(MessageType.ERROR, text.encode("utf-8")[:MAX_PAYLOAD])
+
+
+def decode_json(payload: bytes) -> dict:
+    try:
+        obj = json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProtocolError(f"invalid JSON payload: {e}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("JSON payload is not an object")
+    return obj
+
+
+class FrameDecoder:
+    """Incremental decoder: feed() bytes as they arrive, then take frames with next_frame()/frames().
+
+    The header is checked as soon as its 12 bytes are in (an oversized length is refused before the
+    payload is read). Raises ProtocolError on a malformed frame; the stream is then unusable.
+    `pending` is the number of buffered bytes of an incomplete frame (non-zero at EOF = truncated).
+    """
+
+    def __init__(self):
+        self._buf = bytearray()
+        self._failed: ProtocolError | None = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def next_frame(self) -> Frame | None:
+        if self._failed:
+            raise self._failed
+        if len(self._buf) < HEADER.size:
+            return None
+        magic, version, mtype, length = HEADER.unpack_from(self._buf)
+        try:
+            if magic != MAGIC:
+                raise ProtocolError(f"bad magic 0x{magic:08x}")
+            if version != VERSION:
+                raise ProtocolError(f"unsupported protocol version {version}")
+            try:
+                mtype = MessageType(mtype)
+            except ValueError:
+                raise ProtocolError(f"unknown message type {mtype}") from None
+            if length > MAX_PAYLOAD:
+                raise ProtocolError(f"payload length {length} exceeds {MAX_PAYLOAD}")
+            cls = PAYLOADS.get(mtype)
+            if cls is not None and length != cls.SIZE:
+                raise ProtocolError(f"{mtype.name} payload is {length} bytes, expected {cls.SIZE}")
+        except ProtocolError as e:
+            self._failed = e
+            raise
+        end = HEADER.size + length
+        if len(self._buf) < end:
+            return None
+        payload = bytes(self._buf[HEADER.size:end])
+        del self._buf[:end]
+        return Frame(mtype, payload)
+
+    def frames(self):
+        while (frame := self.next_frame()) is not None:
+            yield frame
+
+
+# ---------------------------------------------------------------------------------------------
+# A small blocking client (nvsharectl, nvshare-run, tests).
+
+class SchedulerUnavailable(Exception):
+    """No scheduler answers at the socket."""
+
+
+def connect(path, timeout: float = 5.0) -> socket.socket:
+    """Connect to a scheduler socket; SchedulerUnavailable if nobody listens there.
+
+    PermissionError (the socket or its directory is not accessible) is passed through.
+    """
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(str(path))
+    except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError) as e:
+        s.close()
+        raise SchedulerUnavailable(f"no scheduler at {path}: {e.strerror}") from None
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def socket_answers(path, timeout: float = 1.0) -> bool:
+    try:
+        connect(path, timeout).close()
+        return True
+    except (SchedulerUnavailable, OSError):
+        return False
+
+
+def read_frame(sock: socket.socket, decoder: FrameDecoder | None = None) -> Frame:
+    """Read one frame from a blocking socket; ConnectionError on EOF."""
+    decoder = decoder or FrameDecoder()
+    while (frame := decoder.next_frame()) is None:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("scheduler closed the connection")
+        decoder.feed(data)
+    return frame
+
+
+class CtlClient:
+    """Blocking CTL_REQUEST/CTL_REPLY exchanges over one connection."""
+
+    def __init__(self, path, timeout: float = 5.0):
+        self.path = path
+        self.sock = connect(path, timeout)
+        self._decoder = FrameDecoder()
+
+    def request(self, op: str, **fields) -> dict:
+        self.sock.sendall(encode_json(MessageType.CTL_REQUEST, {"op": op, **fields}))
+        frame = read_frame(self.sock, self._decoder)
+        if frame.type == MessageType.ERROR:
+            return {"ok": False, "error": frame.decode()}
+        if frame.type != MessageType.CTL_REPLY:
+            raise ProtocolError(f"expected CTL_REPLY, got {frame.type.name}")
+        return frame.decode()
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,168 @@
+"""nvshare-run: run a command under libnvshare.so.
+
+Sets LD_PRELOAD (ours first, no duplicate), NVSHARE_* from the flags and the allocator recipes that
+keep frameworks off VMM allocations (which cannot be made managed), starts a per-user scheduler when
+none answers (unless --no-start), then execs the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from .paths import (
+    LIBRARY_NAME, can_create_dir, client_socket_candidates, default_socket_path, ensure_socket_dir,
+    library_path, socket_override,
+)
+from .protocol import socket_answers
+from .sizes import parse_size
+
+START_TIMEOUT = 5.0
+TORCH_ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
+
+
+def _size(text: str) -> str:
+    try:
+        return str(parse_size(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nvshare-run",
+        usage="%(prog)s [options] -- CMD [ARGS...]\n       %(prog)s --print-lib",
+        description="Run CMD with libnvshare.so preloaded so that it shares the GPU(s) through "
+                    "nvshare-scheduler.")
+    p.add_argument("--gpu-memory", type=_size, metavar="SIZE",
+                   help="count every GPU as SIZE (e.g. 16GiB): sets NVSHARE_GPU_MEMORY")
+    p.add_argument("--single-oversub", action="store_true",
+                   help="let this process alone allocate past the GPU's capacity "
+                        "(NVSHARE_ENABLE_SINGLE_OVERSUB=1)")
+    p.add_argument("--debug", action="store_true", help="log the library's decisions (NVSHARE_DEBUG=1)")
+    p.add_argument("--no-start", action="store_true",
+                   help="do not start a per-user scheduler when none answers")
+    p.add_argument("--socket", metavar="PATH", help="scheduler socket (sets NVSHARE_SOCK_PATH)")
+    p.add_argument("--print-lib", action="store_true", help="print the path of libnvshare.so and exit")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return p
+
+
+def _warn(msg: str) -> None:
+    print(f"nvshare-run: {msg}", file=sys.stderr)
+
+
+def preload_value(lib: str, existing: str | None) -> str:
+    """`lib` first, then the existing entries (separated by ':' or spaces) without another copy of it."""
+    entries = (existing or "").replace(":", " ").split()
+    rest = [e for e in entries if e != lib and os.path.basename(e) != LIBRARY_NAME]
+    return ":".join([lib] + rest)
+
+
+def child_env(args, lib: str, base: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The command's environment and the warnings to print."""
+    env = dict(base)
+    warnings = []
+    env["LD_PRELOAD"] = preload_value(lib, env.get("LD_PRELOAD"))
+    if args.gpu_memory is not None:
+        env["NVSHARE_GPU_MEMORY"] = args.gpu_memory
+    if args.single_oversub:
+        env["NVSHARE_ENABLE_SINGLE_OVERSUB"] = "1"
+    if args.debug:
+        env["NVSHARE_DEBUG"] = "1"
+    if args.socket:
+        env["NVSHARE_SOCK_PATH"] = str(args.socket)
+    conf = env.get(TORCH_ALLOC)
+    if conf is None:
+        env[TORCH_ALLOC] = "expandable_segments:False"
+    else:
+        compact = conf.replace(" ", "")
+        if "expandable_segments:True" in compact or "backend:cudaMallocAsync" in compact:
+            warnings.append(f"{TORCH_ALLOC}={conf} makes PyTorch allocate through VMM or memory pools; "
+                            "VMM memory cannot be made managed, so it is not oversubscribable")
+    env.setdefault("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    return env, warnings
+
+
+def ensure_scheduler(explicit: str | None, no_start: bool) -> None:
+    """Start a per-user scheduler in the background if none answers; SystemExit(1) if it fails."""
+    candidates = client_socket_candidates(explicit)
+    if any(socket_answers(p) for p in candidates):
+        return
+    target = socket_override(explicit) or default_socket_path()
+    if no_start:
+        return
+    if not can_create_dir(target.parent):
+        _warn(f"no scheduler answers at {', '.join(map(str, candidates))} and {target.parent} is not "
+              "writable; running without one")
+        return
+    try:
+        ensure_socket_dir(target)
+    except OSError as e:
+        _warn(f"cannot prepare {target.parent}: {e}; running without a scheduler")
+        return
+    logfile = target.parent / "scheduler.log"
+    env = dict(os.environ)
+    if "LD_PRELOAD" in env:  # the scheduler itself must not run under the library
+        env["LD_PRELOAD"] = ":".join(e for e in env["LD_PRELOAD"].replace(":", " ").split()
+                                     if os.path.basename(e) != LIBRARY_NAME)
+    with open(logfile, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "xpushare.scheduler", "--socket", str(target)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if socket_answers(target):
+            _warn(f"started a scheduler (pid {proc.pid}) on {target}; log: {logfile}")
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    _warn(f"error: the scheduler did not start on {target} (see {logfile})")
+    raise SystemExit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd and not args.print_lib:
+        parser.print_usage(sys.stderr)
+        _warn("error: no command given (nvshare-run [options] -- CMD [ARGS...])")
+        return 2
+    try:
+        lib = str(library_path())
+    except FileNotFoundError as e:
+        _warn(f"libnvshare.so not found: {e}")
+        return 1
+    if args.print_lib:
+        print(lib)
+        return 0
+
+    env, warnings = child_env(args, lib, dict(os.environ))
+    if shutil.which(cmd[0], path=env.get("PATH", os.defpath)) is None:
+        _warn(f"{cmd[0]}: command not found")
+        return 127
+    ensure_scheduler(args.socket, args.no_start)
+    for w in warnings:
+        _warn(f"warning: {w}")
+    try:
+        os.execvpe(cmd[0], cmd, env)
+    except FileNotFoundError:
+        _warn(f"{cmd[0]}: command not found")
+        return 127
+    except PermissionError:
+        _warn(f"{cmd[0]}: permission denied")
+        return 126
+    except OSError as e:
+        _warn(f"{cmd[0]}: {e.strerror}")
+        return 126
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""nvshare-scheduler: the per-node GPU scheduler daemon."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import grp
+import logging
+import sys
+
+from .. import __version__
+from ..paths import default_socket_path, socket_override
+from ..sizes import parse_size
+from .policy import Mode
+
+log = logging.getLogger("nvshare.scheduler")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive number of seconds")
+    return value
+
+
+def _gpu_memory(text: str) -> tuple[str | None, int]:
+    sel, _, size = text.rpartition("=")
+    try:
+        return (sel or None), parse_size(size)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _group(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    try:
+        return grp.getgrnam(text).gr_gid
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"no such group {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nvshare-scheduler",
+        description="Per-node GPU scheduler for libnvshare.so clients: one arbiter per GPU.")
+    p.add_argument("--socket", metavar="PATH",
+                   help="Unix socket to listen on (default: $NVSHARE_SOCK_PATH, else "
+                        "/var/run/nvshare/scheduler.sock as root, else "
+                        "$XDG_RUNTIME_DIR/nvshare/scheduler.sock or /tmp/nvshare-$UID/scheduler.sock)")
+    p.add_argument("--tq", type=_positive_float, default=30.0, metavar="SECONDS",
+                   help="time quantum of a holder in serial mode (default: 30)")
+    p.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.SERIAL.value,
+                   help="initial mode of every GPU: serial = one holder at a time (anti-thrash on), "
+                        "off = everyone runs at once (default: serial)")
+    p.add_argument("--gpu-memory", type=_gpu_memory, action="append", default=[],
+                   metavar="[GPU=]SIZE",
+                   help="capacity the scheduler counts a GPU as (e.g. 16GiB), for every GPU or for "
+                        "one (index or UUID); repeatable. Sent to clients in ATTACHED.")
+    p.add_argument("--no-nvml", action="store_true",
+                   help="do not discover GPUs with NVML; learn them from clients")
+    p.add_argument("--admin-group", type=_group, metavar="GROUP",
+                   help="members of this group (name or gid) may change settings too")
+    p.add_argument("--debug", action="store_true", help="log every message")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s nvshare-scheduler %(levelname)s %(message)s")
+
+    from .gpus import discover
+    from .server import Config, Scheduler, SocketInUse
+
+    config = Config(socket_path=socket_override(args.socket) or default_socket_path(),
+                    tq=args.tq, mode=Mode(args.mode), admin_gid=args.admin_group)
+    for sel, size in args.gpu_memory:
+        if sel is None:
+            config.gpu_memory = size
+        else:
+            config.gpu_memory_for[sel] = size
+    gpus = [] if args.no_nvml else discover()
+    try:
+        asyncio.run(Scheduler(config, gpus).run())
+    except (SocketInUse, PermissionError) as e:
+        log.error("%s", e)
+        return 1
+    except OSError as e:
+        log.error("cannot listen on %s: %s", config.socket_path, e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

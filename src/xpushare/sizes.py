@@ -1,0 +1,36 @@
+"""Memory sizes as users write them: `8GiB`, `512MiB`, `16G`, `1.5GiB`, `1073741824`.
+
+Grammar: optional spaces, a non-negative number (digits, optionally `.digits`), optional spaces, an
+optional unit, case-insensitive: B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB. Every unit is binary
+(K = KB = KiB = 1024 bytes), as nvidia-smi and CUDA count memory. Fractions round down to whole bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+_UNITS = {"": 0, "b": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Parse a size into bytes; raises ValueError with the accepted forms on bad input."""
+    m = _SIZE_RE.match(str(text))
+    unit = m.group(2).lower() if m else ""
+    if unit not in ("", "b"):
+        unit = unit[0] if unit[1:] in ("", "b", "ib") else "?"
+    if not m or unit not in _UNITS:
+        raise ValueError(f"invalid size {text!r}: expected a number of bytes or a number with a unit "
+                         "(K, M, G, T, e.g. 512MiB, 16GiB)")
+    return int(Decimal(m.group(1)) * (1024 ** _UNITS[unit]))
+
+
+def format_size(n: int) -> str:
+    """Bytes as a short human string with a binary unit: 17179869184 -> '16GiB', 1536 -> '1.5KiB'."""
+    n = int(n)
+    for exp, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if abs(n) >= 1024 ** exp:
+            value = f"{n / 1024 ** exp:.2f}".rstrip("0").rstrip(".")
+            return f"{value}{unit}"
+    return f"{n}B"

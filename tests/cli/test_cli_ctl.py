@@ -1,0 +1,146 @@
+"""nvsharectl against a live scheduler."""
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sched_harness import GiB, as_user, child_env, registered, uuid
+from xpushare.protocol import MessageType
+
+
+def ctl(*args, sock=None, env=None):
+    argv = [sys.executable, "-m", "xpushare.ctl", *(["--socket", str(sock)] if sock else []), *args]
+    return subprocess.run(argv, env=child_env(env), capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def busy(start_scheduler):
+    """A scheduler knowing two GPUs (fake NVML), with a holder and a waiter on GPU 0."""
+    s = start_scheduler("--tq", "30", nvml=[{"uuid": uuid(0), "name": "Fake H100", "memory": 80 * GiB},
+                                            {"uuid": uuid(1), "name": "Fake H100", "memory": 80 * GiB}])
+    holder = registered(s.sock, pod_name="trainer-0", pod_namespace="ml")
+    holder.mem_update(0, 5 * GiB, 0)
+    holder.request()
+    holder.expect(MessageType.LOCK_OK)
+    waiter = registered(s.sock)
+    waiter.request()
+    yield s, holder, waiter
+    holder.close()
+    waiter.close()
+
+
+def test_status_json(busy):
+    s, holder, waiter = busy
+    r = ctl("status", "--json", sock=s.sock)
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert st["ok"] and st["scheduler"]["pid"] == s.proc.pid
+    g0, g1 = st["gpus"]
+    assert (g0["index"], g0["uuid"], g0["name"], g0["memory_total"], g0["mode"], g0["tq"]) == \
+        (0, uuid(0), "Fake H100", 80 * GiB, "serial", 30)
+    assert [h["pid"] for h in g0["holders"]] == [os.getpid()] and g0["queue"] == [os.getpid()]
+    assert g1["holders"] == [] and g1["queue"] == []
+    states = sorted(c["state"] for c in st["clients"])
+    assert states == ["holding", "waiting"]
+    mem = {c["state"]: c["gpus"][0]["managed_bytes"] for c in st["clients"]}
+    assert mem == {"holding": 5 * GiB, "waiting": 0}
+
+
+def test_status_text(busy):
+    s, _, _ = busy
+    r = ctl("status", sock=s.sock)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for text in ("GPUs", "Clients", uuid(0), uuid(1), "Fake H100", "80GiB", "serial", "30s",
+                 "holding", "waiting", "5GiB", "ml/trainer-0 (hint)", f"nvshare-scheduler 0.1.0 (pid {s.proc.pid})"):
+        assert text in out, f"{text!r} missing from:\n{out}"
+    row = next(line for line in out.splitlines() if uuid(0) in line)
+    assert f"{os.getpid()} (" in row  # holder pid and how long
+    assert "pytest" in out or "python" in out  # the client's command line
+
+
+def test_status_with_nothing_known(scheduler):
+    r = ctl("status", sock=scheduler.sock)
+    assert r.returncode == 0
+    assert "No GPUs known yet." in r.stdout and "No clients." in r.stdout
+
+
+def test_set_tq_and_anti_thrash_show_in_status(busy):
+    s, holder, waiter = busy
+    assert ctl("-T", "7", sock=s.sock).returncode == 0
+    assert ctl("--anti-thrash", "off", "--gpu", "1", sock=s.sock).returncode == 0
+    st = json.loads(ctl("status", "--json", sock=s.sock).stdout)
+    assert [(g["tq"], g["mode"]) for g in st["gpus"]] == [(7, "serial"), (7, "off")]
+    # anti-thrash off on GPU 0 lets the waiter run at once.
+    assert ctl("-S", "off", "--gpu", uuid(0), sock=s.sock).returncode == 0
+    assert waiter.expect(MessageType.LOCK_OK).quantum_ms == 0
+    assert ctl("-S", "on", sock=s.sock).returncode == 0
+    st = json.loads(ctl("status", "--json", sock=s.sock).stdout)
+    assert [g["mode"] for g in st["gpus"]] == ["serial", "serial"]
+    assert waiter.expect(MessageType.DROP_LOCK).reason == 3  # administrative
+
+
+def test_set_gpu_memory(busy):
+    s, holder, _ = busy
+    assert ctl("--set-gpu-memory", "16GiB", "--gpu", "0", sock=s.sock).returncode == 0
+    st = json.loads(ctl("status", "--json", sock=s.sock).stdout)
+    assert [g["capacity"] for g in st["gpus"]] == [16 * GiB, 80 * GiB]
+    assert holder.attach(0, uuid(0)).capacity == 16 * GiB
+
+
+def test_socket_from_environment(busy):
+    s, _, _ = busy
+    r = ctl("status", "--json", env={"NVSHARE_SOCK_PATH": str(s.sock)})
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"]
+
+
+def test_no_scheduler_exits_1_with_a_clear_message(sockdir):
+    r = ctl("status", sock=sockdir / "none.sock")
+    assert r.returncode == 1
+    assert "no scheduler is running" in r.stderr and str(sockdir / "none.sock") in r.stderr
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("args", [["-T", "0"], ["-T", "-3"], ["-T", "abc"], ["-T", "1.5"],
+                                  ["-S", "maybe"], ["--set-gpu-memory", "lots", "--gpu", "0"],
+                                  ["--set-gpu-memory", "1GiB"], ["--gpu", "0"], ["frobnicate"]])
+def test_bad_values_exit_2_with_usage(scheduler, args):
+    r = ctl(*args, sock=scheduler.sock)
+    assert r.returncode == 2, (args, r.stderr)
+    assert "usage: nvsharectl" in r.stderr
+    assert json.loads(ctl("status", "--json", sock=scheduler.sock).stdout)["scheduler"]["tq"] == 30
+
+
+def test_scheduler_refusal_exits_1(busy):
+    s, _, _ = busy
+    r = ctl("-T", "5", "--gpu", "GPU-nope", sock=s.sock)
+    assert r.returncode == 1 and "no GPU matches" in r.stderr
+
+
+def test_no_arguments_prints_help():
+    r = ctl()
+    assert r.returncode == 0
+    for flag in ("-T N, --set-tq N", "-S {on,off}, --anti-thrash {on,off}", "status"):
+        assert flag in r.stdout
+
+
+def _ctl_in_process(*argv):
+    from xpushare import ctl as ctl_mod
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = ctl_mod.main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another uid")
+def test_permission_denied_for_another_user(busy):
+    s, _, _ = busy
+    rc, out, err = as_user(65534, 65534, _ctl_in_process, "--socket", str(s.sock), "-T", "3")
+    assert rc == 1 and "permission denied" in err
+    rc, out, err = as_user(65534, 65534, _ctl_in_process, "--socket", str(s.sock), "status", "--json")
+    assert rc == 0 and json.loads(out)["gpus"][0]["tq"] == 30

@@ -1,0 +1,1 @@
+from sched_fixtures import scheduler, sockdir, start_scheduler  # noqa: F401

@@ -1,0 +1,242 @@
+"""Helpers for tests that talk to a real nvshare-scheduler process.
+
+SchedulerProcess starts `python -m xpushare.scheduler` on a temporary socket; FakeClient speaks the
+wire protocol the way libnvshare.so does, with blocking sockets and timeouts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+sys.path.insert(0, str(SRC))
+
+from xpushare.protocol import (  # noqa: E402
+    Attach, DeviceMsg, Frame, FrameDecoder, Hello, MemUpdate, MessageType, ProtocolError,
+    encode, encode_frame, encode_json, socket_answers,
+)
+
+GiB = 1 << 30
+FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
+
+
+def uuid(i: int) -> str:
+    return f"GPU-00000000-0000-0000-0000-{i:012x}"
+
+
+def wait_for(cond, timeout=10.0, interval=0.02, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def child_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
+                                                      else []))
+    env.pop("NVSHARE_SOCK_PATH", None)
+    env.update(extra or {})
+    return env
+
+
+def make_socket_dir() -> Path:
+    """A fresh directory under /tmp that other uids can traverse (pytest's tmp_path is 0700)."""
+    d = Path(tempfile.mkdtemp(prefix="nvs-test-"))
+    d.chmod(0o755)
+    return d
+
+
+class SchedulerProcess:
+    def __init__(self, sock: Path, args=(), env: dict | None = None, nvml: list | None = None,
+                 logfile: Path | None = None):
+        self.sock = Path(sock)
+        self.args = ["--socket", str(self.sock), *map(str, args)]
+        extra = dict(env or {})
+        if nvml is not None:  # put the fake pynvml first on the path
+            import json
+            extra["FAKE_NVML_GPUS"] = json.dumps(nvml)
+            extra["PYTHONPATH"] = os.pathsep.join([str(FAKE_NVML), str(SRC)])
+        self.env = child_env(extra)
+        self.logfile = logfile or self.sock.parent / f"{self.sock.name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait=True):
+        with open(self.logfile, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "xpushare.scheduler", *self.args],
+                                         stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        if wait:
+            wait_for(lambda: socket_answers(self.sock) or self.proc.poll() is not None,
+                     what="the scheduler to listen")
+            assert self.proc.poll() is None, f"scheduler exited:\n{self.log()}"
+        return self
+
+    def log(self) -> str:
+        try:
+            return self.logfile.read_text()
+        except FileNotFoundError:
+            return ""
+
+    def wait_log(self, text: str, timeout=10.0) -> str:
+        return wait_for(lambda: text in self.log() and self.log(), timeout, what=f"log line {text!r}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def status(self) -> dict:
+        with FakeClient(self.sock) as c:
+            reply = c.ctl("status")
+        assert reply["ok"], reply
+        return reply
+
+
+class FakeClient:
+    """A scheduler client written against docs/protocol.md."""
+
+    def __init__(self, sock: Path, timeout: float = 5.0):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(str(sock))
+        self.decoder = FrameDecoder()
+        self.client_id = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self.sock.close()
+
+    # raw I/O
+    def send_raw(self, data: bytes):
+        self.sock.sendall(data)
+
+    def send(self, msg_type, payload=b""):
+        self.sock.sendall(encode_frame(msg_type, payload))
+
+    def recv(self, timeout: float = 5.0) -> Frame | None:
+        """The next frame; None on EOF; socket.timeout if nothing came."""
+        self.sock.settimeout(timeout)
+        while (frame := self.decoder.next_frame()) is None:
+            data = self.sock.recv(65536)
+            if not data:
+                return None
+            self.decoder.feed(data)
+        return frame
+
+    def expect(self, msg_type: MessageType, timeout: float = 5.0):
+        frame = self.recv(timeout)
+        assert frame is not None, f"connection closed while waiting for {msg_type.name}"
+        assert frame.type == msg_type, f"expected {msg_type.name}, got {frame.type.name}: {frame}"
+        return frame.decode()
+
+    def silent(self, duration: float) -> bool:
+        """True when nothing arrives for `duration` seconds."""
+        try:
+            frame = self.recv(duration)
+        except (socket.timeout, TimeoutError):
+            return True
+        raise AssertionError(f"unexpected {frame.type.name if frame else 'EOF'}")
+
+    def closed_by_peer(self, timeout: float = 5.0) -> bool:
+        """Drain frames until EOF; True if the scheduler closed the connection."""
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if self.recv(max(0.01, deadline - time.monotonic())) is None:
+                    return True
+        except (socket.timeout, TimeoutError):
+            return False
+        except (ConnectionResetError, ProtocolError):
+            return True
+        return False
+
+    # protocol steps
+    def hello(self, priority=0, pod_name="", pod_namespace="", flags=0):
+        self.send_raw(encode(Hello(flags, priority, pod_name, pod_namespace)))
+        welcome = self.expect(MessageType.WELCOME)
+        self.client_id = welcome.client_id
+        return welcome
+
+    def attach(self, device=0, gpu_uuid=None, name="Mock GPU", physical=16 * GiB, capacity=None):
+        self.send_raw(encode(Attach(device, 0, gpu_uuid or uuid(device), name, physical,
+                                    physical if capacity is None else capacity)))
+        return self.expect(MessageType.ATTACHED)
+
+    def request(self, device=0):
+        self.send_raw(encode(DeviceMsg(device, 0), MessageType.REQ_LOCK))
+
+    def release(self, device=0, reason=0):
+        self.send_raw(encode(DeviceMsg(device, reason), MessageType.LOCK_RELEASED))
+
+    def mem_update(self, device=0, managed=0, other=0):
+        self.send_raw(encode(MemUpdate(device, 0, managed, other)))
+
+    def ctl(self, op, **fields) -> dict:
+        self.send_raw(encode_json(MessageType.CTL_REQUEST, {"op": op, **fields}))
+        return self.expect(MessageType.CTL_REPLY)
+
+
+def as_user(uid: int, gid: int, fn, *args):
+    """Run fn(*args) in a forked child that switched to uid/gid (needs root); return its result
+    (a Python literal) or raise what it raised, as an AssertionError with the text."""
+    import ast
+    import traceback
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            out = repr(("ok", fn(*args)))
+        except BaseException:
+            out = repr(("error", traceback.format_exc()))
+        os.write(w, out.encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    kind, value = ast.literal_eval(data.decode())
+    if kind != "ok":
+        raise AssertionError(f"child failed:\n{value}")
+    return value
+
+
+def registered(sock: Path, devices=(0,), **hello) -> FakeClient:
+    c = FakeClient(sock)
+    c.hello(**hello)
+    for d in devices:
+        c.attach(d)
+    return c
+
