@@ -1,0 +1,180 @@
+/*
+ * config.c - environment variables, read once at first CUDA use (never on a hot path).
+ *
+ * Variable                      default           meaning
+ * NVSHARE_DEBUG                 0                 1: one stderr line per decision; 2: more
+ * NVSHARE_SOCK_PATH             (candidates)      scheduler socket; else per-user path, then
+ *                                                 /var/run/nvshare/scheduler.sock (root: only it)
+ * NVSHARE_REQUIRE_SCHEDULER     0                 1: wait for a scheduler instead of running ungated
+ * NVSHARE_PRIORITY              0                 sent in HELLO
+ * NVSHARE_POD_NAME/_NAMESPACE   ""                hints sent in HELLO
+ * NVSHARE_GPU_MEMORY            physical          virtual capacity of every device (size)
+ * NVSHARE_GPU_MEMORY_LIMIT      capacity          per-process, per-device cap (size); always applies
+ * NVSHARE_ENABLE_SINGLE_OVERSUB 0                 1: no cap at capacity (an explicit limit still applies)
+ * NVSHARE_CONTEXT_RESERVE       768MiB            kept out of cuMemGetInfo's "free" (size): what a CUDA
+ *                                                 context with cuBLAS/cuDNN takes (747 MiB measured)
+ * NVSHARE_IDLE_RELEASE_MS       250               release a held lock after this long without a
+ *                                                 gated call; 0 = never
+ * NVSHARE_MAX_INFLIGHT          256               bound on queued gated calls per device context
+ *                                                 (a checkpoint event every N/8 calls); 0 = unbounded
+ * NVSHARE_CUDA_LIBRARY          libcuda.so.1      the real driver to dlopen
+ *
+ * Sizes (the project's grammar, .notes/common.md): a plain integer is bytes; a number (decimals
+ * allowed) may be followed by a case-insensitive unit K, M, G or T with an optional "i" and/or "B"
+ * (8G, 8GB, 8GiB, 8Gi, 512mib), or B alone; every unit is binary (1024-based); fractions round down.
+ * A malformed value is reported (warning) and ignored.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "nvshare.h"
+
+nvs_config nvs_cfg;
+
+int nvs_parse_size(const char *s, uint64_t *out)
+{
+    if (!s) return -1;
+    while (isspace((unsigned char)*s)) s++;
+    if (!isdigit((unsigned char)*s)) return -1;
+    unsigned __int128 ip = 0, frac = 0, fden = 1;
+    while (isdigit((unsigned char)*s)) {
+        ip = ip * 10 + (unsigned)(*s++ - '0');
+        if (ip > UINT64_MAX) return -1;
+    }
+    if (*s == '.') {
+        s++;
+        if (!isdigit((unsigned char)*s)) return -1;
+        while (isdigit((unsigned char)*s)) {
+            if (fden < (unsigned __int128)1000000000000000000ull) { /* 18 digits are plenty */
+                frac = frac * 10 + (unsigned)(*s - '0');
+                fden *= 10;
+            }
+            s++;
+        }
+    }
+    while (isspace((unsigned char)*s)) s++;
+    char unit[8] = {0};
+    size_t n = 0;
+    while (isalpha((unsigned char)*s)) {
+        if (n >= sizeof(unit) - 1) return -1;
+        unit[n++] = (char)tolower((unsigned char)*s++);
+    }
+    while (isspace((unsigned char)*s)) s++;
+    if (*s) return -1;
+    int exp;
+    if (n == 0 || !strcmp(unit, "b")) {
+        exp = 0;
+    } else {
+        const char *units = "kmgt";
+        const char *p = strchr(units, unit[0]);
+        if (!p || !(unit[1] == 0 || !strcmp(unit + 1, "b") || !strcmp(unit + 1, "i") ||
+                    !strcmp(unit + 1, "ib")))
+            return -1;
+        exp = (int)(p - units) + 1;
+    }
+    unsigned __int128 mult = (unsigned __int128)1 << (10 * exp);
+    unsigned __int128 v = ip * mult + (frac * mult) / fden;
+    if (v > UINT64_MAX) return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int env_bool(const char *name)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    return !strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") ||
+           !strcasecmp(v, "on");
+}
+
+static int env_size(const char *name, uint64_t *out)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    if (nvs_parse_size(v, out) != 0) {
+        nvs_warn("ignoring %s=\"%s\": not a size (e.g. 16GiB, 512MiB, 1073741824)",
+                 name, v);
+        return 0;
+    }
+    return 1;
+}
+
+static long env_long(const char *name, long def, long lo, long hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    while (*end && isspace((unsigned char)*end)) end++;
+    if (*end || x < lo || x > hi) {
+        nvs_warn("ignoring %s=\"%s\": expected an integer in [%ld, %ld]", name, v, lo, hi);
+        return def;
+    }
+    return x;
+}
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    if (!src) src = "";
+    size_t n = strlen(src);
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+static void add_sock(const char *path)
+{
+    if (nvs_cfg.n_sock_paths >= 2) return;
+    if (strlen(path) >= sizeof(nvs_cfg.sock_paths[0])) {
+        nvs_warn("socket path too long, skipped: %s", path);
+        return;
+    }
+    copy_str(nvs_cfg.sock_paths[nvs_cfg.n_sock_paths++], sizeof(nvs_cfg.sock_paths[0]), path);
+}
+
+void nvs_config_load(void)
+{
+    nvs_config *c = &nvs_cfg;
+    memset(c, 0, sizeof(*c));
+    /* NVSHARE_DEBUG first, so that warnings below carry the right prefix. */
+    c->debug = (int)env_long("NVSHARE_DEBUG", 0, 0, 9);
+    c->require_scheduler = env_bool("NVSHARE_REQUIRE_SCHEDULER");
+    c->priority = (int)env_long("NVSHARE_PRIORITY", 0, -1000000, 1000000);
+    c->single_oversub = env_bool("NVSHARE_ENABLE_SINGLE_OVERSUB");
+    uint64_t v;
+    if (env_size("NVSHARE_GPU_MEMORY", &v)) c->gpu_memory = v;
+    if (env_size("NVSHARE_GPU_MEMORY_LIMIT", &v)) {
+        c->limit = v;
+        c->limit_set = 1;
+    }
+    c->context_reserve = 768ull << 20;
+    if (env_size("NVSHARE_CONTEXT_RESERVE", &v)) c->context_reserve = v;
+    c->idle_release_ms = (unsigned)env_long("NVSHARE_IDLE_RELEASE_MS", 250, 0, 86400000);
+    c->max_inflight = (unsigned)env_long("NVSHARE_MAX_INFLIGHT", 256, 0, 1 << 24);
+    const char *lib = getenv("NVSHARE_CUDA_LIBRARY");
+    copy_str(c->cuda_library, sizeof(c->cuda_library), lib && *lib ? lib : "libcuda.so.1");
+    copy_str(c->pod_name, sizeof(c->pod_name), getenv("NVSHARE_POD_NAME"));
+    copy_str(c->pod_namespace, sizeof(c->pod_namespace), getenv("NVSHARE_POD_NAMESPACE"));
+
+    /* Scheduler socket candidates (docs/protocol.md, "Transport"). */
+    const char *sock = getenv("NVSHARE_SOCK_PATH");
+    if (sock && *sock) {
+        add_sock(sock);
+    } else {
+        uid_t uid = geteuid();
+        if (uid != 0) {
+            char buf[256];
+            const char *xdg = getenv("XDG_RUNTIME_DIR");
+            if (xdg && *xdg)
+                snprintf(buf, sizeof(buf), "%s/nvshare/scheduler.sock", xdg);
+            else
+                snprintf(buf, sizeof(buf), "/tmp/nvshare-%u/scheduler.sock", (unsigned)uid);
+            add_sock(buf);
+        }
+        add_sock("/var/run/nvshare/scheduler.sock");
+    }
+}

@@ -1,0 +1,64 @@
+/*
+ * gate.h - the work-gating fast path, inlined into every GATE wrapper (exports.c).
+ *
+ * HOT PATH. Per gated call, when the device may run (lock held, or ungated):
+ *   real cuCtxGetCurrent + a thread-local {ctx -> record} compare, one seq_cst fetch_add on the
+ *   device's in-flight counter, one load of may_run, a read (and rarely a write) of `active`,
+ *   the real call, one fetch_sub and a thread-local counter for checkpoints.
+ *   No syscalls, getenv, allocation or mutex.
+ * The in-flight increment and the may_run load pair (seq_cst) with the drainer's may_run store and
+ * in-flight load (gate.c, nvs_drain): either we see may_run == 0 and back off, or the drainer sees
+ * our increment and waits for us.
+ */
+#ifndef NVSHARE_GATE_H
+#define NVSHARE_GATE_H
+
+#include "nvshare.h"
+
+typedef struct nvs_gate {
+    nvs_dev *dev;    /* non-NULL when counted in-flight */
+    nvs_ctxrec *rec;
+} nvs_gate;
+
+static inline __attribute__((always_inline)) void *nvs_gate_begin(nvs_gate *g, int idx,
+                                                                   CUstream s, int per_thread)
+{
+    nvs_ensure_init();
+    g->dev = NULL;
+    CUcontext ctx = NULL;
+    if (NVS_UNLIKELY(nvs_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL))
+        return nvs_real[idx]; /* no current context: the driver will say what is wrong */
+    nvs_ctxrec *rec = NVS_LIKELY(ctx == nvs_tls_ctx) ? nvs_tls_rec : nvs_ctx_lookup(ctx);
+    if (NVS_UNLIKELY(rec == NULL)) return nvs_real[idx];
+    nvs_dev *d = rec->dev;
+    for (;;) {
+        atomic_fetch_add_explicit(&d->inflight, 1, memory_order_seq_cst);
+        if (NVS_LIKELY(atomic_load_explicit(&d->may_run, memory_order_seq_cst))) {
+            if (NVS_UNLIKELY(!atomic_load_explicit(&d->active, memory_order_relaxed)))
+                atomic_store_explicit(&d->active, 1, memory_order_relaxed);
+            g->dev = d;
+            g->rec = rec;
+            return nvs_real[idx];
+        }
+        /* COLD: may not run. Back off, wait for the lock (or pass a capture through). */
+        atomic_fetch_sub_explicit(&d->inflight, 1, memory_order_seq_cst);
+        if (nvs_gate_wait(d, s, per_thread)) return nvs_real[idx];
+    }
+}
+
+static inline __attribute__((always_inline)) void nvs_gate_end(nvs_gate *g, CUresult r,
+                                                                CUstream s, int per_thread)
+{
+    nvs_dev *d = g->dev;
+    if (!d) return;
+    atomic_fetch_sub_explicit(&d->inflight, 1, memory_order_release);
+    /* In-flight bound: a checkpoint event every nvs_ckpt_interval stream calls of this thread,
+     * after the in-flight decrement so that a drain never waits on it. */
+    if (s != NVS_NOSTREAM && r == CUDA_SUCCESS && nvs_ckpt_interval &&
+        NVS_UNLIKELY(++nvs_tls_launches >= nvs_ckpt_interval)) {
+        nvs_tls_launches = 0;
+        nvs_checkpoint(g->rec, s, per_thread);
+    }
+}
+
+#endif /* NVSHARE_GATE_H */

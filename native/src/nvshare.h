@@ -1,0 +1,216 @@
+/*
+ * nvshare.h - internal declarations shared by the interposer's source files.
+ *
+ * Threads and locks (see README.md for the full picture):
+ *   - app threads run the wrappers; the launch fast path touches only nvs_dev's hot line;
+ *   - one client thread (client.c) owns the scheduler socket and is the only writer of
+ *     nvs_dev.may_run and of the lock state (plus the fork child handler);
+ *   - nvs_g.mu guards device/context/client state, nvs_g.cv wakes app threads waiting for a
+ *     grant or for ATTACHED; alloc.c has its own mutex for its tables.
+ */
+#ifndef NVSHARE_INTERNAL_H
+#define NVSHARE_INTERNAL_H
+
+#include "glibc_compat.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "hooks.h"
+#include "nvshare_cuda.h"
+
+#define NVS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define NVS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define NVS_HIDDEN __attribute__((visibility("hidden")))
+#define NVS_COLD __attribute__((cold, noinline))
+#define NVS_TLS _Thread_local __attribute__((tls_model("initial-exec")))
+
+#define NVS_MAX_DEVICES 64
+#define NVS_RING 8 /* checkpoint events per context */
+
+/* ---------------------------------------------------------------- config.c */
+typedef struct nvs_config {
+    int debug;             /* NVSHARE_DEBUG: 0 off, 1 decisions, 2 more */
+    int require_scheduler; /* NVSHARE_REQUIRE_SCHEDULER */
+    int priority;          /* NVSHARE_PRIORITY */
+    int single_oversub;    /* NVSHARE_ENABLE_SINGLE_OVERSUB */
+    int limit_set;         /* NVSHARE_GPU_MEMORY_LIMIT given */
+    uint64_t gpu_memory;   /* NVSHARE_GPU_MEMORY, 0 = physical */
+    uint64_t limit;        /* NVSHARE_GPU_MEMORY_LIMIT */
+    uint64_t context_reserve; /* NVSHARE_CONTEXT_RESERVE, default 768 MiB */
+    unsigned idle_release_ms; /* NVSHARE_IDLE_RELEASE_MS, 0 = never */
+    unsigned max_inflight;    /* NVSHARE_MAX_INFLIGHT, 0 = unbounded */
+    char cuda_library[512];   /* NVSHARE_CUDA_LIBRARY */
+    char sock_paths[2][108];  /* candidates, in order */
+    int n_sock_paths;
+    char pod_name[256];      /* NVSHARE_POD_NAME (hint) */
+    char pod_namespace[256]; /* NVSHARE_POD_NAMESPACE (hint) */
+} nvs_config;
+
+extern nvs_config nvs_cfg NVS_HIDDEN;
+void nvs_config_load(void) NVS_HIDDEN;
+int nvs_parse_size(const char *s, uint64_t *out) NVS_HIDDEN;
+
+/* ---------------------------------------------------------------- log.c */
+void nvs_log(const char *fmt, ...) NVS_HIDDEN __attribute__((format(printf, 1, 2)));
+void nvs_warn(const char *fmt, ...) NVS_HIDDEN __attribute__((format(printf, 1, 2)));
+void nvs_log_reset_pid(void) NVS_HIDDEN;
+#define NVS_DEBUG(...)                                                                         \
+    do {                                                                                       \
+        if (NVS_UNLIKELY(nvs_cfg.debug)) nvs_log(__VA_ARGS__);                                 \
+    } while (0)
+#define NVS_TRACE(...)                                                                         \
+    do {                                                                                       \
+        if (NVS_UNLIKELY(nvs_cfg.debug > 1)) nvs_log(__VA_ARGS__);                             \
+    } while (0)
+uint64_t nvs_now_ns(void) NVS_HIDDEN; /* CLOCK_MONOTONIC */
+
+/* ---------------------------------------------------------------- real.c */
+/* The driver functions we call that are not themselves hooked. */
+typedef struct nvs_driver {
+    CUresult (*cuDeviceGetUuid)(CUuuid *, CUdevice);
+    CUresult (*cuDeviceGetUuid_v2)(CUuuid *, CUdevice);
+    CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+    CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuCtxGetDevice)(CUdevice *);
+    CUresult (*cuCtxSynchronize)(void);
+    CUresult (*cuEventCreate)(CUevent *, unsigned int);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventQuery)(CUevent);
+    CUresult (*cuEventSynchronize)(CUevent);
+    CUresult (*cuEventDestroy_v2)(CUevent);
+    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
+    CUresult (*cuStreamSynchronize)(CUstream);
+} nvs_driver;
+
+extern nvs_driver nvs_drv NVS_HIDDEN;
+extern void *nvs_real[NVS_NHOOKS] NVS_HIDDEN; /* libcuda's address of each table variant */
+extern _Atomic int nvs_inited NVS_HIDDEN;
+void nvs_init_slow(void) NVS_HIDDEN;
+typedef void *(*nvs_dlsym_fn)(void *, const char *);
+nvs_dlsym_fn nvs_real_dlsym(void) NVS_HIDDEN;
+extern void *nvs_libcuda NVS_HIDDEN; /* dlopen handle, NULL if it could not be opened */
+
+static inline void nvs_ensure_init(void)
+{
+    if (NVS_UNLIKELY(!atomic_load_explicit(&nvs_inited, memory_order_acquire))) nvs_init_slow();
+}
+
+/* Helpers around our own driver calls. */
+CUstreamCaptureMode nvs_relaxed_begin(void) NVS_HIDDEN;
+void nvs_relaxed_end(CUstreamCaptureMode old) NVS_HIDDEN;
+int nvs_stream_capturing(CUstream s, int per_thread) NVS_HIDDEN;
+CUresult nvs_missing(int idx) NVS_HIDDEN; /* a wrapper whose real variant does not exist */
+
+/* ---------------------------------------------------------------- dispatch.c */
+typedef struct nvs_hook_info {
+    const char *name;  /* exported name, e.g. "cuMemcpyHtoD_v2_ptds" */
+    const char *base;  /* cuGetProcAddress name, e.g. "cuMemcpyHtoD" */
+    int ver;           /* lowest cudaVersion that maps base to this entry */
+    int per_thread;    /* 1 for _ptsz/_ptds */
+    void *wrapper;     /* our function */
+} nvs_hook_info;
+extern const nvs_hook_info nvs_hooks[NVS_NHOOKS] NVS_HIDDEN;
+int nvs_hook_find(const char *name) NVS_HIDDEN;
+
+/* ---------------------------------------------------------------- device.c */
+enum { NVS_LOCK_IDLE = 0, NVS_LOCK_REQUESTED, NVS_LOCK_HELD };
+
+typedef struct nvs_ctxrec nvs_ctxrec;
+
+typedef struct nvs_dev {
+    /* Hot line: the launch path reads may_run, bumps inflight, sets active. */
+    struct {
+        _Atomic long inflight;
+        _Atomic int may_run;
+        _Atomic int active;
+    } __attribute__((aligned(64)));
+    /* Cold state, nvs_g.mu unless noted. */
+    int ordinal __attribute__((aligned(64)));
+    int info_ready;
+    char uuid[48];
+    char name[96];
+    uint64_t physical;
+    _Atomic uint64_t sched_capacity; /* ATTACHED capacity, 0 = none */
+    int attach_sent;         /* ATTACH sent on the current connection (client thread) */
+    int attached;            /* ATTACHED seen (on any connection) */
+    int attach_waited;       /* an app thread already waited for ATTACHED once */
+    int lock_state;          /* NVS_LOCK_* (client thread writes) */
+    int want;                /* an app thread waits for the lock */
+    int drain_reason;        /* -1 or the LOCK_RELEASED reason of a pending drain */
+    _Atomic int pitch_align; /* cached texture pitch alignment, 0 = unknown */
+    uint64_t last_active_ns; /* client thread */
+    uint64_t grant_ns;       /* client thread */
+    nvs_ctxrec *ctxs;        /* contexts seen on this device */
+    /* Footprint (alloc.c, atomics). */
+    _Atomic uint64_t managed_bytes;
+    _Atomic uint64_t other_bytes;
+    _Atomic int mem_dirty;
+    uint64_t mem_sent_managed, mem_sent_other, mem_sent_ns; /* client thread */
+    int mem_sent_valid;                                     /* client thread */
+} nvs_dev;
+
+struct nvs_ctxrec {
+    CUcontext ctx;
+    nvs_dev *dev;
+    nvs_ctxrec *next;     /* all records */
+    nvs_ctxrec *dev_next; /* records of the same device */
+    pthread_mutex_t ring_mu;
+    CUevent ring[NVS_RING];
+    int head, count;
+};
+
+typedef struct nvs_global {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    nvs_dev dev[NVS_MAX_DEVICES];
+    nvs_ctxrec *ctxs;
+    int ungated;       /* no scheduler and not required: every device may run */
+    int client_state;  /* NVS_CLIENT_* */
+} nvs_global;
+
+enum {
+    NVS_CLIENT_NONE = 0,  /* thread not started */
+    NVS_CLIENT_CONNECTING,
+    NVS_CLIENT_HANDSHAKE, /* HELLO sent, waiting for WELCOME */
+    NVS_CLIENT_READY,
+    NVS_CLIENT_DOWN,      /* unreachable; retrying */
+};
+
+extern nvs_global nvs_g NVS_HIDDEN;
+extern NVS_TLS CUcontext nvs_tls_ctx NVS_HIDDEN;
+extern NVS_TLS nvs_ctxrec *nvs_tls_rec NVS_HIDDEN;
+extern NVS_TLS unsigned nvs_tls_launches NVS_HIDDEN;
+
+void nvs_devices_init(void) NVS_HIDDEN;                   /* at library init */
+nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx) NVS_HIDDEN;     /* slow path of the TLS cache */
+nvs_ctxrec *nvs_current_rec(void) NVS_HIDDEN;             /* current context's record or NULL */
+nvs_dev *nvs_dev_touch(CUdevice ordinal) NVS_HIDDEN;      /* learn uuid/name/physical once */
+void nvs_dev_attach_wait(nvs_dev *d) NVS_HIDDEN;          /* <= 1 s for ATTACHED, once */
+uint64_t nvs_dev_limit(const nvs_dev *d, int *capped) NVS_HIDDEN;
+void nvs_devices_reset_after_fork(void) NVS_HIDDEN;
+
+/* ---------------------------------------------------------------- gate.c */
+int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread) NVS_HIDDEN; /* 1 = pass through */
+void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread) NVS_HIDDEN;
+void nvs_drain(nvs_dev *d) NVS_HIDDEN;
+extern unsigned nvs_ckpt_interval NVS_HIDDEN; /* launches between checkpoints, 0 = off */
+extern _Atomic int nvs_exiting NVS_HIDDEN;     /* process exit began: no more driver calls */
+
+/* ---------------------------------------------------------------- alloc.c */
+void nvs_alloc_reap(void) NVS_HIDDEN;   /* free deferred frees whose stream work finished */
+int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
+void nvs_alloc_reset_after_fork(void) NVS_HIDDEN;
+void nvs_alloc_atfork_prepare(void) NVS_HIDDEN;
+void nvs_alloc_atfork_parent(void) NVS_HIDDEN;
+
+/* ---------------------------------------------------------------- client.c */
+void nvs_client_ensure_started(void) NVS_HIDDEN;
+void nvs_client_wake(void) NVS_HIDDEN;
+void nvs_client_reset_after_fork(void) NVS_HIDDEN;
+
+#endif /* NVSHARE_INTERNAL_H */

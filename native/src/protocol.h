@@ -1,0 +1,108 @@
+/*
+ * protocol.h - the XPUShare wire protocol, version 1 (docs/protocol.md is the definition).
+ *
+ * Frames are a 12-byte header followed by `length` payload bytes. Integers are little-endian,
+ * structs packed. src/xpushare/protocol.py is the Python side; tests/test_protocol_agreement.py
+ * compiles this header on its own and compares sizes, offsets and type numbers, so it must need
+ * nothing but <stdint.h>.
+ */
+#ifndef NVSHARE_PROTOCOL_H
+#define NVSHARE_PROTOCOL_H
+
+#include <stdint.h>
+
+#define NVS_MAGIC 0x4853564Eu /* the bytes "NVSH" read as a little-endian u32 */
+#define NVS_VERSION 1
+#define NVS_MAX_PAYLOAD 65536
+
+enum nvs_msg_type {
+    NVS_HELLO = 1,
+    NVS_WELCOME = 2,
+    NVS_ATTACH = 3,
+    NVS_ATTACHED = 4,
+    NVS_REQ_LOCK = 5,
+    NVS_LOCK_OK = 6,
+    NVS_DROP_LOCK = 7,
+    NVS_LOCK_RELEASED = 8,
+    NVS_MEM_UPDATE = 9,
+    NVS_CTL_REQUEST = 10,
+    NVS_CTL_REPLY = 11,
+    NVS_ERROR = 12
+};
+
+/* hello.flags */
+#define NVS_HELLO_REQUIRE_SCHEDULER 1u
+
+/* device.reason of DROP_LOCK */
+#define NVS_DROP_QUANTUM 1u
+#define NVS_DROP_PREEMPTED 2u
+#define NVS_DROP_ADMIN 3u
+
+/* device.reason of LOCK_RELEASED */
+#define NVS_RELEASE_DROPPED 0u
+#define NVS_RELEASE_IDLE 1u
+
+struct nvs_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint32_t length;
+} __attribute__((packed));
+
+struct nvs_hello {
+    uint32_t flags;
+    int32_t priority;
+    char pod_name[256];
+    char pod_namespace[256];
+} __attribute__((packed));
+
+struct nvs_welcome {
+    uint64_t client_id;
+    uint32_t protocol_version;
+    uint32_t reserved;
+} __attribute__((packed));
+
+struct nvs_attach {
+    uint32_t device;
+    uint32_t flags;
+    char uuid[48];
+    char name[96];
+    uint64_t physical_memory;
+    uint64_t capacity;
+} __attribute__((packed));
+
+struct nvs_attached {
+    uint32_t device;
+    uint32_t flags;
+    uint64_t capacity;
+} __attribute__((packed));
+
+/* REQ_LOCK, DROP_LOCK, LOCK_RELEASED */
+struct nvs_device {
+    uint32_t device;
+    uint32_t reason;
+} __attribute__((packed));
+
+/* LOCK_OK */
+struct nvs_grant {
+    uint32_t device;
+    uint32_t quantum_ms;
+} __attribute__((packed));
+
+struct nvs_mem_update {
+    uint32_t device;
+    uint32_t reserved;
+    uint64_t managed_bytes;
+    uint64_t other_bytes;
+} __attribute__((packed));
+
+_Static_assert(sizeof(struct nvs_header) == 12, "nvs_header is 12 bytes");
+_Static_assert(sizeof(struct nvs_hello) == 520, "nvs_hello is 520 bytes");
+_Static_assert(sizeof(struct nvs_welcome) == 16, "nvs_welcome is 16 bytes");
+_Static_assert(sizeof(struct nvs_attach) == 168, "nvs_attach is 168 bytes");
+_Static_assert(sizeof(struct nvs_attached) == 16, "nvs_attached is 16 bytes");
+_Static_assert(sizeof(struct nvs_device) == 8, "nvs_device is 8 bytes");
+_Static_assert(sizeof(struct nvs_grant) == 8, "nvs_grant is 8 bytes");
+_Static_assert(sizeof(struct nvs_mem_update) == 24, "nvs_mem_update is 24 bytes");
+
+#endif /* NVSHARE_PROTOCOL_H */

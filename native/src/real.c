@@ -1,0 +1,176 @@
+/*
+ * real.c - finding the real driver, lazily.
+ *
+ * Nothing here runs in a constructor: the first wrapper, cuGetProcAddress or dlsym of a table name
+ * calls nvs_init_slow(), which reads the environment, dlopen()s NVSHARE_CUDA_LIBRARY (default
+ * libcuda.so.1; already loaded in practice, so this only takes a reference) and resolves, with the
+ * real dlsym on that handle, the address of every table variant (nvs_real[]) and of the helper
+ * functions we call ourselves (nvs_drv). A process that never touches CUDA pays nothing.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nvshare.h"
+
+void *nvs_real[NVS_NHOOKS];
+nvs_driver nvs_drv;
+_Atomic int nvs_inited;
+void *nvs_libcuda;
+
+static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
+static NVS_TLS int tls_in_init;
+
+/* ------------------------------------------------------------------ helpers when missing */
+static CUresult stub_uuid(CUuuid *u, CUdevice d) { (void)u; (void)d; return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_name(char *n, int l, CUdevice d) { (void)n; (void)l; (void)d; return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_attr(int *p, CUdevice_attribute a, CUdevice d) { (void)p; (void)a; (void)d; return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_ctx_get(CUcontext *c) { if (c) *c = NULL; return CUDA_ERROR_NOT_INITIALIZED; }
+static CUresult stub_ctx_set(CUcontext c) { (void)c; return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_ctx_dev(CUdevice *d) { (void)d; return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_void(void) { return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_ev_create(CUevent *e, unsigned f) { (void)e; (void)f; return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_ev_record(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_ev(CUevent e) { (void)e; return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_capturing(CUstream s, CUstreamCaptureStatus *st) { (void)s; (void)st; return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_mode(CUstreamCaptureMode *m) { (void)m; return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_stream(CUstream s) { (void)s; return CUDA_ERROR_NOT_FOUND; }
+
+static void *resolve(nvs_dlsym_fn real_dlsym, const char *name)
+{
+    void *p = real_dlsym(nvs_libcuda ? nvs_libcuda : RTLD_NEXT, name);
+    /* Never let "the real one" be one of ours (that would recurse). */
+    int idx = nvs_hook_find(name);
+    if (p && idx >= 0 && p == nvs_hooks[idx].wrapper) p = NULL;
+    return p;
+}
+
+#define NVS_RESOLVE(field, stub)                                                               \
+    do {                                                                                       \
+        void *p_ = resolve(rd, #field);                                                        \
+        if (p_)                                                                                \
+            memcpy(&nvs_drv.field, &p_, sizeof(p_));                                           \
+        else                                                                                   \
+            nvs_drv.field = stub;                                                              \
+    } while (0)
+
+static void atfork_prepare(void);
+static void atfork_parent(void);
+static void atfork_child(void);
+
+void nvs_init_slow(void)
+{
+    if (tls_in_init) return; /* re-entered from the driver's own loading: stay transparent */
+    pthread_mutex_lock(&init_mu);
+    if (atomic_load_explicit(&nvs_inited, memory_order_acquire)) {
+        pthread_mutex_unlock(&init_mu);
+        return;
+    }
+    tls_in_init = 1;
+    nvs_config_load();
+    nvs_devices_init();
+
+    nvs_libcuda = dlopen(nvs_cfg.cuda_library, RTLD_LAZY | RTLD_LOCAL);
+    if (!nvs_libcuda && strcmp(nvs_cfg.cuda_library, "libcuda.so.1") != 0) {
+        nvs_warn("cannot open NVSHARE_CUDA_LIBRARY=%s (%s); trying libcuda.so.1",
+                 nvs_cfg.cuda_library, dlerror());
+        nvs_libcuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    }
+    if (!nvs_libcuda) NVS_DEBUG("cannot dlopen the driver; resolving it with RTLD_NEXT");
+
+    nvs_dlsym_fn rd = nvs_real_dlsym();
+    int found = 0;
+    for (int i = 0; i < NVS_NHOOKS; i++) {
+        nvs_real[i] = resolve(rd, nvs_hooks[i].name);
+        found += nvs_real[i] != NULL;
+    }
+    NVS_RESOLVE(cuDeviceGetUuid, stub_uuid);
+    NVS_RESOLVE(cuDeviceGetUuid_v2, stub_uuid);
+    NVS_RESOLVE(cuDeviceGetName, stub_name);
+    NVS_RESOLVE(cuDeviceGetAttribute, stub_attr);
+    NVS_RESOLVE(cuCtxGetCurrent, stub_ctx_get);
+    NVS_RESOLVE(cuCtxSetCurrent, stub_ctx_set);
+    NVS_RESOLVE(cuCtxGetDevice, stub_ctx_dev);
+    NVS_RESOLVE(cuCtxSynchronize, stub_void);
+    NVS_RESOLVE(cuEventCreate, stub_ev_create);
+    NVS_RESOLVE(cuEventRecord, stub_ev_record);
+    NVS_RESOLVE(cuEventQuery, stub_ev);
+    NVS_RESOLVE(cuEventSynchronize, stub_ev);
+    NVS_RESOLVE(cuEventDestroy_v2, stub_ev);
+    NVS_RESOLVE(cuStreamIsCapturing, stub_capturing);
+    NVS_RESOLVE(cuThreadExchangeStreamCaptureMode, stub_mode);
+    NVS_RESOLVE(cuStreamSynchronize, stub_stream);
+
+    nvs_ckpt_interval = nvs_cfg.max_inflight ? (nvs_cfg.max_inflight >= 8 ? nvs_cfg.max_inflight / 8 : 1) : 0;
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+
+    NVS_DEBUG("initialised: driver %s (%s), %d of %d hooked entry points present, "
+              "idle release %u ms, max in-flight %u",
+              nvs_cfg.cuda_library, nvs_libcuda ? "opened" : "not opened", found, NVS_NHOOKS,
+              nvs_cfg.idle_release_ms, nvs_cfg.max_inflight);
+    atomic_store_explicit(&nvs_inited, 1, memory_order_release);
+    tls_in_init = 0;
+    pthread_mutex_unlock(&init_mu);
+}
+
+CUresult nvs_missing(int idx)
+{
+    if (idx >= 0 && idx < NVS_NHOOKS)
+        NVS_DEBUG("%s: the driver has no such entry point", nvs_hooks[idx].name);
+    return nvs_libcuda || atomic_load(&nvs_inited) ? CUDA_ERROR_NOT_FOUND : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+/* ------------------------------------------------------------------ capture-safe helpers */
+/* Our own queries/syncs run with the calling thread in relaxed capture mode, so that another
+ * thread's capture in global mode is never invalidated by us. Returns the mode to restore. */
+CUstreamCaptureMode nvs_relaxed_begin(void)
+{
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (nvs_drv.cuThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS) return -1;
+    return m;
+}
+
+void nvs_relaxed_end(CUstreamCaptureMode old)
+{
+    if (old < 0 || old == CU_STREAM_CAPTURE_MODE_RELAXED) return;
+    CUstreamCaptureMode m = old;
+    nvs_drv.cuThreadExchangeStreamCaptureMode(&m);
+}
+
+/* Whether work on `s` would be captured rather than run. An error (e.g. asking about the legacy
+ * stream while a blocking stream captures) counts as capturing: we then stay out of the way. */
+int nvs_stream_capturing(CUstream s, int per_thread)
+{
+    if (s == NVS_NOSTREAM) return 0;
+    if (per_thread && s == NULL) s = CU_STREAM_PER_THREAD;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = nvs_drv.cuStreamIsCapturing(s, &st);
+    return r != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* ------------------------------------------------------------------ fork */
+/* Lock order: init_mu -> nvs_g.mu -> alloc mutex. The child is single-threaded: it forgets the
+ * client thread, the connection, any lock and its contexts; it registers again at its first
+ * CUDA call (nothing happens if it never makes one). */
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&init_mu);
+    pthread_mutex_lock(&nvs_g.mu);
+    nvs_alloc_atfork_prepare();
+}
+
+static void atfork_parent(void)
+{
+    nvs_alloc_atfork_parent();
+    pthread_mutex_unlock(&nvs_g.mu);
+    pthread_mutex_unlock(&init_mu);
+}
+
+static void atfork_child(void)
+{
+    nvs_log_reset_pid();
+    nvs_alloc_reset_after_fork();
+    nvs_client_reset_after_fork();
+    nvs_devices_reset_after_fork(); /* re-initialises nvs_g.mu / cv */
+    pthread_mutex_unlock(&init_mu);
+}
