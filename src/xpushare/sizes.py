@@ -1,7 +1,8 @@
 """Memory sizes as users write them: `8GiB`, `512MiB`, `16G`, `1.5GiB`, `1073741824`.
 
 Grammar: optional spaces, a non-negative number (digits, optionally `.digits`), optional spaces, an
-optional unit, case-insensitive: B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB. Every unit is binary
+optional unit, case-insensitive: B, K/Ki/KB/KiB, M/Mi/MB/MiB, G/Gi/GB/GiB, T/Ti/TB/TiB
+(the same grammar as native/src/config.c). Every unit is binary
 (K = KB = KiB = 1024 bytes), as nvidia-smi and CUDA count memory. Fractions round down to whole bytes.
 """
 
@@ -19,7 +20,7 @@ def parse_size(text: str) -> int:
     m = _SIZE_RE.match(str(text))
     unit = m.group(2).lower() if m else ""
     if unit not in ("", "b"):
-        unit = unit[0] if unit[1:] in ("", "b", "ib") else "?"
+        unit = unit[0] if unit[1:] in ("", "b", "i", "ib") else "?"
     if not m or unit not in _UNITS:
         raise ValueError(f"invalid size {text!r}: expected a number of bytes or a number with a unit "
                          "(K, M, G, T, e.g. 512MiB, 16GiB)")

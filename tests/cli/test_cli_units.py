@@ -12,7 +12,7 @@ from xpushare.sizes import format_size, parse_size
 @pytest.mark.parametrize("text, value", [
     ("0", 0), ("1073741824", 1 << 30), ("512MiB", 512 << 20), ("512mb", 512 << 20), ("16G", 16 << 30),
     ("16 GiB", 16 << 30), (" 8gib ", 8 << 30), ("1.5GiB", 3 << 29), ("2T", 2 << 40), ("100b", 100),
-    ("1K", 1024), ("1.1KiB", 1126),
+    ("1K", 1024), ("1.1KiB", 1126), ("8Gi", 8 << 30), ("512mi", 512 << 20),
 ])
 def test_parse_size(text, value):
     assert parse_size(text) == value
