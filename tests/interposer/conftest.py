@@ -1,0 +1,46 @@
+"""Fixtures for the interposer suite: build the mock driver and test program once per session,
+locate (or build) libnvshare.so, and give each test a private World (socket, logs, processes)."""
+
+import os
+import shutil
+
+import pytest
+
+from .harness import build_artifacts, locate_library, new_world
+
+
+@pytest.fixture(scope="session")
+def artifacts(tmp_path_factory):
+    return build_artifacts(tmp_path_factory.mktemp("mock"))
+
+
+@pytest.fixture(scope="session")
+def nvshare_lib(tmp_path_factory):
+    try:
+        return locate_library(tmp_path_factory.mktemp("nvbuild"))
+    except RuntimeError as e:
+        pytest.fail(f"libnvshare.so is not available: {e}")
+
+
+def _world(artifacts, library):
+    w = new_world(artifacts, library)
+    yield w
+    w.teardown()
+    # shown by pytest only when the test failed
+    for s in w.schedulers:
+        print(f"--- {s.log_path.name}\n{s.log()}")
+    for a in w.apps:
+        print(f"--- pid {a.pid}: {' '.join(a.args[1:])}\nstdout: {a.lines}\nstderr: {a.stderr()}")
+    if not os.environ.get("NVSHARE_TEST_KEEP"):
+        shutil.rmtree(w.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def world(artifacts, nvshare_lib):
+    yield from _world(artifacts, nvshare_lib)
+
+
+@pytest.fixture
+def bare_world(artifacts):
+    """A world without the interposer (apps must be started with preload=False)."""
+    yield from _world(artifacts, None)

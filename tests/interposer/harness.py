@@ -1,0 +1,441 @@
+"""Test harness for libnvshare.so: real processes, the mock driver, the real scheduler.
+
+- build_artifacts(): compiles the mock libcuda.so.1, the scripted test program (cuda_app) and the
+  RTLD_NEXT probe library with gcc.
+- locate_library(): the libnvshare.so under test (NVSHARE_LIBRARY, the package's copy, or a cmake
+  build of native/ into a temporary directory).
+- Scheduler: `python -m xpushare.scheduler` on a private socket, with status() over the ctl protocol.
+- App: one cuda_app process running a script of steps (tests/mock/cuda_app.c documents them); its
+  stdout is read line by line (one JSON object per step) so a test can wait for a step, check the
+  scheduler while the app is paused, and resume it.
+- MockLog: the mock driver's call log (one JSON object per driver call, with t0/t1 in ns of
+  CLOCK_MONOTONIC, comparable across processes).
+
+Everything that waits polls with generous timeouts: the suite must hold on a loaded 2-core CI box.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+MOCK_SRC = REPO / "tests" / "mock"
+SRC = REPO / "src"
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+# Environment variables a test process must not inherit from the developer's shell.
+_SCRUB_PREFIXES = ("NVSHARE_", "MOCK_CUDA_", "RTLD_NEXT_PROBE")
+_SCRUB = {"LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"}
+
+# Entry points whose calls are GPU work (the gated list of .notes/task-native.md).
+_GATED_PREFIXES = ("cuLaunch", "cuGraphLaunch", "cuMemcpy", "cuMemset", "cuStreamBatchMemOp",
+                   "cuStreamWaitValue", "cuStreamWriteValue")
+
+
+def is_gated(fn: str) -> bool:
+    return fn.startswith(_GATED_PREFIXES)
+
+
+def poll(cond, timeout: float = 15.0, interval: float = 0.02, what: str = "condition"):
+    """Return cond()'s first truthy value; AssertionError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in _SCRUB and not k.startswith(_SCRUB_PREFIXES)}
+    env.update({k: str(v) for k, v in extra.items() if v is not None})
+    return env
+
+
+# ------------------------------------------------------------------------------------------------
+# building
+
+
+@dataclass
+class Artifacts:
+    dir: Path
+    libcuda: Path
+    app: Path
+    rtld_next_probe: Path
+
+
+def _run(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    return r
+
+
+def build_artifacts(out: Path) -> Artifacts:
+    out.mkdir(parents=True, exist_ok=True)
+    libcuda = out / "libcuda.so.1"
+    _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", libcuda, "-Wl,-soname,libcuda.so.1",
+          MOCK_SRC / "mock_cuda.c", "-pthread"])
+    link = out / "libcuda.so"
+    if not link.exists():
+        link.symlink_to("libcuda.so.1")
+    app = out / "cuda_app"
+    _run(["gcc", "-O1", "-Wall", "-o", app, MOCK_SRC / "cuda_app.c", f"-L{out}", "-lcuda", "-ldl",
+          "-pthread"])
+    probe = out / "librtldnext.so"
+    _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", probe, MOCK_SRC / "rtld_next_probe.c", "-ldl"])
+    return Artifacts(out, libcuda, app, probe)
+
+
+def locate_library(build_dir: Path) -> Path:
+    """The libnvshare.so under test.
+
+    NVSHARE_LIBRARY wins; else the copy installed in the xpushare package; else native/ is built
+    with cmake into build_dir (the usual case in a source checkout).
+    """
+    if os.environ.get("NVSHARE_LIBRARY"):
+        return Path(os.environ["NVSHARE_LIBRARY"]).resolve()
+    try:
+        from xpushare.paths import library_path
+        return library_path()
+    except (ImportError, FileNotFoundError):
+        pass
+    if shutil.which("cmake") is None:
+        raise RuntimeError("cmake is needed to build native/ (or set NVSHARE_LIBRARY)")
+    _run(["cmake", "-S", REPO / "native", "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release"])
+    _run(["cmake", "--build", build_dir, "-j", "2"])
+    found = sorted(build_dir.rglob("libnvshare.so"))
+    if not found:
+        raise RuntimeError(f"the cmake build in {build_dir} produced no libnvshare.so")
+    return found[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# scheduler
+
+
+class Scheduler:
+    """A real nvshare-scheduler on a private socket (`python -m xpushare.scheduler`)."""
+
+    def __init__(self, socket_path: Path, log_path: Path, mode: str = "serial", tq: float = 30,
+                 extra_args=()):
+        self.socket = Path(socket_path)
+        self.log_path = Path(log_path)
+        self.mode, self.tq, self.extra_args = mode, tq, list(extra_args)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait: bool = True) -> "Scheduler":
+        env = clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
+        logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "xpushare.scheduler", "--socket", str(self.socket), "--tq", str(self.tq),
+             "--mode", self.mode, "--no-nvml", *self.extra_args],
+            stdout=logf, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+        logf.close()
+        if wait:
+            poll(self._answers, timeout=20, interval=0.05, what=f"the scheduler at {self.socket}")
+        return self
+
+    def _answers(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"the scheduler exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            return bool(self.ctl("status").get("ok"))
+        except Exception:
+            return False
+
+    def ctl(self, op: str, **fields) -> dict:
+        from xpushare.protocol import CtlClient
+        with CtlClient(self.socket, timeout=5.0) as c:
+            return c.request(op, **fields)
+
+    def status(self) -> dict:
+        reply = self.ctl("status")
+        assert reply.get("ok"), reply
+        return reply
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    # -- views of the status ------------------------------------------------------------------
+    def client(self, pid: int) -> dict | None:
+        return next((c for c in self.status()["clients"] if c["pid"] == pid), None)
+
+    def client_pids(self) -> set[int]:
+        return {c["pid"] for c in self.status()["clients"]}
+
+    def gpu(self, uuid: str) -> dict | None:
+        return next((g for g in self.status()["gpus"] if g["uuid"] == uuid), None)
+
+    def holders(self, uuid: str | None = None) -> set[int]:
+        pids = set()
+        for g in self.status()["gpus"]:
+            if uuid is None or g["uuid"] == uuid:
+                pids |= {h["pid"] for h in g["holders"]}
+        return pids
+
+    def queue(self, uuid: str | None = None) -> list[int]:
+        return [p for g in self.status()["gpus"] if uuid is None or g["uuid"] == uuid for p in g["queue"]]
+
+    def wait_holder(self, pid: int, uuid: str | None = None, timeout: float = 15.0):
+        poll(lambda: pid in self.holders(uuid), timeout, what=f"pid {pid} to hold the lock")
+
+    def wait_client(self, pid: int, timeout: float = 15.0) -> dict:
+        return poll(lambda: self.client(pid), timeout, what=f"pid {pid} to register")
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=15)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+# ------------------------------------------------------------------------------------------------
+# the scripted test program
+
+
+class App:
+    """One cuda_app process. Steps are its argv; each step prints one JSON line."""
+
+    def __init__(self, binary: Path, steps, env: dict, stderr_path: Path, lookup: str | None = None,
+                 ptds: bool = False, cuda_version: int | None = None):
+        args = [str(binary)]
+        if lookup:
+            args += ["--lookup", lookup]
+        if ptds:
+            args.append("--ptds")
+        if cuda_version:
+            args += ["--cuda-version", str(cuda_version)]
+        self.args = args + [str(s) for s in steps]
+        self.stderr_path = Path(stderr_path)
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._stderr, env=env)
+        self._stderr.close()
+        self.pid = self.proc.pid
+        self.lines: list[dict] = []
+        self._cv = threading.Condition()
+        self._eof = False
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                obj = {"step": "?", "raw": raw.decode(errors="replace")}
+            with self._cv:
+                self.lines.append(obj)
+                self._cv.notify_all()
+        with self._cv:
+            self._eof = True
+            self._cv.notify_all()
+
+    def wait_step(self, step: str, timeout: float = 20.0, nth: int = 1, **match) -> dict:
+        """The nth output line of `step` whose fields equal `match` (waits for it)."""
+        def found():
+            hits = [ln for ln in self.lines
+                    if ln.get("step") == step and all(ln.get(k) == v for k, v in match.items())]
+            return hits[nth - 1] if len(hits) >= nth else None
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while (hit := found()) is None:
+                left = deadline - time.monotonic()
+                if self._eof or left <= 0:
+                    raise AssertionError(
+                        f"{'exited' if self._eof else 'timed out'} before step {step} {match or ''}"
+                        f" (pid {self.pid}, rc {self.proc.poll()}); lines: {self.lines}\n"
+                        f"stderr: {self.stderr()}")
+                self._cv.wait(min(left, 0.2))
+        return hit
+
+    def has_step(self, step: str, **match) -> bool:
+        with self._cv:
+            return any(ln.get("step") == step and all(ln.get(k) == v for k, v in match.items())
+                       for ln in self.lines)
+
+    def steps(self, step: str, **match) -> list[dict]:
+        with self._cv:
+            return [ln for ln in self.lines
+                    if ln.get("step") == step and all(ln.get(k) == v for k, v in match.items())]
+
+    def paused(self, timeout: float = 20.0, nth: int = 1) -> dict:
+        return self.wait_step("pause", timeout, nth=nth, state="waiting")
+
+    def resume(self):
+        self.proc.stdin.write(b"\n")
+        self.proc.stdin.flush()
+
+    def finish(self, timeout: float = 30.0) -> int:
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"pid {self.pid} did not finish in {timeout}s; lines: {self.lines}\n"
+                                 f"stderr: {self.stderr()}")
+        self._reader.join(timeout=5)
+        return rc
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=10)
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def close(self):
+        self.kill()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except Exception:
+                pass
+
+
+# ------------------------------------------------------------------------------------------------
+# the mock driver's log
+
+
+class MockLog:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def entries(self, pid: int | None = None, fn: str | None = None, **match) -> list[dict]:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            e = json.loads(line)
+            if pid is not None and e["pid"] != pid:
+                continue
+            if fn is not None and e["fn"] != fn:
+                continue
+            if any(e.get(k) != v for k, v in match.items()):
+                continue
+            out.append(e)
+        return out
+
+    def fns(self, pid: int | None = None) -> list[str]:
+        return [e["fn"] for e in self.entries(pid)]
+
+    def work(self, pid: int | None = None) -> list[dict]:
+        """Gated calls that really ran (not captured into a graph), in time order."""
+        return sorted((e for e in self.entries(pid) if is_gated(e["fn"]) and not e.get("captured")),
+                      key=lambda e: e["t0"])
+
+    def errors(self, pid: int | None = None) -> list[dict]:
+        return [e for e in self.entries(pid) if "error" in e]
+
+
+def overlaps(a: list[dict], b: list[dict]) -> list[tuple[dict, dict]]:
+    """Pairs of calls (one from each list) whose [t0, t1] intervals overlap."""
+    out = []
+    for x in a:
+        for y in b:
+            if max(x["t0"], y["t0"]) < min(x["t1"], y["t1"]):
+                out.append((x, y))
+    return out
+
+
+def uuid_of(physical_index: int) -> str:
+    return f"GPU-00000000-0000-0000-0000-0000000000{physical_index:02x}"
+
+
+# ------------------------------------------------------------------------------------------------
+# the per-test world
+
+
+@dataclass
+class World:
+    """What one test uses: artifacts, the library, a private directory, its scheduler(s), its apps."""
+    artifacts: Artifacts
+    library: Path
+    dir: Path
+    socket: Path
+    log: MockLog
+    schedulers: list = field(default_factory=list)
+    apps: list = field(default_factory=list)
+    _n: int = 0
+
+    def scheduler(self, mode: str = "serial", tq: float = 30, extra_args=(), start: bool = True) -> Scheduler:
+        self._n += 1
+        s = Scheduler(self.socket, self.dir / f"scheduler{self._n}.log", mode, tq, extra_args)
+        self.schedulers.append(s)
+        return s.start() if start else s
+
+    def env(self, **extra) -> dict:
+        base = dict(LD_PRELOAD=str(self.library), LD_LIBRARY_PATH=str(self.artifacts.dir),
+                    NVSHARE_SOCK_PATH=str(self.socket), MOCK_CUDA_LOG=str(self.log.path))
+        base.update(extra)
+        return clean_env(**base)
+
+    def app(self, *steps, env: dict | None = None, lookup: str | None = None, ptds: bool = False,
+            cuda_version: int | None = None, preload: bool = True) -> App:
+        """Start cuda_app with `steps`; env holds extra variables (None removes one)."""
+        self._n += 1
+        e = self.env()
+        for k, v in (env or {}).items():
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = str(v)
+        if not preload:
+            e.pop("LD_PRELOAD", None)
+        a = App(self.artifacts.app, steps, e, self.dir / f"app{self._n}.stderr", lookup, ptds, cuda_version)
+        self.apps.append(a)
+        return a
+
+    def run(self, *steps, timeout: float = 30.0, **kw) -> App:
+        """Run an app to completion; asserts it exited with 0."""
+        a = self.app(*steps, **kw)
+        rc = a.finish(timeout)
+        assert rc == 0, f"cuda_app exited with {rc}; lines: {a.lines}\nstderr: {a.stderr()}"
+        return a
+
+    def teardown(self):
+        for a in self.apps:
+            a.close()
+        for s in self.schedulers:
+            s.stop()
+
+
+def new_world(artifacts: Artifacts, library: Path) -> World:
+    # short path: a Unix socket path must fit in 108 bytes
+    d = Path(tempfile.mkdtemp(prefix="nvs-"))
+    return World(artifacts, library, d, d / "s.sock", MockLog(d / "mock.jsonl"))

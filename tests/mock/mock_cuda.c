@@ -1,0 +1,1802 @@
+/*
+ * mock_cuda.c: a test-only stand-in for the NVIDIA driver library (libcuda.so.1).
+ *
+ * Built by the tests with gcc alone:
+ *   gcc -shared -fPIC -O1 -o DIR/libcuda.so.1 -Wl,-soname,libcuda.so.1 mock_cuda.c -pthread
+ * (plus a libcuda.so symlink so test programs can link with -lcuda).
+ *
+ * It lets real processes load the real libnvshare.so and talk to the real scheduler on a machine
+ * without a GPU. It implements, with the real CUDA signatures, the driver functions the interposer
+ * may call and every entry point the interposer hooks (each exported variant _v2/_ptsz/_ptds is a
+ * separate symbol, so the log shows exactly which one was called).
+ *
+ * Environment:
+ *   MOCK_CUDA_DEVICES      number of physical devices (default 1)
+ *   MOCK_CUDA_TOTAL_MEM    bytes per device (default 16 GiB; K/M/G/T suffixes accepted)
+ *   MOCK_CUDA_WORK_US      every gated call (launch, copy, memset, ...) sleeps this long (default 0)
+ *   MOCK_CUDA_PITCH_ALIGN  CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT (default 32; 0 = the attribute
+ *                          query fails, as if unknown)
+ *   MOCK_CUDA_LOG          file that receives one JSON line per logged call (O_APPEND, one write each)
+ *   CUDA_VISIBLE_DEVICES   comma list of physical indices (or UUID prefixes); ordinal k is entry k
+ *
+ * Log line: {"pid":..,"tid":..,"fn":"<exported name>","t0":ns,"t1":ns,"dev":ordinal,"ret":code,...}
+ * t0/t1 are CLOCK_MONOTONIC (comparable across processes). Extra fields: "stream" for stream calls,
+ * "captured":1 when the call was recorded into a capturing stream (no work done), "ptr"/"size"/"kind"
+ * for allocations and frees, "error" with a reason when the mock rejects a call.
+ *
+ * Deliberate differences from the real driver: memory is host memory (mmap, MAP_NORESERVE) so copies
+ * really copy and huge sizes are fine; every operation completes at once; a forked child may keep
+ * using the driver (the real one forbids it), so the interposer's fork handling can be tested.
+ *
+ * Capture rules (as the real driver): while a stream captures, a "potentially unsafe" call
+ * (cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize, cuEventQuery, cuMemAlloc_v2,
+ * cuMemAllocPitch_v2, cuMemAllocManaged, cuMemFree_v2) made by a thread whose capture mode
+ * (cuThreadExchangeStreamCaptureMode) is not RELAXED is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * (900) and invalidates the capture when that capture is the thread's own (not begun in relaxed mode),
+ * or another thread's begun in GLOBAL mode while the calling thread is in GLOBAL mode.
+ *
+ * Internal calls never go through the exported cu* names (an LD_PRELOADed interposer would catch
+ * them): the code uses static helpers, and cuGetProcAddress hands out addresses taken through hidden
+ * aliases, i.e. the addresses of this library's own definitions.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* CUDA types (declared here; no cuda.h)                                                       */
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct mock_ctx *CUcontext;
+typedef struct mock_stream *CUstream;
+typedef struct mock_event *CUevent;
+typedef struct mock_graph *CUgraph;
+typedef struct mock_graph_exec *CUgraphExec;
+typedef void *CUgraphNode;
+typedef void *CUfunction;
+typedef void *CUmemoryPool;
+typedef void *CUarray;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef unsigned int cuuint32_t;
+typedef unsigned long long cuuint64_t;
+typedef void (*CUhostFn)(void *userData);
+typedef struct { char bytes[16]; } CUuuid;
+typedef void CUlaunchAttribute;
+typedef void CUstreamBatchMemOpParams;
+typedef void CUDA_MEMCPY3D;
+typedef void CUDA_MEMCPY3D_PEER;
+typedef int CUstreamCaptureMode;
+typedef int CUstreamCaptureStatus;
+typedef int CUdriverProcAddressQueryResult;
+
+typedef struct {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+typedef struct {
+    size_t srcXInBytes, srcY;
+    int srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+
+typedef struct {
+    int type;
+    int id;
+} CUmemLocation;
+
+typedef struct {
+    int type;
+    int requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_ILLEGAL_STATE = 401,
+    CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_READY = 600,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
+    CUDA_ERROR_UNKNOWN = 999,
+};
+
+enum { CAPTURE_MODE_GLOBAL = 0, CAPTURE_MODE_THREAD_LOCAL = 1, CAPTURE_MODE_RELAXED = 2 };
+enum { CAPTURE_STATUS_NONE = 0, CAPTURE_STATUS_ACTIVE = 1, CAPTURE_STATUS_INVALIDATED = 2 };
+enum { PROC_ADDR_SUCCESS = 0, PROC_ADDR_SYMBOL_NOT_FOUND = 1, PROC_ADDR_VERSION_NOT_SUFFICIENT = 2 };
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2ull
+#define CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT 51
+#define CU_MEM_ATTACH_GLOBAL 1u
+#define CU_MEM_ATTACH_HOST 2u
+
+#define MAX_DEVICES 16
+
+/* ------------------------------------------------------------------------------------------ */
+/* configuration and state                                                                     */
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_physical_devices = 1;
+static int g_visible[MAX_DEVICES];   /* ordinal -> physical index */
+static int g_ndev = 1;               /* visible devices */
+static size_t g_total_mem = 16ull << 30;
+static long g_work_us = 0;
+static long g_pitch_align = 32;
+static int g_log_fd = -1;
+static volatile int g_initialized = 0;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+
+struct mock_ctx {
+    unsigned magic;
+    int dev;      /* ordinal */
+    int primary;
+    int refcount;
+    int alive;
+};
+#define CTX_MAGIC 0xC0C7C0C7u
+static struct mock_ctx g_primary[MAX_DEVICES];
+static __thread struct mock_ctx *t_ctx;
+static __thread int t_capture_mode = CAPTURE_MODE_GLOBAL;
+
+struct mock_stream {
+    unsigned magic;
+    int alive;
+    struct mock_ctx *ctx;
+    unsigned flags;
+    int capture_status;
+    int capture_mode;
+    pid_t capture_tid;
+    int capture_nodes;
+    struct mock_stream *next;
+};
+#define STREAM_MAGIC 0x57EA57EAu
+static struct mock_stream *g_streams;
+static int g_active_captures; /* guarded by g_mu, read racily as a hint */
+
+struct mock_event {
+    unsigned magic;
+    int alive;
+    unsigned flags;
+    int recorded;
+};
+#define EVENT_MAGIC 0xE7E7E7E7u
+
+struct mock_graph {
+    unsigned magic;
+    int alive;
+    int nodes;
+    int dev;
+};
+#define GRAPH_MAGIC 0x62A962A9u
+struct mock_graph_exec {
+    unsigned magic;
+    int alive;
+    int nodes;
+};
+#define GEXEC_MAGIC 0x6E6E6E6Eu
+
+enum { KIND_DEVICE, KIND_PITCH, KIND_ASYNC, KIND_POOL, KIND_MANAGED };
+static const char *kind_names[] = {"device", "pitch", "async", "pool", "managed"};
+
+struct alloc {
+    uintptr_t ptr;
+    size_t size;
+    size_t maplen;
+    int kind;
+    int dev;
+    unsigned flags;
+    struct alloc *next;
+};
+static struct alloc *g_allocs;
+
+struct vmm {
+    CUmemGenericAllocationHandle handle;
+    size_t size;
+    int dev;
+    struct vmm *next;
+};
+static struct vmm *g_vmms;
+static unsigned long long g_next_handle = 0x1000;
+
+static size_t g_used_device[MAX_DEVICES];  /* device, pitch, async, pool, vmm */
+static size_t g_used_managed[MAX_DEVICES];
+
+/* ------------------------------------------------------------------------------------------ */
+/* helpers                                                                                     */
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+static pid_t gettid_(void) { return (pid_t)syscall(SYS_gettid); }
+
+static unsigned long long parse_size(const char *s, unsigned long long dflt)
+{
+    if (!s || !*s) return dflt;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s) return dflt;
+    while (*end == ' ') end++;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': v *= 1024.0; break;
+    case 'M': v *= 1024.0 * 1024; break;
+    case 'G': v *= 1024.0 * 1024 * 1024; break;
+    case 'T': v *= 1024.0 * 1024 * 1024 * 1024; break;
+    default: break;
+    }
+    return (unsigned long long)v;
+}
+
+static void format_uuid(int phys, char *out, size_t n)
+{
+    snprintf(out, n, "GPU-00000000-0000-0000-0000-0000000000%02x", phys & 0xff);
+}
+
+static void init_once(void)
+{
+    const char *s;
+    if ((s = getenv("MOCK_CUDA_DEVICES")) && *s) g_physical_devices = atoi(s);
+    if (g_physical_devices < 0) g_physical_devices = 0;
+    if (g_physical_devices > MAX_DEVICES) g_physical_devices = MAX_DEVICES;
+    g_total_mem = parse_size(getenv("MOCK_CUDA_TOTAL_MEM"), 16ull << 30);
+    if ((s = getenv("MOCK_CUDA_WORK_US")) && *s) g_work_us = atol(s);
+    if ((s = getenv("MOCK_CUDA_PITCH_ALIGN")) && *s) g_pitch_align = atol(s);
+
+    s = getenv("CUDA_VISIBLE_DEVICES");
+    if (!s) {
+        g_ndev = g_physical_devices;
+        for (int i = 0; i < g_ndev; i++) g_visible[i] = i;
+    } else {
+        /* like the real driver: parse until the first invalid entry */
+        g_ndev = 0;
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", s);
+        char *save = NULL;
+        for (char *tok = strtok_r(buf, ",", &save); tok && g_ndev < MAX_DEVICES;
+             tok = strtok_r(NULL, ",", &save)) {
+            while (*tok == ' ') tok++;
+            int phys = -1;
+            if (strncmp(tok, "GPU-", 4) == 0) {
+                for (int p = 0; p < g_physical_devices; p++) {
+                    char u[64];
+                    format_uuid(p, u, sizeof u);
+                    if (strncmp(u, tok, strlen(tok)) == 0) { phys = p; break; }
+                }
+            } else if (isdigit((unsigned char)*tok)) {
+                phys = atoi(tok);
+            }
+            if (phys < 0 || phys >= g_physical_devices) break;
+            int dup = 0;
+            for (int k = 0; k < g_ndev; k++) dup |= g_visible[k] == phys;
+            if (dup) break;
+            g_visible[g_ndev++] = phys;
+        }
+    }
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        g_primary[i].magic = CTX_MAGIC;
+        g_primary[i].dev = i;
+        g_primary[i].primary = 1;
+        g_primary[i].alive = 1;
+    }
+    if ((s = getenv("MOCK_CUDA_LOG")) && *s)
+        g_log_fd = open(s, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+}
+
+static inline void ensure_config(void) { pthread_once(&g_once, init_once); }
+
+/* One JSON line, one write(). extra is either "" or starts with ','. */
+static void log_line(const char *fn, long long t0, long long t1, int dev, CUresult ret,
+                     const char *extra_fmt, ...)
+{
+    if (g_log_fd < 0) return;
+    char extra[512] = "";
+    if (extra_fmt && *extra_fmt) {
+        va_list ap;
+        va_start(ap, extra_fmt);
+        vsnprintf(extra, sizeof extra, extra_fmt, ap);
+        va_end(ap);
+    }
+    char line[1024];
+    int n = snprintf(line, sizeof line,
+                     "{\"pid\":%d,\"tid\":%d,\"fn\":\"%s\",\"t0\":%lld,\"t1\":%lld,\"dev\":%d,"
+                     "\"ret\":%d%s}\n",
+                     (int)getpid(), (int)gettid_(), fn, t0, t1, dev, ret, extra);
+    if (n > 0) {
+        if (n >= (int)sizeof line) n = sizeof line - 1;
+        ssize_t w = write(g_log_fd, line, (size_t)n);
+        (void)w;
+    }
+}
+
+static inline int cur_dev(void) { return t_ctx ? t_ctx->dev : -1; }
+
+static int valid_device(CUdevice d) { return d >= 0 && d < g_ndev; }
+
+static CUresult need_init(void)
+{
+    ensure_config();
+    return g_initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+static CUresult need_ctx(void)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!t_ctx || !t_ctx->alive) return CUDA_ERROR_INVALID_CONTEXT;
+    return CUDA_SUCCESS;
+}
+
+/* NULL (legacy), 0x1 (CU_STREAM_LEGACY), 0x2 (CU_STREAM_PER_THREAD) or a live mock stream */
+static int stream_is_special(CUstream s) { return (uintptr_t)s <= 2; }
+
+static CUresult check_stream(CUstream s)
+{
+    if (stream_is_special(s)) return CUDA_SUCCESS;
+    if (s->magic != STREAM_MAGIC || !s->alive) return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_SUCCESS;
+}
+
+static void sleep_work(long long t0)
+{
+    if (g_work_us <= 0) return;
+    long long end = t0 + g_work_us * 1000ll;
+    for (;;) {
+        long long left = end - now_ns();
+        if (left <= 0) break;
+        struct timespec ts = {left / 1000000000ll, left % 1000000000ll};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The "potentially unsafe during capture" rule. Returns 900 (and invalidates) when refused. */
+static CUresult capture_check(const char *fn, CUstream own_stream)
+{
+    if (__atomic_load_n(&g_active_captures, __ATOMIC_ACQUIRE) == 0) return CUDA_SUCCESS;
+    pid_t me = gettid_();
+    int violated = 0;
+    pthread_mutex_lock(&g_mu);
+    for (struct mock_stream *s = g_streams; s; s = s->next) {
+        if (!s->alive || s->capture_status != CAPTURE_STATUS_ACTIVE) continue;
+        int bad = 0;
+        if (s == own_stream) bad = 1; /* synchronizing the capturing stream itself */
+        else if (t_capture_mode == CAPTURE_MODE_RELAXED) bad = 0;
+        else if (s->capture_tid == me && s->capture_mode != CAPTURE_MODE_RELAXED) bad = 1;
+        else if (s->capture_tid != me && s->capture_mode == CAPTURE_MODE_GLOBAL &&
+                 t_capture_mode == CAPTURE_MODE_GLOBAL) bad = 1;
+        if (bad) {
+            s->capture_status = CAPTURE_STATUS_INVALIDATED;
+            violated = 1;
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (violated) {
+        long long t = now_ns();
+        log_line(fn, t, t, cur_dev(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                 ",\"error\":\"capture_violation\",\"thread_mode\":%d", t_capture_mode);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* gated work                                                                                  */
+
+struct gate {
+    const char *fn;
+    long long t0;
+    int captured;
+    CUstream stream;
+};
+
+/* pt: 1 for _ptsz/_ptds variants (NULL stream means the per-thread default stream) */
+static CUresult gate_begin(struct gate *g, const char *fn, CUstream s, int pt)
+{
+    CUresult r = need_ctx();
+    g->fn = fn;
+    g->t0 = now_ns();
+    g->captured = 0;
+    g->stream = (pt && s == NULL) ? (CUstream)(uintptr_t)2 : s;
+    if (!r) r = check_stream(s);
+    if (!r && !stream_is_special(s) && s->capture_status != CAPTURE_STATUS_NONE) {
+        if (s->capture_status == CAPTURE_STATUS_INVALIDATED) {
+            r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        } else {
+            __atomic_add_fetch(&s->capture_nodes, 1, __ATOMIC_RELAXED);
+            g->captured = 1;
+        }
+    }
+    if (r) log_line(fn, g->t0, now_ns(), cur_dev(), r, ",\"stream\":%lu", (unsigned long)(uintptr_t)g->stream);
+    return r;
+}
+
+static CUresult gate_end(struct gate *g, CUresult r, const char *extra_fmt, ...)
+{
+    if (!g->captured) sleep_work(g->t0);
+    char extra[256] = "";
+    if (extra_fmt) {
+        va_list ap;
+        va_start(ap, extra_fmt);
+        vsnprintf(extra, sizeof extra, extra_fmt, ap);
+        va_end(ap);
+    }
+    log_line(g->fn, g->t0, now_ns(), cur_dev(), r, ",\"stream\":%lu%s%s",
+             (unsigned long)(uintptr_t)g->stream, g->captured ? ",\"captured\":1" : "", extra);
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* memory registry                                                                             */
+
+/* the allocation that contains [p, p+n), or NULL; caller holds g_mu */
+static struct alloc *find_alloc_locked(uintptr_t p, size_t n)
+{
+    for (struct alloc *a = g_allocs; a; a = a->next)
+        if (p >= a->ptr && p - a->ptr < a->size && n <= a->size - (p - a->ptr)) return a;
+    return NULL;
+}
+
+static int is_mock_range(const void *p, size_t n)
+{
+    pthread_mutex_lock(&g_mu);
+    int ok = find_alloc_locked((uintptr_t)p, n ? n : 1) != NULL;
+    pthread_mutex_unlock(&g_mu);
+    return ok;
+}
+
+static CUresult do_alloc(const char *fn, CUdeviceptr *dptr, size_t size, int kind, unsigned flags,
+                         const char *extra)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    int dev = cur_dev();
+    uintptr_t p = 0;
+    if (!r && !dptr) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && size == 0) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && kind == KIND_MANAGED && flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && kind != KIND_MANAGED) {
+        pthread_mutex_lock(&g_mu);
+        if (g_used_device[dev] + size > g_total_mem || size > g_total_mem) r = CUDA_ERROR_OUT_OF_MEMORY;
+        else g_used_device[dev] += size;
+        pthread_mutex_unlock(&g_mu);
+    }
+    if (!r) {
+        size_t maplen = (size + 4095) & ~(size_t)4095;
+        void *m = mmap(NULL, maplen, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        struct alloc *a = m == MAP_FAILED ? NULL : calloc(1, sizeof *a);
+        pthread_mutex_lock(&g_mu);
+        if (!a) {
+            if (m != MAP_FAILED) munmap(m, maplen);
+            if (kind != KIND_MANAGED) g_used_device[dev] -= size;
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            a->ptr = p = (uintptr_t)m;
+            a->size = size;
+            a->maplen = maplen;
+            a->kind = kind;
+            a->dev = dev;
+            a->flags = flags;
+            a->next = g_allocs;
+            g_allocs = a;
+            if (kind == KIND_MANAGED) g_used_managed[dev] += size;
+            *dptr = (CUdeviceptr)p;
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    log_line(fn, t0, now_ns(), dev, r, ",\"ptr\":%llu,\"size\":%zu,\"kind\":\"%s\",\"flags\":%u%s",
+             (unsigned long long)p, size, kind_names[kind], flags, extra ? extra : "");
+    return r;
+}
+
+/* async: 0 = cuMemFree_v2, 1 = cuMemFreeAsync */
+static CUresult do_free(const char *fn, CUdeviceptr dptr, int async, CUstream s)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    const char *err = "";
+    struct alloc *a = NULL;
+    int kind = -1;
+    size_t size = 0;
+    if (!r && async) r = check_stream(s);
+    if (!r && dptr == 0) {
+        /* cuMemFree(0) is a no-op success in the real driver */
+        log_line(fn, t0, now_ns(), cur_dev(), 0, ",\"ptr\":0,\"size\":0,\"kind\":\"null\"");
+        return CUDA_SUCCESS;
+    }
+    if (!r) {
+        pthread_mutex_lock(&g_mu);
+        struct alloc **pp = &g_allocs;
+        while (*pp && (*pp)->ptr != (uintptr_t)dptr) pp = &(*pp)->next;
+        if (!*pp) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            err = ",\"error\":\"unknown pointer\"";
+        } else if (async && (*pp)->kind == KIND_MANAGED) {
+            /* the real driver refuses stream-ordered frees of managed memory */
+            r = CUDA_ERROR_INVALID_VALUE;
+            err = ",\"error\":\"cuMemFreeAsync of managed memory\"";
+            kind = (*pp)->kind;
+            size = (*pp)->size;
+        } else {
+            a = *pp;
+            *pp = a->next;
+            kind = a->kind;
+            size = a->size;
+            if (kind == KIND_MANAGED) g_used_managed[a->dev] -= a->size;
+            else g_used_device[a->dev] -= a->size;
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    int captured = 0;
+    if (a) {
+        if (async && !stream_is_special(s) && s->capture_status == CAPTURE_STATUS_ACTIVE) captured = 1;
+        munmap((void *)a->ptr, a->maplen);
+        free(a);
+    }
+    log_line(fn, t0, now_ns(), cur_dev(), r, ",\"ptr\":%llu,\"size\":%zu,\"kind\":\"%s\"%s%s",
+             (unsigned long long)dptr, size, kind >= 0 ? kind_names[kind] : "unknown", err,
+             captured ? ",\"captured\":1" : "");
+    return r;
+}
+
+static CUresult alloc_async(const char *fn, CUdeviceptr *dptr, size_t size, CUstream s, int kind,
+                            CUmemoryPool pool)
+{
+    CUresult r = need_ctx();
+    if (!r) r = check_stream(s);
+    if (!r && kind == KIND_POOL && !pool) r = CUDA_ERROR_INVALID_VALUE;
+    if (r) {
+        long long t = now_ns();
+        log_line(fn, t, t, cur_dev(), r, ",\"kind\":\"%s\"", kind_names[kind]);
+        return r;
+    }
+    int captured = !stream_is_special(s) && s->capture_status == CAPTURE_STATUS_ACTIVE;
+    return do_alloc(fn, dptr, size, kind, 0, captured ? ",\"captured\":1" : "");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* init, version, errors                                                                       */
+
+CUresult cuInit(unsigned int Flags)
+{
+    ensure_config();
+    if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (g_ndev == 0) return CUDA_ERROR_NO_DEVICE;
+    g_initialized = 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDriverGetVersion(int *driverVersion)
+{
+    if (!driverVersion) return CUDA_ERROR_INVALID_VALUE;
+    *driverVersion = 13000;
+    return CUDA_SUCCESS;
+}
+
+static const char *error_name(CUresult e)
+{
+    switch (e) {
+    case 0: return "CUDA_SUCCESS";
+    case 1: return "CUDA_ERROR_INVALID_VALUE";
+    case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
+    case 3: return "CUDA_ERROR_NOT_INITIALIZED";
+    case 100: return "CUDA_ERROR_NO_DEVICE";
+    case 101: return "CUDA_ERROR_INVALID_DEVICE";
+    case 201: return "CUDA_ERROR_INVALID_CONTEXT";
+    case 400: return "CUDA_ERROR_INVALID_HANDLE";
+    case 401: return "CUDA_ERROR_ILLEGAL_STATE";
+    case 500: return "CUDA_ERROR_NOT_FOUND";
+    case 600: return "CUDA_ERROR_NOT_READY";
+    case 801: return "CUDA_ERROR_NOT_SUPPORTED";
+    case 900: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
+    case 901: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+    case 908: return "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD";
+    case 999: return "CUDA_ERROR_UNKNOWN";
+    default: return NULL;
+    }
+}
+
+CUresult cuGetErrorName(CUresult error, const char **pStr)
+{
+    if (!pStr) return CUDA_ERROR_INVALID_VALUE;
+    *pStr = error_name(error);
+    return *pStr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGetErrorString(CUresult error, const char **pStr)
+{
+    if (!pStr) return CUDA_ERROR_INVALID_VALUE;
+    *pStr = error_name(error); /* the mock's "description" is the name */
+    return *pStr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* devices                                                                                     */
+
+CUresult cuDeviceGetCount(int *count)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    *count = g_ndev;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!device) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+static CUresult get_uuid(CUuuid *uuid, CUdevice dev)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    memset(uuid->bytes, 0, sizeof uuid->bytes);
+    uuid->bytes[15] = (char)g_visible[dev];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return get_uuid(uuid, dev); }
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) { return get_uuid(uuid, dev); }
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "Mock GPU %d", g_visible[dev]);
+    return CUDA_SUCCESS;
+}
+
+static CUresult total_mem(const char *fn, size_t *bytes, CUdevice dev)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    if (!r && !bytes) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && !valid_device(dev)) r = CUDA_ERROR_INVALID_DEVICE;
+    if (!r) *bytes = g_total_mem;
+    log_line(fn, t0, now_ns(), dev, r, ",\"total\":%zu", r ? (size_t)0 : g_total_mem);
+    return r;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) { return total_mem("cuDeviceTotalMem_v2", bytes, dev); }
+
+CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+    size_t b = 0;
+    CUresult r = total_mem("cuDeviceTotalMem", &b, dev);
+    if (!r && bytes) *bytes = b > 0xffffffffu ? 0xffffffffu : (unsigned)b;
+    return r;
+}
+
+CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!pi) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
+        if (g_pitch_align <= 0) return CUDA_ERROR_INVALID_VALUE;
+        *pi = (int)g_pitch_align;
+        break;
+    case 1: *pi = 1024; break;                 /* MAX_THREADS_PER_BLOCK */
+    case 10: *pi = 32; break;                  /* WARP_SIZE */
+    case 14: *pi = 512; break;                 /* TEXTURE_ALIGNMENT (not the pitch alignment) */
+    case 16: *pi = 132; break;                 /* MULTIPROCESSOR_COUNT */
+    case 33: *pi = g_visible[dev]; break;      /* PCI_BUS_ID */
+    case 41: *pi = 1; break;                   /* UNIFIED_ADDRESSING */
+    case 75: *pi = 9; break;                   /* COMPUTE_CAPABILITY_MAJOR */
+    case 76: *pi = 0; break;                   /* COMPUTE_CAPABILITY_MINOR */
+    case 83: *pi = 1; break;                   /* MANAGED_MEMORY */
+    case 89: *pi = 1; break;                   /* CONCURRENT_MANAGED_ACCESS */
+    case 115: *pi = 1; break;                  /* MEMORY_POOLS_SUPPORTED */
+    default: *pi = 0; break;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* contexts                                                                                    */
+
+static int valid_ctx(CUcontext c) { return c && c->magic == CTX_MAGIC && c->alive; }
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    __atomic_add_fetch(&g_primary[dev].refcount, 1, __ATOMIC_RELAXED);
+    *pctx = &g_primary[dev];
+    return CUDA_SUCCESS;
+}
+
+static CUresult primary_release(CUdevice dev)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    if (__atomic_load_n(&g_primary[dev].refcount, __ATOMIC_RELAXED) <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+    __atomic_sub_fetch(&g_primary[dev].refcount, 1, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release(dev); }
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_release(dev); }
+
+static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    (void)flags;
+    CUresult r = need_init();
+    if (r) return r;
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    struct mock_ctx *c = calloc(1, sizeof *c);
+    if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+    c->magic = CTX_MAGIC;
+    c->dev = dev;
+    c->alive = 1;
+    c->refcount = 1;
+    t_ctx = c;
+    *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) { return ctx_create(pctx, flags, dev); }
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) { return ctx_create(pctx, flags, dev); }
+
+static CUresult ctx_destroy(CUcontext c)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!valid_ctx(c) || c->primary) return CUDA_ERROR_INVALID_CONTEXT;
+    c->alive = 0; /* never freed: a stale pointer stays detectable */
+    if (t_ctx == c) t_ctx = NULL;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxDestroy(CUcontext c) { return ctx_destroy(c); }
+CUresult cuCtxDestroy_v2(CUcontext c) { return ctx_destroy(c); }
+
+static CUresult ctx_set_current(CUcontext c)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (c && !valid_ctx(c)) return CUDA_ERROR_INVALID_CONTEXT;
+    t_ctx = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext c) { return ctx_set_current(c); }
+
+CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    *pctx = t_ctx;
+    return CUDA_SUCCESS;
+}
+
+/* the mock keeps no stack: push = set, pop = clear */
+CUresult cuCtxPushCurrent_v2(CUcontext c) { return ctx_set_current(c); }
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (pctx) *pctx = t_ctx;
+    t_ctx = NULL;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice *device)
+{
+    CUresult r = need_ctx();
+    if (r) return r;
+    if (!device) return CUDA_ERROR_INVALID_VALUE;
+    *device = t_ctx->dev;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize(void)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    if (!r) r = capture_check("cuCtxSynchronize", NULL);
+    log_line("cuCtxSynchronize", t0, now_ns(), cur_dev(), r, ",\"thread_mode\":%d", t_capture_mode);
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* memory                                                                                      */
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    CUresult r = capture_check("cuMemAlloc_v2", NULL);
+    if (r) return r;
+    return do_alloc("cuMemAlloc_v2", dptr, bytesize, KIND_DEVICE, 0, NULL);
+}
+
+CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytesize)
+{
+    (void)dptr; (void)bytesize;
+    long long t = now_ns();
+    log_line("cuMemAlloc", t, t, cur_dev(), CUDA_ERROR_NOT_SUPPORTED, ",\"error\":\"v1 API\"");
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                            unsigned int ElementSizeBytes)
+{
+    CUresult r = capture_check("cuMemAllocPitch_v2", NULL);
+    if (r) return r;
+    if (!pPitch || WidthInBytes == 0 || Height == 0 ||
+        (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)) {
+        long long t = now_ns();
+        log_line("cuMemAllocPitch_v2", t, t, cur_dev(), CUDA_ERROR_INVALID_VALUE, ",\"kind\":\"pitch\"");
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    size_t pitch = (WidthInBytes + 511) & ~(size_t)511;
+    char extra[128];
+    snprintf(extra, sizeof extra, ",\"pitch\":%zu,\"width\":%zu,\"height\":%zu,\"elem\":%u", pitch,
+             WidthInBytes, Height, ElementSizeBytes);
+    r = do_alloc("cuMemAllocPitch_v2", dptr, pitch * Height, KIND_PITCH, 0, extra);
+    if (!r) *pPitch = pitch;
+    return r;
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    CUresult r = capture_check("cuMemAllocManaged", NULL);
+    if (r) return r;
+    return do_alloc("cuMemAllocManaged", dptr, bytesize, KIND_MANAGED, flags, NULL);
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s)
+{ return alloc_async("cuMemAllocAsync", dptr, bytesize, s, KIND_ASYNC, NULL); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s)
+{ return alloc_async("cuMemAllocAsync_ptsz", dptr, bytesize, s, KIND_ASYNC, NULL); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s)
+{ return alloc_async("cuMemAllocFromPoolAsync", dptr, bytesize, s, KIND_POOL, pool); }
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s)
+{ return alloc_async("cuMemAllocFromPoolAsync_ptsz", dptr, bytesize, s, KIND_POOL, pool); }
+
+CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    CUresult r = capture_check("cuMemFree_v2", NULL);
+    if (r) return r;
+    return do_free("cuMemFree_v2", dptr, 0, NULL);
+}
+
+CUresult cuMemFree(unsigned int dptr)
+{
+    (void)dptr;
+    long long t = now_ns();
+    log_line("cuMemFree", t, t, cur_dev(), CUDA_ERROR_NOT_SUPPORTED, ",\"error\":\"v1 API\"");
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) { return do_free("cuMemFreeAsync", dptr, 1, s); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) { return do_free("cuMemFreeAsync_ptsz", dptr, 1, s); }
+
+static CUresult mem_get_info(const char *fn, size_t *freeb, size_t *totalb)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    size_t used = 0, f = 0;
+    if (!r && (!freeb || !totalb)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r) {
+        int d = t_ctx->dev;
+        pthread_mutex_lock(&g_mu);
+        used = g_used_device[d] + g_used_managed[d];
+        pthread_mutex_unlock(&g_mu);
+        f = used >= g_total_mem ? 0 : g_total_mem - used;
+        *freeb = f;
+        *totalb = g_total_mem;
+    }
+    log_line(fn, t0, now_ns(), cur_dev(), r, ",\"free\":%zu,\"total\":%zu", f, r ? (size_t)0 : g_total_mem);
+    return r;
+}
+
+CUresult cuMemGetInfo_v2(size_t *freeb, size_t *totalb) { return mem_get_info("cuMemGetInfo_v2", freeb, totalb); }
+CUresult cuMemGetInfo(unsigned int *freeb, unsigned int *totalb)
+{
+    size_t f = 0, t = 0;
+    CUresult r = mem_get_info("cuMemGetInfo", &f, &t);
+    if (!r && freeb && totalb) {
+        *freeb = f > 0xffffffffu ? 0xffffffffu : (unsigned)f;
+        *totalb = t > 0xffffffffu ? 0xffffffffu : (unsigned)t;
+    }
+    return r;
+}
+
+/* VMM: physical allocations only (no mapping); counted as device memory */
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                     unsigned long long flags)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    int dev = prop ? prop->location.id : -1;
+    unsigned long long h = 0;
+    if (!r && (!handle || !prop || size == 0 || flags != 0)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && !valid_device(dev)) r = CUDA_ERROR_INVALID_DEVICE;
+    if (!r) {
+        struct vmm *v = calloc(1, sizeof *v);
+        pthread_mutex_lock(&g_mu);
+        if (!v || g_used_device[dev] + size > g_total_mem) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+            free(v);
+        } else {
+            v->handle = h = g_next_handle++;
+            v->size = size;
+            v->dev = dev;
+            v->next = g_vmms;
+            g_vmms = v;
+            g_used_device[dev] += size;
+            *handle = h;
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    log_line("cuMemCreate", t0, now_ns(), dev, r, ",\"handle\":%llu,\"size\":%zu,\"kind\":\"vmm\"", h, size);
+    return r;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    size_t size = 0;
+    int dev = -1;
+    if (!r) {
+        pthread_mutex_lock(&g_mu);
+        struct vmm **pp = &g_vmms;
+        while (*pp && (*pp)->handle != handle) pp = &(*pp)->next;
+        if (!*pp) {
+            r = CUDA_ERROR_INVALID_VALUE;
+        } else {
+            struct vmm *v = *pp;
+            *pp = v->next;
+            size = v->size;
+            dev = v->dev;
+            g_used_device[dev] -= size;
+            free(v);
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    log_line("cuMemRelease", t0, now_ns(), dev, r, ",\"handle\":%llu,\"size\":%zu,\"kind\":\"vmm\"", handle, size);
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* gated: launches                                                                             */
+
+#define DEF_LAUNCH(NAME, PT)                                                                       \
+    CUresult NAME(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,  \
+                  unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params,   \
+                  void **extra)                                                                    \
+    {                                                                                              \
+        (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params;    \
+        (void)extra;                                                                               \
+        struct gate g;                                                                             \
+        CUresult r = gate_begin(&g, #NAME, s, PT);                                                 \
+        if (r) return r;                                                                           \
+        return gate_end(&g, f ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, NULL);                   \
+    }
+DEF_LAUNCH(cuLaunchKernel, 0)
+DEF_LAUNCH(cuLaunchKernel_ptsz, 1)
+
+#define DEF_LAUNCH_EX(NAME, PT)                                                                    \
+    CUresult NAME(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)         \
+    {                                                                                              \
+        (void)params; (void)extra;                                                                 \
+        if (!config) return CUDA_ERROR_INVALID_VALUE;                                              \
+        struct gate g;                                                                             \
+        CUresult r = gate_begin(&g, #NAME, config->hStream, PT);                                   \
+        if (r) return r;                                                                           \
+        return gate_end(&g, f ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, NULL);                   \
+    }
+DEF_LAUNCH_EX(cuLaunchKernelEx, 0)
+DEF_LAUNCH_EX(cuLaunchKernelEx_ptsz, 1)
+
+#define DEF_COOP(NAME, PT)                                                                         \
+    CUresult NAME(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,  \
+                  unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params)   \
+    {                                                                                              \
+        (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params;    \
+        struct gate g;                                                                             \
+        CUresult r = gate_begin(&g, #NAME, s, PT);                                                 \
+        if (r) return r;                                                                           \
+        return gate_end(&g, f ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, NULL);                   \
+    }
+DEF_COOP(cuLaunchCooperativeKernel, 0)
+DEF_COOP(cuLaunchCooperativeKernel_ptsz, 1)
+
+#define DEF_GRAPH_LAUNCH(NAME, PT)                                                                 \
+    CUresult NAME(CUgraphExec e, CUstream s)                                                       \
+    {                                                                                              \
+        if (!e || e->magic != GEXEC_MAGIC || !e->alive) return CUDA_ERROR_INVALID_HANDLE;          \
+        struct gate g;                                                                             \
+        CUresult r = gate_begin(&g, #NAME, s, PT);                                                 \
+        if (r) return r;                                                                           \
+        return gate_end(&g, CUDA_SUCCESS, ",\"nodes\":%d", e->nodes);                             \
+    }
+DEF_GRAPH_LAUNCH(cuGraphLaunch, 0)
+DEF_GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
+
+#define DEF_HOSTFUNC(NAME, PT)                                                                     \
+    CUresult NAME(CUstream s, CUhostFn fn, void *userData)                                         \
+    {                                                                                              \
+        if (!fn) return CUDA_ERROR_INVALID_VALUE;                                                  \
+        struct gate g;                                                                             \
+        CUresult r = gate_begin(&g, #NAME, s, PT);                                                 \
+        if (r) return r;                                                                           \
+        if (!g.captured) fn(userData);                                                             \
+        return gate_end(&g, CUDA_SUCCESS, NULL);                                                   \
+    }
+DEF_HOSTFUNC(cuLaunchHostFunc, 0)
+DEF_HOSTFUNC(cuLaunchHostFunc_ptsz, 1)
+
+/* ------------------------------------------------------------------------------------------ */
+/* gated: copies                                                                               */
+
+enum { CHK_NONE = 0, CHK_DST = 1, CHK_SRC = 2 };
+
+static CUresult op_copy(const char *fn, CUstream s, int pt, void *dst, const void *src, size_t n, int chk)
+{
+    struct gate g;
+    CUresult r = gate_begin(&g, fn, s, pt);
+    if (r) return r;
+    if ((chk & CHK_DST) && !is_mock_range(dst, n)) r = CUDA_ERROR_INVALID_VALUE;
+    if ((chk & CHK_SRC) && !is_mock_range(src, n)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && !g.captured && n) memmove(dst, src, n);
+    return gate_end(&g, r, ",\"bytes\":%zu", n);
+}
+
+/* copies involving CUarray: arrays are not modelled, only gated and logged */
+static CUresult op_array(const char *fn, CUstream s, int pt, size_t n)
+{
+    struct gate g;
+    CUresult r = gate_begin(&g, fn, s, pt);
+    if (r) return r;
+    return gate_end(&g, CUDA_SUCCESS, ",\"bytes\":%zu", n);
+}
+
+#define DEF_MEMCPY(NAME, PT)                                                                       \
+    CUresult NAME(CUdeviceptr dst, CUdeviceptr src, size_t n)                                      \
+    { return op_copy(#NAME, NULL, PT, (void *)dst, (const void *)src, n, CHK_NONE); }
+DEF_MEMCPY(cuMemcpy, 0)
+DEF_MEMCPY(cuMemcpy_ptds, 1)
+
+#define DEF_MEMCPY_ASYNC(NAME, PT)                                                                 \
+    CUresult NAME(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)                          \
+    { return op_copy(#NAME, s, PT, (void *)dst, (const void *)src, n, CHK_NONE); }
+DEF_MEMCPY_ASYNC(cuMemcpyAsync, 0)
+DEF_MEMCPY_ASYNC(cuMemcpyAsync_ptsz, 1)
+
+#define DEF_MEMCPY_PEER(NAME, PT)                                                                  \
+    CUresult NAME(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n)      \
+    {                                                                                              \
+        if (!valid_ctx(dctx) || !valid_ctx(sctx)) return CUDA_ERROR_INVALID_CONTEXT;               \
+        return op_copy(#NAME, NULL, PT, (void *)dst, (const void *)src, n, CHK_DST | CHK_SRC);     \
+    }
+DEF_MEMCPY_PEER(cuMemcpyPeer, 0)
+DEF_MEMCPY_PEER(cuMemcpyPeer_ptds, 1)
+
+#define DEF_MEMCPY_PEER_ASYNC(NAME, PT)                                                            \
+    CUresult NAME(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,      \
+                  CUstream s)                                                                      \
+    {                                                                                              \
+        if (!valid_ctx(dctx) || !valid_ctx(sctx)) return CUDA_ERROR_INVALID_CONTEXT;               \
+        return op_copy(#NAME, s, PT, (void *)dst, (const void *)src, n, CHK_DST | CHK_SRC);        \
+    }
+DEF_MEMCPY_PEER_ASYNC(cuMemcpyPeerAsync, 0)
+DEF_MEMCPY_PEER_ASYNC(cuMemcpyPeerAsync_ptsz, 1)
+
+#define DEF_HTOD(NAME, PT)                                                                         \
+    CUresult NAME(CUdeviceptr dst, const void *src, size_t n)                                      \
+    { return op_copy(#NAME, NULL, PT, (void *)dst, src, n, CHK_DST); }
+DEF_HTOD(cuMemcpyHtoD_v2, 0)
+DEF_HTOD(cuMemcpyHtoD_v2_ptds, 1)
+
+#define DEF_DTOH(NAME, PT)                                                                         \
+    CUresult NAME(void *dst, CUdeviceptr src, size_t n)                                            \
+    { return op_copy(#NAME, NULL, PT, dst, (const void *)src, n, CHK_SRC); }
+DEF_DTOH(cuMemcpyDtoH_v2, 0)
+DEF_DTOH(cuMemcpyDtoH_v2_ptds, 1)
+
+#define DEF_DTOD(NAME, PT)                                                                         \
+    CUresult NAME(CUdeviceptr dst, CUdeviceptr src, size_t n)                                      \
+    { return op_copy(#NAME, NULL, PT, (void *)dst, (const void *)src, n, CHK_DST | CHK_SRC); }
+DEF_DTOD(cuMemcpyDtoD_v2, 0)
+DEF_DTOD(cuMemcpyDtoD_v2_ptds, 1)
+
+#define DEF_DTOA(NAME, PT)                                                                         \
+    CUresult NAME(CUarray dstArray, size_t dstOffset, CUdeviceptr src, size_t n)                   \
+    { (void)dstArray; (void)dstOffset; (void)src; return op_array(#NAME, NULL, PT, n); }
+DEF_DTOA(cuMemcpyDtoA_v2, 0)
+DEF_DTOA(cuMemcpyDtoA_v2_ptds, 1)
+
+#define DEF_ATOD(NAME, PT)                                                                         \
+    CUresult NAME(CUdeviceptr dst, CUarray srcArray, size_t srcOffset, size_t n)                   \
+    { (void)dst; (void)srcArray; (void)srcOffset; return op_array(#NAME, NULL, PT, n); }
+DEF_ATOD(cuMemcpyAtoD_v2, 0)
+DEF_ATOD(cuMemcpyAtoD_v2_ptds, 1)
+
+#define DEF_HTOA(NAME, PT)                                                                         \
+    CUresult NAME(CUarray dstArray, size_t dstOffset, const void *src, size_t n)                   \
+    { (void)dstArray; (void)dstOffset; (void)src; return op_array(#NAME, NULL, PT, n); }
+DEF_HTOA(cuMemcpyHtoA_v2, 0)
+DEF_HTOA(cuMemcpyHtoA_v2_ptds, 1)
+
+#define DEF_ATOH(NAME, PT)                                                                         \
+    CUresult NAME(void *dst, CUarray srcArray, size_t srcOffset, size_t n)                         \
+    { (void)dst; (void)srcArray; (void)srcOffset; return op_array(#NAME, NULL, PT, n); }
+DEF_ATOH(cuMemcpyAtoH_v2, 0)
+DEF_ATOH(cuMemcpyAtoH_v2_ptds, 1)
+
+#define DEF_ATOA(NAME, PT)                                                                         \
+    CUresult NAME(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t n) \
+    { (void)dstArray; (void)dstOffset; (void)srcArray; (void)srcOffset; return op_array(#NAME, NULL, PT, n); }
+DEF_ATOA(cuMemcpyAtoA_v2, 0)
+DEF_ATOA(cuMemcpyAtoA_v2_ptds, 1)
+
+#define DEF_HTOD_ASYNC(NAME, PT)                                                                   \
+    CUresult NAME(CUdeviceptr dst, const void *src, size_t n, CUstream s)                          \
+    { return op_copy(#NAME, s, PT, (void *)dst, src, n, CHK_DST); }
+DEF_HTOD_ASYNC(cuMemcpyHtoDAsync_v2, 0)
+DEF_HTOD_ASYNC(cuMemcpyHtoDAsync_v2_ptsz, 1)
+
+#define DEF_DTOH_ASYNC(NAME, PT)                                                                   \
+    CUresult NAME(void *dst, CUdeviceptr src, size_t n, CUstream s)                                \
+    { return op_copy(#NAME, s, PT, dst, (const void *)src, n, CHK_SRC); }
+DEF_DTOH_ASYNC(cuMemcpyDtoHAsync_v2, 0)
+DEF_DTOH_ASYNC(cuMemcpyDtoHAsync_v2_ptsz, 1)
+
+#define DEF_DTOD_ASYNC(NAME, PT)                                                                   \
+    CUresult NAME(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)                          \
+    { return op_copy(#NAME, s, PT, (void *)dst, (const void *)src, n, CHK_DST | CHK_SRC); }
+DEF_DTOD_ASYNC(cuMemcpyDtoDAsync_v2, 0)
+DEF_DTOD_ASYNC(cuMemcpyDtoDAsync_v2_ptsz, 1)
+
+#define DEF_HTOA_ASYNC(NAME, PT)                                                                   \
+    CUresult NAME(CUarray dstArray, size_t dstOffset, const void *src, size_t n, CUstream s)       \
+    { (void)dstArray; (void)dstOffset; (void)src; return op_array(#NAME, s, PT, n); }
+DEF_HTOA_ASYNC(cuMemcpyHtoAAsync_v2, 0)
+DEF_HTOA_ASYNC(cuMemcpyHtoAAsync_v2_ptsz, 1)
+
+#define DEF_ATOH_ASYNC(NAME, PT)                                                                   \
+    CUresult NAME(void *dst, CUarray srcArray, size_t srcOffset, size_t n, CUstream s)             \
+    { (void)dst; (void)srcArray; (void)srcOffset; return op_array(#NAME, s, PT, n); }
+DEF_ATOH_ASYNC(cuMemcpyAtoHAsync_v2, 0)
+DEF_ATOH_ASYNC(cuMemcpyAtoHAsync_v2_ptsz, 1)
+
+/* CUmemorytype: HOST 1, DEVICE 2, ARRAY 3, UNIFIED 4 */
+static CUresult op_copy2d(const char *fn, const CUDA_MEMCPY2D *p, CUstream s, int pt)
+{
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    struct gate g;
+    CUresult r = gate_begin(&g, fn, s, pt);
+    if (r) return r;
+    if (p->srcMemoryType != 3 && p->dstMemoryType != 3 && !g.captured) {
+        const char *src = p->srcMemoryType == 1 ? p->srcHost : (const char *)(uintptr_t)p->srcDevice;
+        char *dst = p->dstMemoryType == 1 ? p->dstHost : (char *)(uintptr_t)p->dstDevice;
+        if (p->srcMemoryType == 2 && !is_mock_range(src + p->srcY * p->srcPitch + p->srcXInBytes,
+                                                      p->Height ? (p->Height - 1) * p->srcPitch + p->WidthInBytes : 0))
+            r = CUDA_ERROR_INVALID_VALUE;
+        if (p->dstMemoryType == 2 && !is_mock_range(dst + p->dstY * p->dstPitch + p->dstXInBytes,
+                                                      p->Height ? (p->Height - 1) * p->dstPitch + p->WidthInBytes : 0))
+            r = CUDA_ERROR_INVALID_VALUE;
+        for (size_t y = 0; !r && y < p->Height; y++)
+            memmove(dst + (p->dstY + y) * p->dstPitch + p->dstXInBytes,
+                    src + (p->srcY + y) * p->srcPitch + p->srcXInBytes, p->WidthInBytes);
+    }
+    return gate_end(&g, r, ",\"bytes\":%zu", p->WidthInBytes * p->Height);
+}
+
+#define DEF_2D(NAME, PT) CUresult NAME(const CUDA_MEMCPY2D *p) { return op_copy2d(#NAME, p, NULL, PT); }
+#define DEF_2D_ASYNC(NAME, PT) \
+    CUresult NAME(const CUDA_MEMCPY2D *p, CUstream s) { return op_copy2d(#NAME, p, s, PT); }
+DEF_2D(cuMemcpy2D_v2, 0)
+DEF_2D(cuMemcpy2D_v2_ptds, 1)
+DEF_2D(cuMemcpy2DUnaligned_v2, 0)
+DEF_2D(cuMemcpy2DUnaligned_v2_ptds, 1)
+DEF_2D_ASYNC(cuMemcpy2DAsync_v2, 0)
+DEF_2D_ASYNC(cuMemcpy2DAsync_v2_ptsz, 1)
+
+/* 3D copies: descriptors are opaque to the mock (gated and logged only) */
+#define DEF_3D(NAME, T, PT) \
+    CUresult NAME(const T *p) { if (!p) return CUDA_ERROR_INVALID_VALUE; return op_array(#NAME, NULL, PT, 0); }
+#define DEF_3D_ASYNC(NAME, T, PT) \
+    CUresult NAME(const T *p, CUstream s) { if (!p) return CUDA_ERROR_INVALID_VALUE; return op_array(#NAME, s, PT, 0); }
+DEF_3D(cuMemcpy3D_v2, CUDA_MEMCPY3D, 0)
+DEF_3D(cuMemcpy3D_v2_ptds, CUDA_MEMCPY3D, 1)
+DEF_3D_ASYNC(cuMemcpy3DAsync_v2, CUDA_MEMCPY3D, 0)
+DEF_3D_ASYNC(cuMemcpy3DAsync_v2_ptsz, CUDA_MEMCPY3D, 1)
+DEF_3D(cuMemcpy3DPeer, CUDA_MEMCPY3D_PEER, 0)
+DEF_3D(cuMemcpy3DPeer_ptds, CUDA_MEMCPY3D_PEER, 1)
+DEF_3D_ASYNC(cuMemcpy3DPeerAsync, CUDA_MEMCPY3D_PEER, 0)
+DEF_3D_ASYNC(cuMemcpy3DPeerAsync_ptsz, CUDA_MEMCPY3D_PEER, 1)
+
+/* ------------------------------------------------------------------------------------------ */
+/* gated: memsets                                                                              */
+
+static CUresult op_memset(const char *fn, CUstream s, int pt, CUdeviceptr dst, size_t pitch,
+                          unsigned value, size_t elem, size_t width, size_t height)
+{
+    struct gate g;
+    CUresult r = gate_begin(&g, fn, s, pt);
+    if (r) return r;
+    if (height == 1) pitch = width * elem;
+    size_t span = height ? (height - 1) * pitch + width * elem : 0;
+    if (span && !is_mock_range((void *)(uintptr_t)dst, span)) r = CUDA_ERROR_INVALID_VALUE;
+    for (size_t y = 0; !r && !g.captured && y < height; y++) {
+        char *row = (char *)(uintptr_t)dst + y * pitch;
+        for (size_t x = 0; x < width; x++) {
+            if (elem == 1) ((uint8_t *)row)[x] = (uint8_t)value;
+            else if (elem == 2) ((uint16_t *)row)[x] = (uint16_t)value;
+            else ((uint32_t *)row)[x] = value;
+        }
+    }
+    return gate_end(&g, r, ",\"bytes\":%zu", width * elem * height);
+}
+
+#define DEF_SET(NAME, T, E, PT) \
+    CUresult NAME(CUdeviceptr d, T v, size_t n) { return op_memset(#NAME, NULL, PT, d, 0, v, E, n, 1); }
+#define DEF_SET_ASYNC(NAME, T, E, PT) \
+    CUresult NAME(CUdeviceptr d, T v, size_t n, CUstream s) { return op_memset(#NAME, s, PT, d, 0, v, E, n, 1); }
+#define DEF_SET2D(NAME, T, E, PT) \
+    CUresult NAME(CUdeviceptr d, size_t pitch, T v, size_t w, size_t h) \
+    { return op_memset(#NAME, NULL, PT, d, pitch, v, E, w, h); }
+#define DEF_SET2D_ASYNC(NAME, T, E, PT) \
+    CUresult NAME(CUdeviceptr d, size_t pitch, T v, size_t w, size_t h, CUstream s) \
+    { return op_memset(#NAME, s, PT, d, pitch, v, E, w, h); }
+
+DEF_SET(cuMemsetD8_v2, unsigned char, 1, 0)
+DEF_SET(cuMemsetD8_v2_ptds, unsigned char, 1, 1)
+DEF_SET(cuMemsetD16_v2, unsigned short, 2, 0)
+DEF_SET(cuMemsetD16_v2_ptds, unsigned short, 2, 1)
+DEF_SET(cuMemsetD32_v2, unsigned int, 4, 0)
+DEF_SET(cuMemsetD32_v2_ptds, unsigned int, 4, 1)
+DEF_SET2D(cuMemsetD2D8_v2, unsigned char, 1, 0)
+DEF_SET2D(cuMemsetD2D8_v2_ptds, unsigned char, 1, 1)
+DEF_SET2D(cuMemsetD2D16_v2, unsigned short, 2, 0)
+DEF_SET2D(cuMemsetD2D16_v2_ptds, unsigned short, 2, 1)
+DEF_SET2D(cuMemsetD2D32_v2, unsigned int, 4, 0)
+DEF_SET2D(cuMemsetD2D32_v2_ptds, unsigned int, 4, 1)
+DEF_SET_ASYNC(cuMemsetD8Async, unsigned char, 1, 0)
+DEF_SET_ASYNC(cuMemsetD8Async_ptsz, unsigned char, 1, 1)
+DEF_SET_ASYNC(cuMemsetD16Async, unsigned short, 2, 0)
+DEF_SET_ASYNC(cuMemsetD16Async_ptsz, unsigned short, 2, 1)
+DEF_SET_ASYNC(cuMemsetD32Async, unsigned int, 4, 0)
+DEF_SET_ASYNC(cuMemsetD32Async_ptsz, unsigned int, 4, 1)
+DEF_SET2D_ASYNC(cuMemsetD2D8Async, unsigned char, 1, 0)
+DEF_SET2D_ASYNC(cuMemsetD2D8Async_ptsz, unsigned char, 1, 1)
+DEF_SET2D_ASYNC(cuMemsetD2D16Async, unsigned short, 2, 0)
+DEF_SET2D_ASYNC(cuMemsetD2D16Async_ptsz, unsigned short, 2, 1)
+DEF_SET2D_ASYNC(cuMemsetD2D32Async, unsigned int, 4, 0)
+DEF_SET2D_ASYNC(cuMemsetD2D32Async_ptsz, unsigned int, 4, 1)
+
+/* ------------------------------------------------------------------------------------------ */
+/* gated: stream memory operations                                                             */
+
+#define DEF_BATCH(NAME, PT)                                                                        \
+    CUresult NAME(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags) \
+    {                                                                                              \
+        (void)flags;                                                                               \
+        if (count && !ops) return CUDA_ERROR_INVALID_VALUE;                                        \
+        struct gate g;                                                                             \
+        CUresult r = gate_begin(&g, #NAME, s, PT);                                                 \
+        if (r) return r;                                                                           \
+        return gate_end(&g, CUDA_SUCCESS, ",\"count\":%u", count);                                \
+    }
+DEF_BATCH(cuStreamBatchMemOp, 0)
+DEF_BATCH(cuStreamBatchMemOp_ptsz, 1)
+DEF_BATCH(cuStreamBatchMemOp_v2, 0)
+DEF_BATCH(cuStreamBatchMemOp_v2_ptsz, 1)
+
+/* wait: completes at once; write: really writes the value */
+#define DEF_WAITV(NAME, T, PT)                                                                     \
+    CUresult NAME(CUstream s, CUdeviceptr addr, T value, unsigned int flags)                       \
+    {                                                                                              \
+        (void)value; (void)flags;                                                                  \
+        struct gate g;                                                                             \
+        CUresult r = gate_begin(&g, #NAME, s, PT);                                                 \
+        if (r) return r;                                                                           \
+        if (!is_mock_range((void *)(uintptr_t)addr, sizeof(T))) r = CUDA_ERROR_INVALID_VALUE;      \
+        return gate_end(&g, r, NULL);                                                              \
+    }
+#define DEF_WRITEV(NAME, T, PT)                                                                    \
+    CUresult NAME(CUstream s, CUdeviceptr addr, T value, unsigned int flags)                       \
+    {                                                                                              \
+        (void)flags;                                                                               \
+        struct gate g;                                                                             \
+        CUresult r = gate_begin(&g, #NAME, s, PT);                                                 \
+        if (r) return r;                                                                           \
+        if (!is_mock_range((void *)(uintptr_t)addr, sizeof(T))) r = CUDA_ERROR_INVALID_VALUE;      \
+        else if (!g.captured) *(volatile T *)(uintptr_t)addr = value;                              \
+        return gate_end(&g, r, NULL);                                                              \
+    }
+DEF_WAITV(cuStreamWaitValue32, cuuint32_t, 0)
+DEF_WAITV(cuStreamWaitValue32_ptsz, cuuint32_t, 1)
+DEF_WAITV(cuStreamWaitValue32_v2, cuuint32_t, 0)
+DEF_WAITV(cuStreamWaitValue32_v2_ptsz, cuuint32_t, 1)
+DEF_WAITV(cuStreamWaitValue64, cuuint64_t, 0)
+DEF_WAITV(cuStreamWaitValue64_ptsz, cuuint64_t, 1)
+DEF_WAITV(cuStreamWaitValue64_v2, cuuint64_t, 0)
+DEF_WAITV(cuStreamWaitValue64_v2_ptsz, cuuint64_t, 1)
+DEF_WRITEV(cuStreamWriteValue32, cuuint32_t, 0)
+DEF_WRITEV(cuStreamWriteValue32_ptsz, cuuint32_t, 1)
+DEF_WRITEV(cuStreamWriteValue32_v2, cuuint32_t, 0)
+DEF_WRITEV(cuStreamWriteValue32_v2_ptsz, cuuint32_t, 1)
+DEF_WRITEV(cuStreamWriteValue64, cuuint64_t, 0)
+DEF_WRITEV(cuStreamWriteValue64_ptsz, cuuint64_t, 1)
+DEF_WRITEV(cuStreamWriteValue64_v2, cuuint64_t, 0)
+DEF_WRITEV(cuStreamWriteValue64_v2_ptsz, cuuint64_t, 1)
+
+/* ------------------------------------------------------------------------------------------ */
+/* streams, capture                                                                            */
+
+CUresult cuStreamCreate(CUstream *ps, unsigned int flags)
+{
+    CUresult r = need_ctx();
+    if (r) return r;
+    if (!ps) return CUDA_ERROR_INVALID_VALUE;
+    struct mock_stream *s = calloc(1, sizeof *s);
+    if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
+    s->magic = STREAM_MAGIC;
+    s->alive = 1;
+    s->ctx = t_ctx;
+    s->flags = flags;
+    pthread_mutex_lock(&g_mu);
+    s->next = g_streams;
+    g_streams = s;
+    pthread_mutex_unlock(&g_mu);
+    *ps = s;
+    return CUDA_SUCCESS;
+}
+
+static CUresult stream_destroy(CUstream s)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (stream_is_special(s) || check_stream(s)) return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&g_mu);
+    if (s->capture_status != CAPTURE_STATUS_NONE) {
+        s->capture_status = CAPTURE_STATUS_NONE;
+        g_active_captures--;
+    }
+    s->alive = 0; /* kept in the list: stale handles stay detectable */
+    pthread_mutex_unlock(&g_mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamDestroy(CUstream s) { return stream_destroy(s); }
+CUresult cuStreamDestroy_v2(CUstream s) { return stream_destroy(s); }
+
+static CUresult stream_sync(const char *fn, CUstream s)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    if (!r) r = check_stream(s);
+    if (!r) r = capture_check(fn, stream_is_special(s) ? NULL : s);
+    log_line(fn, t0, now_ns(), cur_dev(), r, ",\"stream\":%lu,\"thread_mode\":%d",
+             (unsigned long)(uintptr_t)s, t_capture_mode);
+    return r;
+}
+
+CUresult cuStreamSynchronize(CUstream s) { return stream_sync("cuStreamSynchronize", s); }
+CUresult cuStreamSynchronize_ptsz(CUstream s) { return stream_sync("cuStreamSynchronize_ptsz", s); }
+
+static CUresult is_capturing(CUstream s, CUstreamCaptureStatus *st)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!st) return CUDA_ERROR_INVALID_VALUE;
+    if ((r = check_stream(s))) return r;
+    *st = stream_is_special(s) ? CAPTURE_STATUS_NONE : s->capture_status;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st) { return is_capturing(s, st); }
+CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st) { return is_capturing(s, st); }
+
+static CUresult begin_capture(const char *fn, CUstream s, int mode)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    if (!r && stream_is_special(s)) r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* legacy stream */
+    if (!r) r = check_stream(s);
+    if (!r && (mode < 0 || mode > 2)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r) {
+        pthread_mutex_lock(&g_mu);
+        if (s->capture_status != CAPTURE_STATUS_NONE) {
+            r = CUDA_ERROR_ILLEGAL_STATE;
+        } else {
+            s->capture_status = CAPTURE_STATUS_ACTIVE;
+            s->capture_mode = mode;
+            s->capture_tid = gettid_();
+            s->capture_nodes = 0;
+            __atomic_add_fetch(&g_active_captures, 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    log_line(fn, t0, now_ns(), cur_dev(), r, ",\"stream\":%lu,\"mode\":%d", (unsigned long)(uintptr_t)s, mode);
+    return r;
+}
+
+CUresult cuStreamBeginCapture(CUstream s) { return begin_capture("cuStreamBeginCapture", s, CAPTURE_MODE_GLOBAL); }
+CUresult cuStreamBeginCapture_ptsz(CUstream s) { return begin_capture("cuStreamBeginCapture_ptsz", s, CAPTURE_MODE_GLOBAL); }
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) { return begin_capture("cuStreamBeginCapture_v2", s, m); }
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) { return begin_capture("cuStreamBeginCapture_v2_ptsz", s, m); }
+
+static CUresult end_capture(const char *fn, CUstream s, CUgraph *pg)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    int nodes = 0;
+    if (!r && !pg) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && stream_is_special(s)) r = CUDA_ERROR_ILLEGAL_STATE;
+    if (!r) r = check_stream(s);
+    if (!r) {
+        pthread_mutex_lock(&g_mu);
+        if (s->capture_status == CAPTURE_STATUS_NONE) {
+            r = CUDA_ERROR_ILLEGAL_STATE;
+        } else if (s->capture_mode != CAPTURE_MODE_RELAXED && s->capture_tid != gettid_()) {
+            r = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+        } else {
+            if (s->capture_status == CAPTURE_STATUS_INVALIDATED) r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+            nodes = s->capture_nodes;
+            s->capture_status = CAPTURE_STATUS_NONE;
+            __atomic_sub_fetch(&g_active_captures, 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    if (!r) {
+        struct mock_graph *g = calloc(1, sizeof *g);
+        if (!g) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            g->magic = GRAPH_MAGIC;
+            g->alive = 1;
+            g->nodes = nodes;
+            g->dev = cur_dev();
+            *pg = g;
+        }
+    } else if (pg && r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) {
+        *pg = NULL;
+    }
+    log_line(fn, t0, now_ns(), cur_dev(), r, ",\"stream\":%lu,\"nodes\":%d", (unsigned long)(uintptr_t)s, nodes);
+    return r;
+}
+
+CUresult cuStreamEndCapture(CUstream s, CUgraph *pg) { return end_capture("cuStreamEndCapture", s, pg); }
+CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *pg) { return end_capture("cuStreamEndCapture_ptsz", s, pg); }
+
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    ensure_config();
+    if (!mode || *mode < 0 || *mode > 2) return CUDA_ERROR_INVALID_VALUE;
+    int old = t_capture_mode;
+    t_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* graphs                                                                                      */
+
+static CUresult instantiate(CUgraphExec *pe, CUgraph g)
+{
+    CUresult r = need_ctx();
+    if (r) return r;
+    if (!pe || !g || g->magic != GRAPH_MAGIC || !g->alive) return CUDA_ERROR_INVALID_VALUE;
+    struct mock_graph_exec *e = calloc(1, sizeof *e);
+    if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+    e->magic = GEXEC_MAGIC;
+    e->alive = 1;
+    e->nodes = g->nodes;
+    *pe = e;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph g, unsigned long long flags)
+{ (void)flags; return instantiate(pe, g); }
+CUresult cuGraphInstantiate(CUgraphExec *pe, CUgraph g, CUgraphNode *errNode, char *log, size_t logSize)
+{ (void)errNode; (void)log; (void)logSize; return instantiate(pe, g); }
+CUresult cuGraphInstantiate_v2(CUgraphExec *pe, CUgraph g, CUgraphNode *errNode, char *log, size_t logSize)
+{ (void)errNode; (void)log; (void)logSize; return instantiate(pe, g); }
+
+CUresult cuGraphDestroy(CUgraph g)
+{
+    if (!g || g->magic != GRAPH_MAGIC || !g->alive) return CUDA_ERROR_INVALID_VALUE;
+    g->alive = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec e)
+{
+    if (!e || e->magic != GEXEC_MAGIC || !e->alive) return CUDA_ERROR_INVALID_VALUE;
+    e->alive = 0;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* events                                                                                      */
+
+static int valid_event(CUevent e) { return e && e->magic == EVENT_MAGIC && e->alive; }
+
+CUresult cuEventCreate(CUevent *pe, unsigned int flags)
+{
+    CUresult r = need_ctx();
+    if (r) return r;
+    if (!pe) return CUDA_ERROR_INVALID_VALUE;
+    struct mock_event *e = calloc(1, sizeof *e);
+    if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+    e->magic = EVENT_MAGIC;
+    e->alive = 1;
+    e->flags = flags;
+    *pe = e;
+    return CUDA_SUCCESS;
+}
+
+static CUresult event_record(const char *fn, CUevent e, CUstream s)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    int captured = 0;
+    if (!r && !valid_event(e)) r = CUDA_ERROR_INVALID_HANDLE;
+    if (!r) r = check_stream(s);
+    if (!r) {
+        captured = !stream_is_special(s) && s->capture_status != CAPTURE_STATUS_NONE;
+        e->recorded = 1;
+    }
+    log_line(fn, t0, now_ns(), cur_dev(), r, ",\"stream\":%lu%s", (unsigned long)(uintptr_t)s,
+             captured ? ",\"captured\":1" : "");
+    return r;
+}
+
+CUresult cuEventRecord(CUevent e, CUstream s) { return event_record("cuEventRecord", e, s); }
+CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return event_record("cuEventRecord_ptsz", e, s); }
+
+CUresult cuEventQuery(CUevent e)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    if (!r && !valid_event(e)) r = CUDA_ERROR_INVALID_HANDLE;
+    if (!r) r = capture_check("cuEventQuery", NULL);
+    log_line("cuEventQuery", t0, now_ns(), cur_dev(), r, ",\"thread_mode\":%d", t_capture_mode);
+    return r; /* every recorded event is complete at once */
+}
+
+CUresult cuEventSynchronize(CUevent e)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    if (!r && !valid_event(e)) r = CUDA_ERROR_INVALID_HANDLE;
+    if (!r) r = capture_check("cuEventSynchronize", NULL);
+    log_line("cuEventSynchronize", t0, now_ns(), cur_dev(), r, ",\"thread_mode\":%d", t_capture_mode);
+    return r;
+}
+
+static CUresult event_destroy(CUevent e)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!valid_event(e)) return CUDA_ERROR_INVALID_HANDLE;
+    e->alive = 0; /* not freed: a use after destroy stays detectable */
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy(CUevent e) { return event_destroy(e); }
+CUresult cuEventDestroy_v2(CUevent e) { return event_destroy(e); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* cuGetProcAddress                                                                            */
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *symbolStatus);
+
+/* Every exported function, once. X(name) */
+#define MOCK_EXPORTS(X)                                                                            \
+    X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)                          \
+    X(cuGetProcAddress) X(cuGetProcAddress_v2)                                                     \
+    X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2) X(cuDeviceGetName)  \
+    X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2) X(cuDeviceGetAttribute)                             \
+    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2)       \
+    X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxDestroy) X(cuCtxDestroy_v2) X(cuCtxSetCurrent)         \
+    X(cuCtxGetCurrent) X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) X(cuCtxGetDevice)              \
+    X(cuCtxSynchronize)                                                                            \
+    X(cuMemAlloc) X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged) X(cuMemAllocAsync)   \
+    X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)             \
+    X(cuMemFree) X(cuMemFree_v2) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemGetInfo)          \
+    X(cuMemGetInfo_v2) X(cuMemCreate) X(cuMemRelease)                                              \
+    X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)          \
+    X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz) X(cuGraphLaunch)                \
+    X(cuGraphLaunch_ptsz) X(cuLaunchHostFunc) X(cuLaunchHostFunc_ptsz)                             \
+    X(cuMemcpy) X(cuMemcpy_ptds) X(cuMemcpyAsync) X(cuMemcpyAsync_ptsz) X(cuMemcpyPeer)            \
+    X(cuMemcpyPeer_ptds) X(cuMemcpyPeerAsync) X(cuMemcpyPeerAsync_ptsz)                            \
+    X(cuMemcpyHtoD_v2) X(cuMemcpyHtoD_v2_ptds) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoH_v2_ptds)          \
+    X(cuMemcpyDtoD_v2) X(cuMemcpyDtoD_v2_ptds) X(cuMemcpyDtoA_v2) X(cuMemcpyDtoA_v2_ptds)          \
+    X(cuMemcpyAtoD_v2) X(cuMemcpyAtoD_v2_ptds) X(cuMemcpyHtoA_v2) X(cuMemcpyHtoA_v2_ptds)          \
+    X(cuMemcpyAtoH_v2) X(cuMemcpyAtoH_v2_ptds) X(cuMemcpyAtoA_v2) X(cuMemcpyAtoA_v2_ptds)          \
+    X(cuMemcpyHtoDAsync_v2) X(cuMemcpyHtoDAsync_v2_ptsz) X(cuMemcpyDtoHAsync_v2)                   \
+    X(cuMemcpyDtoHAsync_v2_ptsz) X(cuMemcpyDtoDAsync_v2) X(cuMemcpyDtoDAsync_v2_ptsz)              \
+    X(cuMemcpyHtoAAsync_v2) X(cuMemcpyHtoAAsync_v2_ptsz) X(cuMemcpyAtoHAsync_v2)                   \
+    X(cuMemcpyAtoHAsync_v2_ptsz)                                                                   \
+    X(cuMemcpy2D_v2) X(cuMemcpy2D_v2_ptds) X(cuMemcpy2DUnaligned_v2) X(cuMemcpy2DUnaligned_v2_ptds) \
+    X(cuMemcpy2DAsync_v2) X(cuMemcpy2DAsync_v2_ptsz) X(cuMemcpy3D_v2) X(cuMemcpy3D_v2_ptds)        \
+    X(cuMemcpy3DAsync_v2) X(cuMemcpy3DAsync_v2_ptsz) X(cuMemcpy3DPeer) X(cuMemcpy3DPeer_ptds)      \
+    X(cuMemcpy3DPeerAsync) X(cuMemcpy3DPeerAsync_ptsz)                                             \
+    X(cuMemsetD8_v2) X(cuMemsetD8_v2_ptds) X(cuMemsetD16_v2) X(cuMemsetD16_v2_ptds)                \
+    X(cuMemsetD32_v2) X(cuMemsetD32_v2_ptds) X(cuMemsetD2D8_v2) X(cuMemsetD2D8_v2_ptds)            \
+    X(cuMemsetD2D16_v2) X(cuMemsetD2D16_v2_ptds) X(cuMemsetD2D32_v2) X(cuMemsetD2D32_v2_ptds)      \
+    X(cuMemsetD8Async) X(cuMemsetD8Async_ptsz) X(cuMemsetD16Async) X(cuMemsetD16Async_ptsz)        \
+    X(cuMemsetD32Async) X(cuMemsetD32Async_ptsz) X(cuMemsetD2D8Async) X(cuMemsetD2D8Async_ptsz)    \
+    X(cuMemsetD2D16Async) X(cuMemsetD2D16Async_ptsz) X(cuMemsetD2D32Async)                         \
+    X(cuMemsetD2D32Async_ptsz)                                                                     \
+    X(cuStreamBatchMemOp) X(cuStreamBatchMemOp_ptsz) X(cuStreamBatchMemOp_v2)                      \
+    X(cuStreamBatchMemOp_v2_ptsz)                                                                  \
+    X(cuStreamWaitValue32) X(cuStreamWaitValue32_ptsz) X(cuStreamWaitValue32_v2)                   \
+    X(cuStreamWaitValue32_v2_ptsz) X(cuStreamWaitValue64) X(cuStreamWaitValue64_ptsz)              \
+    X(cuStreamWaitValue64_v2) X(cuStreamWaitValue64_v2_ptsz)                                       \
+    X(cuStreamWriteValue32) X(cuStreamWriteValue32_ptsz) X(cuStreamWriteValue32_v2)                \
+    X(cuStreamWriteValue32_v2_ptsz) X(cuStreamWriteValue64) X(cuStreamWriteValue64_ptsz)           \
+    X(cuStreamWriteValue64_v2) X(cuStreamWriteValue64_v2_ptsz)                                     \
+    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamDestroy_v2) X(cuStreamSynchronize)              \
+    X(cuStreamSynchronize_ptsz) X(cuStreamIsCapturing) X(cuStreamIsCapturing_ptsz)                 \
+    X(cuStreamBeginCapture) X(cuStreamBeginCapture_ptsz) X(cuStreamBeginCapture_v2)                \
+    X(cuStreamBeginCapture_v2_ptsz) X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)               \
+    X(cuThreadExchangeStreamCaptureMode)                                                           \
+    X(cuGraphInstantiate) X(cuGraphInstantiate_v2) X(cuGraphInstantiateWithFlags)                  \
+    X(cuGraphDestroy) X(cuGraphExecDestroy)                                                        \
+    X(cuEventCreate) X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize)  \
+    X(cuEventDestroy) X(cuEventDestroy_v2)
+
+/* hidden aliases: their addresses are this library's own definitions, never an interposer's */
+#define MOCK_ALIAS(name) \
+    extern __typeof__(name) name##__self __attribute__((alias(#name), visibility("hidden")));
+MOCK_EXPORTS(MOCK_ALIAS)
+
+static const struct export { const char *name; void *addr; } g_exports[] = {
+#define MOCK_EXPORT_ENTRY(name) {#name, (void *)name##__self},
+    MOCK_EXPORTS(MOCK_EXPORT_ENTRY)
+};
+
+static void *export_addr(const char *name)
+{
+    for (size_t i = 0; i < sizeof g_exports / sizeof g_exports[0]; i++)
+        if (strcmp(g_exports[i].name, name) == 0) return g_exports[i].addr;
+    return NULL;
+}
+
+/* cuGetProcAddress table: base name, cudaVersion from which "_v2" is handed out (0 = never),
+ * and the per-thread-default-stream suffix ('z' = _ptsz, 'd' = _ptds, 0 = none). */
+static const struct gpa_entry { const char *base; int v2; char pt; } g_gpa[] = {
+    {"cuInit", 0, 0}, {"cuDriverGetVersion", 0, 0}, {"cuGetErrorName", 0, 0}, {"cuGetErrorString", 0, 0},
+    {"cuGetProcAddress", 12000, 0},
+    {"cuDeviceGetCount", 0, 0}, {"cuDeviceGet", 0, 0}, {"cuDeviceGetUuid", 11040, 0},
+    {"cuDeviceGetName", 0, 0}, {"cuDeviceTotalMem", 3020, 0}, {"cuDeviceGetAttribute", 0, 0},
+    {"cuDevicePrimaryCtxRetain", 0, 0}, {"cuDevicePrimaryCtxRelease", 11000, 0},
+    {"cuCtxCreate", 3020, 0}, {"cuCtxDestroy", 4000, 0}, {"cuCtxSetCurrent", 0, 0},
+    {"cuCtxGetCurrent", 0, 0}, {"cuCtxPushCurrent", 4000, 0}, {"cuCtxPopCurrent", 4000, 0},
+    {"cuCtxGetDevice", 0, 0}, {"cuCtxSynchronize", 0, 0},
+    {"cuMemAlloc", 3020, 0}, {"cuMemAllocPitch", 3020, 0}, {"cuMemAllocManaged", 0, 0},
+    {"cuMemAllocAsync", 0, 'z'}, {"cuMemAllocFromPoolAsync", 0, 'z'}, {"cuMemFree", 3020, 0},
+    {"cuMemFreeAsync", 0, 'z'}, {"cuMemGetInfo", 3020, 0}, {"cuMemCreate", 0, 0}, {"cuMemRelease", 0, 0},
+    {"cuLaunchKernel", 0, 'z'}, {"cuLaunchKernelEx", 0, 'z'}, {"cuLaunchCooperativeKernel", 0, 'z'},
+    {"cuGraphLaunch", 0, 'z'}, {"cuLaunchHostFunc", 0, 'z'},
+    {"cuMemcpy", 0, 'd'}, {"cuMemcpyAsync", 0, 'z'}, {"cuMemcpyPeer", 0, 'd'}, {"cuMemcpyPeerAsync", 0, 'z'},
+    {"cuMemcpyHtoD", 3020, 'd'}, {"cuMemcpyDtoH", 3020, 'd'}, {"cuMemcpyDtoD", 3020, 'd'},
+    {"cuMemcpyDtoA", 3020, 'd'}, {"cuMemcpyAtoD", 3020, 'd'}, {"cuMemcpyHtoA", 3020, 'd'},
+    {"cuMemcpyAtoH", 3020, 'd'}, {"cuMemcpyAtoA", 3020, 'd'},
+    {"cuMemcpyHtoDAsync", 3020, 'z'}, {"cuMemcpyDtoHAsync", 3020, 'z'}, {"cuMemcpyDtoDAsync", 3020, 'z'},
+    {"cuMemcpyHtoAAsync", 3020, 'z'}, {"cuMemcpyAtoHAsync", 3020, 'z'},
+    {"cuMemcpy2D", 3020, 'd'}, {"cuMemcpy2DUnaligned", 3020, 'd'}, {"cuMemcpy2DAsync", 3020, 'z'},
+    {"cuMemcpy3D", 3020, 'd'}, {"cuMemcpy3DAsync", 3020, 'z'}, {"cuMemcpy3DPeer", 0, 'd'},
+    {"cuMemcpy3DPeerAsync", 0, 'z'},
+    {"cuMemsetD8", 3020, 'd'}, {"cuMemsetD16", 3020, 'd'}, {"cuMemsetD32", 3020, 'd'},
+    {"cuMemsetD2D8", 3020, 'd'}, {"cuMemsetD2D16", 3020, 'd'}, {"cuMemsetD2D32", 3020, 'd'},
+    {"cuMemsetD8Async", 0, 'z'}, {"cuMemsetD16Async", 0, 'z'}, {"cuMemsetD32Async", 0, 'z'},
+    {"cuMemsetD2D8Async", 0, 'z'}, {"cuMemsetD2D16Async", 0, 'z'}, {"cuMemsetD2D32Async", 0, 'z'},
+    {"cuStreamBatchMemOp", 11070, 'z'}, {"cuStreamWaitValue32", 11070, 'z'},
+    {"cuStreamWaitValue64", 11070, 'z'}, {"cuStreamWriteValue32", 11070, 'z'},
+    {"cuStreamWriteValue64", 11070, 'z'},
+    {"cuStreamCreate", 0, 0}, {"cuStreamDestroy", 4000, 0}, {"cuStreamSynchronize", 0, 'z'},
+    {"cuStreamIsCapturing", 0, 'z'}, {"cuStreamBeginCapture", 10010, 'z'}, {"cuStreamEndCapture", 0, 'z'},
+    {"cuThreadExchangeStreamCaptureMode", 0, 0},
+    {"cuGraphInstantiate", 11000, 0}, {"cuGraphInstantiateWithFlags", 0, 0}, {"cuGraphDestroy", 0, 0},
+    {"cuGraphExecDestroy", 0, 0},
+    {"cuEventCreate", 0, 0}, {"cuEventRecord", 0, 'z'}, {"cuEventQuery", 0, 0},
+    {"cuEventSynchronize", 0, 0}, {"cuEventDestroy", 4000, 0},
+};
+
+static CUresult get_proc(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                         CUdriverProcAddressQueryResult *status)
+{
+    ensure_config();
+    if (status) *status = PROC_ADDR_SYMBOL_NOT_FOUND;
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    *pfn = NULL;
+    for (size_t i = 0; i < sizeof g_gpa / sizeof g_gpa[0]; i++) {
+        const struct gpa_entry *e = &g_gpa[i];
+        if (strcmp(e->base, symbol) != 0) continue;
+        char name[128];
+        snprintf(name, sizeof name, "%s%s%s", e->base, (e->v2 && cudaVersion >= e->v2) ? "_v2" : "",
+                 (e->pt && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
+                     ? (e->pt == 'z' ? "_ptsz" : "_ptds") : "");
+        void *p = export_addr(name);
+        if (!p) return CUDA_ERROR_NOT_FOUND;
+        *pfn = p;
+        if (status) *status = PROC_ADDR_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    return get_proc(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *symbolStatus)
+{
+    return get_proc(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
