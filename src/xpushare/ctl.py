@@ -13,7 +13,7 @@ import sys
 
 from .paths import client_socket_candidates
 from .protocol import CtlClient, ProtocolError, SchedulerUnavailable
-from .sizes import format_size, parse_size
+from .sizes import format_size, size_argument
 
 
 def _positive_int(text: str) -> int:
@@ -24,13 +24,6 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive integer is required")
     return value
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="on = serial (one holder at a time), off = everyone runs at once")
     p.add_argument("--gpu", metavar="SEL",
                    help="apply -T/-S/--set-gpu-memory to one GPU (index or UUID) instead of all")
-    p.add_argument("--set-gpu-memory", type=_size, metavar="SIZE",
+    p.add_argument("--set-gpu-memory", type=size_argument, metavar="SIZE",
                    help="capacity the scheduler counts --gpu as (e.g. 16GiB; 0 clears)")
     p.add_argument("--socket", metavar="PATH", help="scheduler socket (default: $NVSHARE_SOCK_PATH, "
                    "else the per-user socket, then /var/run/nvshare/scheduler.sock)")

@@ -19,17 +19,10 @@ from .paths import (
     library_path, socket_override,
 )
 from .protocol import socket_answers
-from .sizes import parse_size
+from .sizes import size_argument
 
 START_TIMEOUT = 5.0
 TORCH_ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
-
-
-def _size(text: str) -> str:
-    try:
-        return str(parse_size(text))
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         usage="%(prog)s [options] -- CMD [ARGS...]\n       %(prog)s --print-lib",
         description="Run CMD with libnvshare.so preloaded so that it shares the GPU(s) through "
                     "nvshare-scheduler.")
-    p.add_argument("--gpu-memory", type=_size, metavar="SIZE",
+    p.add_argument("--gpu-memory", type=size_argument, metavar="SIZE",
                    help="count every GPU as SIZE (e.g. 16GiB): sets NVSHARE_GPU_MEMORY")
     p.add_argument("--single-oversub", action="store_true",
                    help="let this process alone allocate past the GPU's capacity "
@@ -69,7 +62,7 @@ def child_env(args, lib: str, base: dict[str, str]) -> tuple[dict[str, str], lis
     warnings = []
     env["LD_PRELOAD"] = preload_value(lib, env.get("LD_PRELOAD"))
     if args.gpu_memory is not None:
-        env["NVSHARE_GPU_MEMORY"] = args.gpu_memory
+        env["NVSHARE_GPU_MEMORY"] = str(args.gpu_memory)
     if args.single_oversub:
         env["NVSHARE_ENABLE_SINGLE_OVERSUB"] = "1"
     if args.debug:

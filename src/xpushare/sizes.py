@@ -8,6 +8,7 @@ optional unit, case-insensitive: B, K/Ki/KB/KiB, M/Mi/MB/MiB, G/Gi/GB/GiB, T/Ti/
 
 from __future__ import annotations
 
+import argparse
 import re
 from decimal import Decimal
 
@@ -35,3 +36,11 @@ def format_size(n: int) -> str:
             value = f"{n / 1024 ** exp:.2f}".rstrip("0").rstrip(".")
             return f"{value}{unit}"
     return f"{n}B"
+
+
+def size_argument(text: str) -> int:
+    """`type=` for argparse options that take a size: a bad value becomes a usage error (exit 2)."""
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
