@@ -133,10 +133,10 @@ def test_gencode_matches_protobuf_floor():
 def test_grpc_stub_matches_grpcio_floor():
     text = (PROTO_DIR / "deviceplugin_pb2_grpc.py").read_text()
     generated = _version(re.search(r"GRPC_GENERATED_VERSION = '([0-9.]+)'", text).group(1))
-    floor = _floor("grpcio", "kubernetes")
-    if floor < generated:
-        pytest.xfail(f"pyproject.toml allows grpcio {floor} but the committed stubs warn below "
-                     f"{generated}: the kubernetes/test extras need grpcio>={'.'.join(map(str, generated))}")
+    for extra in ("kubernetes", "test"):
+        floor = _floor("grpcio", extra)
+        assert floor >= generated, (f"pyproject.toml allows grpcio {floor} in [{extra}] but the committed "
+                                    f"stubs warn below {generated}")
 
 
 @pytest.mark.timeout(300)
