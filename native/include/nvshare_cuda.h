@@ -22,6 +22,8 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUfunc_st *CUfunction;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUarray_st *CUarray;
@@ -33,6 +35,7 @@ typedef struct CUDA_MEMCPY3D_st CUDA_MEMCPY3D;
 typedef struct CUDA_MEMCPY3D_PEER_st CUDA_MEMCPY3D_PEER;
 typedef union CUstreamBatchMemOpParams_union CUstreamBatchMemOpParams;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
+typedef struct CUgraphEdgeData_st CUgraphEdgeData; /* only passed through, by pointer */
 
 typedef struct CUuuid_st {
     char bytes[16];
@@ -82,6 +85,7 @@ typedef int CUdriverProcAddressQueryResult;
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
+#define CUDA_ERROR_STREAM_CAPTURE_INVALIDATED 901
 
 /* Streams */
 #define CU_STREAM_LEGACY ((CUstream)0x1)

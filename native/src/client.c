@@ -119,20 +119,22 @@ static const char *down_consequence(void)
                : "running ungated (GPU work is not scheduled) and retrying in the background";
 }
 
+/* The warning is printed BEFORE go_down(): go_down() lets waiting application threads run, and a
+ * short program could otherwise exit before its one warning is written. */
 static void conn_lost(const char *why)
 {
     if (C.fd >= 0) close(C.fd);
     C.fd = -1;
     C.rlen = 0;
-    pthread_mutex_lock(&nvs_g.mu);
-    go_down();
-    pthread_mutex_unlock(&nvs_g.mu);
     if (!C.warned) {
         nvs_warn("lost the scheduler connection (%s); %s", why, down_consequence());
         C.warned = 1;
     } else {
         NVS_DEBUG("scheduler connection closed (%s)", why);
     }
+    pthread_mutex_lock(&nvs_g.mu);
+    go_down();
+    pthread_mutex_unlock(&nvs_g.mu);
     C.backoff_ms = BACKOFF_MIN_MS;
     schedule_retry();
 }
@@ -156,11 +158,8 @@ static void try_connect(void)
         fd = -1;
     }
     if (fd < 0) {
-        pthread_mutex_lock(&nvs_g.mu);
-        go_down();
-        pthread_mutex_unlock(&nvs_g.mu);
         const char *where = nvs_cfg.n_sock_paths ? nvs_cfg.sock_paths[0] : "(no socket path)";
-        if (!C.warned) {
+        if (!C.warned) { /* before go_down(), as in conn_lost() */
             nvs_warn("cannot reach the scheduler at %s%s (%s); %s", where,
                      nvs_cfg.n_sock_paths > 1 ? " or the system socket" : "", strerror(err),
                      down_consequence());
@@ -169,6 +168,9 @@ static void try_connect(void)
             NVS_DEBUG("reconnect to %s failed (%s); next try in %u ms", where, strerror(err),
                       C.backoff_ms);
         }
+        pthread_mutex_lock(&nvs_g.mu);
+        go_down();
+        pthread_mutex_unlock(&nvs_g.mu);
         schedule_retry();
         return;
     }
@@ -411,8 +413,10 @@ static int work(uint64_t now)
             if (d->drain_reason >= 0) {
                 drains[nd++] = d;
             } else if (nvs_cfg.idle_release_ms) {
+                /* Mid-capture counts as busy: the application is building a graph, and a
+                 * drain could not finish its work anyway (no cuCtxSynchronize during a capture). */
                 if (atomic_exchange_explicit(&d->active, 0, memory_order_relaxed) ||
-                    atomic_load(&d->inflight) > 0) {
+                    atomic_load(&d->inflight) > 0 || nvs_capture_any()) {
                     d->last_active_ns = now;
                 } else if (now - d->last_active_ns >= (uint64_t)nvs_cfg.idle_release_ms * MS) {
                     d->drain_reason = NVS_RELEASE_IDLE;

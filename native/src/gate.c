@@ -12,7 +12,8 @@ _Atomic int nvs_exiting;
 
 /* COLD. The device may not run: ask the client thread for the lock and wait until it is granted
  * (or the device becomes ungated). Work that a capturing stream would only record is let through
- * at once (returns 1): capture submits nothing, and we must never turn a capture into an error.
+ * at once (returns 1): capture submits nothing, and we must never turn a capture into an error
+ * (asked only while captures are in progress in the process: nvs_stream_capturing).
  * Once the process has begun to exit (our destructor ran, the client thread stops), calls are let
  * through too: a library destructor that launches work must not wait for a grant forever. */
 NVS_COLD int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread)
@@ -51,13 +52,16 @@ NVS_COLD int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread)
  * syncs: record an event on the launch's stream into the context's ring of NVS_RING; retire the
  * completed ones; when the ring is full, wait for the oldest. The application thus waits only when
  * about NVSHARE_MAX_INFLIGHT calls are already queued, and a drain never has more than that to
- * finish. Skipped on capturing streams; our queries run in relaxed capture mode. */
+ * finish. With no capture in progress anywhere (the usual case) this is done in a "no capture"
+ * section: no cuStreamIsCapturing, no capture-mode exchange. While captures are in progress it is
+ * skipped on capturing streams, and our queries run in relaxed capture mode. */
 NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread)
 {
     if (per_thread && s == NULL) s = CU_STREAM_PER_THREAD;
-    if (nvs_stream_capturing(s, 0)) return;
+    int quiet = nvs_nocap_enter();
+    if (!quiet && nvs_stream_capturing(s, 0)) return;
     pthread_mutex_lock(&rec->ring_mu);
-    CUstreamCaptureMode old = nvs_relaxed_begin();
+    CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
     while (rec->count > 0) {
         CUresult q = nvs_drv.cuEventQuery(rec->ring[rec->head]);
         if (q == CUDA_ERROR_NOT_READY) break;
@@ -79,6 +83,7 @@ NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread)
     if (rec->ring[slot] && nvs_drv.cuEventRecord(rec->ring[slot], s) == CUDA_SUCCESS) rec->count++;
     nvs_relaxed_end(old);
     pthread_mutex_unlock(&rec->ring_mu);
+    if (quiet) nvs_nocap_leave();
 }
 
 static void pause_briefly(unsigned *spins)
@@ -94,10 +99,28 @@ static void pause_briefly(unsigned *spins)
     nanosleep(&ts, NULL);
 }
 
+/* Wait for every checkpoint event of `rec` (relaxed capture mode: legal during another thread's
+ * capture; the events are never recorded inside one). */
+static int wait_checkpoints(nvs_ctxrec *rec)
+{
+    pthread_mutex_lock(&rec->ring_mu);
+    int n = rec->count;
+    CUstreamCaptureMode old = nvs_relaxed_begin();
+    for (int k = 0; k < n; k++) nvs_drv.cuEventSynchronize(rec->ring[(rec->head + k) % NVS_RING]);
+    nvs_relaxed_end(old);
+    rec->head = (rec->head + n) % NVS_RING;
+    rec->count = 0;
+    pthread_mutex_unlock(&rec->ring_mu);
+    return n;
+}
+
 /* Client thread. Stop new submissions, wait for calls already inside the driver, then finish the
- * work queued on every context seen on the device (relaxed capture mode, so another thread's
- * global-mode capture is not invalidated). If a context synchronisation is refused (e.g. by a
- * capture in progress), the checkpoint events recorded so far are waited on instead. */
+ * work queued on every context seen on the device: cuCtxSynchronize when no capture is in progress
+ * anywhere in the process (a "no capture" section: no capture can begin during it). While one is,
+ * cuCtxSynchronize is never called (even in relaxed mode the driver refuses it and invalidates
+ * another thread's global-mode capture): we wait on the checkpoint events only. Work submitted
+ * after a context's last checkpoint may then still be running when the lock is released (at most
+ * about NVSHARE_MAX_INFLIGHT / 8 calls per thread; all of it with NVSHARE_MAX_INFLIGHT=0). */
 void nvs_drain(nvs_dev *d)
 {
     uint64_t t0 = nvs_now_ns();
@@ -116,19 +139,19 @@ void nvs_drain(nvs_dev *d)
     nvs_drv.cuCtxGetCurrent(&prev);
     for (int i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
         if (nvs_drv.cuCtxSetCurrent(recs[i]->ctx) != CUDA_SUCCESS) continue;
-        CUstreamCaptureMode old = nvs_relaxed_begin();
-        CUresult r = nvs_drv.cuCtxSynchronize();
-        if (r != CUDA_SUCCESS) {
-            NVS_DEBUG("device %d: cuCtxSynchronize(%p) = %d; waiting on checkpoints instead",
-                      d->ordinal, (void *)recs[i]->ctx, r);
-            pthread_mutex_lock(&recs[i]->ring_mu);
-            for (int k = 0; k < recs[i]->count; k++)
-                nvs_drv.cuEventSynchronize(recs[i]->ring[(recs[i]->head + k) % NVS_RING]);
-            recs[i]->head = (recs[i]->head + recs[i]->count) % NVS_RING;
-            recs[i]->count = 0;
-            pthread_mutex_unlock(&recs[i]->ring_mu);
+        if (nvs_nocap_enter()) {
+            CUresult r = nvs_drv.cuCtxSynchronize();
+            nvs_nocap_leave();
+            if (r == CUDA_SUCCESS) continue;
+            int k = wait_checkpoints(recs[i]);
+            NVS_DEBUG("device %d: cuCtxSynchronize(%p) = %d; waited on %d checkpoint event(s) "
+                      "instead", d->ordinal, (void *)recs[i]->ctx, r, k);
+        } else {
+            int k = wait_checkpoints(recs[i]);
+            NVS_DEBUG("device %d: capture in progress: context %p drained by its %d checkpoint "
+                      "event(s) only (later work may still be running)",
+                      d->ordinal, (void *)recs[i]->ctx, k);
         }
-        nvs_relaxed_end(old);
     }
     nvs_drv.cuCtxSetCurrent(prev);
     uint64_t t2 = nvs_now_ns();

@@ -64,6 +64,17 @@ X(CUSTOM, cuMemGetInfo_v2, cuMemGetInfo, 3020, NONE, \
   (size_t *freeBytes, size_t *totalBytes), (freeBytes, totalBytes), NVS_NOSTREAM) \
 X(CUSTOM, cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, NONE, \
   (size_t *bytes, CUdevice dev), (bytes, dev), NVS_NOSTREAM) \
+/* ---- stream capture: counted, so that our own driver calls never disturb one (capture.c) - */ \
+X(CUSTOM, cuStreamBeginCapture, cuStreamBeginCapture, 0, PTSZ, \
+  (CUstream hStream), (hStream), NVS_NOSTREAM) \
+X(CUSTOM, cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, PTSZ, \
+  (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode), NVS_NOSTREAM) \
+X(CUSTOM, cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, PTSZ, \
+  (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, \
+   const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode), \
+  (hStream, hGraph, dependencies, dependencyData, numDependencies, mode), NVS_NOSTREAM) \
+X(CUSTOM, cuStreamEndCapture, cuStreamEndCapture, 0, PTSZ, \
+  (CUstream hStream, CUgraph *phGraph), (hStream, phGraph), NVS_NOSTREAM) \
 /* ---- kernel and graph launches ----------------------------------------------------------- */ \
 X(GATE, cuLaunchKernel, cuLaunchKernel, 0, PTSZ, \
   (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, \

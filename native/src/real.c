@@ -138,10 +138,12 @@ void nvs_relaxed_end(CUstreamCaptureMode old)
 }
 
 /* Whether work on `s` would be captured rather than run. An error (e.g. asking about the legacy
- * stream while a blocking stream captures) counts as capturing: we then stay out of the way. */
+ * stream while a blocking stream captures) counts as capturing: we then stay out of the way.
+ * With no capture in progress in the process, no query: a capture on `s` was counted before it
+ * began (capture.c), and this thread's call on `s` comes after that begin. */
 int nvs_stream_capturing(CUstream s, int per_thread)
 {
-    if (s == NVS_NOSTREAM) return 0;
+    if (s == NVS_NOSTREAM || !nvs_capture_any()) return 0;
     if (per_thread && s == NULL) s = CU_STREAM_PER_THREAD;
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult r = nvs_drv.cuStreamIsCapturing(s, &st);
@@ -172,5 +174,6 @@ static void atfork_child(void)
     nvs_alloc_reset_after_fork();
     nvs_client_reset_after_fork();
     nvs_devices_reset_after_fork(); /* re-initialises nvs_g.mu / cv */
+    nvs_capture_reset_after_fork();
     pthread_mutex_unlock(&init_mu);
 }

@@ -225,8 +225,9 @@ class App:
     """One cuda_app process. Steps are its argv; each step prints one JSON line."""
 
     def __init__(self, binary: Path, steps, env: dict, stderr_path: Path, lookup: str | None = None,
-                 ptds: bool = False, cuda_version: int | None = None):
-        args = [str(binary)]
+                 ptds: bool = False, cuda_version: int | None = None, cpu: int | None = None):
+        # taskset execs the program: the pid stays the program's
+        args = ["taskset", "-c", str(cpu), str(binary)] if cpu is not None else [str(binary)]
         if lookup:
             args += ["--lookup", lookup]
         if ptds:
@@ -406,8 +407,9 @@ class World:
         return clean_env(**base)
 
     def app(self, *steps, env: dict | None = None, lookup: str | None = None, ptds: bool = False,
-            cuda_version: int | None = None, preload: bool = True) -> App:
-        """Start cuda_app with `steps`; env holds extra variables (None removes one)."""
+            cuda_version: int | None = None, preload: bool = True, cpu: int | None = None) -> App:
+        """Start cuda_app with `steps`; env holds extra variables (None removes one); cpu pins it
+        (all its threads) to that CPU, where taskset exists."""
         self._n += 1
         e = self.env()
         for k, v in (env or {}).items():
@@ -417,7 +419,10 @@ class World:
                 e[k] = str(v)
         if not preload:
             e.pop("LD_PRELOAD", None)
-        a = App(self.artifacts.app, steps, e, self.dir / f"app{self._n}.stderr", lookup, ptds, cuda_version)
+        if cpu is not None and shutil.which("taskset") is None:
+            cpu = None
+        a = App(self.artifacts.app, steps, e, self.dir / f"app{self._n}.stderr", lookup, ptds, cuda_version,
+                cpu)
         self.apps.append(a)
         return a
 

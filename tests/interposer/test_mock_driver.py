@@ -53,16 +53,59 @@ def test_unsafe_call_during_global_capture_invalidates_it(world):
     assert app.wait_step("capture-end")["ret"] == CAPTURE_INVALIDATED
 
 
-@pytest.mark.parametrize("capture_mode, thread_mode", [("global", "relaxed"), ("thread", "global"),
-                                                        ("relaxed", "global")])
-def test_unsafe_call_is_allowed_when_relaxed_or_not_global(world, capture_mode, thread_mode):
+def test_ctx_synchronize_in_relaxed_mode_still_invalidates_another_threads_global_capture(world):
+    """As measured on an H200: relaxed mode does not make cuCtxSynchronize legal during another
+    thread's global-mode capture; it is refused and the capture is invalidated."""
+    app = run(world, "init", "ctx", 0, "stream", "capture-begin", "global", "launch", 2,
+              "thread", "{", "ctx", 0, "capmode", "relaxed", "ctxsync", "}", "join", "capture-end")
+    assert app.wait_step("ctxsync")["ret"] == CAPTURE_UNSUPPORTED
+    assert app.wait_step("capture-end")["ret"] == CAPTURE_INVALIDATED
+
+
+@pytest.mark.parametrize("capture_mode, thread_mode, call", [
+    ("global", "relaxed", ["alloc", "1M"]),  # relaxed mode: other unsafe calls are allowed
+    ("thread", "global", ["ctxsync"]), ("relaxed", "global", ["ctxsync"])])
+def test_unsafe_call_is_allowed_when_relaxed_or_not_global(world, capture_mode, thread_mode, call):
     app = run(world, "init", "ctx", 0, "stream", "capture-begin", capture_mode, "launch", 2,
-              "thread", "{", "ctx", 0, "capmode", thread_mode, "ctxsync", "}", "join", "capture-end",
+              "thread", "{", "ctx", 0, "capmode", thread_mode, *call, "}", "join", "capture-end",
               "graph-launch")
-    assert app.wait_step("ctxsync")["ret"] == 0
+    assert app.wait_step(call[0])["ret"] == 0
     assert app.wait_step("capture-end")["ret"] == 0
     assert app.wait_step("graph-launch")["ret"] == 0
     assert [e.get("captured") for e in world.log.work(app.pid)] == [None], "only the graph launch ran"
+
+
+@pytest.mark.parametrize("begin, ptds, expected", [
+    (["capture-begin-v1"], False, "cuStreamBeginCapture"),
+    (["capture-begin-v1"], True, "cuStreamBeginCapture_ptsz"),
+    (["capture-begin-tograph", "global"], False, "cuStreamBeginCaptureToGraph"),
+    (["capture-begin-tograph", "global"], True, "cuStreamBeginCaptureToGraph_ptsz")])
+def test_other_capture_begins_are_global_captures(world, begin, ptds, expected):
+    app = run(world, "init", "ctx", 0, "stream", *begin, "launch", 2,
+              "thread", "{", "ctx", 0, "ctxsync", "}", "join", "capture-end", ptds=ptds)
+    assert app.wait_step(begin[0])["ret"] == 0
+    assert [e["ret"] for e in world.log.entries(app.pid, expected)] == [0]
+    assert app.wait_step("ctxsync")["ret"] == CAPTURE_UNSUPPORTED
+    assert app.wait_step("capture-end")["ret"] == CAPTURE_INVALIDATED
+
+
+def test_capture_to_graph_ends_with_the_given_graph(world):
+    app = run(world, "init", "ctx", 0, "stream", "capture-begin-tograph", "relaxed", "launch", 3,
+              "is-capturing", "capture-end", "graph-launch")
+    begin = app.wait_step("capture-begin-tograph")
+    assert begin["ret"] == 0
+    assert app.wait_step("is-capturing")["status"] == 1
+    end = app.wait_step("capture-end")
+    assert (end["ret"], end["graph"]) == (0, begin["graph"])
+    assert app.wait_step("graph-launch")["ret"] == 0
+    assert world.log.entries(app.pid, "cuStreamEndCapture")[0]["nodes"] == 3
+
+
+def test_capture_queries_and_mode_exchanges_are_logged(world):
+    app = run(world, "init", "ctx", 0, "stream", "is-capturing", "capmode", "relaxed")
+    assert [(e["ret"], e["status"]) for e in world.log.entries(app.pid, "cuStreamIsCapturing")] == [(0, 0)]
+    (xchg,) = world.log.entries(app.pid, "cuThreadExchangeStreamCaptureMode")
+    assert (xchg["ret"], xchg["mode"], xchg["previous"]) == (0, 2, 0)
 
 
 def test_gated_calls_are_logged_with_intervals(world):

@@ -1,6 +1,7 @@
 """The application is never harmed: no scheduler, a scheduler that dies and comes back, waiting for
 a scheduler on request, fork, several GPUs, CUDA_VISIBLE_DEVICES, and what the library prints."""
 
+import os
 import signal
 import socket
 import threading
@@ -22,6 +23,18 @@ def test_no_scheduler_runs_ungated_with_one_warning(world):
     lines = app.stderr().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"nvshare[{app.pid}]: warning"), lines
     assert world.log.entries(app.pid, "cuMemAllocManaged"), "allocations are converted all the same"
+
+
+def test_warning_is_printed_before_waiting_threads_run_ungated(world):
+    """A program that exits right after its first gated call (which waited for the client thread
+    to find no scheduler) still prints its one warning: the client prints it before it lets the
+    waiting threads run. The race it guards against is a matter of timing: several runs, each on
+    one CPU, where the woken application thread tends to run before the client thread goes on."""
+    cpu = min(os.sched_getaffinity(0))
+    for _ in range(10):
+        app = world.run("init", "ctx", 0, "launch", 1, timeout=30, cpu=cpu)
+        assert app.wait_step("launch")["ret"] == 0
+        assert len(_warnings(app)) == 1, f"pid {app.pid}: {app.stderr()!r}"
 
 
 def test_require_scheduler_waits_until_one_appears(world):

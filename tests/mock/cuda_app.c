@@ -37,6 +37,8 @@
  *   streamsync / ctxsync      cuStreamSynchronize(current) / cuCtxSynchronize
  *   capmode global|thread|relaxed   cuThreadExchangeStreamCaptureMode for this thread
  *   capture-begin MODE        cuStreamBeginCapture_v2 on the current stream
+ *   capture-begin-v1          cuStreamBeginCapture (v1: global mode) on the current stream
+ *   capture-begin-tograph MODE   cuGraphCreate, then cuStreamBeginCaptureToGraph into that graph
  *   capture-end               cuStreamEndCapture (keeps the graph)
  *   is-capturing              cuStreamIsCapturing(current)
  *   graph-launch              instantiate the last graph and launch it on the current stream
@@ -120,6 +122,10 @@ typedef CUresult (*gpa2_t)(const char *, void **, int, unsigned long long, int *
     X(StreamIsCapturing, cuStreamIsCapturing, cuStreamIsCapturing_ptsz, cuStreamIsCapturing, 0)    \
     X(StreamBeginCapture, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture, 0) \
     X(StreamEndCapture, cuStreamEndCapture, cuStreamEndCapture_ptsz, cuStreamEndCapture, 0)        \
+    X(StreamBeginCaptureV1, cuStreamBeginCapture, cuStreamBeginCapture_ptsz, cuStreamBeginCapture, 10000) \
+    X(StreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph_ptsz,    \
+      cuStreamBeginCaptureToGraph, 0)                                                              \
+    X(GraphCreate, cuGraphCreate, 0, cuGraphCreate, 0)                                             \
     X(ThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 0,                       \
       cuThreadExchangeStreamCaptureMode, 0)                                                        \
     X(GraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 0, cuGraphInstantiateWithFlags, 0)   \
@@ -203,6 +209,7 @@ API(DECL_LEGACY)
 #define PT_NAMES(X)                                                                                \
     X(cuStreamSynchronize_ptsz) X(cuStreamIsCapturing_ptsz) X(cuStreamBeginCapture_v2_ptsz)        \
     X(cuStreamEndCapture_ptsz) X(cuEventRecord_ptsz) X(cuMemAllocAsync_ptsz)                       \
+    X(cuStreamBeginCapture_ptsz) X(cuStreamBeginCaptureToGraph_ptsz)                               \
     X(cuMemAllocFromPoolAsync_ptsz) X(cuMemFreeAsync_ptsz) X(cuLaunchKernel_ptsz)                  \
     X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel_ptsz) X(cuGraphLaunch_ptsz)               \
     X(cuLaunchHostFunc_ptsz) X(cuMemcpy_ptds) X(cuMemcpyAsync_ptsz) X(cuMemcpyPeer_ptds)           \
@@ -877,9 +884,27 @@ static int run_steps(char **av, int i, int to)
             ARGS(1);
             emit_ret(st, F(StreamBeginCapture, CUstream, int)(t_stream, capture_mode_arg(av[i + 1])));
             i += 2;
+        } else if (strcmp(st, "capture-begin-v1") == 0) {
+            emit_ret(st, F(StreamBeginCaptureV1, CUstream)(t_stream));
+            i += 1;
+        } else if (strcmp(st, "capture-begin-tograph") == 0) {
+            ARGS(1);
+            CUgraph g = NULL;
+            r = F(GraphCreate, CUgraph *, unsigned)(&g, 0);
+            if (!r) r = F(StreamBeginCaptureToGraph, CUstream, CUgraph, const void *, const void *, size_t, int)(
+                    t_stream, g, NULL, NULL, 0, capture_mode_arg(av[i + 1]));
+            o_begin(&o, st);
+            o_int(&o, "ret", r);
+            o_u64(&o, "graph", (unsigned long long)(uintptr_t)g);
+            o_end(&o);
+            i += 2;
         } else if (strcmp(st, "capture-end") == 0) {
             g_graph = NULL;
-            emit_ret(st, F(StreamEndCapture, CUstream, CUgraph *)(t_stream, &g_graph));
+            r = F(StreamEndCapture, CUstream, CUgraph *)(t_stream, &g_graph);
+            o_begin(&o, st);
+            o_int(&o, "ret", r);
+            o_u64(&o, "graph", (unsigned long long)(uintptr_t)g_graph);
+            o_end(&o);
             i += 1;
         } else if (strcmp(st, "is-capturing") == 0) {
             int status = -1;

@@ -14,6 +14,7 @@
  *   MOCK_CUDA_DEVICES      number of physical devices (default 1)
  *   MOCK_CUDA_TOTAL_MEM    bytes per device (default 16 GiB; K/M/G/T suffixes accepted)
  *   MOCK_CUDA_WORK_US      every gated call (launch, copy, memset, ...) sleeps this long (default 0)
+ *   MOCK_CUDA_SYNC_US      a cuCtxSynchronize that is allowed sleeps this long (default 0)
  *   MOCK_CUDA_PITCH_ALIGN  CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT (default 32; 0 = the attribute
  *                          query fails, as if unknown)
  *   MOCK_CUDA_LOG          file that receives one JSON line per logged call (O_APPEND, one write each)
@@ -34,6 +35,12 @@
  * (cuThreadExchangeStreamCaptureMode) is not RELAXED is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
  * (900) and invalidates the capture when that capture is the thread's own (not begun in relaxed mode),
  * or another thread's begun in GLOBAL mode while the calling thread is in GLOBAL mode.
+ * cuCtxSynchronize is stricter, as measured on an H200 (CUDA 13): another thread's GLOBAL-mode
+ * capture is refused and invalidated EVEN when the calling thread is in RELAXED mode (relaxed mode
+ * does not make synchronising every stream, the capturing one included, legal).
+ * cuStreamIsCapturing and cuThreadExchangeStreamCaptureMode are logged too (tests count them).
+ * Captures begin with cuStreamBeginCapture (v1: global mode), cuStreamBeginCapture_v2 or
+ * cuStreamBeginCaptureToGraph (into a graph from cuGraphCreate; cuStreamEndCapture returns that graph).
  *
  * Internal calls never go through the exported cu* names (an LD_PRELOADed interposer would catch
  * them): the code uses static helpers, and cuGetProcAddress hands out addresses taken through hidden
@@ -163,6 +170,7 @@ static int g_visible[MAX_DEVICES];   /* ordinal -> physical index */
 static int g_ndev = 1;               /* visible devices */
 static size_t g_total_mem = 16ull << 30;
 static long g_work_us = 0;
+static long g_sync_us = 0;
 static long g_pitch_align = 32;
 static int g_log_fd = -1;
 static volatile int g_initialized = 0;
@@ -190,6 +198,7 @@ struct mock_stream {
     int capture_mode;
     pid_t capture_tid;
     int capture_nodes;
+    struct mock_graph *capture_graph; /* cuStreamBeginCaptureToGraph's graph, else NULL */
     struct mock_stream *next;
 };
 #define STREAM_MAGIC 0x57EA57EAu
@@ -287,6 +296,7 @@ static void init_once(void)
     if (g_physical_devices > MAX_DEVICES) g_physical_devices = MAX_DEVICES;
     g_total_mem = parse_size(getenv("MOCK_CUDA_TOTAL_MEM"), 16ull << 30);
     if ((s = getenv("MOCK_CUDA_WORK_US")) && *s) g_work_us = atol(s);
+    if ((s = getenv("MOCK_CUDA_SYNC_US")) && *s) g_sync_us = atol(s);
     if ((s = getenv("MOCK_CUDA_PITCH_ALIGN")) && *s) g_pitch_align = atol(s);
 
     s = getenv("CUDA_VISIBLE_DEVICES");
@@ -395,8 +405,10 @@ static void sleep_work(long long t0)
     }
 }
 
-/* The "potentially unsafe during capture" rule. Returns 900 (and invalidates) when refused. */
-static CUresult capture_check(const char *fn, CUstream own_stream)
+/* The "potentially unsafe during capture" rule. Returns 900 (and invalidates) when refused.
+ * syncs_all: the call synchronises every stream (cuCtxSynchronize): relaxed mode does not excuse it
+ * towards another thread's global-mode capture. */
+static CUresult capture_check(const char *fn, CUstream own_stream, int syncs_all)
 {
     if (__atomic_load_n(&g_active_captures, __ATOMIC_ACQUIRE) == 0) return CUDA_SUCCESS;
     pid_t me = gettid_();
@@ -406,6 +418,7 @@ static CUresult capture_check(const char *fn, CUstream own_stream)
         if (!s->alive || s->capture_status != CAPTURE_STATUS_ACTIVE) continue;
         int bad = 0;
         if (s == own_stream) bad = 1; /* synchronizing the capturing stream itself */
+        else if (syncs_all && s->capture_tid != me && s->capture_mode == CAPTURE_MODE_GLOBAL) bad = 1;
         else if (t_capture_mode == CAPTURE_MODE_RELAXED) bad = 0;
         else if (s->capture_tid == me && s->capture_mode != CAPTURE_MODE_RELAXED) bad = 1;
         else if (s->capture_tid != me && s->capture_mode == CAPTURE_MODE_GLOBAL &&
@@ -858,7 +871,11 @@ CUresult cuCtxSynchronize(void)
 {
     long long t0 = now_ns();
     CUresult r = need_ctx();
-    if (!r) r = capture_check("cuCtxSynchronize", NULL);
+    if (!r) r = capture_check("cuCtxSynchronize", NULL, 1);
+    if (!r && g_sync_us > 0) {
+        struct timespec ts = {g_sync_us / 1000000, (g_sync_us % 1000000) * 1000};
+        while (nanosleep(&ts, &ts) && errno == EINTR) {}
+    }
     log_line("cuCtxSynchronize", t0, now_ns(), cur_dev(), r, ",\"thread_mode\":%d", t_capture_mode);
     return r;
 }
@@ -868,7 +885,7 @@ CUresult cuCtxSynchronize(void)
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    CUresult r = capture_check("cuMemAlloc_v2", NULL);
+    CUresult r = capture_check("cuMemAlloc_v2", NULL, 0);
     if (r) return r;
     return do_alloc("cuMemAlloc_v2", dptr, bytesize, KIND_DEVICE, 0, NULL);
 }
@@ -884,7 +901,7 @@ CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytesize)
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                             unsigned int ElementSizeBytes)
 {
-    CUresult r = capture_check("cuMemAllocPitch_v2", NULL);
+    CUresult r = capture_check("cuMemAllocPitch_v2", NULL, 0);
     if (r) return r;
     if (!pPitch || WidthInBytes == 0 || Height == 0 ||
         (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)) {
@@ -903,7 +920,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
 
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
-    CUresult r = capture_check("cuMemAllocManaged", NULL);
+    CUresult r = capture_check("cuMemAllocManaged", NULL, 0);
     if (r) return r;
     return do_alloc("cuMemAllocManaged", dptr, bytesize, KIND_MANAGED, flags, NULL);
 }
@@ -919,7 +936,7 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemo
 
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-    CUresult r = capture_check("cuMemFree_v2", NULL);
+    CUresult r = capture_check("cuMemFree_v2", NULL, 0);
     if (r) return r;
     return do_free("cuMemFree_v2", dptr, 0, NULL);
 }
@@ -1419,6 +1436,7 @@ static CUresult stream_destroy(CUstream s)
     pthread_mutex_lock(&g_mu);
     if (s->capture_status != CAPTURE_STATUS_NONE) {
         s->capture_status = CAPTURE_STATUS_NONE;
+        s->capture_graph = NULL;
         g_active_captures--;
     }
     s->alive = 0; /* kept in the list: stale handles stay detectable */
@@ -1434,7 +1452,7 @@ static CUresult stream_sync(const char *fn, CUstream s)
     long long t0 = now_ns();
     CUresult r = need_ctx();
     if (!r) r = check_stream(s);
-    if (!r) r = capture_check(fn, stream_is_special(s) ? NULL : s);
+    if (!r) r = capture_check(fn, stream_is_special(s) ? NULL : s, 0);
     log_line(fn, t0, now_ns(), cur_dev(), r, ",\"stream\":%lu,\"thread_mode\":%d",
              (unsigned long)(uintptr_t)s, t_capture_mode);
     return r;
@@ -1443,20 +1461,26 @@ static CUresult stream_sync(const char *fn, CUstream s)
 CUresult cuStreamSynchronize(CUstream s) { return stream_sync("cuStreamSynchronize", s); }
 CUresult cuStreamSynchronize_ptsz(CUstream s) { return stream_sync("cuStreamSynchronize_ptsz", s); }
 
-static CUresult is_capturing(CUstream s, CUstreamCaptureStatus *st)
+static CUresult is_capturing(const char *fn, CUstream s, CUstreamCaptureStatus *st)
 {
+    long long t0 = now_ns();
     CUresult r = need_init();
-    if (r) return r;
-    if (!st) return CUDA_ERROR_INVALID_VALUE;
-    if ((r = check_stream(s))) return r;
-    *st = stream_is_special(s) ? CAPTURE_STATUS_NONE : s->capture_status;
-    return CUDA_SUCCESS;
+    if (!r && !st) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r) r = check_stream(s);
+    if (!r) *st = stream_is_special(s) ? CAPTURE_STATUS_NONE : s->capture_status;
+    log_line(fn, t0, now_ns(), cur_dev(), r, ",\"stream\":%lu,\"status\":%d", (unsigned long)(uintptr_t)s,
+             r ? -1 : *st);
+    return r;
 }
 
-CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st) { return is_capturing(s, st); }
-CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st) { return is_capturing(s, st); }
+CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st) { return is_capturing("cuStreamIsCapturing", s, st); }
+CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st)
+{ return is_capturing("cuStreamIsCapturing_ptsz", s, st); }
 
-static CUresult begin_capture(const char *fn, CUstream s, int mode)
+static int valid_graph(CUgraph g) { return g && g->magic == GRAPH_MAGIC && g->alive; }
+
+/* graph: NULL, or the graph cuStreamBeginCaptureToGraph captures into */
+static CUresult begin_capture(const char *fn, CUstream s, int mode, CUgraph graph)
 {
     long long t0 = now_ns();
     CUresult r = need_ctx();
@@ -1472,6 +1496,7 @@ static CUresult begin_capture(const char *fn, CUstream s, int mode)
             s->capture_mode = mode;
             s->capture_tid = gettid_();
             s->capture_nodes = 0;
+            s->capture_graph = graph;
             __atomic_add_fetch(&g_active_captures, 1, __ATOMIC_RELEASE);
         }
         pthread_mutex_unlock(&g_mu);
@@ -1480,16 +1505,42 @@ static CUresult begin_capture(const char *fn, CUstream s, int mode)
     return r;
 }
 
-CUresult cuStreamBeginCapture(CUstream s) { return begin_capture("cuStreamBeginCapture", s, CAPTURE_MODE_GLOBAL); }
-CUresult cuStreamBeginCapture_ptsz(CUstream s) { return begin_capture("cuStreamBeginCapture_ptsz", s, CAPTURE_MODE_GLOBAL); }
-CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) { return begin_capture("cuStreamBeginCapture_v2", s, m); }
-CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) { return begin_capture("cuStreamBeginCapture_v2_ptsz", s, m); }
+CUresult cuStreamBeginCapture(CUstream s) { return begin_capture("cuStreamBeginCapture", s, CAPTURE_MODE_GLOBAL, NULL); }
+CUresult cuStreamBeginCapture_ptsz(CUstream s)
+{ return begin_capture("cuStreamBeginCapture_ptsz", s, CAPTURE_MODE_GLOBAL, NULL); }
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m)
+{ return begin_capture("cuStreamBeginCapture_v2", s, m, NULL); }
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m)
+{ return begin_capture("cuStreamBeginCapture_v2_ptsz", s, m, NULL); }
+
+/* CUDA 12.3+. Dependencies (nodes of hGraph) are not modelled: none may be given. */
+static CUresult begin_capture_to_graph(const char *fn, CUstream s, CUgraph g, const CUgraphNode *deps,
+                                       const void *edge_data, size_t ndeps, int mode)
+{
+    (void)deps;
+    (void)edge_data;
+    if (!valid_graph(g) || ndeps != 0) {
+        long long t = now_ns();
+        log_line(fn, t, t, cur_dev(), CUDA_ERROR_INVALID_VALUE, ",\"stream\":%lu,\"mode\":%d",
+                 (unsigned long)(uintptr_t)s, mode);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return begin_capture(fn, s, mode, g);
+}
+
+CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps, const void *edge_data,
+                                     size_t ndeps, CUstreamCaptureMode m)
+{ return begin_capture_to_graph("cuStreamBeginCaptureToGraph", s, g, deps, edge_data, ndeps, m); }
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps, const void *edge_data,
+                                          size_t ndeps, CUstreamCaptureMode m)
+{ return begin_capture_to_graph("cuStreamBeginCaptureToGraph_ptsz", s, g, deps, edge_data, ndeps, m); }
 
 static CUresult end_capture(const char *fn, CUstream s, CUgraph *pg)
 {
     long long t0 = now_ns();
     CUresult r = need_ctx();
     int nodes = 0;
+    struct mock_graph *into = NULL;
     if (!r && !pg) r = CUDA_ERROR_INVALID_VALUE;
     if (!r && stream_is_special(s)) r = CUDA_ERROR_ILLEGAL_STATE;
     if (!r) r = check_stream(s);
@@ -1502,12 +1553,17 @@ static CUresult end_capture(const char *fn, CUstream s, CUgraph *pg)
         } else {
             if (s->capture_status == CAPTURE_STATUS_INVALIDATED) r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
             nodes = s->capture_nodes;
+            into = s->capture_graph;
+            s->capture_graph = NULL;
             s->capture_status = CAPTURE_STATUS_NONE;
             __atomic_sub_fetch(&g_active_captures, 1, __ATOMIC_RELEASE);
         }
         pthread_mutex_unlock(&g_mu);
     }
-    if (!r) {
+    if (!r && into) {
+        into->nodes += nodes; /* captured into the application's graph */
+        *pg = into;
+    } else if (!r) {
         struct mock_graph *g = calloc(1, sizeof *g);
         if (!g) {
             r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1530,16 +1586,36 @@ CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *pg) { return end_capture("
 
 CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
+    long long t0 = now_ns();
     ensure_config();
-    if (!mode || *mode < 0 || *mode > 2) return CUDA_ERROR_INVALID_VALUE;
+    if (!mode || *mode < 0 || *mode > 2) {
+        log_line("cuThreadExchangeStreamCaptureMode", t0, now_ns(), cur_dev(), CUDA_ERROR_INVALID_VALUE, "");
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     int old = t_capture_mode;
     t_capture_mode = *mode;
     *mode = old;
+    log_line("cuThreadExchangeStreamCaptureMode", t0, now_ns(), cur_dev(), CUDA_SUCCESS,
+             ",\"mode\":%d,\"previous\":%d", t_capture_mode, old);
     return CUDA_SUCCESS;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* graphs                                                                                      */
+
+CUresult cuGraphCreate(CUgraph *pg, unsigned int flags)
+{
+    CUresult r = need_ctx();
+    if (r) return r;
+    if (!pg || flags) return CUDA_ERROR_INVALID_VALUE;
+    struct mock_graph *g = calloc(1, sizeof *g);
+    if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+    g->magic = GRAPH_MAGIC;
+    g->alive = 1;
+    g->dev = cur_dev();
+    *pg = g;
+    return CUDA_SUCCESS;
+}
 
 static CUresult instantiate(CUgraphExec *pe, CUgraph g)
 {
@@ -1619,7 +1695,7 @@ CUresult cuEventQuery(CUevent e)
     long long t0 = now_ns();
     CUresult r = need_init();
     if (!r && !valid_event(e)) r = CUDA_ERROR_INVALID_HANDLE;
-    if (!r) r = capture_check("cuEventQuery", NULL);
+    if (!r) r = capture_check("cuEventQuery", NULL, 0);
     log_line("cuEventQuery", t0, now_ns(), cur_dev(), r, ",\"thread_mode\":%d", t_capture_mode);
     return r; /* every recorded event is complete at once */
 }
@@ -1629,7 +1705,7 @@ CUresult cuEventSynchronize(CUevent e)
     long long t0 = now_ns();
     CUresult r = need_init();
     if (!r && !valid_event(e)) r = CUDA_ERROR_INVALID_HANDLE;
-    if (!r) r = capture_check("cuEventSynchronize", NULL);
+    if (!r) r = capture_check("cuEventSynchronize", NULL, 0);
     log_line("cuEventSynchronize", t0, now_ns(), cur_dev(), r, ",\"thread_mode\":%d", t_capture_mode);
     return r;
 }
@@ -1703,8 +1779,9 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     X(cuStreamSynchronize_ptsz) X(cuStreamIsCapturing) X(cuStreamIsCapturing_ptsz)                 \
     X(cuStreamBeginCapture) X(cuStreamBeginCapture_ptsz) X(cuStreamBeginCapture_v2)                \
     X(cuStreamBeginCapture_v2_ptsz) X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)               \
+    X(cuStreamBeginCaptureToGraph) X(cuStreamBeginCaptureToGraph_ptsz)                             \
     X(cuThreadExchangeStreamCaptureMode)                                                           \
-    X(cuGraphInstantiate) X(cuGraphInstantiate_v2) X(cuGraphInstantiateWithFlags)                  \
+    X(cuGraphCreate) X(cuGraphInstantiate) X(cuGraphInstantiate_v2) X(cuGraphInstantiateWithFlags) \
     X(cuGraphDestroy) X(cuGraphExecDestroy)                                                        \
     X(cuEventCreate) X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize)  \
     X(cuEventDestroy) X(cuEventDestroy_v2)
@@ -1760,8 +1837,9 @@ static const struct gpa_entry { const char *base; int v2; char pt; } g_gpa[] = {
     {"cuStreamWriteValue64", 11070, 'z'},
     {"cuStreamCreate", 0, 0}, {"cuStreamDestroy", 4000, 0}, {"cuStreamSynchronize", 0, 'z'},
     {"cuStreamIsCapturing", 0, 'z'}, {"cuStreamBeginCapture", 10010, 'z'}, {"cuStreamEndCapture", 0, 'z'},
+    {"cuStreamBeginCaptureToGraph", 0, 'z'},
     {"cuThreadExchangeStreamCaptureMode", 0, 0},
-    {"cuGraphInstantiate", 11000, 0}, {"cuGraphInstantiateWithFlags", 0, 0}, {"cuGraphDestroy", 0, 0},
+    {"cuGraphCreate", 0, 0}, {"cuGraphInstantiate", 11000, 0}, {"cuGraphInstantiateWithFlags", 0, 0}, {"cuGraphDestroy", 0, 0},
     {"cuGraphExecDestroy", 0, 0},
     {"cuEventCreate", 0, 0}, {"cuEventRecord", 0, 'z'}, {"cuEventQuery", 0, 0},
     {"cuEventSynchronize", 0, 0}, {"cuEventDestroy", 4000, 0},
