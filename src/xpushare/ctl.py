@@ -118,6 +118,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
 
 
+COMMAND_WIDTH = 60
+
+
 def render_status(status: dict, file=None) -> None:
     """Two tables (GPUs, clients) with rich."""
     from rich.console import Console
@@ -143,8 +146,10 @@ def render_status(status: dict, file=None) -> None:
     console.print(gpus if status.get("gpus") else "No GPUs known yet.")
 
     clients = Table(title="Clients", title_justify="left")
-    for col in ("PID", "UID", "State", "GPU", "Memory", "Pod", "Command"):
-        clients.add_column(col, no_wrap=True, overflow="ellipsis")
+    for col in ("PID", "UID", "State", "GPU", "Memory", "Pod"):
+        clients.add_column(col, no_wrap=True)
+    # The command line is the column that gives way, so a long one never squeezes the others.
+    clients.add_column("Command", no_wrap=True, overflow="ellipsis", max_width=COMMAND_WIDTH)
     for c in status.get("clients", []):
         gpu_cells = [f"{'-' if d['index'] is None else d['index']}:{d['state']}" for d in c["gpus"]]
         mem = [format_size(d["managed_bytes"] + d["other_bytes"]) for d in c["gpus"]]

@@ -90,3 +90,23 @@ def test_ensure_socket_dir_refuses_a_directory_of_another_user(tmp_path):
     os.chown(d, 65534, 65534)
     with pytest.raises(PermissionError, match="owned by uid 65534"):
         paths.ensure_socket_dir(d / "s.sock")
+
+
+def test_status_table_keeps_state_whole_next_to_a_long_command():
+    """A long command line gives way; the state, GPU and memory cells are never cut."""
+    import io
+
+    from xpushare.ctl import render_status
+
+    status = {
+        "scheduler": {"version": "0.1.0", "pid": 1, "socket": "/s"},
+        "gpus": [],
+        "clients": [{"pid": 4242, "uid": 1000, "state": "holding",
+                     "gpus": [{"index": 0, "state": "holding", "managed_bytes": 5 << 30, "other_bytes": 0}],
+                     "pod": None, "pod_hint": None, "command": "python3 " + "x" * 500}],
+    }
+    out = io.StringIO()
+    render_status(status, file=out)
+    text = out.getvalue()
+    assert "4242" in text and "0:holding" in text and "5GiB" in text, text
+    assert "x" * 100 not in text  # the command was shortened instead

@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from ..waiting import poll  # noqa: F401  (re-exported for the tests)
 
 REPO = Path(__file__).resolve().parents[2]
 MOCK_SRC = REPO / "tests" / "mock"
@@ -47,17 +48,6 @@ _GATED_PREFIXES = ("cuLaunch", "cuGraphLaunch", "cuMemcpy", "cuMemset", "cuStrea
 def is_gated(fn: str) -> bool:
     return fn.startswith(_GATED_PREFIXES)
 
-
-def poll(cond, timeout: float = 15.0, interval: float = 0.02, what: str = "condition"):
-    """Return cond()'s first truthy value; AssertionError after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def clean_env(**extra) -> dict:

@@ -22,6 +22,7 @@ import xpushare
 
 from xpushare.kubernetes.proto import deviceplugin_pb2 as pb
 from xpushare.kubernetes.proto import deviceplugin_pb2_grpc as pb_grpc
+from ..waiting import poll
 
 
 class _Registration(pb_grpc.RegistrationServicer):
@@ -174,10 +175,4 @@ class PluginProcess:
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out waiting for {what}")
+    return poll(predicate, timeout, interval, what)
