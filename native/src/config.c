@@ -15,7 +15,7 @@
  *                                                 context with cuBLAS/cuDNN takes (747 MiB measured)
  * NVSHARE_IDLE_RELEASE_MS       250               release a held lock after this long without a
  *                                                 gated call; 0 = never
- * NVSHARE_MAX_INFLIGHT          256               bound on queued gated calls per device context
+ * NVSHARE_MAX_INFLIGHT          1024             bound on queued gated calls per device context
  *                                                 (a checkpoint event every N/8 calls); 0 = unbounded
  * NVSHARE_CUDA_LIBRARY          libcuda.so.1      the real driver to dlopen
  *
@@ -154,7 +154,7 @@ void nvs_config_load(void)
     c->context_reserve = 768ull << 20;
     if (env_size("NVSHARE_CONTEXT_RESERVE", &v)) c->context_reserve = v;
     c->idle_release_ms = (unsigned)env_long("NVSHARE_IDLE_RELEASE_MS", 250, 0, 86400000);
-    c->max_inflight = (unsigned)env_long("NVSHARE_MAX_INFLIGHT", 256, 0, 1 << 24);
+    c->max_inflight = (unsigned)env_long("NVSHARE_MAX_INFLIGHT", 1024, 0, 1 << 24);
     const char *lib = getenv("NVSHARE_CUDA_LIBRARY");
     copy_str(c->cuda_library, sizeof(c->cuda_library), lib && *lib ? lib : "libcuda.so.1");
     copy_str(c->pod_name, sizeof(c->pod_name), getenv("NVSHARE_POD_NAME"));
