@@ -1,0 +1,338 @@
+"""The footprint a client reports (MEM_UPDATE, docs/protocol.md): sent before every REQ_LOCK with
+the device's current managed and other bytes, coalesced to at most one per device per 100 ms when
+it changes, and visible per GPU in `nvsharectl status --json`.
+
+A small in-process scheduler (RecordingScheduler) speaks the protocol with the real libnvshare.so
+and records every frame the library sends, in order, so a test can check what came before what.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from xpushare.protocol import (
+    Attached,
+    DeviceMsg,
+    DropReason,
+    FrameDecoder,
+    Grant,
+    MessageType,
+    ProtocolError,
+    Welcome,
+    encode,
+)
+
+from .harness import MIB, SRC, clean_env, poll, uuid_of
+
+KIB = 1 << 10
+MEM_UPDATE_PERIOD_S = 0.1  # docs/protocol.md: at most one MEM_UPDATE per device per 100 ms
+
+
+def _wait(cond: Callable[[], object], timeout: float, what: Callable[[], str], interval: float = 0.02):
+    """poll(), with a failure message built when it fails (what was seen last, not at the start)."""
+    try:
+        return poll(cond, timeout, interval)
+    except AssertionError:
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what()}") from None
+
+
+# Messages from the library that name a device (their payload starts with `u32 device`).
+_DEVICE_TYPES = (MessageType.ATTACH, MessageType.REQ_LOCK, MessageType.LOCK_RELEASED,
+                 MessageType.MEM_UPDATE)
+
+
+@dataclass
+class Received:
+    at: float  # time.monotonic() when it was decoded
+    conn: int
+    type: MessageType
+    msg: object  # the decoded payload
+
+    @property
+    def device(self) -> int | None:
+        return self.msg.device if self.type in _DEVICE_TYPES else None
+
+    @property
+    def footprint(self) -> tuple[int, int]:
+        return self.msg.managed_bytes, self.msg.other_bytes
+
+
+class RecordingScheduler:
+    """A minimal scheduler: WELCOME to HELLO, ATTACHED (no capacity opinion) to ATTACH, LOCK_OK
+    (no quantum) to REQ_LOCK at once; DROP_LOCK only when a test asks. Records every frame."""
+
+    def __init__(self, path):
+        self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._srv.bind(str(path))
+        self._srv.listen(16)
+        self._srv.settimeout(0.2)
+        self._stop = threading.Event()
+        self._mu = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._send_mu = threading.Lock()
+        self.received: list[Received] = []
+        self.errors: list[str] = []
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._srv.accept()
+            except OSError:
+                continue
+            with self._mu:
+                n = len(self._conns)
+                self._conns.append(conn)
+            t = threading.Thread(target=self._serve, args=(conn, n), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _send(self, conn: socket.socket, frame: bytes):
+        with self._send_mu:
+            conn.sendall(frame)
+
+    def _serve(self, conn: socket.socket, n: int):
+        decoder = FrameDecoder()
+        conn.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                data = conn.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+            decoder.feed(data)
+            try:
+                for frame in decoder.frames():
+                    self._handle(conn, n, frame.type, frame.decode())
+            except (ProtocolError, OSError) as e:
+                self.errors.append(f"connection {n}: {e}")
+                break
+        conn.close()
+
+    def _handle(self, conn, n, mtype, msg):
+        with self._mu:
+            self.received.append(Received(time.monotonic(), n, mtype, msg))
+        if mtype == MessageType.HELLO:
+            self._send(conn, encode(Welcome(client_id=n + 1)))
+        elif mtype == MessageType.ATTACH:
+            self._send(conn, encode(Attached(device=msg.device, capacity=0)))
+        elif mtype == MessageType.REQ_LOCK:
+            self._send(conn, encode(Grant(device=msg.device, quantum_ms=0)))
+
+    def drop(self, device: int, conn: int = -1):
+        """Ask the client to give the device up (it answers LOCK_RELEASED)."""
+        with self._mu:
+            c = self._conns[conn]
+        self._send(c, encode(DeviceMsg(device=device, reason=DropReason.QUANTUM), MessageType.DROP_LOCK))
+
+    def messages(self, *types: MessageType, device: int | None = None) -> list[Received]:
+        with self._mu:
+            got = list(self.received)
+        return [r for r in got if (not types or r.type in types) and (device is None or r.device == device)]
+
+    def wait_count(self, mtype: MessageType, n: int, device: int | None = None, timeout: float = 15.0):
+        return _wait(lambda: len(self.messages(mtype, device=device)) >= n, timeout,
+                     lambda: f"{n} {mtype.name} message(s) for device {device} (got {self.summary()})")
+
+    def summary(self) -> list[str]:
+        return [f"{r.type.name}({r.device})" for r in self.messages()]
+
+    def close(self):
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+        self._srv.close()
+        with self._mu:
+            for c in self._conns:
+                c.close()
+
+
+@pytest.fixture
+def recorder(world):
+    rec = RecordingScheduler(world.socket)
+    yield rec
+    rec.close()
+    print(f"--- recording scheduler: {rec.summary()}\nerrors: {rec.errors}")
+
+
+def _footprints_before_lock_requests(rec: RecordingScheduler, device: int) -> list[tuple[int, int] | None]:
+    """For each REQ_LOCK of `device`: the footprint of the MEM_UPDATE sent for that device right
+    before it (the previous message about the device), or None where that message was something
+    else."""
+    out = []
+    msgs = rec.messages(device=device)
+    for i, r in enumerate(msgs):
+        if r.type != MessageType.REQ_LOCK:
+            continue
+        prev = msgs[i - 1] if i > 0 else None
+        out.append(prev.footprint if prev and prev.type == MessageType.MEM_UPDATE else None)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. MEM_UPDATE before every REQ_LOCK, with the current footprint
+
+
+def test_mem_update_before_every_lock_request_carries_the_current_footprint(world, recorder):
+    """Converted (cuMemAlloc) and own managed memory count as managed_bytes, VMM cuMemCreate as
+    other_bytes. The third request comes with no change since the second: the MEM_UPDATE is sent
+    all the same (always before REQ_LOCK, not only when the footprint changed)."""
+    app = world.app("init", "ctx", 0, "alloc", "1M", "managed", "2M", "vmm", "4M", "launch", 1, "pause",
+                    "free", "last", "alloc", "512K", "vmmrelease", "launch", 1, "pause",
+                    "sleep", 300, "launch", 1, "pause",
+                    env={"NVSHARE_IDLE_RELEASE_MS": 0})  # keep the lock until it is dropped
+    for n in (1, 2, 3):
+        app.paused(nth=n)
+        assert app.steps("launch")[n - 1]["ret"] == 0
+        recorder.wait_count(MessageType.REQ_LOCK, n, device=0)
+        if n < 3:
+            recorder.drop(0)
+            recorder.wait_count(MessageType.LOCK_RELEASED, n, device=0)
+        app.resume()
+    assert app.finish() == 0
+    assert [s for s in app.lines if s.get("ret", 0) != 0] == [], "every step succeeded"
+
+    types = [r.type for r in recorder.messages()]
+    assert types[0] == MessageType.HELLO, types
+    assert types.index(MessageType.ATTACH) < types.index(MessageType.MEM_UPDATE), \
+        "the device is attached before its first MEM_UPDATE"
+    assert _footprints_before_lock_requests(recorder, 0) == [
+        (1 * MIB + 2 * MIB, 4 * MIB),  # converted + own managed, VMM
+        (1 * MIB + 512 * KIB, 0),      # the managed 2M freed, 512K converted added, VMM released
+        (1 * MIB + 512 * KIB, 0),      # unchanged, and sent again
+    ], recorder.summary()
+    assert recorder.errors == []
+
+
+def test_mem_update_before_lock_request_is_per_device(world, recorder):
+    """One process on two devices: each REQ_LOCK is preceded by that device's own footprint."""
+    app = world.app("init", "ctx", 0, "alloc", "1M", "ctx", 1, "alloc", "2M", "managed", "1M", "vmm", "3M",
+                    "launch", 1, "ctx", 0, "launch", 1, "pause",
+                    env={"MOCK_CUDA_DEVICES": 2, "NVSHARE_IDLE_RELEASE_MS": 0})
+    app.paused()
+    assert [s["ret"] for s in app.steps("launch")] == [0, 0]
+    recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
+    recorder.wait_count(MessageType.REQ_LOCK, 1, device=1)
+    app.resume()
+    assert app.finish() == 0
+    assert _footprints_before_lock_requests(recorder, 1) == [(3 * MIB, 3 * MIB)], recorder.summary()
+    assert _footprints_before_lock_requests(recorder, 0) == [(1 * MIB, 0)], recorder.summary()
+    attach = {r.msg.device: r.msg.uuid for r in recorder.messages(MessageType.ATTACH)}
+    assert attach == {0: uuid_of(0), 1: uuid_of(1)}
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. coalescing
+
+
+BURST = 200
+BURST_SIZE = 64 * KIB
+
+
+@pytest.mark.parametrize("holding", [True, False], ids=["lock-held", "lock-idle"])
+def test_allocation_burst_is_coalesced_and_the_final_footprint_arrives(world, recorder, holding):
+    """200 allocations in about 50 ms: the MEM_UPDATEs are at most one per 100 ms (counted against the
+    burst's own measured duration, so a slow box only allows more), and the last one carries the
+    final footprint without any further activity from the application."""
+    # The first allocation (before the burst) attaches the device and sends the first update.
+    lead = ["launch", 1] if holding else ["alloc", "64K"]
+    # a short sleep every few allocations lets the client thread run inside the burst
+    burst = [step for k in range(BURST) for step in ("alloc", "64K", *(("sleep", 1) if k % 4 == 3 else ()))]
+    app = world.app("init", "ctx", 0, *lead, "sleep", 1, *burst, "pause",
+                    env={"NVSHARE_IDLE_RELEASE_MS": 0})
+    app.paused(timeout=30)
+    allocs = app.steps("alloc")[-BURST:]
+    assert [a["ret"] for a in allocs] == [0] * BURST
+    final = (BURST + (0 if holding else 1)) * BURST_SIZE
+
+    def final_arrived():
+        updates = recorder.messages(MessageType.MEM_UPDATE, device=0)
+        return updates and updates[-1].footprint == (final, 0)
+    _wait(final_arrived, 10, lambda: f"a MEM_UPDATE with the final {final} bytes (got "
+                                     f"{[r.footprint for r in recorder.messages(MessageType.MEM_UPDATE)]})")
+    time.sleep(0.3)  # any update still to come would arrive now
+    app.resume()
+    assert app.finish() == 0
+
+    msgs = recorder.messages(device=0)
+    lock_requests = [i for i, r in enumerate(msgs) if r.type == MessageType.REQ_LOCK]
+    assert len(lock_requests) == (1 if holding else 0), recorder.summary()
+    # the update that goes with a REQ_LOCK is the exception to the 100 ms rule; the others coalesce
+    periodic = [r for i, r in enumerate(msgs)
+                if r.type == MessageType.MEM_UPDATE and i + 1 not in lock_requests]
+    # Every footprint change happened between the step before the burst and the burst's last step:
+    # updates sent at least 100 ms apart in that window, plus the one that may follow its end.
+    start = app.steps("sleep")[0]["t"] if holding else app.steps("alloc")[0]["t"]
+    window = (allocs[-1]["t"] - start) / 1e9
+    # sent >= 100 ms apart: one per started 100 ms of the window, one after it, one of slack
+    allowed = int(window / MEM_UPDATE_PERIOD_S) + 3
+    values = [r.footprint[0] for r in periodic]
+    seen = [(round((r.at - periodic[0].at) * 1000), r.footprint[0]) for r in periodic]
+    assert len(periodic) <= allowed, (f"{len(periodic)} MEM_UPDATEs for {BURST} allocations in "
+                                      f"{window * 1000:.0f} ms (at most {allowed}); (ms, bytes): {seen}")
+    assert values == sorted(values), "footprints only grew"
+    assert periodic[-1].footprint == (final, 0)
+    assert recorder.errors == []
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. the real scheduler shows it
+
+
+def _ctl_status(world) -> dict:
+    env = clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "xpushare.ctl", "--socket", str(world.socket), "status", "--json"]
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 0, f"nvsharectl status --json exited with {r.returncode}: {r.stderr}"
+    return json.loads(r.stdout)
+
+
+def _held_per_gpu(world, pid: int) -> dict[str, tuple[int, int]] | None:
+    client = next((c for c in _ctl_status(world)["clients"] if c["pid"] == pid), None)
+    if client is None:
+        return None
+    return {g["uuid"]: (g["managed_bytes"], g["other_bytes"]) for g in client["gpus"]}
+
+
+def _wait_status_shows(world, pid: int, want: dict[str, tuple[int, int]]):
+    """Poll `nvsharectl status --json` until pid's (managed, other) bytes per GPU UUID are `want`."""
+    seen = []
+
+    def matches():
+        seen.append(_held_per_gpu(world, pid))
+        return seen[-1] == want
+    _wait(matches, 10, lambda: f"nvsharectl status to show {want} for pid {pid} (last seen {seen[-1:]})",
+          interval=0.1)
+
+
+def test_nvsharectl_status_shows_what_the_client_holds_per_gpu(world):
+    world.scheduler(mode="serial")
+    app = world.app("init",
+                    "ctx", 0, *["alloc", "1M"] * 60, "managed", "3M",
+                    "ctx", 1, *["alloc", "2M"] * 20, "vmm", "5M",
+                    "pause",
+                    "free", "last", "free", "last", "vmmrelease",  # frees two 2M blocks on GPU 1
+                    "pause",
+                    env={"MOCK_CUDA_DEVICES": 2})
+    allocated = {uuid_of(0): (63 * MIB, 0), uuid_of(1): (40 * MIB, 5 * MIB)}
+    app.paused()
+    _wait_status_shows(world, app.pid, allocated)
+    app.resume()
+    app.paused(nth=2)
+    _wait_status_shows(world, app.pid, {**allocated, uuid_of(1): (36 * MIB, 0)})
+    app.resume()
+    assert app.finish() == 0
