@@ -7,7 +7,9 @@
  *   cuMemAllocFromPoolAsync. An async allocation on a capturing stream passes through unchanged
  *   (graph-owned memory).
  * Frees: cuMemFree_v2 of a converted pointer goes to the real cuMemFree_v2 (it frees managed
- * memory). cuMemFreeAsync of a converted pointer never reaches the driver as cuMemFreeAsync (the
+ * memory). A free (and cuMemRelease) takes the entry out of its table BEFORE the driver's call,
+ * which may hand the address to another thread's allocation at once; it is put back if the driver
+ * refuses. cuMemFreeAsync of a converted pointer never reaches the driver as cuMemFreeAsync (the
  * driver refuses managed memory there): we record an event on the stream and free the pointer
  * with cuMemFree_v2 once that event completed (deferred list, reaped on the next allocation or
  * free and by the client thread). On a CAPTURING stream we cannot add a node that frees managed
@@ -104,6 +106,16 @@ static void tab_del(table_t *t, slot_t *e)
     e->state = 2;
     t->used--;
     t->dead++;
+}
+
+/* Take key's entry out of t (into *out). Returns 0 when there is none. */
+static int tab_take(table_t *t, uint64_t key, slot_t *out)
+{
+    slot_t *e = tab_find(t, key);
+    if (!e) return 0;
+    *out = *e;
+    tab_del(t, e);
+    return 1;
 }
 
 /* ------------------------------------------------------------------ state */
@@ -305,6 +317,23 @@ static CUresult free_managed_now(CUdeviceptr p)
     return r;
 }
 
+/* After the driver's free (or release) of an entry taken out of t: uncount it, or put it back if
+ * the driver refused (the key is still allocated then, so no other thread can have been given it).
+ * Returns the entry's device when its footprint changed. */
+static nvs_dev *settle_taken(table_t *t, uint64_t key, const slot_t *e, int other, CUresult r)
+{
+    nvs_dev *d = &nvs_g.dev[e->dev];
+    int uncount = 1;
+    pthread_mutex_lock(&amu);
+    if (r != CUDA_SUCCESS) uncount = tab_put(t, key, e->size, e->dev, e->kind) != 0;
+    if (uncount) unreserve_locked(d, e->size, other); /* an entry we cannot keep is not counted */
+    pthread_mutex_unlock(&amu);
+    return uncount ? d : NULL;
+}
+
+/* The entry leaves the table BEFORE the driver's free: once the driver has freed the address it
+ * may hand it to another thread's allocation at once, whose new entry must not be the one we
+ * delete. Its bytes stay counted until the free succeeded. */
 CUresult nvs_h_cuMemFree_v2(int idx, int per_thread, CUdeviceptr dptr)
 {
     (void)per_thread;
@@ -313,32 +342,17 @@ CUresult nvs_h_cuMemFree_v2(int idx, int per_thread, CUdeviceptr dptr)
     if (!real) return nvs_missing(idx);
     if (nvs_alloc_pending()) nvs_alloc_reap();
     if (!dptr) return real(dptr);
+    slot_t e;
     pthread_mutex_lock(&amu);
-    slot_t *e = tab_find(&ptrs, dptr);
-    int found = e != NULL;
+    int found = tab_take(&ptrs, dptr, &e);
     pthread_mutex_unlock(&amu);
     CUresult r = real(dptr);
-    if (found && r == CUDA_SUCCESS) {
-        nvs_dev *d = NULL;
-        uint64_t size = 0;
-        int kind = 0;
-        pthread_mutex_lock(&amu);
-        e = tab_find(&ptrs, dptr);
-        if (e) {
-            d = &nvs_g.dev[e->dev];
-            size = e->size;
-            kind = e->kind;
-            unreserve_locked(d, size, 0);
-            tab_del(&ptrs, e);
-        }
-        pthread_mutex_unlock(&amu);
-        if (d) {
-            mark_dirty(d);
-            NVS_DEBUG("cuMemFree_v2(%#llx): %s, %llu bytes on device %d",
-                      (unsigned long long)dptr, kind_name(kind), (unsigned long long)size,
-                      d->ordinal);
-        }
-    }
+    if (!found) return r;
+    nvs_dev *d = settle_taken(&ptrs, dptr, &e, 0, r);
+    if (d) mark_dirty(d);
+    if (r == CUDA_SUCCESS)
+        NVS_DEBUG("cuMemFree_v2(%#llx): %s, %llu bytes on device %d", (unsigned long long)dptr,
+                  kind_name(e.kind), (unsigned long long)e.size, (int)e.dev);
     return r;
 }
 
@@ -383,6 +397,7 @@ CUresult nvs_h_cuMemFreeAsync(int idx, int per_thread, CUdeviceptr dptr, CUstrea
         return nvs_h_cuMemFree_v2(NVS_IDX_cuMemFree_v2, 0, dptr);
     }
 
+    /* Out of the table before the deferred cuMemFree_v2 can let the driver reuse the address. */
     nvs_dev *d = NULL;
     uint64_t size = 0;
     pthread_mutex_lock(&amu);
@@ -492,30 +507,24 @@ CUresult nvs_h_cuMemCreate(int idx, int per_thread, CUmemGenericAllocationHandle
     return r;
 }
 
+/* As cuMemFree_v2: the entry leaves the table before the driver may reuse the handle. */
 CUresult nvs_h_cuMemRelease(int idx, int per_thread, CUmemGenericAllocationHandle handle)
 {
     (void)per_thread;
     typedef CUresult (*fn_t)(CUmemGenericAllocationHandle);
     fn_t real = (fn_t)nvs_real[idx];
     if (!real) return nvs_missing(idx);
-    CUresult r = real(handle);
-    if (r != CUDA_SUCCESS) return r;
-    nvs_dev *d = NULL;
-    uint64_t size = 0;
+    slot_t e;
     pthread_mutex_lock(&amu);
-    slot_t *e = tab_find(&handles, handle);
-    if (e) {
-        d = &nvs_g.dev[e->dev];
-        size = e->size;
-        unreserve_locked(d, size, 1);
-        tab_del(&handles, e);
-    }
+    int found = tab_take(&handles, handle, &e);
     pthread_mutex_unlock(&amu);
-    if (d) {
-        mark_dirty(d);
-        NVS_DEBUG("cuMemRelease: %llu bytes on device %d uncounted", (unsigned long long)size,
-                  d->ordinal);
-    }
+    CUresult r = real(handle);
+    if (!found) return r;
+    nvs_dev *d = settle_taken(&handles, handle, &e, 1, r);
+    if (d) mark_dirty(d);
+    if (r == CUDA_SUCCESS)
+        NVS_DEBUG("cuMemRelease: %llu bytes on device %d uncounted", (unsigned long long)e.size,
+                  (int)e.dev);
     return r;
 }
 

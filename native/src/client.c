@@ -88,7 +88,10 @@ static void copy_field(char *dst, size_t cap, const char *src)
 }
 
 /* ------------------------------------------------------------------ connection state */
-/* nvs_g.mu held. No scheduler: every device may run (or, when required, none may). */
+/* nvs_g.mu held. No scheduler: every device may run (or, when required, none may). Nobody wants a
+ * lock any more: the waiters just woken run ungated, and a request left standing would be sent
+ * on the next connection with nobody waiting (and hold the GPU until an idle release, never with
+ * NVSHARE_IDLE_RELEASE_MS=0). A waiter that still needs the lock (required scheduler) asks again. */
 static void go_down(void)
 {
     int run = !nvs_cfg.require_scheduler;
@@ -99,6 +102,7 @@ static void go_down(void)
         if (!d->info_ready) continue;
         d->attach_sent = 0;
         d->lock_state = NVS_LOCK_IDLE;
+        d->want = 0;
         d->drain_reason = -1;
         d->mem_sent_valid = 0;
         atomic_store_explicit(&d->may_run, run, memory_order_seq_cst);

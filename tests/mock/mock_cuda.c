@@ -18,6 +18,13 @@
  *   MOCK_CUDA_PITCH_ALIGN  CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT (default 32; 0 = the attribute
  *                          query fails, as if unknown)
  *   MOCK_CUDA_LOG          file that receives one JSON line per logged call (O_APPEND, one write each)
+ *   MOCK_CUDA_REUSE        1: freed memory stays mapped and the next allocation of the same mapping
+ *                          length gets the most recently freed one (LIFO); released VMM handles are
+ *                          handed out again the same way (the real driver may reuse either at once)
+ *   MOCK_CUDA_HOLD_FILE    cuMemFree_v2 and cuMemRelease, once they released the memory or handle
+ *                          (another thread's allocation may already be given it), log a "mock_hold"
+ *                          line and wait until this file exists (at most 60 s) before returning: a
+ *                          test decides what other threads do in between
  *   CUDA_VISIBLE_DEVICES   comma list of physical indices (or UUID prefixes); ordinal k is entry k
  *
  * Log line: {"pid":..,"tid":..,"fn":"<exported name>","t0":ns,"t1":ns,"dev":ordinal,"ret":code,...}
@@ -173,6 +180,8 @@ static long g_work_us = 0;
 static long g_sync_us = 0;
 static long g_pitch_align = 32;
 static int g_log_fd = -1;
+static int g_reuse = 0;
+static char g_hold_file[512];
 static volatile int g_initialized = 0;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -250,6 +259,17 @@ struct vmm {
 static struct vmm *g_vmms;
 static unsigned long long g_next_handle = 0x1000;
 
+/* MOCK_CUDA_REUSE: freed mappings and released handles, most recent first (g_mu) */
+struct freed_map {
+    uintptr_t ptr;
+    size_t maplen;
+    struct freed_map *next;
+};
+static struct freed_map *g_freed_maps;
+#define MAX_FREED_HANDLES 256
+static unsigned long long g_freed_handles[MAX_FREED_HANDLES];
+static int g_nfreed_handles;
+
 static size_t g_used_device[MAX_DEVICES];  /* device, pitch, async, pool, vmm */
 static size_t g_used_managed[MAX_DEVICES];
 
@@ -298,6 +318,8 @@ static void init_once(void)
     if ((s = getenv("MOCK_CUDA_WORK_US")) && *s) g_work_us = atol(s);
     if ((s = getenv("MOCK_CUDA_SYNC_US")) && *s) g_sync_us = atol(s);
     if ((s = getenv("MOCK_CUDA_PITCH_ALIGN")) && *s) g_pitch_align = atol(s);
+    if ((s = getenv("MOCK_CUDA_REUSE")) && *s) g_reuse = atoi(s) != 0;
+    if ((s = getenv("MOCK_CUDA_HOLD_FILE")) && *s) snprintf(g_hold_file, sizeof g_hold_file, "%s", s);
 
     s = getenv("CUDA_VISIBLE_DEVICES");
     if (!s) {
@@ -503,6 +525,52 @@ static int is_mock_range(const void *p, size_t n)
     return ok;
 }
 
+/* MOCK_CUDA_REUSE: the most recently freed mapping of this length, or NULL */
+static void *reuse_map(size_t maplen)
+{
+    if (!g_reuse) return NULL;
+    void *m = NULL;
+    pthread_mutex_lock(&g_mu);
+    for (struct freed_map **pp = &g_freed_maps; *pp; pp = &(*pp)->next) {
+        if ((*pp)->maplen != maplen) continue;
+        struct freed_map *f = *pp;
+        *pp = f->next;
+        m = (void *)f->ptr;
+        free(f);
+        break;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return m;
+}
+
+/* Give a mapping back: kept for reuse (MOCK_CUDA_REUSE) or unmapped. */
+static void release_map(uintptr_t ptr, size_t maplen)
+{
+    struct freed_map *f = g_reuse ? malloc(sizeof *f) : NULL;
+    if (!f) {
+        munmap((void *)ptr, maplen);
+        return;
+    }
+    f->ptr = ptr;
+    f->maplen = maplen;
+    pthread_mutex_lock(&g_mu);
+    f->next = g_freed_maps;
+    g_freed_maps = f;
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* MOCK_CUDA_HOLD_FILE: the memory or handle `what` is released; wait until the file exists. */
+static void hold_after_release(const char *fn, unsigned long long what)
+{
+    if (!g_hold_file[0]) return;
+    long long t0 = now_ns();
+    log_line("mock_hold", t0, t0, cur_dev(), 0, ",\"of\":\"%s\",\"what\":%llu", fn, what);
+    for (int i = 0; i < 60000 && access(g_hold_file, F_OK) != 0; i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static CUresult do_alloc(const char *fn, CUdeviceptr *dptr, size_t size, int kind, unsigned flags,
                          const char *extra)
 {
@@ -522,12 +590,14 @@ static CUresult do_alloc(const char *fn, CUdeviceptr *dptr, size_t size, int kin
     }
     if (!r) {
         size_t maplen = (size + 4095) & ~(size_t)4095;
-        void *m = mmap(NULL, maplen, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        void *m = reuse_map(maplen);
+        if (!m)
+            m = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
         struct alloc *a = m == MAP_FAILED ? NULL : calloc(1, sizeof *a);
         pthread_mutex_lock(&g_mu);
         if (!a) {
-            if (m != MAP_FAILED) munmap(m, maplen);
+            if (m != MAP_FAILED) munmap(m, maplen); /* g_mu held: not release_map() */
             if (kind != KIND_MANAGED) g_used_device[dev] -= size;
             r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
@@ -590,8 +660,9 @@ static CUresult do_free(const char *fn, CUdeviceptr dptr, int async, CUstream s)
     int captured = 0;
     if (a) {
         if (async && !stream_is_special(s) && s->capture_status == CAPTURE_STATUS_ACTIVE) captured = 1;
-        munmap((void *)a->ptr, a->maplen);
+        release_map(a->ptr, a->maplen);
         free(a);
+        if (!async) hold_after_release(fn, (unsigned long long)dptr);
     }
     log_line(fn, t0, now_ns(), cur_dev(), r, ",\"ptr\":%llu,\"size\":%zu,\"kind\":\"%s\"%s%s",
              (unsigned long long)dptr, size, kind >= 0 ? kind_names[kind] : "unknown", err,
@@ -1000,7 +1071,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
             r = CUDA_ERROR_OUT_OF_MEMORY;
             free(v);
         } else {
-            v->handle = h = g_next_handle++;
+            h = g_reuse && g_nfreed_handles ? g_freed_handles[--g_nfreed_handles] : g_next_handle++;
+            v->handle = h;
             v->size = size;
             v->dev = dev;
             v->next = g_vmms;
@@ -1033,8 +1105,10 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
             dev = v->dev;
             g_used_device[dev] -= size;
             free(v);
+            if (g_reuse && g_nfreed_handles < MAX_FREED_HANDLES) g_freed_handles[g_nfreed_handles++] = handle;
         }
         pthread_mutex_unlock(&g_mu);
+        if (!r) hold_after_release("cuMemRelease", handle);
     }
     log_line("cuMemRelease", t0, now_ns(), dev, r, ",\"handle\":%llu,\"size\":%zu,\"kind\":\"vmm\"", handle, size);
     return r;
