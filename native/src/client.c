@@ -253,6 +253,8 @@ static const char *handle_msg(uint16_t type, const unsigned char *p, uint32_t le
             d->lock_state = NVS_LOCK_IDLE;
             d->drain_reason = -1;
             d->mem_sent_valid = 0;
+            /* A new scheduler knows nothing of our footprint: send it after the ATTACH. */
+            atomic_store(&d->mem_dirty, 1);
             /* Back to asking for the lock at the next gated call. */
             atomic_store_explicit(&d->may_run, 0, memory_order_seq_cst);
         }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -334,5 +335,20 @@ def test_nvsharectl_status_shows_what_the_client_holds_per_gpu(world):
     app.resume()
     app.paused(nth=2)
     _wait_status_shows(world, app.pid, {**allocated, uuid_of(1): (36 * MIB, 0)})
+    app.resume()
+    assert app.finish() == 0
+
+
+def test_a_restarted_scheduler_learns_an_idle_clients_footprint(world):
+    """After re-registering, the client sends what it holds even though nothing changed since."""
+    sched = world.scheduler(mode="serial")
+    app = world.app("init", "ctx", 0, *["alloc", "1M"] * 8, "managed", "2M", "pause",
+                    env={"NVSHARE_IDLE_RELEASE_MS": 60000})
+    app.paused()
+    _wait_status_shows(world, app.pid, {uuid_of(0): (10 * MIB, 0)})
+    sched.kill(signal.SIGKILL)
+    again = world.scheduler(mode="serial")
+    again.wait_client(app.pid, timeout=30)
+    _wait_status_shows(world, app.pid, {uuid_of(0): (10 * MIB, 0)})  # no allocation since the restart
     app.resume()
     assert app.finish() == 0
