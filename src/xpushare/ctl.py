@@ -1,8 +1,8 @@
 """nvsharectl: look at and steer nvshare-scheduler.
 
 nvshare-compatible flags: -T/--set-tq N, -S/--anti-thrash on|off; plus --gpu SEL (one GPU),
---set-gpu-memory SIZE and `status [--json]`. Exit codes: 0 ok, 1 no scheduler / refused / failed,
-2 bad usage.
+--set-gpu-memory SIZE, `status [--json]` and `ping` (a cheap liveness check). Exit codes: 0 ok,
+1 no scheduler / refused / failed, 2 bad usage.
 """
 
 from __future__ import annotations
@@ -13,16 +13,20 @@ import sys
 
 from .paths import client_socket_candidates
 from .protocol import CtlClient, ProtocolError, SchedulerUnavailable
+from .scheduler.policy import TQ_MAX
 from .sizes import format_size, size_argument
 
 
-def _positive_int(text: str) -> int:
+def _tq_seconds(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value <= 0:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive integer is required")
+    if value > TQ_MAX:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: at most {TQ_MAX:.0f} seconds (the "
+                                         "quantum is sent in milliseconds as a 32-bit number)")
     return value
 
 
@@ -30,21 +34,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nvsharectl",
         description="Control and inspect nvshare-scheduler.",
-        epilog="examples: nvsharectl status | nvsharectl -T 10 | nvsharectl -S off --gpu 0 | "
-               "nvsharectl --set-gpu-memory 16GiB --gpu 0")
-    p.add_argument("-T", "--set-tq", type=_positive_int, metavar="N",
-                   help="set the time quantum to N seconds (positive integer)")
+        epilog="examples: nvsharectl status | nvsharectl ping | nvsharectl -T 10 | "
+               "nvsharectl -S off --gpu 0 | nvsharectl --set-gpu-memory 16GiB --gpu 0")
+    p.add_argument("-T", "--set-tq", type=_tq_seconds, metavar="N",
+                   help=f"set the time quantum to N seconds (1 to {TQ_MAX:.0f})")
     p.add_argument("-S", "--anti-thrash", choices=["on", "off"],
                    help="on = serial (one holder at a time), off = everyone runs at once")
     p.add_argument("--gpu", metavar="SEL",
                    help="apply -T/-S/--set-gpu-memory to one GPU (index or UUID) instead of all")
     p.add_argument("--set-gpu-memory", type=size_argument, metavar="SIZE",
-                   help="capacity the scheduler counts --gpu as (e.g. 16GiB; 0 clears)")
+                   help="capacity the scheduler counts --gpu as (e.g. 16GiB; 0 clears); clients "
+                        "that attach afterwards get it, running ones keep what they were told")
     p.add_argument("--socket", metavar="PATH", help="scheduler socket (default: $NVSHARE_SOCK_PATH, "
                    "else the per-user socket, then /var/run/nvshare/scheduler.sock)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     st = sub.add_parser("status", help="show GPUs, lock holders, queues and clients")
     st.add_argument("--json", action="store_true", help="print the scheduler's reply as JSON")
+    sub.add_parser("ping", help="exit 0 if the scheduler answers, 1 otherwise (a cheap health check)")
     return p
 
 
@@ -78,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         requests.append(("set_gpu_memory", {"bytes": args.set_gpu_memory, **gpu}))
     if args.gpu and not requests:
         parser.error("--gpu selects the GPU for -T, -S or --set-gpu-memory")
-    if args.command == "status":
-        requests.append(("status", {}))
+    if args.command in ("status", "ping"):
+        requests.append((args.command, {}))
     if not requests:
         parser.print_help()
         return 0
@@ -91,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                 if not reply.get("ok"):
                     print(f"nvsharectl: {op}: {reply.get('error', 'failed')}", file=sys.stderr)
                     return 1
-                if op == "status":
+                if op == "ping":
+                    print(f"nvshare-scheduler {reply.get('version', '?')} answers on {client.path}")
+                elif op == "status":
                     if args.json:
                         json.dump(reply, sys.stdout, indent=2)
                         print()

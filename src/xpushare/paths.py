@@ -72,8 +72,18 @@ def client_socket_candidates(explicit: str | os.PathLike | None = None) -> list[
     return [default_socket_path(), SYSTEM_SOCKET]
 
 
+def socket_dir_mode() -> int:
+    """Mode of a socket directory this process creates.
+
+    Root creates the system directory, which every local user must reach (0755; the socket itself
+    is 0666). Anyone else creates a per-user directory: 0700, so that no other local user can
+    connect to that user's scheduler.
+    """
+    return 0o755 if _euid() == 0 else 0o700
+
+
 def ensure_socket_dir(socket_path: Path) -> None:
-    """Create the socket's directory (mode 0755) if missing.
+    """Create the socket's directory (and missing parents) with socket_dir_mode() if missing.
 
     Refuses (PermissionError) an existing directory owned by another non-root user: a per-user
     directory under /tmp could have been planted by someone else.
@@ -89,9 +99,10 @@ def ensure_socket_dir(socket_path: Path) -> None:
     while not p.exists():
         missing.append(p)
         p = p.parent
+    mode = socket_dir_mode()
     for d in reversed(missing):
-        d.mkdir(mode=0o755, exist_ok=True)
-        os.chmod(d, 0o755)  # mkdir's mode is filtered by the umask
+        d.mkdir(mode=mode, exist_ok=True)
+        os.chmod(d, mode)  # mkdir's mode is filtered by the umask
 
 
 def can_create_dir(path: Path) -> bool:

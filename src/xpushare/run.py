@@ -2,7 +2,8 @@
 
 Sets LD_PRELOAD (ours first, no duplicate), NVSHARE_* from the flags and the allocator recipes that
 keep frameworks off VMM allocations (which cannot be made managed), starts a per-user scheduler when
-none answers (unless --no-start), then execs the command.
+none answers (unless --no-start), then execs the command. A scheduler that cannot be started is a
+warning, never a reason not to run the command: the library then runs it ungated.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def child_env(args, lib: str, base: dict[str, str]) -> tuple[dict[str, str], lis
 
 
 def ensure_scheduler(explicit: str | None, no_start: bool) -> None:
-    """Start a per-user scheduler in the background if none answers; SystemExit(1) if it fails."""
+    """Start a per-user scheduler in the background if none answers; warn if that fails."""
     candidates = client_socket_candidates(explicit)
     if any(socket_answers(p) for p in candidates):
         return
@@ -116,8 +117,8 @@ def ensure_scheduler(explicit: str | None, no_start: bool) -> None:
         if proc.poll() is not None:
             break
         time.sleep(0.05)
-    _warn(f"error: the scheduler did not start on {target} (see {logfile})")
-    raise SystemExit(1)
+    _warn(f"warning: the scheduler did not start on {target} (see {logfile}); running the command "
+          "without one (GPU work is not scheduled)")
 
 
 def main(argv: list[str] | None = None) -> int:

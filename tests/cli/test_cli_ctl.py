@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from sched_harness import GiB, as_user, child_env, registered, uuid
+from xpushare import __version__
 from xpushare.protocol import MessageType
 
 
@@ -106,7 +107,38 @@ def test_no_scheduler_exits_1_with_a_clear_message(sockdir):
     assert r.stdout == ""
 
 
+def test_ping(busy):
+    s, _, _ = busy
+    r = ctl("ping", sock=s.sock)
+    assert r.returncode == 0, r.stderr
+    assert f"nvshare-scheduler {__version__} answers on {s.sock}" in r.stdout
+
+
+def test_ping_without_a_scheduler_exits_1(sockdir):
+    r = ctl("ping", sock=sockdir / "none.sock")
+    assert r.returncode == 1 and "no scheduler is running" in r.stderr and r.stdout == ""
+
+
+def test_ping_answers_where_status_is_too_large(scheduler):
+    """The health probe must not depend on how many clients are connected."""
+    clients = [registered(scheduler.sock) for _ in range(300)]
+    try:
+        r = ctl("ping", sock=scheduler.sock)
+        assert r.returncode == 0, r.stderr
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_set_tq_to_the_largest_quantum(busy):
+    s, holder, waiter = busy
+    assert ctl("-T", "4294967", sock=s.sock).returncode == 0
+    holder.release()
+    assert waiter.expect(MessageType.LOCK_OK).quantum_ms == 4_294_967_000
+
+
 @pytest.mark.parametrize("args", [["-T", "0"], ["-T", "-3"], ["-T", "abc"], ["-T", "1.5"],
+                                  ["-T", "4294968"], ["-T", "5000000"],
                                   ["-S", "maybe"], ["--set-gpu-memory", "lots", "--gpu", "0"],
                                   ["--set-gpu-memory", "1GiB"], ["--gpu", "0"], ["frobnicate"]])
 def test_bad_values_exit_2_with_usage(scheduler, args):

@@ -72,6 +72,7 @@ def test_library_path(monkeypatch, tmp_path):
 
 
 def test_ensure_socket_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "_euid", lambda: 0)  # root: the system directory
     monkeypatch.setattr(os, "umask", os.umask)  # keep the umask as it is
     old = os.umask(0o077)
     try:
@@ -83,6 +84,57 @@ def test_ensure_socket_dir(tmp_path, monkeypatch):
     paths.ensure_socket_dir(tmp_path / "a" / "b" / "s.sock")  # exists: fine
 
 
+def test_per_user_socket_dir_is_private(tmp_path, monkeypatch):
+    """Created by a non-root user (e.g. /tmp/nvshare-$UID): 0700, whatever the umask."""
+    monkeypatch.setattr(paths, "_euid", lambda: os.geteuid() or 1000)
+    monkeypatch.setattr(os, "umask", os.umask)
+    old = os.umask(0)
+    try:
+        paths.ensure_socket_dir(tmp_path / "nvshare-1000" / "x" / "s.sock")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "nvshare-1000").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "nvshare-1000" / "x").stat().st_mode & 0o777 == 0o700
+
+
+def _make_listening_socket_dir(base: str) -> int:
+    """As a non-root user: create a per-user socket dir and a 0666 socket in it; return the mode."""
+    import socket
+    sock_path = Path(base) / f"nvshare-{os.geteuid()}" / "scheduler.sock"
+    paths.ensure_socket_dir(sock_path)
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(sock_path))
+    os.chmod(sock_path, 0o666)
+    s.listen()
+    return sock_path.parent.stat().st_mode & 0o777
+
+
+def _try_connect(path: str) -> str:
+    import socket
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        return "connected"
+    except OSError as e:
+        return type(e).__name__
+    finally:
+        s.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as other uids")
+def test_another_user_cannot_reach_a_per_user_socket(sockdir):
+    from sched_harness import as_user
+    base = sockdir / "tmp"
+    base.mkdir()
+    base.chmod(0o1777)  # like /tmp
+    assert as_user(65534, 65534, _make_listening_socket_dir, str(base)) == 0o700
+    sock = base / "nvshare-65534" / "scheduler.sock"
+    assert sock.stat().st_uid == 65534
+    # Without the 0700 directory this would be ConnectionRefusedError (the socket is 0666 and
+    # nobody listens any more): the directory is what keeps other users out.
+    assert as_user(65533, 65533, _try_connect, str(sock)) == "PermissionError"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
 def test_ensure_socket_dir_refuses_a_directory_of_another_user(tmp_path):
     d = tmp_path / "planted"
@@ -90,6 +142,24 @@ def test_ensure_socket_dir_refuses_a_directory_of_another_user(tmp_path):
     os.chown(d, 65534, 65534)
     with pytest.raises(PermissionError, match="owned by uid 65534"):
         paths.ensure_socket_dir(d / "s.sock")
+
+
+def test_chart_probes_run_nvsharectl_ping():
+    """The scheduler's liveness and readiness probes (rendered manifests) are `nvsharectl ping`,
+    parsed by nvsharectl's own parser: cheap at any number of clients, unlike `status`."""
+    import yaml
+
+    from xpushare.ctl import build_parser
+
+    manifests = Path(__file__).resolve().parents[2] / "deploy" / "manifests" / "xpushare.yaml"
+    (ds,) = [d for d in yaml.safe_load_all(manifests.read_text())
+             if d and d["kind"] == "DaemonSet"
+             and d["metadata"]["labels"]["app.kubernetes.io/component"] == "scheduler"]
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        command = c[probe]["exec"]["command"]
+        assert command[0] == "nvsharectl", command
+        assert build_parser().parse_args(command[1:]).command == "ping", command
 
 
 def test_status_table_keeps_state_whole_next_to_a_long_command():

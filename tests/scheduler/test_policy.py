@@ -3,7 +3,9 @@
 import pytest
 
 from xpushare.protocol import DropReason
-from xpushare.scheduler.policy import Arbiter, Drop, Grant, Mode, Overdue
+from xpushare.scheduler.policy import (
+    EVICT_AFTER_QUANTA, TQ_MAX, TQ_MIN, Arbiter, Drop, Evict, Grant, Mode, Overdue,
+)
 
 TQ = 10.0
 
@@ -18,12 +20,16 @@ class Replay:
     def __init__(self, arb):
         self.arb = arb
         self.granted = []  # (time, client) of every Grant, to check no double grant
+        self.evicted = []  # (time, client) of every Evict
 
     def __call__(self, now, op, *args):
         actions = getattr(self.arb, op)(*args, now)
         for a in actions:
             if isinstance(a, Grant):
                 self.granted.append((now, a.client))
+            if isinstance(a, Evict):
+                self.evicted.append((now, a.client))
+                assert self.arb.state_of(a.client) == "idle", "an evicted client keeps nothing"
         deadline = self.arb.next_deadline()
         assert deadline is None or deadline > now, "a deadline left in the past would spin the timer"
         assert not set(self.arb.holders) & set(self.arb.queue)
@@ -65,15 +71,53 @@ def test_quantum_expiry_with_a_waiter_drops_the_holder_once():
     assert r.arb.next_deadline() == 2 * TQ + 3
 
 
-def test_quantum_expiry_without_waiters_keeps_the_holder_and_rearms():
+def test_quantum_expiry_without_waiters_keeps_the_holder_marked_expired():
     r = Replay(serial())
     r(0, "request", "A")
     assert r(TQ, "tick") == []
+    assert list(r.arb.holders) == ["A"] and r.arb.holders["A"].expired
+    assert r.arb.next_deadline() is None  # nothing left to time: no timer keeps firing
+    assert r(3 * TQ, "tick") == []
+    assert r(3 * TQ, "request", "A") == []  # its own request changes nothing
     assert list(r.arb.holders) == ["A"]
-    assert r.arb.next_deadline() == 2 * TQ
-    # A waiter arriving later waits for the re-armed quantum, then A is dropped.
-    assert r(TQ + 5, "request", "B") == []
-    assert r(2 * TQ, "tick") == [Drop("A", DropReason.QUANTUM)]
+
+
+def test_request_after_an_unused_expiry_drops_the_holder_at_once():
+    """The waiter does not wait for a quantum the holder has already had (nor on timer jitter)."""
+    r = Replay(serial())
+    r(0, "request", "A")
+    r(TQ, "tick")
+    assert r(TQ + 0.25 * TQ, "request", "B") == [Drop("A", DropReason.QUANTUM)]
+    assert r(TQ + 0.3 * TQ, "release", "A") == [Grant("B", TQ)]
+    assert not r.arb.holders["B"].expired and r.arb.next_deadline() == 1.3 * TQ + TQ
+
+
+def test_a_new_grant_after_an_expired_holding_has_a_full_quantum():
+    r = Replay(serial())
+    r(0, "request", "A")
+    r(TQ, "tick")
+    assert r(TQ + 1, "release", "A") == []      # e.g. idle release
+    assert r(TQ + 2, "request", "A") == [Grant("A", TQ)]
+    assert r(TQ + 3, "request", "B") == []      # A's new quantum is not spent
+    assert r(2 * TQ + 2, "tick") == [Drop("A", DropReason.QUANTUM)]
+
+
+def test_set_tq_leaves_an_expired_holder_expired():
+    r = Replay(serial())
+    r(0, "request", "A")
+    r(TQ, "tick")
+    assert r(TQ + 1, "set_tq", 2 * TQ) == []
+    assert r(TQ + 2, "request", "B") == [Drop("A", DropReason.QUANTUM)]
+
+
+def test_serial_again_gives_the_kept_holder_a_fresh_quantum_even_if_it_had_expired():
+    r = Replay(serial())
+    r(0, "request", "A")
+    r(TQ, "tick")
+    r(TQ + 1, "set_mode", Mode.OFF)
+    r(TQ + 2, "set_mode", Mode.SERIAL)
+    assert not r.arb.holders["A"].expired and r.arb.next_deadline() == 2 * TQ + 2
+    assert r(TQ + 3, "request", "B") == []
 
 
 def test_expired_quantum_is_noticed_on_a_request_before_the_timer_fires():
@@ -94,15 +138,62 @@ def test_release_of_a_lock_not_held_and_repeated_requests_are_ignored():
     assert list(r.arb.holders) == ["A"]
 
 
-def test_unresponsive_holder_is_never_replaced_and_is_reported_overdue():
+def test_unresponsive_holder_is_reported_overdue_then_evicted():
     r = Replay(serial())
     r(0, "request", "A")
     r(1, "request", "B")
     assert r(TQ, "tick") == [Drop("A", DropReason.QUANTUM)]
     assert r(2 * TQ, "tick") == [Overdue("A", TQ)]
-    assert r(3 * TQ, "tick") == [Overdue("A", 2 * TQ)]
+    assert r(2 * TQ + 1, "request", "C") == []  # still draining: nobody is granted in its place
     assert [c for _, c in r.granted] == ["A"]
-    assert r(3 * TQ + 1, "release", "A") == [Grant("B", TQ)]
+    assert EVICT_AFTER_QUANTA == 2
+    assert r(3 * TQ - 0.01, "tick") == []
+    assert r(3 * TQ, "tick") == [Evict("A", 2 * TQ), Grant("B", TQ)]
+    assert r.arb.queue == ["C"]
+    assert r(3 * TQ + 1, "release", "A") == []  # a late answer from the evicted client is ignored
+    assert r(3 * TQ + 1, "disconnect", "A") == []  # and so is its disconnect
+    assert list(r.arb.holders) == ["B"]
+
+
+def test_eviction_counts_from_the_drop_with_the_current_quantum():
+    r = Replay(serial())
+    r(0, "request", "A")
+    r(1, "request", "B")
+    r(TQ, "tick")                               # drop sent at TQ
+    r(TQ + 1, "set_tq", TQ / 2)                 # a draining holder keeps its schedule...
+    assert r(2 * TQ, "tick") == [Evict("A", TQ), Grant("B", TQ / 2)]  # ...judged by the new quantum
+
+
+def test_holder_released_in_time_is_never_evicted():
+    r = Replay(serial())
+    r(0, "request", "A")
+    r(1, "request", "B")
+    r(TQ, "tick")
+    r(2 * TQ, "tick")                           # Overdue
+    assert r(3 * TQ - 1, "release", "A") == [Grant("B", TQ)]
+    assert r(3 * TQ, "tick") == []
+    assert r.evicted == []
+
+
+def test_administratively_dropped_holder_is_evicted_too():
+    r = Replay(Arbiter(Mode.OFF, TQ))
+    r(0, "request", "A")
+    r(0, "request", "B")
+    assert r(1, "set_mode", Mode.SERIAL) == [Drop("B", DropReason.ADMIN)]
+    assert r(1 + TQ, "tick") == [Overdue("B", TQ)]
+    assert r(1 + 2 * TQ, "tick") == [Evict("B", 2 * TQ)]
+    assert list(r.arb.holders) == ["A"]
+
+
+def test_no_eviction_in_mode_off():
+    r = Replay(Arbiter(Mode.OFF, TQ))
+    r(0, "request", "A")
+    r(0, "request", "B")
+    r(1, "set_mode", Mode.SERIAL)               # B dropped
+    r(2, "set_mode", Mode.OFF)                  # B still draining, but nobody waits for it in off
+    assert r.arb.next_deadline() is None
+    assert r(100 * TQ, "tick") == []
+    assert list(r.arb.holders) == ["A", "B"] and r.evicted == []
 
 
 def test_disconnect_of_the_holder_grants_the_next_at_once():
@@ -148,6 +239,23 @@ def test_set_tq_rejects_non_positive():
         serial().set_tq(0, 0)
     with pytest.raises(ValueError):
         Arbiter(Mode.SERIAL, -1)
+
+
+@pytest.mark.parametrize("tq", [1e7, TQ_MAX + 1, float("inf"), float("nan"), TQ_MIN / 2])
+def test_quanta_that_do_not_fit_u32_milliseconds_are_refused(tq):
+    with pytest.raises(ValueError, match="between 0.001 and 4294967 seconds"):
+        Arbiter(Mode.SERIAL, tq)
+    arb = serial()
+    with pytest.raises(ValueError, match="between 0.001 and 4294967 seconds"):
+        arb.set_tq(tq, 0)
+    assert arb.tq == TQ  # unchanged
+
+
+def test_the_extreme_quanta_are_accepted_and_fit_u32_milliseconds():
+    for tq in (TQ_MIN, TQ_MAX):
+        r = Replay(Arbiter(Mode.SERIAL, tq))
+        (grant,) = r(0, "request", "A")
+        assert 1 <= round(grant.quantum * 1000) <= 0xFFFFFFFF
 
 
 def test_off_grants_everyone_at_once_without_quantum():

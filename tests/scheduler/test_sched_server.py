@@ -1,6 +1,7 @@
 """The real scheduler process, driven by fake clients speaking the wire protocol."""
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from sched_harness import (
     GiB, FakeClient, SchedulerProcess, as_user, child_env, registered, uuid, wait_for,
 )
+from xpushare import __version__
 from xpushare.protocol import (
     HEADER, MAGIC, MAX_PAYLOAD, VERSION, DeviceMsg, DropReason, MessageType, encode, encode_frame,
     socket_answers,
@@ -133,18 +135,60 @@ def test_quantum_expiry_sends_drop_lock_only_when_someone_waits(start_scheduler)
     assert "reason=quantum" in s.log()
 
 
-def test_a_holder_that_never_answers_drop_keeps_the_lock(start_scheduler):
-    s = start_scheduler("--no-nvml", "--tq", "0.3")
+def test_a_holder_that_never_answers_drop_is_evicted_after_two_quanta(start_scheduler):
+    s = start_scheduler("--no-nvml", "--tq", "0.5")
     a, b = registered(s.sock), registered(s.sock)
     a.request()
     a.expect(MessageType.LOCK_OK)
     b.request()
-    a.expect(MessageType.DROP_LOCK, timeout=3)
-    assert a.silent(1.0)  # the drop is not repeated
-    assert b.silent(0.01)  # and nobody is granted twice
-    assert "has not released" in s.wait_log("has not released")
+    a.expect(MessageType.DROP_LOCK, timeout=5)
+    dropped = time.monotonic()
+    assert b.silent(0.2)  # nobody is granted while A may still be draining
+    # A ignores DROP_LOCK: it is told why, then its connection is closed and B gets the GPU.
+    assert "evicted" in a.expect(MessageType.ERROR, timeout=10)
+    assert time.monotonic() - dropped >= 0.8  # two quanta of 0.5 s, less the delivery of the drop
+    assert a.closed_by_peer()
+    assert b.expect(MessageType.LOCK_OK, timeout=5).quantum_ms == 500
+    log = s.wait_log("evict pid=")
+    assert "has not released" in log  # reported overdue after one quantum
+    assert f"evict pid={os.getpid()} gpu={uuid(0)} after " in log
+    # The evicted client reconnects like any other and queues behind B.
+    with registered(s.sock) as again:
+        again.request()
+        assert again.silent(0.2)
+        b.release()
+        again.expect(MessageType.LOCK_OK)
+    b.close()
+
+
+def test_a_stopped_holder_process_is_evicted(start_scheduler):
+    s = start_scheduler("--no-nvml", "--tq", "0.5")
+    p = spawn_client(s.sock, uuid(0), "--lock")
+    try:
+        wait_line(p, "registered")
+        wait_line(p, "granted")
+        os.kill(p.pid, signal.SIGSTOP)  # like Ctrl-Z: it can never answer DROP_LOCK
+        with registered(s.sock) as b:
+            b.request()
+            b.expect(MessageType.LOCK_OK, timeout=10)
+        assert f"evict pid={p.pid} gpu={uuid(0)}" in s.wait_log(f"evict pid={p.pid}")
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
+        p.kill()
+        p.wait()
+
+
+def test_a_request_after_an_unused_expiry_drops_the_holder_at_once(start_scheduler):
+    s = start_scheduler("--no-nvml", "--tq", "3")
+    a, b = registered(s.sock), registered(s.sock)
+    a.request()
+    a.expect(MessageType.LOCK_OK)
+    assert a.silent(3.5)  # its quantum runs out while nobody waits: it keeps the GPU
+    b.request()
+    # Not another quantum (2.5 s more) of waiting: the drop follows the request.
+    assert a.expect(MessageType.DROP_LOCK, timeout=1.5).reason == DropReason.QUANTUM
     a.release()
-    b.expect(MessageType.LOCK_OK)
+    assert b.expect(MessageType.LOCK_OK).quantum_ms == 3000
 
 
 def test_disconnect_of_the_holder_frees_the_lock(scheduler):
@@ -364,6 +408,31 @@ def test_status_reports_gpus_holders_queue_and_clients(scheduler):
     holder.wait(5)
 
 
+def test_largest_quantum_is_granted_and_larger_ones_are_refused(start_scheduler):
+    s = start_scheduler("--no-nvml", "--tq", "4294967")
+    a, b = registered(s.sock), registered(s.sock)
+    a.request()
+    assert a.expect(MessageType.LOCK_OK).quantum_ms == 4_294_967_000
+    with FakeClient(s.sock) as ctl:
+        for too_big in (4_294_968, 5_000_000, 10**30):
+            reply = ctl.ctl("set_tq", seconds=too_big)
+            assert not reply["ok"] and "at most 4294967" in reply["error"], reply
+        assert ctl.ctl("status")["scheduler"]["tq"] == 4294967
+    # Grants keep working.
+    b.request()
+    a.release()
+    assert b.expect(MessageType.LOCK_OK).quantum_ms == 4_294_967_000
+    assert "internal" not in s.log()
+    a.close()
+    b.close()
+
+
+def test_ping_answers_with_the_version(scheduler):
+    with FakeClient(scheduler.sock) as c:
+        assert c.ctl("ping") == {"ok": True, "version": __version__}
+        assert c.ctl("ping") == {"ok": True, "version": __version__}  # several on one connection
+
+
 def test_set_tq_and_set_mode_validate_and_select(start_scheduler):
     s = start_scheduler(nvml=[{"uuid": uuid(0), "name": "A", "memory": GiB},
                               {"uuid": uuid(1), "name": "B", "memory": GiB}])
@@ -409,6 +478,7 @@ def test_admin_ops_are_refused_to_another_uid(scheduler):
         reply = _ctl_as(scheduler.sock, NOBODY, NOBODY, op, **fields)
         assert not reply["ok"] and "permission denied" in reply["error"], reply
     assert _ctl_as(scheduler.sock, NOBODY, NOBODY, "status")["ok"]  # reading is allowed
+    assert _ctl_as(scheduler.sock, NOBODY, NOBODY, "ping")["ok"]
     (gpu,) = scheduler.status()["gpus"]
     assert (gpu["tq"], gpu["mode"]) == (30, "serial")
     assert "permission denied" in scheduler.log()
@@ -476,7 +546,8 @@ def test_creates_the_socket_directory(sockdir):
 
 
 def test_bad_command_line_values_exit_2(sockdir):
-    for args in (["--tq", "0"], ["--tq", "x"], ["--mode", "auto"], ["--gpu-memory", "lots"]):
+    for args in (["--tq", "0"], ["--tq", "x"], ["--tq", "1e7"], ["--tq", "inf"], ["--tq", "nan"],
+                 ["--tq", "0.0001"], ["--mode", "auto"], ["--gpu-memory", "lots"]):
         r = subprocess.run([sys.executable, "-m", "xpushare.scheduler", "--socket",
                             str(sockdir / "s.sock"), *args], env=child_env(), capture_output=True,
                            text=True, timeout=30)

@@ -11,19 +11,16 @@ import sys
 from .. import __version__
 from ..paths import default_socket_path, socket_override
 from ..sizes import parse_size
-from .policy import Mode
+from .policy import Mode, check_tq
 
 log = logging.getLogger("nvshare.scheduler")
 
 
-def _positive_float(text: str) -> float:
+def _quantum(text: str) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive number of seconds")
-    return value
+        return check_tq(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _gpu_memory(text: str) -> tuple[str | None, int]:
@@ -51,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Unix socket to listen on (default: $NVSHARE_SOCK_PATH, else "
                         "/var/run/nvshare/scheduler.sock as root, else "
                         "$XDG_RUNTIME_DIR/nvshare/scheduler.sock or /tmp/nvshare-$UID/scheduler.sock)")
-    p.add_argument("--tq", type=_positive_float, default=30.0, metavar="SECONDS",
-                   help="time quantum of a holder in serial mode (default: 30)")
+    p.add_argument("--tq", type=_quantum, default=30.0, metavar="SECONDS",
+                   help="time quantum of a holder in serial mode, 0.001 to 4294967 (default: 30)")
     p.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.SERIAL.value,
                    help="initial mode of every GPU: serial = one holder at a time (anti-thrash on), "
                         "off = everyone runs at once (default: serial)")

@@ -10,10 +10,13 @@ memory-aware AUTO, priorities) slot in as further strategies using the same stat
 Rules every strategy keeps:
 - A client is never granted while it holds, and is never both holding and queued.
 - A holder told to drop stays a holder until it releases or disconnects (it is draining): nobody is
-  granted in its place meanwhile. If it stays silent for another quantum the arbiter reports Overdue
-  (for the log) and keeps waiting; the drop is not repeated.
+  granted in its place meanwhile. If it stays silent for a quantum the arbiter reports Overdue (for
+  the log); the drop is not repeated. In serial mode a holder still silent EVICT_AFTER_QUANTA quanta
+  after the drop (a stopped or wedged process) is evicted: it loses the lock, the caller must close
+  its connection, and the GPU is handed on.
 - release() for a lock not held, and request() by a holder or a waiter, are ignored.
 - disconnect() removes the client at once and hands the GPU on.
+- The quantum is sent to clients in milliseconds as a u32: tq must lie in [TQ_MIN, TQ_MAX].
 """
 
 from __future__ import annotations
@@ -25,6 +28,22 @@ from typing import Hashable, Union
 from ..protocol import DropReason
 
 Client = Hashable
+
+TQ_MIN = 0.001            # seconds: a quantum under 1 ms would be sent as 0 = "no quantum"
+TQ_MAX = 4_294_967.0      # seconds: the largest whole second whose milliseconds fit a u32
+EVICT_AFTER_QUANTA = 2    # a dropped holder silent this many quanta after DROP_LOCK is evicted
+
+
+def check_tq(tq: float) -> float:
+    """`tq` as a float; ValueError unless it is a number of seconds in [TQ_MIN, TQ_MAX]."""
+    try:
+        value = float(tq)
+    except (TypeError, ValueError):
+        raise ValueError(f"invalid quantum {tq!r}: a number of seconds is required") from None
+    if not TQ_MIN <= value <= TQ_MAX:  # also refuses nan and inf
+        raise ValueError(f"invalid quantum {tq!r}: it must lie between {TQ_MIN:g} and {TQ_MAX:.0f} "
+                         "seconds (it is sent in milliseconds as a 32-bit number)")
+    return value
 
 
 class Mode(str, Enum):
@@ -51,7 +70,14 @@ class Overdue:
     waited: float
 
 
-Action = Union[Grant, Drop, Overdue]
+@dataclass(frozen=True)
+class Evict:
+    """A holder silent `waited` seconds after DROP_LOCK lost the lock: close its connection."""
+    client: Client
+    waited: float
+
+
+Action = Union[Grant, Drop, Overdue, Evict]
 
 
 @dataclass
@@ -59,6 +85,7 @@ class Holding:
     since: float                        # when the lock was granted
     deadline: float | None = None       # next time the strategy looks at this holder
     drop_sent: float | None = None      # when DROP_LOCK was sent, if it was
+    expired: bool = False               # its quantum ran out while nobody waited
 
 
 class Strategy:
@@ -85,8 +112,11 @@ class Strategy:
 class SerialStrategy(Strategy):
     """One holder at a time, first come first served, for a quantum of `arb.tq` seconds.
 
-    At expiry the holder is asked to drop (reason QUANTUM) if someone waits; if nobody waits it keeps
-    the GPU and its quantum is re-armed. The first waiter is granted when the GPU is free.
+    At expiry the holder is asked to drop (reason QUANTUM) if someone waits. If nobody waits it keeps
+    the GPU but is marked expired, with no timer: the first request that arrives after that drops it
+    at once, so a waiter never waits for a quantum the holder has already had. A holder that has not
+    released EVICT_AFTER_QUANTA quanta after its drop is evicted. The first waiter is granted when
+    the GPU is free.
     """
     mode = Mode.SERIAL
 
@@ -97,17 +127,26 @@ class SerialStrategy(Strategy):
 
     def expire(self, arb, now):
         actions: list[Action] = []
-        for client, h in arb.holders.items():
-            if h.deadline is None or h.deadline > now:
-                continue
+        for client, h in list(arb.holders.items()):  # eviction removes holders
+            due = h.deadline is not None and h.deadline <= now
             if h.drop_sent is not None:
-                actions.append(Overdue(client, now - h.drop_sent))
-                h.deadline = now + arb.tq
-            elif arb.queue:
-                actions.append(arb._drop(client, now, DropReason.QUANTUM))
-            else:
-                h.deadline = now + arb.tq
+                if due:
+                    actions.append(self._overdue_or_evict(arb, client, h, now))
+            elif due or h.expired:
+                if arb.queue:
+                    actions.append(arb._drop(client, now, DropReason.QUANTUM))
+                else:
+                    h.expired, h.deadline = True, None
         return actions
+
+    @staticmethod
+    def _overdue_or_evict(arb, client, h, now) -> Action:
+        evict_at = h.drop_sent + EVICT_AFTER_QUANTA * arb.tq
+        if now >= evict_at:
+            del arb.holders[client]
+            return Evict(client, now - h.drop_sent)
+        h.deadline = evict_at
+        return Overdue(client, now - h.drop_sent)
 
     def enter(self, arb, now):
         # Keep the first holder (with a fresh quantum); ask the others to give the GPU up. They stay
@@ -115,17 +154,19 @@ class SerialStrategy(Strategy):
         actions: list[Action] = []
         kept = False
         for client, h in arb.holders.items():
-            if h.drop_sent is not None:  # already draining: re-arm its Overdue report
+            if h.drop_sent is not None:  # already draining: look at it again in a quantum
                 h.deadline = now + arb.tq
             elif not kept:
-                kept, h.deadline = True, now + arb.tq
+                kept, h.deadline, h.expired = True, now + arb.tq, False
             else:
                 actions.append(arb._drop(client, now, DropReason.ADMIN))
         return actions
 
     def retune(self, arb, now):
+        # A fresh quantum of the new length, counted from the change; a holder that has already had
+        # its quantum (expired) or is draining keeps that state.
         for h in arb.holders.values():
-            if h.drop_sent is None:
+            if h.drop_sent is None and not h.expired:
                 h.deadline = now + arb.tq
         return []
 
@@ -140,7 +181,8 @@ class OffStrategy(Strategy):
 
     def enter(self, arb, now):
         for h in arb.holders.values():
-            h.deadline = None  # no quanta, and no Overdue reports for holders still draining
+            # no quanta, and no Overdue reports or evictions for holders still draining
+            h.deadline, h.expired = None, False
         return []
 
 
@@ -151,9 +193,7 @@ class Arbiter:
     """The lock of one GPU."""
 
     def __init__(self, mode: Mode = Mode.SERIAL, tq: float = 30.0):
-        if tq <= 0:
-            raise ValueError("tq must be positive")
-        self.tq = float(tq)
+        self.tq = check_tq(tq)
         self.strategy: Strategy = STRATEGIES[Mode(mode)]()
         self.holders: dict[Client, Holding] = {}  # insertion order = grant order
         self.queue: list[Client] = []
@@ -192,9 +232,7 @@ class Arbiter:
         return self.strategy.enter(self, now) + self._step(now)
 
     def set_tq(self, tq: float, now: float) -> list[Action]:
-        if tq <= 0:
-            raise ValueError("tq must be positive")
-        self.tq = float(tq)
+        self.tq = check_tq(tq)
         return self.strategy.retune(self, now) + self._step(now)
 
     # -- queries ----------------------------------------------------------------------------

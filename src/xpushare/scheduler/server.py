@@ -2,7 +2,8 @@
 
 Per connection it reads the peer's pid/uid/gid with SO_PEERCRED, decodes frames incrementally and
 dispatches them by type. Lock messages and timer deadlines become calls on the GPU's policy.Arbiter;
-the actions it returns become LOCK_OK / DROP_LOCK frames and log lines. A malformed frame (or a
+the actions it returns become LOCK_OK / DROP_LOCK frames, evictions (ERROR, then the connection is
+closed) and log lines. A malformed frame (or a
 message that breaks the protocol's order) gets an ERROR and closes that connection only.
 """
 
@@ -30,7 +31,7 @@ from ..protocol import (
 )
 from .gpus import GpuInfo
 from . import policy
-from .policy import Arbiter, Mode
+from .policy import TQ_MAX, Arbiter, Mode, check_tq
 
 log = logging.getLogger("nvshare.scheduler")
 
@@ -97,6 +98,18 @@ class Conn:
         if not self.writer.is_closing():
             self.writer.write(data)
 
+    def close(self) -> None:
+        """End the connection; its read loop then sees EOF and the scheduler forgets the client.
+
+        Data the peer does not read (a stopped process) must not hold the connection open, so a
+        transport with unsent data is aborted rather than closed.
+        """
+        transport = self.writer.transport
+        if transport.get_write_buffer_size():
+            transport.abort()
+        else:
+            self.writer.close()
+
     def __repr__(self):
         return f"<client {self.id} pid {self.pid}>"
 
@@ -153,7 +166,7 @@ class Scheduler:
     def __init__(self, config: Config, gpus: list[GpuInfo] = ()):
         self.config = config
         self.default_mode = Mode(config.mode)
-        self.default_tq = float(config.tq)
+        self.default_tq = check_tq(config.tq)
         self.gpus: dict[str, Gpu] = {}
         self.conns: set[Conn] = set()
         self._ids = itertools.count(1)
@@ -180,22 +193,45 @@ class Scheduler:
         return self._loop.time()
 
     def _policy(self, gpu: Gpu, method: str, *args) -> None:
-        """Call an Arbiter method with the current time and carry out the actions it returns."""
-        actions = getattr(gpu.arbiter, method)(*args, self.now())
-        for a in actions:
-            conn: Conn = a.client
-            dev = conn.ordinal(gpu)
-            if isinstance(a, policy.Grant):
-                conn.send(encode(Grant(dev, int(round(a.quantum * 1000)))))
-                log.info("grant pid=%d gpu=%s quantum=%s", conn.pid, gpu.label,
-                         f"{a.quantum:g}s" if a.quantum else "none")
-            elif isinstance(a, policy.Drop):
-                conn.send(encode(DeviceMsg(dev, int(a.reason)), MessageType.DROP_LOCK))
-                log.info("drop pid=%d gpu=%s reason=%s", conn.pid, gpu.label, a.reason.name.lower())
-            elif isinstance(a, policy.Overdue):
-                log.warning("pid=%d gpu=%s has not released %.1fs after DROP_LOCK (still draining?)",
-                            conn.pid, gpu.label, a.waited)
-        self._arm(gpu)
+        """Call an Arbiter method with the current time and carry out the actions it returns.
+
+        The arbiter has already recorded every action it returns, so each one is carried out even
+        when another fails; a client that could not be told what the arbiter decided (e.g. a grant
+        it never received) loses its connection, which hands its lock on instead of leaving it
+        stuck. The timer is re-armed whatever happens.
+        """
+        try:
+            for a in getattr(gpu.arbiter, method)(*args, self.now()):
+                try:
+                    self._carry_out(gpu, a)
+                except Exception:  # a bug of ours: lose this client, never the other actions
+                    log.exception("pid=%d gpu=%s: cannot carry out %s; closing its connection",
+                                  a.client.pid, gpu.label, type(a).__name__.lower())
+                    with contextlib.suppress(Exception):
+                        a.client.close()
+        finally:
+            self._arm(gpu)
+
+    def _carry_out(self, gpu: Gpu, a: policy.Action) -> None:
+        conn: Conn = a.client
+        if isinstance(a, policy.Grant):
+            conn.send(encode(Grant(conn.ordinal(gpu), int(round(a.quantum * 1000)))))
+            log.info("grant pid=%d gpu=%s quantum=%s", conn.pid, gpu.label,
+                     f"{a.quantum:g}s" if a.quantum else "none")
+        elif isinstance(a, policy.Drop):
+            conn.send(encode(DeviceMsg(conn.ordinal(gpu), int(a.reason)), MessageType.DROP_LOCK))
+            log.info("drop pid=%d gpu=%s reason=%s", conn.pid, gpu.label, a.reason.name.lower())
+        elif isinstance(a, policy.Overdue):
+            log.warning("pid=%d gpu=%s has not released %.1fs after DROP_LOCK (still draining?)",
+                        conn.pid, gpu.label, a.waited)
+        elif isinstance(a, policy.Evict):
+            # The arbiter has taken the lock away; the client learns it by losing the connection
+            # (its library then runs ungated with a warning and reconnects).
+            log.warning("evict pid=%d gpu=%s after %.1fs without LOCK_RELEASED; closing its "
+                        "connection", conn.pid, gpu.label, a.waited)
+            conn.send(encode_error(f"evicted from gpu {gpu.uuid}: no LOCK_RELEASED "
+                                   f"{a.waited:.1f}s after DROP_LOCK"))
+            conn.close()
 
     def _arm(self, gpu: Gpu) -> None:
         if gpu.timer is not None:
@@ -367,10 +403,16 @@ class Scheduler:
             raise CtlError(f"no GPU matches {sel!r}" if not gpus else f"{sel!r} matches several GPUs")
         return gpus
 
+    def _op_ping(self, msg: dict) -> dict:
+        return {"version": __version__}
+
     def _op_set_tq(self, msg: dict) -> None:
         seconds = msg.get("seconds")
         if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
             raise CtlError(f"invalid seconds {seconds!r}: a positive integer is required")
+        if seconds > TQ_MAX:
+            raise CtlError(f"invalid seconds {seconds}: at most {TQ_MAX:.0f} (the quantum is sent to "
+                           "clients in milliseconds as a 32-bit number)")
         gpus = self._select(msg.get("gpu"))
         if msg.get("gpu") is None:
             self.default_tq = float(seconds)
@@ -439,6 +481,7 @@ class Scheduler:
         }
 
     _ops = {
+        "ping": (_op_ping, False),
         "status": (_op_status, False),
         "set_tq": (_op_set_tq, True),
         "set_mode": (_op_set_mode, True),

@@ -1,0 +1,85 @@
+"""Scheduler._policy in-process: every action the arbiter returns is carried out, even when one fails."""
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from sched_harness import GiB, uuid
+from xpushare.protocol import FrameDecoder, MessageType
+from xpushare.scheduler.policy import Mode
+from xpushare.scheduler.server import Config, Conn, Scheduler
+
+
+class FakeTransport:
+    def __init__(self):
+        self.aborted = False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+class FakeWriter:
+    """What Conn needs of an asyncio.StreamWriter; `fail` makes every write raise."""
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.data, self.closed = fail, b"", False
+        self.transport = FakeTransport()
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def write(self, data: bytes) -> None:
+        if self.fail:
+            raise RuntimeError("write failed")
+        self.data += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def frame_types(self) -> list[MessageType]:
+        d = FrameDecoder()
+        d.feed(self.data)
+        return [f.type for f in d.frames()]
+
+
+@pytest.fixture
+def sched():
+    loop = asyncio.new_event_loop()
+    s = Scheduler(Config(socket_path=Path("/nonexistent/s.sock"), tq=30))
+    s._loop = loop  # only its clock and call_at are used
+    yield s
+    loop.close()
+
+
+def conn(sched, cid, gpu, fail=False) -> Conn:
+    c = Conn(cid, FakeWriter(fail), os.getpid(), os.getuid(), os.getgid())
+    c.devices[0] = gpu
+    return c
+
+
+def test_a_failing_action_does_not_skip_the_others(sched, caplog):
+    gpu = sched._add_gpu(uuid(0), 0, "Fake", GiB)
+    holder, broken, good = conn(sched, 1, gpu), conn(sched, 2, gpu, fail=True), conn(sched, 3, gpu)
+    for c in (holder, broken, good):
+        sched._policy(gpu, "request", c)
+    caplog.set_level(logging.INFO, "nvshare.scheduler")
+    sched._policy(gpu, "set_mode", Mode.OFF)  # one call, two grants: broken's, then good's
+    assert good.writer.frame_types() == [MessageType.LOCK_OK]
+    assert "grant pid=" in caplog.text
+    # broken could not be told it holds the GPU: its connection goes (which hands the lock on)
+    assert broken.writer.closed
+    assert "cannot carry out grant" in caplog.text
+
+
+def test_the_timer_is_armed_even_when_an_action_fails(sched):
+    gpu = sched._add_gpu(uuid(0), 0, "Fake", GiB)
+    broken = conn(sched, 1, gpu, fail=True)
+    sched._policy(gpu, "request", broken)
+    assert broken.writer.closed
+    assert gpu.timer is not None and gpu.timer.when() == gpu.arbiter.next_deadline()
