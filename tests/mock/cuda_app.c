@@ -65,42 +65,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext, *CUstream, *CUevent, *CUgraph, *CUgraphExec, *CUfunction, *CUmemoryPool, *CUarray;
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef void (*CUhostFn)(void *);
-
-typedef struct {
-    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
-    CUstream hStream;
-    void *attrs;
-    unsigned int numAttrs;
-} CUlaunchConfig;
-
-typedef struct {
-    size_t srcXInBytes, srcY;
-    int srcMemoryType;
-    const void *srcHost;
-    CUdeviceptr srcDevice;
-    CUarray srcArray;
-    size_t srcPitch;
-    size_t dstXInBytes, dstY;
-    int dstMemoryType;
-    void *dstHost;
-    CUdeviceptr dstDevice;
-    CUarray dstArray;
-    size_t dstPitch;
-    size_t WidthInBytes, Height;
-} CUDA_MEMCPY2D;
-
-typedef struct {
-    int type, requestedHandleTypes;
-    struct { int type, id; } location;
-    void *win32HandleMetaData;
-    unsigned char allocFlags[8];
-} CUmemAllocationProp;
+#include "mock_cuda_types.h"
 
 typedef CUresult (*gpa1_t)(const char *, void **, int, unsigned long long);
 typedef CUresult (*gpa2_t)(const char *, void **, int, unsigned long long, int *);
