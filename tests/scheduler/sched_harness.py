@@ -18,11 +18,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 sys.path.insert(0, str(SRC))
+sys.path.insert(0, str(ROOT))  # tests.waiting, also when this file runs as a subprocess's module
 
 from xpushare.protocol import (  # noqa: E402
     Attach, DeviceMsg, Frame, FrameDecoder, Hello, MemUpdate, MessageType, ProtocolError,
     encode, encode_frame, encode_json, socket_answers,
 )
+from tests.waiting import poll  # noqa: E402
 
 GiB = 1 << 30
 FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
@@ -33,14 +35,7 @@ def uuid(i: int) -> str:
 
 
 def wait_for(cond, timeout=10.0, interval=0.02, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
+    return poll(cond, timeout, interval, what)
 
 
 def child_env(extra: dict | None = None) -> dict:
