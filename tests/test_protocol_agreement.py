@@ -26,14 +26,17 @@ STRUCTS = {  # C struct -> (Python field list, Python size)
     "nvs_welcome": (P.Welcome.FIELDS, P.Welcome.SIZE),
     "nvs_attach": (P.Attach.FIELDS, P.Attach.SIZE),
     "nvs_attached": (P.Attached.FIELDS, P.Attached.SIZE),
-    "nvs_device": (P.DeviceMsg.FIELDS, P.DeviceMsg.SIZE),
+    "nvs_device": (P.LockRequest.FIELDS, P.LockRequest.SIZE),
     "nvs_grant": (P.Grant.FIELDS, P.Grant.SIZE),
+    "nvs_drop": (P.DropLock.FIELDS, P.DropLock.SIZE),
+    "nvs_released": (P.Released.FIELDS, P.Released.SIZE),
     "nvs_mem_update": (P.MemUpdate.FIELDS, P.MemUpdate.SIZE),
 }
 OPTIONAL_MACROS = {  # compared when the header defines them
     "NVS_HELLO_REQUIRE_SCHEDULER": P.HELLO_REQUIRE_SCHEDULER,
     "NVS_DROP_QUANTUM": P.DropReason.QUANTUM, "NVS_DROP_PREEMPTED": P.DropReason.PREEMPTED,
-    "NVS_DROP_ADMIN": P.DropReason.ADMIN,
+    "NVS_DROP_ADMIN": P.DropReason.ADMIN, "NVS_DROP_MEMORY": P.DropReason.MEMORY,
+    "NVS_GRANT_PREFETCH": P.GRANT_PREFETCH, "NVS_DROP_EVICT": P.DROP_EVICT,
     "NVS_RELEASE_DROPPED": P.ReleaseReason.DROPPED, "NVS_RELEASE_IDLE": P.ReleaseReason.IDLE,
 }
 
@@ -101,5 +104,6 @@ def test_documented_sizes():
     """docs/protocol.md gives exact sizes; both sides are also checked against them."""
     assert {s: size for s, (_, size) in STRUCTS.items()} == {
         "nvs_header": 12, "nvs_hello": 520, "nvs_welcome": 16, "nvs_attach": 168,
-        "nvs_attached": 16, "nvs_device": 8, "nvs_grant": 8, "nvs_mem_update": 24}
+        "nvs_attached": 16, "nvs_device": 8, "nvs_grant": 16, "nvs_drop": 16, "nvs_released": 24,
+        "nvs_mem_update": 24}
     assert P.MAGIC.to_bytes(4, "little") == b"NVSH"

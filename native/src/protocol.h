@@ -1,5 +1,5 @@
 /*
- * protocol.h - the XPUShare wire protocol, version 1 (docs/protocol.md is the definition).
+ * protocol.h - the XPUShare wire protocol, version 2 (docs/protocol.md is the definition).
  *
  * Frames are a 12-byte header followed by `length` payload bytes. Integers are little-endian,
  * structs packed. src/xpushare/protocol.py is the Python side; tests/test_protocol_agreement.py
@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #define NVS_MAGIC 0x4853564Eu /* the bytes "NVSH" read as a little-endian u32 */
-#define NVS_VERSION 1
+#define NVS_VERSION 2
 #define NVS_MAX_PAYLOAD 65536
 
 enum nvs_msg_type {
@@ -37,6 +37,11 @@ enum nvs_msg_type {
 #define NVS_DROP_QUANTUM 1u
 #define NVS_DROP_PREEMPTED 2u
 #define NVS_DROP_ADMIN 3u
+#define NVS_DROP_MEMORY 4u
+
+/* grant.flags, drop.flags */
+#define NVS_GRANT_PREFETCH 1u /* bring the allocations back to the GPU in bulk */
+#define NVS_DROP_EVICT 1u     /* move the allocations to host memory in bulk before releasing */
 
 /* device.reason of LOCK_RELEASED */
 #define NVS_RELEASE_DROPPED 0u
@@ -77,7 +82,7 @@ struct nvs_attached {
     uint64_t capacity;
 } __attribute__((packed));
 
-/* REQ_LOCK, DROP_LOCK, LOCK_RELEASED */
+/* REQ_LOCK */
 struct nvs_device {
     uint32_t device;
     uint32_t reason;
@@ -87,6 +92,26 @@ struct nvs_device {
 struct nvs_grant {
     uint32_t device;
     uint32_t quantum_ms;
+    uint32_t flags; /* NVS_GRANT_PREFETCH */
+    uint32_t reserved;
+} __attribute__((packed));
+
+/* DROP_LOCK */
+struct nvs_drop {
+    uint32_t device;
+    uint32_t reason; /* NVS_DROP_* */
+    uint32_t flags;  /* NVS_DROP_EVICT */
+    uint32_t reserved;
+} __attribute__((packed));
+
+/* LOCK_RELEASED: what the client measured of this switch, in microseconds */
+struct nvs_released {
+    uint32_t device;
+    uint32_t reason;      /* NVS_RELEASE_* */
+    uint32_t drain_us;    /* outstanding work finished */
+    uint32_t evict_us;    /* bulk move to host (NVS_DROP_EVICT), 0 if none */
+    uint32_t prefetch_us; /* bulk move back at the grant being released, 0 if none */
+    uint32_t reserved;
 } __attribute__((packed));
 
 struct nvs_mem_update {
@@ -102,7 +127,9 @@ _Static_assert(sizeof(struct nvs_welcome) == 16, "nvs_welcome is 16 bytes");
 _Static_assert(sizeof(struct nvs_attach) == 168, "nvs_attach is 168 bytes");
 _Static_assert(sizeof(struct nvs_attached) == 16, "nvs_attached is 16 bytes");
 _Static_assert(sizeof(struct nvs_device) == 8, "nvs_device is 8 bytes");
-_Static_assert(sizeof(struct nvs_grant) == 8, "nvs_grant is 8 bytes");
+_Static_assert(sizeof(struct nvs_grant) == 16, "nvs_grant is 16 bytes");
+_Static_assert(sizeof(struct nvs_drop) == 16, "nvs_drop is 16 bytes");
+_Static_assert(sizeof(struct nvs_released) == 24, "nvs_released is 24 bytes");
 _Static_assert(sizeof(struct nvs_mem_update) == 24, "nvs_mem_update is 24 bytes");
 
 #endif /* NVSHARE_PROTOCOL_H */

@@ -1,4 +1,4 @@
-"""The XPUShare wire protocol, version 1 (docs/protocol.md is the definition).
+"""The XPUShare wire protocol, version 2 (docs/protocol.md is the definition).
 
 Frames are a 12-byte little-endian header (magic, version, type, length) and `length` payload bytes.
 Fixed payloads are packed structs; CTL_REQUEST/CTL_REPLY carry a JSON object, ERROR UTF-8 text.
@@ -15,7 +15,7 @@ from enum import IntEnum
 from typing import ClassVar, NamedTuple
 
 MAGIC = 0x4853564E  # the bytes "NVSH" read as a little-endian u32
-VERSION = 1
+VERSION = 2
 MAX_PAYLOAD = 65536
 
 HEADER = struct.Struct("<IHHI")  # magic, version, type, length
@@ -42,6 +42,7 @@ class DropReason(IntEnum):
     QUANTUM = 1
     PREEMPTED = 2
     ADMIN = 3
+    MEMORY = 4  # running clients no longer fit in the GPU's memory together
 
 
 class ReleaseReason(IntEnum):
@@ -50,7 +51,10 @@ class ReleaseReason(IntEnum):
     IDLE = 1
 
 
+PRIORITY_LIMIT = 1000        # priorities are clamped to -PRIORITY_LIMIT..PRIORITY_LIMIT
 HELLO_REQUIRE_SCHEDULER = 1  # hello.flags bit 0
+GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
+DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
 
 
 class ProtocolError(Exception):
@@ -145,8 +149,8 @@ class Attached(_Payload):
 
 
 @dataclass
-class DeviceMsg(_Payload):
-    """REQ_LOCK, DROP_LOCK and LOCK_RELEASED."""
+class LockRequest(_Payload):
+    """REQ_LOCK."""
     FIELDS = (("device", "I"), ("reason", "I"))
     device: int = 0
     reason: int = 0
@@ -155,9 +159,34 @@ class DeviceMsg(_Payload):
 @dataclass
 class Grant(_Payload):
     """LOCK_OK."""
-    FIELDS = (("device", "I"), ("quantum_ms", "I"))
+    FIELDS = (("device", "I"), ("quantum_ms", "I"), ("flags", "I"), ("reserved", "I"))
     device: int = 0
     quantum_ms: int = 0
+    flags: int = 0  # GRANT_PREFETCH
+    reserved: int = 0
+
+
+@dataclass
+class DropLock(_Payload):
+    """DROP_LOCK."""
+    FIELDS = (("device", "I"), ("reason", "I"), ("flags", "I"), ("reserved", "I"))
+    device: int = 0
+    reason: int = 0  # DropReason
+    flags: int = 0   # DROP_EVICT
+    reserved: int = 0
+
+
+@dataclass
+class Released(_Payload):
+    """LOCK_RELEASED, with what the client measured of its switch (microseconds)."""
+    FIELDS = (("device", "I"), ("reason", "I"), ("drain_us", "I"), ("evict_us", "I"),
+              ("prefetch_us", "I"), ("reserved", "I"))
+    device: int = 0
+    reason: int = 0       # ReleaseReason
+    drain_us: int = 0     # DROP_LOCK/idle -> outstanding work finished
+    evict_us: int = 0     # bulk move to host (DROP_EVICT), 0 if none
+    prefetch_us: int = 0  # bulk move back at the grant being released, 0 if none
+    reserved: int = 0
 
 
 @dataclass
@@ -175,13 +204,13 @@ PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.WELCOME: Welcome,
     MessageType.ATTACH: Attach,
     MessageType.ATTACHED: Attached,
-    MessageType.REQ_LOCK: DeviceMsg,
+    MessageType.REQ_LOCK: LockRequest,
     MessageType.LOCK_OK: Grant,
-    MessageType.DROP_LOCK: DeviceMsg,
-    MessageType.LOCK_RELEASED: DeviceMsg,
+    MessageType.DROP_LOCK: DropLock,
+    MessageType.LOCK_RELEASED: Released,
     MessageType.MEM_UPDATE: MemUpdate,
 }
-_TYPE_OF = {cls: t for t, cls in PAYLOADS.items() if cls is not DeviceMsg}  # DeviceMsg has three
+_TYPE_OF = {cls: t for t, cls in PAYLOADS.items()}
 
 
 class Frame(NamedTuple):
@@ -207,7 +236,7 @@ def encode_frame(msg_type: MessageType | int, payload: bytes | _Payload = b"") -
 
 
 def encode(msg: _Payload, msg_type: MessageType | None = None) -> bytes:
-    """A frame for a payload dataclass; DeviceMsg needs its type (REQ_LOCK/DROP_LOCK/LOCK_RELEASED)."""
+    """A frame for a payload dataclass (each fixed payload belongs to one message type)."""
     if msg_type is None:
         msg_type = _TYPE_OF.get(type(msg))
         if msg_type is None:

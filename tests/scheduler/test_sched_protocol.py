@@ -3,8 +3,8 @@
 import pytest
 
 from xpushare.protocol import (
-    HEADER, MAGIC, MAX_PAYLOAD, VERSION, Attach, Attached, DeviceMsg, FrameDecoder, Grant, Hello,
-    MemUpdate, MessageType, ProtocolError, Welcome, decode_json, encode, encode_error, encode_frame,
+    HEADER, MAGIC, MAX_PAYLOAD, VERSION, Attach, Attached, DropLock, FrameDecoder, Grant, Hello,
+    LockRequest, MemUpdate, Released, MessageType, ProtocolError, Welcome, decode_json, encode, encode_error, encode_frame,
     encode_json,
 )
 
@@ -13,7 +13,10 @@ SAMPLES = [
     Welcome(2**63 + 1, VERSION, 0),
     Attach(3, 0, "GPU-00000000-0000-0000-0000-000000000001", "NVIDIA H100 80GB HBM3", 80 << 30, 16 << 30),
     Attached(3, 0, 16 << 30),
-    Grant(1, 30000),
+    Grant(1, 30000, 1, 0),
+    LockRequest(2, 0),
+    DropLock(1, 4, 1, 0),
+    Released(1, 0, 12_000, 170_000, 40_000, 0),
     MemUpdate(0, 0, 5 << 30, 123),
 ]
 
@@ -26,8 +29,9 @@ def test_payload_round_trip_and_exact_size(msg):
 
 
 def test_little_endian_packed_layout():
-    data = encode(Grant(device=2, quantum_ms=500))
-    assert data == bytes.fromhex("4e565348" "0100" "0600" "08000000" "02000000" "f4010000")
+    data = encode(Grant(device=2, quantum_ms=500, flags=1))
+    assert data == bytes.fromhex("4e565348" "0200" "0600" "10000000"
+                                 "02000000" "f4010000" "01000000" "00000000")
     assert data[:4] == b"NVSH"
 
 
@@ -39,12 +43,12 @@ def test_strings_are_nul_padded_and_cut_at_a_character_boundary():
     assert Attach.unpack(full.pack()).uuid == "x" * 48
 
 
-def test_device_msg_needs_its_type():
-    with pytest.raises(ValueError):
-        encode(DeviceMsg(0, 0))
-    frame = encode(DeviceMsg(1, 2), MessageType.DROP_LOCK)
-    (f,) = list(_decode(frame))
-    assert f.type == MessageType.DROP_LOCK and f.decode() == DeviceMsg(1, 2)
+def test_each_fixed_payload_names_its_message_type():
+    for msg, mtype in [(LockRequest(0, 0), MessageType.REQ_LOCK), (Grant(0, 1), MessageType.LOCK_OK),
+                       (DropLock(1, 2, 1), MessageType.DROP_LOCK),
+                       (Released(1, 0, 5), MessageType.LOCK_RELEASED)]:
+        (f,) = list(_decode(encode(msg)))
+        assert f.type == mtype and f.decode() == msg
 
 
 def _decode(data, chunk=None):
