@@ -1,41 +1,47 @@
-"""The pure policy core, replayed with injected time."""
+"""The pure policy core, replayed with injected time: the arbiter's common rules, serial and off.
+
+Auto mode, priorities and the dynamic quantum have their own modules (test_policy_auto.py,
+test_policy_priority.py, test_policy_tq.py); test_policy_replay.py holds the shared Replay helper.
+"""
 
 import pytest
 
 from xpushare.protocol import DropReason
 from xpushare.scheduler.policy import (
-    EVICT_AFTER_QUANTA, TQ_MAX, TQ_MIN, Arbiter, Drop, Evict, Grant, Mode, Overdue,
+    CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, EVICT_AFTER_QUANTA, STRATEGIES, TQ_MAX, TQ_MIN, Arbiter,
+    Drop, Evict, Grant, Mode, Overdue, SwitchReport,
 )
+
+from test_policy_replay import GiB, Replay, play
 
 TQ = 10.0
 
 
-def serial():
-    return Arbiter(Mode.SERIAL, TQ)
+def serial(**kw):
+    return Arbiter(Mode.SERIAL, TQ, **kw)
 
 
-class Replay:
-    """Feeds an arbiter a script and checks invariants after every step."""
+def test_defaults_are_auto_mode_with_the_dynamic_quantum_and_unknown_capacity():
+    arb = Arbiter()
+    assert arb.mode == Mode.AUTO and arb.tq_explicit is None and arb.tq == DEFAULT_DYNAMIC_TQ
+    assert arb.budget is None and arb.client_overhead == CLIENT_OVERHEAD == 768 * 2**20
+    assert set(STRATEGIES) == set(Mode) and all(STRATEGIES[m].mode == m for m in Mode)
 
-    def __init__(self, arb):
-        self.arb = arb
-        self.granted = []  # (time, client) of every Grant, to check no double grant
-        self.evicted = []  # (time, client) of every Evict
 
-    def __call__(self, now, op, *args):
-        actions = getattr(self.arb, op)(*args, now)
-        for a in actions:
-            if isinstance(a, Grant):
-                self.granted.append((now, a.client))
-            if isinstance(a, Evict):
-                self.evicted.append((now, a.client))
-                assert self.arb.state_of(a.client) == "idle", "an evicted client keeps nothing"
-        deadline = self.arb.next_deadline()
-        assert deadline is None or deadline > now, "a deadline left in the past would spin the timer"
-        assert not set(self.arb.holders) & set(self.arb.queue)
-        if self.arb.mode == Mode.SERIAL:
-            assert len([h for h in self.arb.holders.values() if h.drop_sent is None]) <= 1
-        return actions
+@pytest.mark.parametrize("kw", [{"capacity": -1}, {"reserve": -1}, {"capacity": 1.5},
+                                {"client_overhead": True}])
+def test_bad_sizes_are_refused(kw):
+    with pytest.raises(ValueError, match="bytes"):
+        Arbiter(**kw)
+
+
+def test_bad_footprints_capacities_and_priorities_are_refused_and_change_nothing():
+    arb = serial(capacity=GiB)
+    for call in (lambda: arb.set_footprint("A", -1, 0), lambda: arb.set_capacity(-5, 0),
+                 lambda: arb.set_priority("A", 1.5, 0), lambda: arb.set_priority("A", True, 0)):
+        with pytest.raises(ValueError):
+            call()
+    assert arb.capacity == GiB and arb.footprint("A") == CLIENT_OVERHEAD and arb.priority("A") == 0
 
 
 def test_first_request_is_granted_with_the_quantum():
@@ -347,3 +353,90 @@ def test_long_scripted_rotation_is_fair():
         holder = grant.client
         order.append(holder)
     assert order == list("ABC" * 4)[:10]
+
+
+# -- serial mode and memory: evict only when the next holder needs the room ------------------------
+def serial_10gib():
+    return serial(capacity=10 * GiB, reserve=0, client_overhead=0)
+
+
+def test_serial_takes_turns_without_eviction_when_both_fit():
+    r = Replay(serial_10gib())
+    r(0, "set_footprint", "A", 4 * GiB)
+    r(0, "set_footprint", "B", 6 * GiB)  # 10 GiB together: exactly the budget
+    play(r, [
+        (0, "request", "A", [Grant("A", TQ)]),
+        (1, "request", "B", []),
+        (TQ, "tick", [Drop("A", DropReason.QUANTUM, evict=False)]),
+        (TQ + 1, "release", "A", [Grant("B", TQ, prefetch=False)]),
+    ])
+
+
+def test_serial_evicts_when_the_next_waiter_does_not_fit_beside_the_holder_and_prefetches_after():
+    r = Replay(serial_10gib())
+    r(0, "set_footprint", "A", 4 * GiB)
+    r(0, "set_footprint", "B", 6 * GiB + 1)
+    play(r, [
+        (0, "request", "A", [Grant("A", TQ)]),
+        (1, "request", "B", []),
+        (TQ, "tick", [Drop("A", DropReason.QUANTUM, evict=True)]),
+        (TQ + 1, "release", "A", [Grant("B", TQ, prefetch=False)]),
+        (TQ + 2, "request", "A", []),
+        (2 * TQ + 1, "tick", [Drop("B", DropReason.QUANTUM, evict=True)]),
+        (2 * TQ + 2, "release", "B", [Grant("A", TQ, prefetch=True)]),  # A was evicted: bulk back
+        (2 * TQ + 3, "release", "A", []),
+        (2 * TQ + 4, "request", "A", [Grant("A", TQ, prefetch=False)]),  # PREFETCH is used once
+    ])
+
+
+def test_serial_judges_eviction_by_the_waiter_that_comes_next():
+    r = Replay(serial_10gib())
+    r(0, "set_footprint", "A", 4 * GiB)
+    r(0, "set_footprint", "big", 8 * GiB)
+    r(0, "request", "A")
+    r(1, "request", "small")          # 0 bytes: fits beside A
+    r(2, "request", "big")
+    assert r(TQ, "tick") == [Drop("A", DropReason.QUANTUM, evict=False)]
+    assert r(TQ + 1, "release", "A") == [Grant("small", TQ)]
+
+
+def test_serial_never_evicts_when_the_capacity_is_unknown():
+    r = Replay(serial())
+    r(0, "set_footprint", "A", 400 * GiB)
+    r(0, "set_footprint", "B", 400 * GiB)
+    r(0, "request", "A")
+    r(1, "request", "B")
+    assert r(TQ, "tick") == [Drop("A", DropReason.QUANTUM, evict=False)]
+
+
+def test_serial_admin_drops_evict_only_what_does_not_fit_beside_the_kept_holder():
+    r = Replay(Arbiter(Mode.OFF, TQ, capacity=10 * GiB, reserve=0, client_overhead=0))
+    with_sizes = {"A": 5, "B": 5, "C": 6}
+    for t, (c, size) in enumerate(with_sizes.items()):
+        r(t, "set_footprint", c, size * GiB)
+        r(t, "request", c)
+    assert r(5, "set_mode", Mode.SERIAL) == [Drop("B", DropReason.ADMIN, evict=False),
+                                             Drop("C", DropReason.ADMIN, evict=True)]
+
+
+def test_footprints_count_the_context_overhead_and_the_reserve_defaults_to_5_percent():
+    arb = serial(capacity=20 * GiB)
+    arb.set_footprint("A", 3 * GiB, 0)
+    assert arb.footprint("A") == 3 * GiB + CLIENT_OVERHEAD
+    assert arb.footprint("new") == CLIENT_OVERHEAD
+    assert arb.reserve == GiB and arb.budget == 19 * GiB
+    arb.set_capacity(40 * GiB, 0)    # the default reserve follows the capacity
+    assert arb.budget == 38 * GiB
+    assert serial(capacity=20 * GiB, reserve=5 * GiB).budget == 15 * GiB
+    assert serial(capacity=GiB, reserve=2 * GiB).budget == 0
+    arb.set_capacity(0, 0)
+    assert arb.budget is None        # unknown again: everything fits
+
+
+def test_releases_with_reports_work_in_serial_and_off():
+    r = Replay(serial())
+    r(0, "request", "A")
+    assert r(1, "release", "A", report=SwitchReport(drain=0.01, evict=0.0, prefetch=0.0)) == []
+    r = Replay(Arbiter(Mode.OFF, TQ))
+    r(0, "request", "A")
+    assert r(1, "release", "A", report=SwitchReport()) == []
