@@ -1,7 +1,8 @@
 """nvsharectl: look at and steer nvshare-scheduler.
 
-nvshare-compatible flags: -T/--set-tq N, -S/--anti-thrash on|off; plus --gpu SEL (one GPU),
---set-gpu-memory SIZE, `status [--json]` and `ping` (a cheap liveness check). Exit codes: 0 ok,
+nvshare-compatible flags: -T/--set-tq N, -S/--anti-thrash on|off; plus --mode auto|serial|off,
+-T auto (the dynamic quantum), --gpu SEL (one GPU), --set-gpu-memory SIZE, --set-priority N with
+--pid PID or --client ID, `status [--json]` and `ping` (a cheap liveness check). Exit codes: 0 ok,
 1 no scheduler / refused / failed, 2 bad usage.
 """
 
@@ -12,22 +13,42 @@ import json
 import sys
 
 from .paths import client_socket_candidates
-from .protocol import CtlClient, ProtocolError, SchedulerUnavailable
-from .scheduler.policy import TQ_MAX
+from .protocol import PRIORITY_LIMIT, CtlClient, ProtocolError, SchedulerUnavailable
+from .scheduler.policy import TQ_MAX, Mode
 from .sizes import format_size, size_argument
 
 
-def _tq_seconds(text: str) -> int:
+def _tq_seconds(text: str) -> int | str:
+    if text == "auto":
+        return text
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive integer is required")
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive integer (seconds) "
+                                         "or auto is required")
     if value > TQ_MAX:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: at most {TQ_MAX:.0f} seconds (the "
                                          "quantum is sent in milliseconds as a 32-bit number)")
     return value
+
+
+def _priority(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or abs(value) > PRIORITY_LIMIT:
+        raise argparse.ArgumentTypeError(f"invalid priority {text!r}: an integer from "
+                                         f"{-PRIORITY_LIMIT} to {PRIORITY_LIMIT}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive integer is required")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,13 +56,27 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nvsharectl",
         description="Control and inspect nvshare-scheduler.",
         epilog="examples: nvsharectl status | nvsharectl ping | nvsharectl -T 10 | "
-               "nvsharectl -S off --gpu 0 | nvsharectl --set-gpu-memory 16GiB --gpu 0")
-    p.add_argument("-T", "--set-tq", type=_tq_seconds, metavar="N",
-                   help=f"set the time quantum to N seconds (1 to {TQ_MAX:.0f})")
+               "nvsharectl -T auto | nvsharectl --mode serial --gpu 0 | "
+               "nvsharectl --set-priority 10 --pid 4242 | nvsharectl --set-gpu-memory 16GiB --gpu 0")
+    p.add_argument("-T", "--set-tq", type=_tq_seconds, metavar="N|auto",
+                   help=f"set the time quantum to N seconds (1 to {TQ_MAX:.0f}), or auto: sized "
+                        "from the measured cost of the GPU's switches")
     p.add_argument("-S", "--anti-thrash", choices=["on", "off"],
-                   help="on = serial (one holder at a time), off = everyone runs at once")
+                   help="nvshare's switch: on = serial (one holder at a time), off = everyone runs "
+                        "at once (--mode auto is the default mode)")
+    p.add_argument("--mode", choices=[m.value for m in Mode],
+                   help="auto = clients whose memory fits run together, the others take turns; "
+                        "serial = one at a time; off = everyone at once")
     p.add_argument("--gpu", metavar="SEL",
-                   help="apply -T/-S/--set-gpu-memory to one GPU (index or UUID) instead of all")
+                   help="apply -T/-S/--mode/--set-gpu-memory to one GPU (index or UUID) instead "
+                        "of all")
+    p.add_argument("--set-priority", type=_priority, metavar="N",
+                   help="set the priority of the client given by --pid or --client (higher runs "
+                        "first and preempts lower; default of a client: NVSHARE_PRIORITY or 0)")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--pid", type=_positive_int, help="the process --set-priority applies to")
+    target.add_argument("--client", type=_positive_int, metavar="ID",
+                        help="the client id (see status --json) --set-priority applies to")
     p.add_argument("--set-gpu-memory", type=size_argument, metavar="SIZE",
                    help="capacity the scheduler counts --gpu as (e.g. 16GiB; 0 clears); clients "
                         "that attach afterwards get it, running ones keep what they were told")
@@ -74,16 +109,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.set_gpu_memory is not None and args.gpu is None:
         parser.error("--set-gpu-memory needs --gpu")
+    if (args.set_priority is None) != (args.pid is None and args.client is None):
+        parser.error("--set-priority needs --pid or --client, and they need --set-priority")
+    if args.anti_thrash is not None and args.mode is not None:
+        parser.error("give either -S or --mode")
     requests = []
     gpu = {"gpu": int(args.gpu) if args.gpu.isdigit() else args.gpu} if args.gpu else {}
     if args.set_tq is not None:
         requests.append(("set_tq", {"seconds": args.set_tq, **gpu}))
     if args.anti_thrash is not None:
         requests.append(("set_mode", {"mode": "serial" if args.anti_thrash == "on" else "off", **gpu}))
+    if args.mode is not None:
+        requests.append(("set_mode", {"mode": args.mode, **gpu}))
     if args.set_gpu_memory is not None:
         requests.append(("set_gpu_memory", {"bytes": args.set_gpu_memory, **gpu}))
     if args.gpu and not requests:
-        parser.error("--gpu selects the GPU for -T, -S or --set-gpu-memory")
+        parser.error("--gpu selects the GPU for -T, -S, --mode or --set-gpu-memory")
+    if args.set_priority is not None:
+        who = {"pid": args.pid} if args.pid is not None else {"client_id": args.client}
+        requests.append(("set_priority", {"priority": args.set_priority, **who}))
     if args.command in ("status", "ping"):
         requests.append((args.command, {}))
     if not requests:
@@ -129,6 +173,14 @@ def _duration(seconds: float) -> str:
 COMMAND_WIDTH = 60
 
 
+def _tq_cell(g: dict) -> str:
+    text = f"{g['tq']:g}s"
+    if g.get("tq_source") == "dynamic":
+        cost = g.get("switch_cost")
+        text += " auto" + (f" (switch {cost * 1000:.0f} ms)" if cost else "")
+    return text
+
+
 def render_status(status: dict, file=None) -> None:
     """Two tables (GPUs, clients) with rich."""
     from rich.console import Console
@@ -141,20 +193,26 @@ def render_status(status: dict, file=None) -> None:
                   f"{sched.get('socket', '?')}")
 
     gpus = Table(title="GPUs", title_justify="left")
-    for col in ("GPU", "UUID", "Name", "Memory", "Capacity", "Mode", "TQ", "Holder", "Queue"):
+    for col in ("GPU", "UUID", "Name", "Memory", "Capacity", "Mode", "TQ", "Holders", "Queue"):
         gpus.add_column(col, no_wrap=col != "Name")
+    whys = []
     for g in status.get("gpus", []):
         holders = ", ".join(f"{h['pid']} ({_duration(h['held_for'])}{', dropping' if h['dropping'] else ''})"
                             for h in g["holders"]) or "-"
-        gpus.add_row("-" if g["index"] is None else str(g["index"]), g["uuid"], g["name"] or "?",
+        label = "-" if g["index"] is None else str(g["index"])
+        gpus.add_row(label, g["uuid"], g["name"] or "?",
                      format_size(g["memory_total"]) if g["memory_total"] else "?",
                      format_size(g["capacity"]) if g["capacity"] else "?",
-                     g["mode"], f"{g['tq']:g}s", holders,
+                     f"{g['mode']}: {g.get('operation', '?')}", _tq_cell(g), holders,
                      " ".join(str(p) for p in g["queue"]) or "-")
+        if g.get("why"):
+            whys.append(f"GPU {label}: {g['why']}")
     console.print(gpus if status.get("gpus") else "No GPUs known yet.")
+    for line in whys:
+        console.print(line)
 
     clients = Table(title="Clients", title_justify="left")
-    for col in ("PID", "UID", "State", "GPU", "Memory", "Pod"):
+    for col in ("PID", "UID", "Priority", "State", "GPU", "Memory", "Pod"):
         clients.add_column(col, no_wrap=True)
     # The command line is the column that gives way, so a long one never squeezes the others.
     clients.add_column("Command", no_wrap=True, overflow="ellipsis", max_width=COMMAND_WIDTH)
@@ -164,7 +222,7 @@ def render_status(status: dict, file=None) -> None:
         pod = c.get("pod")
         pod = f"{pod['namespace']}/{pod['name']}" if pod else (
             f"{c['pod_hint']['namespace']}/{c['pod_hint']['name']} (hint)" if c.get("pod_hint") else "-")
-        clients.add_row(str(c["pid"]), str(c["uid"]), c["state"], " ".join(gpu_cells) or "-",
+        clients.add_row(str(c["pid"]), str(c["uid"]), str(c.get("priority", 0)), c["state"], " ".join(gpu_cells) or "-",
                         " ".join(mem) or "-", pod,
                         c["command"] or "?")
     console.print(clients if status.get("clients") else "No clients.")

@@ -22,7 +22,7 @@ def ctl(*args, sock=None, env=None):
 @pytest.fixture
 def busy(start_scheduler):
     """A scheduler knowing two GPUs (fake NVML), with a holder and a waiter on GPU 0."""
-    s = start_scheduler("--tq", "30", nvml=[{"uuid": uuid(0), "name": "Fake H100", "memory": 80 * GiB},
+    s = start_scheduler("--mode", "serial", "--tq", "30", nvml=[{"uuid": uuid(0), "name": "Fake H100", "memory": 80 * GiB},
                                             {"uuid": uuid(1), "name": "Fake H100", "memory": 80 * GiB}])
     holder = registered(s.sock, pod_name="trainer-0", pod_namespace="ml")
     holder.mem_update(0, 5 * GiB, 0)
@@ -86,6 +86,31 @@ def test_set_tq_and_anti_thrash_show_in_status(busy):
     assert waiter.expect(MessageType.DROP_LOCK).reason == 3  # administrative
 
 
+def test_mode_and_dynamic_quantum_show_in_status(busy):
+    s, holder, waiter = busy
+    assert ctl("--mode", "auto", "--gpu", "0", sock=s.sock).returncode == 0
+    # Both fit in 80 GiB: in auto mode the waiter runs beside the holder at once.
+    assert waiter.expect(MessageType.LOCK_OK).quantum_ms == 30_000
+    assert ctl("-T", "auto", sock=s.sock).returncode == 0
+    st = json.loads(ctl("status", "--json", sock=s.sock).stdout)
+    g0 = st["gpus"][0]
+    assert (g0["mode"], g0["operation"], g0["tq_source"], g0["tq"]) == ("auto", "concurrent", "dynamic", 5)
+    assert st["scheduler"]["tq"] == "auto"
+    out = ctl("status", sock=s.sock).stdout
+    assert "auto: concurrent" in out and "5s auto" in out, out
+
+
+def test_set_priority_by_pid_shows_in_status(busy):
+    s, holder, waiter = busy
+    r = ctl("--set-priority", "7", "--pid", str(os.getpid()), sock=s.sock)
+    assert r.returncode == 0, r.stderr
+    st = json.loads(ctl("status", "--json", sock=s.sock).stdout)
+    assert sorted(c["priority"] for c in st["clients"]) == [7, 7]  # both connections are this pid
+    assert st["gpus"][0]["holders"][0]["priority"] == 7
+    r = ctl("--set-priority", "1", "--pid", "999999999", sock=s.sock)
+    assert r.returncode == 1 and "no client with pid 999999999" in r.stderr
+
+
 def test_set_gpu_memory(busy):
     s, holder, _ = busy
     assert ctl("--set-gpu-memory", "16GiB", "--gpu", "0", sock=s.sock).returncode == 0
@@ -140,7 +165,13 @@ def test_set_tq_to_the_largest_quantum(busy):
 @pytest.mark.parametrize("args", [["-T", "0"], ["-T", "-3"], ["-T", "abc"], ["-T", "1.5"],
                                   ["-T", "4294968"], ["-T", "5000000"],
                                   ["-S", "maybe"], ["--set-gpu-memory", "lots", "--gpu", "0"],
-                                  ["--set-gpu-memory", "1GiB"], ["--gpu", "0"], ["frobnicate"]])
+                                  ["--set-gpu-memory", "1GiB"], ["--gpu", "0"], ["frobnicate"],
+                                  ["--mode", "fast"], ["--mode", "auto", "-S", "on"],
+                                  ["--set-priority", "5"], ["--pid", "7"],
+                                  ["--set-priority", "x", "--pid", "7"],
+                                  ["--set-priority", "1001", "--pid", "7"],
+                                  ["--set-priority", "1", "--pid", "0"],
+                                  ["--set-priority", "1", "--pid", "7", "--client", "3"]])
 def test_bad_values_exit_2_with_usage(scheduler, args):
     r = ctl(*args, sock=scheduler.sock)
     assert r.returncode == 2, (args, r.stderr)
@@ -157,7 +188,8 @@ def test_scheduler_refusal_exits_1(busy):
 def test_no_arguments_prints_help():
     r = ctl()
     assert r.returncode == 0
-    for flag in ("-T N, --set-tq N", "-S {on,off}, --anti-thrash {on,off}", "status"):
+    for flag in ("-T N|auto, --set-tq N|auto", "-S {on,off}, --anti-thrash {on,off}",
+                 "--mode {auto,serial,off}", "--set-priority N", "status"):
         assert flag in r.stdout
 
 

@@ -33,4 +33,4 @@ def start_scheduler(sockdir):
 @pytest.fixture
 def scheduler(start_scheduler):
     """A serial scheduler without NVML, TQ 30 s."""
-    return start_scheduler("--no-nvml", "--tq", "30")
+    return start_scheduler("--no-nvml", "--mode", "serial", "--tq", "30")

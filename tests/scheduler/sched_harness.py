@@ -21,7 +21,7 @@ sys.path.insert(0, str(SRC))
 sys.path.insert(0, str(ROOT))  # tests.waiting, also when this file runs as a subprocess's module
 
 from xpushare.protocol import (  # noqa: E402
-    Attach, DeviceMsg, Frame, FrameDecoder, Hello, MemUpdate, MessageType, ProtocolError,
+    Attach, Frame, LockRequest, Released, FrameDecoder, Hello, MemUpdate, MessageType, ProtocolError,
     encode, encode_frame, encode_json, socket_answers,
 )
 from tests.waiting import poll  # noqa: E402
@@ -185,10 +185,10 @@ class FakeClient:
         return self.expect(MessageType.ATTACHED)
 
     def request(self, device=0):
-        self.send_raw(encode(DeviceMsg(device, 0), MessageType.REQ_LOCK))
+        self.send_raw(encode(LockRequest(device, 0)))
 
-    def release(self, device=0, reason=0):
-        self.send_raw(encode(DeviceMsg(device, reason), MessageType.LOCK_RELEASED))
+    def release(self, device=0, reason=0, drain_us=0, evict_us=0, prefetch_us=0):
+        self.send_raw(encode(Released(device, reason, drain_us, evict_us, prefetch_us)))
 
     def mem_update(self, device=0, managed=0, other=0):
         self.send_raw(encode(MemUpdate(device, 0, managed, other)))

@@ -15,7 +15,7 @@ from sched_harness import (
 )
 from xpushare import __version__
 from xpushare.protocol import (
-    HEADER, MAGIC, MAX_PAYLOAD, VERSION, DeviceMsg, DropReason, MessageType, encode, encode_frame,
+    HEADER, MAGIC, MAX_PAYLOAD, VERSION, DropReason, LockRequest, MessageType, encode, encode_frame,
     socket_answers,
 )
 
@@ -114,7 +114,7 @@ def test_lock_handoff_fcfs(scheduler):
 
 
 def test_quantum_expiry_sends_drop_lock_only_when_someone_waits(start_scheduler):
-    s = start_scheduler("--no-nvml", "--tq", "0.5")
+    s = start_scheduler("--no-nvml", "--mode", "serial", "--tq", "0.5")
     a, b = registered(s.sock), registered(s.sock)
     a.request()
     t0 = time.monotonic()
@@ -136,7 +136,7 @@ def test_quantum_expiry_sends_drop_lock_only_when_someone_waits(start_scheduler)
 
 
 def test_a_holder_that_never_answers_drop_is_evicted_after_two_quanta(start_scheduler):
-    s = start_scheduler("--no-nvml", "--tq", "0.5")
+    s = start_scheduler("--no-nvml", "--mode", "serial", "--tq", "0.5")
     a, b = registered(s.sock), registered(s.sock)
     a.request()
     a.expect(MessageType.LOCK_OK)
@@ -162,7 +162,7 @@ def test_a_holder_that_never_answers_drop_is_evicted_after_two_quanta(start_sche
 
 
 def test_a_stopped_holder_process_is_evicted(start_scheduler):
-    s = start_scheduler("--no-nvml", "--tq", "0.5")
+    s = start_scheduler("--no-nvml", "--mode", "serial", "--tq", "0.5")
     p = spawn_client(s.sock, uuid(0), "--lock")
     try:
         wait_line(p, "registered")
@@ -179,7 +179,7 @@ def test_a_stopped_holder_process_is_evicted(start_scheduler):
 
 
 def test_a_request_after_an_unused_expiry_drops_the_holder_at_once(start_scheduler):
-    s = start_scheduler("--no-nvml", "--tq", "3")
+    s = start_scheduler("--no-nvml", "--mode", "serial", "--tq", "3")
     a, b = registered(s.sock), registered(s.sock)
     a.request()
     a.expect(MessageType.LOCK_OK)
@@ -312,11 +312,11 @@ def _hdr(magic=MAGIC, version=VERSION, mtype=MessageType.REQ_LOCK, length=8):
 
 MALFORMED = {
     "bad_magic": _hdr(magic=0xDEADBEEF) + bytes(8),
-    "bad_version": _hdr(version=2) + bytes(8),
+    "bad_version": _hdr(version=1) + bytes(8),
     "bad_length": _hdr(length=7) + bytes(7),
     "unknown_type": HEADER.pack(MAGIC, VERSION, 99, 0),
     "oversized": HEADER.pack(MAGIC, VERSION, int(MessageType.CTL_REQUEST), MAX_PAYLOAD + 1),
-    "wrong_direction": encode_frame(MessageType.LOCK_OK, bytes(8)),
+    "wrong_direction": encode_frame(MessageType.LOCK_OK, bytes(16)),
     "second_hello": encode_frame(MessageType.HELLO, bytes(520)),
 }
 
@@ -345,7 +345,7 @@ def test_malformed_frame_closes_only_that_connection(scheduler, kind):
 
 def test_messages_before_hello_are_refused(scheduler):
     with FakeClient(scheduler.sock) as c:
-        c.send_raw(encode(DeviceMsg(0, 0), MessageType.REQ_LOCK))
+        c.send_raw(encode(LockRequest(0, 0)))
         assert "HELLO must come first" in c.expect(MessageType.ERROR)
         assert c.closed_by_peer()
 
@@ -409,7 +409,7 @@ def test_status_reports_gpus_holders_queue_and_clients(scheduler):
 
 
 def test_largest_quantum_is_granted_and_larger_ones_are_refused(start_scheduler):
-    s = start_scheduler("--no-nvml", "--tq", "4294967")
+    s = start_scheduler("--no-nvml", "--mode", "serial", "--tq", "4294967")
     a, b = registered(s.sock), registered(s.sock)
     a.request()
     assert a.expect(MessageType.LOCK_OK).quantum_ms == 4_294_967_000
@@ -434,19 +434,19 @@ def test_ping_answers_with_the_version(scheduler):
 
 
 def test_set_tq_and_set_mode_validate_and_select(start_scheduler):
-    s = start_scheduler(nvml=[{"uuid": uuid(0), "name": "A", "memory": GiB},
+    s = start_scheduler("--tq", "30", nvml=[{"uuid": uuid(0), "name": "A", "memory": GiB},
                               {"uuid": uuid(1), "name": "B", "memory": GiB}])
     with FakeClient(s.sock) as c:
         for bad in (0, -3, 1.5, "7", True, None):
             r = c.ctl("set_tq", seconds=bad)
             assert not r["ok"] and "positive integer" in r["error"]
-        assert not c.ctl("set_mode", mode="auto")["ok"]
+        assert "auto, serial or off" in c.ctl("set_mode", mode="fast")["error"]
         assert "no GPU matches" in c.ctl("set_tq", seconds=5, gpu=7)["error"]
         assert c.ctl("set_tq", seconds=5, gpu=1) == {"ok": True}
         assert c.ctl("set_mode", mode="off", gpu=uuid(0)[:-1].upper()) != {"ok": True}  # ambiguous
         assert c.ctl("set_mode", mode="off", gpu=uuid(0)) == {"ok": True}
         gpus = c.ctl("status")["gpus"]
-        assert [(g["tq"], g["mode"]) for g in gpus] == [(30, "off"), (5, "serial")]
+        assert [(g["tq"], g["mode"]) for g in gpus] == [(30, "off"), (5, "auto")]
         assert c.ctl("set_tq", seconds=9) == {"ok": True}
         assert [g["tq"] for g in c.ctl("status")["gpus"]] == [9, 9]
         # New GPUs inherit the daemon-wide setting.
@@ -547,7 +547,8 @@ def test_creates_the_socket_directory(sockdir):
 
 def test_bad_command_line_values_exit_2(sockdir):
     for args in (["--tq", "0"], ["--tq", "x"], ["--tq", "1e7"], ["--tq", "inf"], ["--tq", "nan"],
-                 ["--tq", "0.0001"], ["--mode", "auto"], ["--gpu-memory", "lots"]):
+                 ["--tq", "0.0001"], ["--mode", "fast"], ["--tq", "soon"], ["--reserve", "lots"],
+                 ["--gpu-memory", "lots"]):
         r = subprocess.run([sys.executable, "-m", "xpushare.scheduler", "--socket",
                             str(sockdir / "s.sock"), *args], env=child_env(), capture_output=True,
                            text=True, timeout=30)

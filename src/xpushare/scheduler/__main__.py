@@ -16,7 +16,9 @@ from .policy import Mode, check_tq
 log = logging.getLogger("nvshare.scheduler")
 
 
-def _quantum(text: str) -> float:
+def _quantum(text: str) -> float | None:
+    if text == "auto":
+        return None
     try:
         return check_tq(text)
     except ValueError as e:
@@ -27,6 +29,13 @@ def _gpu_memory(text: str) -> tuple[str | None, int]:
     sel, _, size = text.rpartition("=")
     try:
         return (sel or None), parse_size(size)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -48,11 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Unix socket to listen on (default: $NVSHARE_SOCK_PATH, else "
                         "/var/run/nvshare/scheduler.sock as root, else "
                         "$XDG_RUNTIME_DIR/nvshare/scheduler.sock or /tmp/nvshare-$UID/scheduler.sock)")
-    p.add_argument("--tq", type=_quantum, default=30.0, metavar="SECONDS",
-                   help="time quantum of a holder in serial mode, 0.001 to 4294967 (default: 30)")
-    p.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.SERIAL.value,
-                   help="initial mode of every GPU: serial = one holder at a time (anti-thrash on), "
-                        "off = everyone runs at once (default: serial)")
+    p.add_argument("--tq", type=_quantum, default=None, metavar="SECONDS|auto",
+                   help="time quantum of a holder when clients take turns, 0.001 to 4294967 "
+                        "seconds, or auto: sized from the measured cost of this GPU's switches "
+                        "so that switching takes at most about 5%% of its time (default: auto)")
+    p.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.AUTO.value,
+                   help="initial mode of every GPU: auto = clients whose memory fits run "
+                        "together, the others take turns; serial = one holder at a time "
+                        "(anti-thrash on); off = everyone runs at once (default: auto)")
+    p.add_argument("--reserve", type=_size, metavar="SIZE",
+                   help="GPU memory kept free when auto mode admits clients together "
+                        "(default: 5%% of the capacity)")
     p.add_argument("--gpu-memory", type=_gpu_memory, action="append", default=[],
                    metavar="[GPU=]SIZE",
                    help="capacity the scheduler counts a GPU as (e.g. 16GiB), for every GPU or for "
@@ -75,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     from .server import Config, Scheduler, SocketInUse
 
     config = Config(socket_path=socket_override(args.socket) or default_socket_path(),
-                    tq=args.tq, mode=Mode(args.mode), admin_gid=args.admin_group)
+                    tq=args.tq, mode=Mode(args.mode), reserve=args.reserve,
+                    admin_gid=args.admin_group)
     for sel, size in args.gpu_memory:
         if sel is None:
             config.gpu_memory = size

@@ -25,13 +25,13 @@ from pathlib import Path
 from .. import __version__
 from ..paths import ensure_socket_dir
 from ..protocol import (
-    MAX_PAYLOAD, VERSION, Attach, Attached, DeviceMsg, Frame, FrameDecoder, Grant, Hello,
-    MemUpdate, MessageType, ProtocolError, ReleaseReason, Welcome, encode, encode_error, encode_json,
-    socket_answers,
+    DROP_EVICT, GRANT_PREFETCH, MAX_PAYLOAD, PRIORITY_LIMIT, VERSION, Attach, Attached, DropLock, Frame,
+    FrameDecoder, Grant, Hello, LockRequest, MemUpdate, MessageType, ProtocolError, Released,
+    ReleaseReason, Welcome, encode, encode_error, encode_json, socket_answers,
 )
 from .gpus import GpuInfo
 from . import policy
-from .policy import TQ_MAX, Arbiter, Mode, check_tq
+from .policy import TQ_MAX, Arbiter, Mode, SwitchReport, check_tq
 
 log = logging.getLogger("nvshare.scheduler")
 
@@ -43,8 +43,9 @@ COMMAND_SHORT = 32  # ... when the reply would not fit otherwise
 @dataclass
 class Config:
     socket_path: Path
-    tq: float = 30.0
-    mode: Mode = Mode.SERIAL
+    tq: float | None = None                               # None = the dynamic quantum
+    mode: Mode = Mode.AUTO
+    reserve: int | None = None                            # --reserve; None = the policy's default
     gpu_memory: int = 0                                   # --gpu-memory SIZE: every GPU
     gpu_memory_for: dict[str, int] = field(default_factory=dict)  # --gpu-memory SEL=SIZE
     admin_gid: int | None = None                          # --admin-group
@@ -58,11 +59,12 @@ class Gpu:
     """One GPU: what is known of it and its arbiter."""
 
     def __init__(self, uuid: str, index: int | None, name: str, memory_total: int,
-                 mode: Mode, tq: float, capacity_override: int = 0):
+                 mode: Mode, tq: float | None, capacity_override: int = 0,
+                 reserve: int | None = None):
         self.uuid, self.index, self.name, self.memory_total = uuid, index, name, memory_total
         self.capacity_override = capacity_override  # --gpu-memory / set_gpu_memory; 0 = none
         self.reported_capacity = 0                  # the first capacity a client reported
-        self.arbiter = Arbiter(mode, tq)
+        self.arbiter = Arbiter(mode, tq, reserve=reserve)
         self.timer: asyncio.TimerHandle | None = None
 
     @property
@@ -86,6 +88,7 @@ class Conn:
     def __init__(self, cid: int, writer: asyncio.StreamWriter, pid: int, uid: int, gid: int):
         self.id, self.writer, self.pid, self.uid, self.gid = cid, writer, pid, uid, gid
         self.hello: Hello | None = None
+        self.priority = 0                         # HELLO's, until set_priority changes it
         self.ctl = False
         self.devices: dict[int, Gpu] = {}         # client ordinal -> GPU
         self.memory: dict[str, tuple[int, int]] = {}  # uuid -> (managed_bytes, other_bytes)
@@ -166,7 +169,7 @@ class Scheduler:
     def __init__(self, config: Config, gpus: list[GpuInfo] = ()):
         self.config = config
         self.default_mode = Mode(config.mode)
-        self.default_tq = check_tq(config.tq)
+        self.default_tq = None if config.tq is None else check_tq(config.tq)
         self.gpus: dict[str, Gpu] = {}
         self.conns: set[Conn] = set()
         self._ids = itertools.count(1)
@@ -179,20 +182,32 @@ class Scheduler:
     # -- GPUs and the policy -----------------------------------------------------------------
     def _add_gpu(self, uuid: str, index: int | None, name: str, memory_total: int,
                  reported_capacity: int = 0) -> Gpu:
-        gpu = Gpu(uuid, index, name, memory_total, self.default_mode, self.default_tq)
+        gpu = Gpu(uuid, index, name, memory_total, self.default_mode, self.default_tq,
+                  reserve=self.config.reserve)
         gpu.capacity_override = next((size for sel, size in self.config.gpu_memory_for.items()
                                       if gpu.matches(sel)), self.config.gpu_memory)
         gpu.reported_capacity = reported_capacity
         self.gpus[uuid] = gpu
-        log.info("gpu %s: %s, %s, capacity %d bytes, mode %s, tq %gs",
+        self._capacity_changed(gpu)
+        log.info("gpu %s: %s, %s, capacity %d bytes, mode %s, tq %s",
                  gpu.label if index is not None else "(from a client)", uuid, name or "?",
-                 gpu.capacity, gpu.arbiter.mode.value, gpu.arbiter.tq)
+                 gpu.capacity, gpu.arbiter.mode.value, _tq_text(gpu.arbiter))
         return gpu
+
+    def _capacity_changed(self, gpu: Gpu) -> None:
+        """Tell the arbiter the GPU's capacity (auto admission and eviction decisions use it)."""
+        if self._loop is None:  # before serving: no clients, so no actions
+            gpu.arbiter.set_capacity(gpu.capacity, 0.0)
+        else:
+            self._policy(gpu, "set_capacity", gpu.capacity)
 
     def now(self) -> float:
         return self._loop.time()
 
-    def _policy(self, gpu: Gpu, method: str, *args) -> None:
+    def _clients_on(self, gpu: Gpu) -> list[Conn]:
+        return [c for c in self.conns if gpu in c.devices.values()]
+
+    def _policy(self, gpu: Gpu, method: str, *args, **kw) -> None:
         """Call an Arbiter method with the current time and carry out the actions it returns.
 
         The arbiter has already recorded every action it returns, so each one is carried out even
@@ -201,7 +216,7 @@ class Scheduler:
         stuck. The timer is re-armed whatever happens.
         """
         try:
-            for a in getattr(gpu.arbiter, method)(*args, self.now()):
+            for a in getattr(gpu.arbiter, method)(*args, self.now(), **kw):
                 try:
                     self._carry_out(gpu, a)
                 except Exception:  # a bug of ours: lose this client, never the other actions
@@ -215,12 +230,15 @@ class Scheduler:
     def _carry_out(self, gpu: Gpu, a: policy.Action) -> None:
         conn: Conn = a.client
         if isinstance(a, policy.Grant):
-            conn.send(encode(Grant(conn.ordinal(gpu), int(round(a.quantum * 1000)))))
-            log.info("grant pid=%d gpu=%s quantum=%s", conn.pid, gpu.label,
-                     f"{a.quantum:g}s" if a.quantum else "none")
+            conn.send(encode(Grant(conn.ordinal(gpu), int(round(a.quantum * 1000)),
+                                   GRANT_PREFETCH if a.prefetch else 0)))
+            log.info("grant pid=%d gpu=%s quantum=%s prefetch=%s", conn.pid, gpu.label,
+                     f"{a.quantum:g}s" if a.quantum else "none", _yes(a.prefetch))
         elif isinstance(a, policy.Drop):
-            conn.send(encode(DeviceMsg(conn.ordinal(gpu), int(a.reason)), MessageType.DROP_LOCK))
-            log.info("drop pid=%d gpu=%s reason=%s", conn.pid, gpu.label, a.reason.name.lower())
+            conn.send(encode(DropLock(conn.ordinal(gpu), int(a.reason),
+                                      DROP_EVICT if a.evict else 0)))
+            log.info("drop pid=%d gpu=%s reason=%s evict=%s", conn.pid, gpu.label,
+                     a.reason.name.lower(), _yes(a.evict))
         elif isinstance(a, policy.Overdue):
             log.warning("pid=%d gpu=%s has not released %.1fs after DROP_LOCK (still draining?)",
                         conn.pid, gpu.label, a.waited)
@@ -308,6 +326,7 @@ class Scheduler:
         if conn.hello is not None or conn.ctl:
             raise ProtocolError("HELLO sent twice, or on a control connection")
         conn.hello = msg
+        conn.priority = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
         conn.send(encode(Welcome(conn.id, VERSION, 0)))
         log.info("client pid=%d uid=%d client=%d priority=%d: %s", conn.pid, conn.uid, conn.id,
                  msg.priority, conn.command[:120])
@@ -319,22 +338,25 @@ class Scheduler:
         if gpu is None:
             gpu = self._add_gpu(msg.uuid, None, msg.name, 0, reported)
         gpu.name = gpu.name or msg.name
-        gpu.reported_capacity = gpu.reported_capacity or reported
+        if not gpu.reported_capacity:
+            gpu.reported_capacity = reported
+            self._capacity_changed(gpu)
         old = conn.devices.get(msg.device)
         conn.devices[msg.device] = gpu
         if old is not None and old not in conn.devices.values():  # the ordinal now names another GPU
             self._policy(old, "disconnect", conn)
+        self._policy(gpu, "set_priority", conn, conn.priority)
         conn.send(encode(Attached(msg.device, 0, gpu.capacity)))
         log.info("attach pid=%d device=%d gpu=%s%s capacity=%d", conn.pid, msg.device, gpu.label,
                  f" ({gpu.uuid})" if gpu.index is not None else "", gpu.capacity)
 
-    def _on_req_lock(self, conn: Conn, msg: DeviceMsg) -> None:
+    def _on_req_lock(self, conn: Conn, msg: LockRequest) -> None:
         self._client(conn)
         if gpu := self._device(conn, msg.device):
             log.debug("request pid=%d gpu=%s", conn.pid, gpu.label)
             self._policy(gpu, "request", conn)
 
-    def _on_lock_released(self, conn: Conn, msg: DeviceMsg) -> None:
+    def _on_lock_released(self, conn: Conn, msg: Released) -> None:
         self._client(conn)
         if gpu := self._device(conn, msg.device):
             h = gpu.arbiter.holders.get(conn)
@@ -342,14 +364,18 @@ class Scheduler:
                 log.debug("pid=%d released gpu %s it does not hold; ignored", conn.pid, gpu.label)
                 return
             reason = "idle" if msg.reason == ReleaseReason.IDLE else "dropped"
-            log.info("release pid=%d gpu=%s reason=%s held=%.2fs", conn.pid, gpu.label, reason,
-                     self.now() - h.since)
-            self._policy(gpu, "release", conn)
+            report = SwitchReport(drain=msg.drain_us / 1e6, evict=msg.evict_us / 1e6,
+                                  prefetch=msg.prefetch_us / 1e6)
+            log.info("release pid=%d gpu=%s reason=%s held=%.2fs drain=%.1fms evict=%.1fms "
+                     "prefetch=%.1fms", conn.pid, gpu.label, reason, self.now() - h.since,
+                     report.drain * 1e3, report.evict * 1e3, report.prefetch * 1e3)
+            self._policy(gpu, "release", conn, report=report)
 
     def _on_mem_update(self, conn: Conn, msg: MemUpdate) -> None:
         self._client(conn)
         if gpu := self._device(conn, msg.device):
             conn.memory[gpu.uuid] = (msg.managed_bytes, msg.other_bytes)
+            self._policy(gpu, "set_footprint", conn, msg.managed_bytes + msg.other_bytes)
 
     def _on_ctl(self, conn: Conn, msg: dict) -> None:
         conn.ctl = conn.hello is None
@@ -365,7 +391,7 @@ class Scheduler:
             reply = {"ok": True, **(fn(self, msg) or {})}
         except CtlError as e:
             reply = {"ok": False, "error": str(e)}
-        if op in ("set_tq", "set_mode", "set_gpu_memory"):
+        if op in ("set_tq", "set_mode", "set_gpu_memory", "set_priority"):
             log.info("ctl %s from pid=%d uid=%d: %s", op, conn.pid, conn.uid,
                      "ok" if reply["ok"] else reply["error"])
         try:
@@ -408,22 +434,27 @@ class Scheduler:
 
     def _op_set_tq(self, msg: dict) -> None:
         seconds = msg.get("seconds")
-        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
-            raise CtlError(f"invalid seconds {seconds!r}: a positive integer is required")
-        if seconds > TQ_MAX:
+        if seconds == "auto":
+            tq = None
+        elif isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
+            raise CtlError(f"invalid seconds {seconds!r}: a positive integer, or \"auto\" for the "
+                           "dynamic quantum")
+        elif seconds > TQ_MAX:
             raise CtlError(f"invalid seconds {seconds}: at most {TQ_MAX:.0f} (the quantum is sent to "
                            "clients in milliseconds as a 32-bit number)")
+        else:
+            tq = float(seconds)
         gpus = self._select(msg.get("gpu"))
         if msg.get("gpu") is None:
-            self.default_tq = float(seconds)
+            self.default_tq = tq
         for gpu in gpus:
-            self._policy(gpu, "set_tq", float(seconds))
+            self._policy(gpu, "set_tq", tq)
 
     def _op_set_mode(self, msg: dict) -> None:
         try:
             mode = Mode(msg.get("mode"))
         except ValueError:
-            raise CtlError(f"invalid mode {msg.get('mode')!r}: serial or off") from None
+            raise CtlError(f"invalid mode {msg.get('mode')!r}: auto, serial or off") from None
         gpus = self._select(msg.get("gpu"))
         if msg.get("gpu") is None:
             self.default_mode = mode
@@ -438,6 +469,27 @@ class Scheduler:
             raise CtlError("set_gpu_memory needs a gpu")
         for gpu in self._select(msg["gpu"]):
             gpu.capacity_override = size
+            self._capacity_changed(gpu)
+
+    def _op_set_priority(self, msg: dict) -> dict:
+        prio = msg.get("priority")
+        if isinstance(prio, bool) or not isinstance(prio, int) or abs(prio) > PRIORITY_LIMIT:
+            raise CtlError(f"invalid priority {prio!r}: an integer from {-PRIORITY_LIMIT} to "
+                           f"{PRIORITY_LIMIT}")
+        key = "pid" if "pid" in msg else "client_id" if "client_id" in msg else None
+        value = msg.get(key)
+        if key is None or isinstance(value, bool) or not isinstance(value, int):
+            raise CtlError("set_priority needs a pid or a client_id (an integer)")
+        targets = [c for c in self.conns
+                   if c.hello is not None and (c.pid if key == "pid" else c.id) == value]
+        if not targets:
+            raise CtlError(f"no client with {key} {value}")
+        for conn in targets:
+            conn.priority = prio
+            log.info("priority pid=%d client=%d priority=%d", conn.pid, conn.id, prio)
+            for gpu in set(conn.devices.values()):
+                self._policy(gpu, "set_priority", conn, prio)
+        return {"clients": len(targets)}
 
     def _op_status(self, msg: dict) -> dict:
         now = self.now()
@@ -446,15 +498,8 @@ class Scheduler:
         reply = {
             "scheduler": {"pid": os.getpid(), "uid": os.geteuid(), "version": __version__,
                           "socket": str(self.config.socket_path), "mode": self.default_mode.value,
-                          "tq": self.default_tq},
-            "gpus": [{
-                "index": g.index, "uuid": g.uuid, "name": g.name, "memory_total": g.memory_total,
-                "capacity": g.capacity, "mode": g.arbiter.mode.value, "tq": g.arbiter.tq,
-                "holders": [{"pid": c.pid, "client_id": c.id, "held_for": round(now - h.since, 3),
-                             "dropping": h.drop_sent is not None}
-                            for c, h in g.arbiter.holders.items()],
-                "queue": [c.pid for c in g.arbiter.queue],
-            } for g in gpus],
+                          "tq": self.default_tq if self.default_tq is not None else "auto"},
+            "gpus": [self._gpu_status(g, now) for g in gpus],
             "clients": [self._client_status(c) for c in clients],
         }
         # A reply is one frame (MAX_PAYLOAD): with very many clients, shorten the command lines.
@@ -463,13 +508,29 @@ class Scheduler:
                 c["command"] = c["command"][:COMMAND_SHORT]
         return reply
 
+    def _gpu_status(self, g: Gpu, now: float) -> dict:
+        arb = g.arbiter
+        d = arb.describe(now)
+        return {
+            "index": g.index, "uuid": g.uuid, "name": g.name, "memory_total": g.memory_total,
+            "capacity": g.capacity, "mode": arb.mode.value,
+            "operation": d["operation"], "why": d["why"],
+            "used": d["used"], "budget": d["budget"],
+            "tq": arb.tq, "tq_source": d["tq_source"], "switch_cost": d["switch_cost"],
+            "holders": [{"pid": c.pid, "client_id": c.id, "priority": c.priority,
+                         "held_for": round(now - h.since, 3), "dropping": h.drop_sent is not None}
+                        for c, h in arb.holders.items()],
+            "queue": [c.pid for c in arb.queue],
+            "blocked": [c.pid for c in d["blocked"]],
+        }
+
     def _client_status(self, c: Conn) -> dict:
         states = {g.uuid: g.arbiter.state_of(c) for g in c.devices.values()}
         pod = self._pods(c.pid)
         hint = {"namespace": c.hello.pod_namespace, "name": c.hello.pod_name}
         return {
             "client_id": c.id, "pid": c.pid, "uid": c.uid, "command": c.command[:COMMAND_MAX],
-            "priority": c.hello.priority,
+            "priority": c.priority,
             "state": next((s for s in ("holding", "waiting") if s in states.values()), "idle"),
             "gpus": [{"device": dev, "uuid": g.uuid, "index": g.index, "state": states[g.uuid],
                       "managed_bytes": c.memory.get(g.uuid, (0, 0))[0],
@@ -486,6 +547,7 @@ class Scheduler:
         "set_tq": (_op_set_tq, True),
         "set_mode": (_op_set_mode, True),
         "set_gpu_memory": (_op_set_gpu_memory, True),
+        "set_priority": (_op_set_priority, True),
     }
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -501,8 +563,9 @@ class Scheduler:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, stop.set)
-        log.info("nvshare-scheduler %s listening on %s (mode %s, tq %gs, %d gpu(s) known)",
-                 __version__, path, self.default_mode.value, self.default_tq, len(self.gpus))
+        log.info("nvshare-scheduler %s listening on %s (mode %s, tq %s, %d gpu(s) known)",
+                 __version__, path, self.default_mode.value,
+                 "dynamic" if self.default_tq is None else f"{self.default_tq:g}s", len(self.gpus))
         try:
             await stop.wait()
         finally:
@@ -515,6 +578,14 @@ class Scheduler:
                     path.unlink()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _tq_text(arb: Arbiter) -> str:
+    return f"{arb.tq:g}s" + ("" if arb.tq_explicit is not None else " (dynamic)")
 
 
 class SocketInUse(RuntimeError):
