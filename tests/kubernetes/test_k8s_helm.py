@@ -218,7 +218,7 @@ def test_the_scheduler_accepts_the_rendered_arguments(helm):
     ds = daemonset(render(helm, "--set", "scheduler.gpuMemory={16GiB}", "--set", "scheduler.debug=true"),
                    "scheduler")
     args = build().parse_args(ds["spec"]["template"]["spec"]["containers"][0]["args"])
-    assert args.tq == 30 and args.debug
+    assert args.tq is None and args.mode == "auto" and args.debug  # tq "auto" = dynamic
 
 
 def test_placement_values(helm):
