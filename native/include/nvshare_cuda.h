@@ -51,7 +51,8 @@ typedef struct CUlaunchConfig_st {
     unsigned int numAttrs;
 } CUlaunchConfig;
 
-/* cuMemCreate's properties: we read location. */
+/* cuMemCreate's properties (we read location) and cuMemPrefetchAsync_v2's destination (passed by
+ * value: two ints, as cuda.h's struct of an enum and an int). */
 typedef struct CUmemLocation_st {
     int type; /* CUmemLocationType */
     int id;
@@ -101,9 +102,16 @@ typedef int CUdriverProcAddressQueryResult;
 #define CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
 #define CU_STREAM_CAPTURE_MODE_RELAXED 2
 
+#define CU_EVENT_DEFAULT 0x0
 #define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_STREAM_NON_BLOCKING 0x1
 #define CU_MEM_ATTACH_GLOBAL 0x1
+
+/* CUmemLocationType (cuda.h: INVALID 0, DEVICE 1, HOST 2, HOST_NUMA 3, HOST_NUMA_CURRENT 4) */
 #define CU_MEM_LOCATION_TYPE_DEVICE 1
+#define CU_MEM_LOCATION_TYPE_HOST 2
+/* the host as a CUdevice, for the pre-CUmemLocation cuMemPrefetchAsync */
+#define CU_DEVICE_CPU ((CUdevice)-1)
 #define CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT 51
 
 /* cuGetProcAddress flags and status */

@@ -17,6 +17,7 @@
  * the graph, so the pointer is kept (still counted) for the life of the process; this is logged.
  * The program's own cuMemAllocManaged and VMM cuMemCreate (per device of prop->location, until
  * cuMemRelease) are counted too; they are the "managed" and "other" bytes of MEM_UPDATE.
+ * The managed ranges (all but VMM) are what a fast context switch moves in bulk (switch.c).
  *
  * Cap per process and device: NVSHARE_GPU_MEMORY_LIMIT if set, else the capacity
  * (min(NVSHARE_GPU_MEMORY or physical, the scheduler's ATTACHED capacity)); past it an allocation
@@ -562,6 +563,24 @@ CUresult nvs_h_cuDeviceTotalMem_v2(int idx, int per_thread, size_t *bytes, CUdev
     uint64_t total = nvs_dev_limit(d, NULL);
     if (total) *bytes = (size_t)total;
     return r;
+}
+
+/* ------------------------------------------------------------------ bulk moves */
+/* For the fast context switches (switch.c): every managed range of a device, with amu held so
+ * that a free cannot hand a range to another allocation while fn issues work on it (frees take
+ * their entry out of the table under amu before the driver's call). */
+int nvs_alloc_for_each_managed(int dev, void (*fn)(CUdeviceptr, uint64_t, void *), void *arg)
+{
+    int n = 0;
+    pthread_mutex_lock(&amu);
+    for (size_t i = 0; i < ptrs.cap; i++) {
+        const slot_t *e = &ptrs.s[i];
+        if (e->state != 1 || e->dev != dev) continue;
+        fn((CUdeviceptr)e->key, e->size, arg);
+        n++;
+    }
+    pthread_mutex_unlock(&amu);
+    return n;
 }
 
 /* ------------------------------------------------------------------ fork */

@@ -6,8 +6,11 @@
  *   connect (NVSHARE_SOCK_PATH or the default candidates) -> HELLO -> WELCOME
  *   ATTACH every device in use (-> ATTACHED: the scheduler's capacity)
  *   a waiting app thread -> MEM_UPDATE + REQ_LOCK -> LOCK_OK: may_run = 1
- *   DROP_LOCK -> drain -> LOCK_RELEASED(0);  idle for NVSHARE_IDLE_RELEASE_MS -> drain ->
- *   LOCK_RELEASED(1);  footprint changes -> MEM_UPDATE (at most one per device per 100 ms)
+ *     (LOCK_OK with PREFETCH: bulk prefetch of the device's managed memory, switch.c; with
+ *     NVSHARE_PREFETCH=wait may_run = 1 only once it finished, with overlap at once)
+ *   DROP_LOCK -> drain [-> bulk eviction to host if EVICT] -> LOCK_RELEASED(0, measured times);
+ *   idle for NVSHARE_IDLE_RELEASE_MS -> drain -> LOCK_RELEASED(1);
+ *   footprint changes -> MEM_UPDATE (at most one per device per 100 ms)
  *
  * No scheduler (at start or later): every device becomes ungated with ONE warning per outage, and
  * the thread retries (1 s, doubling to 5 s). After re-registering, devices go back to asking for
@@ -104,6 +107,7 @@ static void go_down(void)
         d->lock_state = NVS_LOCK_IDLE;
         d->want = 0;
         d->drain_reason = -1;
+        d->evict = d->prefetch_pending = 0;
         d->mem_sent_valid = 0;
         atomic_store_explicit(&d->may_run, run, memory_order_seq_cst);
     }
@@ -208,6 +212,7 @@ static const char *drop_reason(uint32_t r)
     case NVS_DROP_QUANTUM: return "quantum expired";
     case NVS_DROP_PREEMPTED: return "preempted";
     case NVS_DROP_ADMIN: return "administrative";
+    case NVS_DROP_MEMORY: return "memory";
     default: return "unspecified";
     }
 }
@@ -229,7 +234,7 @@ static const char *handle_msg(uint16_t type, const unsigned char *p, uint32_t le
     uint32_t want_len = type == NVS_WELCOME    ? sizeof(struct nvs_welcome)
                         : type == NVS_ATTACHED ? sizeof(struct nvs_attached)
                         : type == NVS_LOCK_OK  ? sizeof(struct nvs_grant)
-                        : type == NVS_DROP_LOCK ? sizeof(struct nvs_device)
+                        : type == NVS_DROP_LOCK ? sizeof(struct nvs_drop)
                                                 : 0;
     if (!want_len) {
         snprintf(err, sizeof(err), "unexpected message type %u", type);
@@ -252,6 +257,7 @@ static const char *handle_msg(uint16_t type, const unsigned char *p, uint32_t le
             d->attach_sent = 0;
             d->lock_state = NVS_LOCK_IDLE;
             d->drain_reason = -1;
+            d->evict = d->prefetch_pending = 0;
             d->mem_sent_valid = 0;
             /* A new scheduler knows nothing of our footprint: send it after the ATTACH. */
             atomic_store(&d->mem_dirty, 1);
@@ -285,22 +291,40 @@ static const char *handle_msg(uint16_t type, const unsigned char *p, uint32_t le
         struct nvs_grant g;
         memcpy(&g, p, sizeof(g));
         if (d->lock_state != NVS_LOCK_HELD) {
+            /* PREFETCH: done by work() (GPU work stays outside nvs_g.mu); with "wait" the
+             * application's threads run once it finished. */
+            int prefetch = (g.flags & NVS_GRANT_PREFETCH) && nvs_cfg.prefetch != NVS_PREFETCH_OFF;
             d->lock_state = NVS_LOCK_HELD;
             d->want = 0;
             d->drain_reason = -1;
+            d->evict = 0;
+            d->prefetch_pending = prefetch;
+            d->prefetch_us = 0;
+            d->pf_outstanding = 0;
             d->last_active_ns = d->grant_ns = now;
             atomic_store_explicit(&d->active, 0, memory_order_relaxed);
-            atomic_store_explicit(&d->may_run, 1, memory_order_seq_cst);
-            NVS_DEBUG("grant device %u (quantum %u ms)", dev, g.quantum_ms);
-            pthread_cond_broadcast(&nvs_g.cv);
+            if (!prefetch || nvs_cfg.prefetch == NVS_PREFETCH_OVERLAP) {
+                atomic_store_explicit(&d->may_run, 1, memory_order_seq_cst);
+                pthread_cond_broadcast(&nvs_g.cv);
+            }
+            NVS_DEBUG("grant device %u (quantum %u ms%s)", dev, g.quantum_ms,
+                      !(g.flags & NVS_GRANT_PREFETCH) ? ""
+                      : !prefetch                     ? ", prefetch: off"
+                      : nvs_cfg.prefetch == NVS_PREFETCH_WAIT ? ", prefetch: threads wait for it"
+                                                              : ", prefetch: overlapped");
         }
     } else { /* NVS_DROP_LOCK */
-        struct nvs_device m;
+        struct nvs_drop m;
         memcpy(&m, p, sizeof(m));
+        int evict = (m.flags & NVS_DROP_EVICT) != 0;
         if (d->lock_state == NVS_LOCK_HELD && d->drain_reason < 0) {
             d->drain_reason = NVS_RELEASE_DROPPED;
-            NVS_DEBUG("drop device %u (%s) after holding it %.3f s", dev, drop_reason(m.reason),
-                      (double)(now - d->grant_ns) / 1e9);
+            d->evict = evict;
+            NVS_DEBUG("drop device %u (%s%s) after holding it %.3f s", dev, drop_reason(m.reason),
+                      evict ? ", evict" : "", (double)(now - d->grant_ns) / 1e9);
+        } else if (d->lock_state == NVS_LOCK_HELD) {
+            d->evict |= evict; /* a second drop before the release: it evicts if either asks */
+            NVS_DEBUG("drop device %u: already releasing it%s", dev, evict ? " (evict)" : "");
         } else {
             NVS_DEBUG("drop device %u ignored (not holding it)", dev);
         }
@@ -355,6 +379,12 @@ static void read_socket(void)
 }
 
 /* ------------------------------------------------------------------ outgoing work */
+static uint32_t us32(uint64_t ns)
+{
+    uint64_t us = ns / 1000;
+    return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
 static void put_mem_update(outbox_t *o, nvs_dev *d, uint64_t now)
 {
     struct nvs_mem_update m = {(uint32_t)d->ordinal, 0, atomic_load(&d->managed_bytes),
@@ -378,8 +408,8 @@ static int work(uint64_t now)
     if (C.fd < 0) return 0;
     static outbox_t out;
     out.len = 0;
-    nvs_dev *drains[NVS_MAX_DEVICES];
-    int nd = 0;
+    nvs_dev *drains[NVS_MAX_DEVICES], *prefetches[NVS_MAX_DEVICES], *overlapped[NVS_MAX_DEVICES];
+    int nd = 0, np = 0, no = 0;
     pthread_mutex_lock(&nvs_g.mu);
     if (nvs_g.client_state != NVS_CLIENT_READY) {
         pthread_mutex_unlock(&nvs_g.mu);
@@ -416,8 +446,15 @@ static int work(uint64_t now)
                 put_mem_update(&out, d, now);
         }
         if (d->lock_state == NVS_LOCK_HELD) {
+            if (d->pf_outstanding) overlapped[no++] = d;
             if (d->drain_reason >= 0) {
+                if (d->prefetch_pending) NVS_DEBUG("device %d: dropped before its prefetch began; "
+                                                   "no prefetch", d->ordinal);
+                d->prefetch_pending = 0;
                 drains[nd++] = d;
+            } else if (d->prefetch_pending) {
+                d->prefetch_pending = 0;
+                prefetches[np++] = d;
             } else if (nvs_cfg.idle_release_ms) {
                 /* Mid-capture counts as busy: the application is building a graph, and a
                  * drain could not finish its work anyway (no cuCtxSynchronize during a capture). */
@@ -436,26 +473,45 @@ static int work(uint64_t now)
         conn_lost(strerror(errno));
         return 0;
     }
+    for (int i = 0; i < no; i++) nvs_switch_prefetch_poll(overlapped[i], 0); /* for its log line */
+    for (int i = 0; i < np; i++) {
+        nvs_dev *d = prefetches[i];
+        int wait = nvs_cfg.prefetch == NVS_PREFETCH_WAIT;
+        nvs_switch_prefetch(d, wait);
+        pthread_mutex_lock(&nvs_g.mu);
+        d->last_active_ns = nvs_now_ns(); /* the time it took is not idleness */
+        if (wait && nvs_g.client_state == NVS_CLIENT_READY && d->lock_state == NVS_LOCK_HELD) {
+            d->want = 0;
+            atomic_store_explicit(&d->may_run, 1, memory_order_seq_cst);
+            pthread_cond_broadcast(&nvs_g.cv);
+        }
+        pthread_mutex_unlock(&nvs_g.mu);
+    }
     for (int i = 0; i < nd; i++) {
         nvs_dev *d = drains[i];
-        nvs_drain(d);
+        uint64_t drain_ns = nvs_drain(d);
+        nvs_switch_prefetch_poll(d, 1); /* an overlapped prefetch of this grant: its time */
+        uint64_t evict_ns = d->evict ? nvs_switch_evict(d) : 0;
         out.len = 0;
         pthread_mutex_lock(&nvs_g.mu);
         if (nvs_g.client_state == NVS_CLIENT_READY && d->lock_state == NVS_LOCK_HELD) {
-            struct nvs_device r = {(uint32_t)d->ordinal, (uint32_t)d->drain_reason};
+            struct nvs_released r = {(uint32_t)d->ordinal, (uint32_t)d->drain_reason,
+                                     us32(drain_ns), us32(evict_ns), d->prefetch_us, 0};
             put(&out, NVS_LOCK_RELEASED, &r, sizeof(r));
-            NVS_DEBUG("release device %d (%s)", d->ordinal,
-                      r.reason == NVS_RELEASE_IDLE ? "idle" : "dropped");
+            NVS_DEBUG("release device %d (%s): drain %u us, evict %u us, prefetch %u us",
+                      d->ordinal, r.reason == NVS_RELEASE_IDLE ? "idle" : "dropped", r.drain_us,
+                      r.evict_us, r.prefetch_us);
             d->lock_state = NVS_LOCK_IDLE;
         }
         d->drain_reason = -1;
+        d->evict = 0;
         pthread_mutex_unlock(&nvs_g.mu);
         if (out.len && send_all(out.buf, out.len) != 0) {
             conn_lost(strerror(errno));
             return 0;
         }
     }
-    return nd > 0; /* waiters may want the lock back at once */
+    return nd > 0 || np > 0; /* waiters may want the lock back at once */
 }
 
 static int next_timeout_ms(uint64_t now)

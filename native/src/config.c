@@ -15,8 +15,13 @@
  *                                                 context with cuBLAS/cuDNN takes (747 MiB measured)
  * NVSHARE_IDLE_RELEASE_MS       250               release a held lock after this long without a
  *                                                 gated call; 0 = never
- * NVSHARE_MAX_INFLIGHT          1024             bound on queued gated calls per device context
- *                                                 (a checkpoint event every N/8 calls); 0 = unbounded
+ * NVSHARE_MAX_INFLIGHT          1024              bound on queued gated calls per device context
+ *                                                 (a checkpoint event at most every N/8 calls); 0 = unbounded
+ * NVSHARE_DRAIN_TARGET_MS       100               checkpoints come often enough that the work queued
+ *                                                 behind them takes about this long; 0 = the
+ *                                                 NVSHARE_MAX_INFLIGHT bound only
+ * NVSHARE_PREFETCH              wait              on a grant with PREFETCH: wait (threads run after the
+ *                                                 bulk prefetch), overlap (they run at once), off (none)
  * NVSHARE_CUDA_LIBRARY          libcuda.so.1      the real driver to dlopen
  *
  * Sizes (the project's grammar, .notes/common.md): a plain integer is bytes; a number (decimals
@@ -117,6 +122,16 @@ static long env_long(const char *name, long def, long lo, long hi)
     return x;
 }
 
+static int env_prefetch(void)
+{
+    const char *v = getenv("NVSHARE_PREFETCH");
+    if (!v || !*v || !strcasecmp(v, "wait")) return NVS_PREFETCH_WAIT;
+    if (!strcasecmp(v, "overlap")) return NVS_PREFETCH_OVERLAP;
+    if (!strcasecmp(v, "off")) return NVS_PREFETCH_OFF;
+    nvs_warn("ignoring NVSHARE_PREFETCH=\"%s\": expected wait, overlap or off; using wait", v);
+    return NVS_PREFETCH_WAIT;
+}
+
 static void copy_str(char *dst, size_t cap, const char *src)
 {
     if (!src) src = "";
@@ -155,6 +170,8 @@ void nvs_config_load(void)
     if (env_size("NVSHARE_CONTEXT_RESERVE", &v)) c->context_reserve = v;
     c->idle_release_ms = (unsigned)env_long("NVSHARE_IDLE_RELEASE_MS", 250, 0, 86400000);
     c->max_inflight = (unsigned)env_long("NVSHARE_MAX_INFLIGHT", 1024, 0, 1 << 24);
+    c->drain_target_ms = (unsigned)env_long("NVSHARE_DRAIN_TARGET_MS", 100, 0, 3600000);
+    c->prefetch = env_prefetch();
     const char *lib = getenv("NVSHARE_CUDA_LIBRARY");
     copy_str(c->cuda_library, sizeof(c->cuda_library), lib && *lib ? lib : "libcuda.so.1");
     copy_str(c->pod_name, sizeof(c->pod_name), getenv("NVSHARE_POD_NAME"));

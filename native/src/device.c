@@ -112,6 +112,7 @@ nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
         if (!fresh) return NULL;
         fresh->ctx = ctx;
         fresh->dev = d;
+        atomic_init(&fresh->ckpt_interval, nvs_ckpt_initial());
         pthread_mutex_init(&fresh->ring_mu, NULL);
         pthread_mutex_lock(&nvs_g.mu);
         for (rec = nvs_g.ctxs; rec; rec = rec->next)
@@ -201,6 +202,9 @@ void nvs_devices_reset_after_fork(void)
         atomic_store(&d->other_bytes, 0);
         atomic_store(&d->mem_dirty, 0);
         d->mem_sent_valid = 0;
+        d->evict = d->prefetch_pending = d->pf_outstanding = 0;
+        d->pf_rec = NULL;
+        d->prefetch_us = 0;
     }
     nvs_g.ctxs = NULL;
     nvs_g.ungated = 0;

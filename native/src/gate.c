@@ -1,7 +1,9 @@
 /*
  * gate.c - the cold parts of work gating: waiting for the lock, checkpoints that bound queued
- * work, and the drain that gives a device up. The hot path is inline in gate.h.
+ * work (and adapt how often they come to NVSHARE_DRAIN_TARGET_MS), and the drain that gives a
+ * device up. The hot path is inline in gate.h.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -9,6 +11,11 @@
 
 unsigned nvs_ckpt_interval;
 _Atomic int nvs_exiting;
+
+unsigned nvs_ckpt_initial(void)
+{
+    return nvs_ckpt_interval ? nvs_ckpt_interval : UINT_MAX;
+}
 
 /* COLD. The device may not run: ask the client thread for the lock and wait until it is granted
  * (or the device becomes ungated). Work that a capturing stream would only record is let through
@@ -48,15 +55,63 @@ NVS_COLD int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread)
     return 0;
 }
 
-/* COLD (every nvs_ckpt_interval stream calls of a thread). In-flight bound without whole-context
+/* Checkpoints measure the GPU time between them (timing events) unless NVSHARE_DRAIN_TARGET_MS=0. */
+static int timed_checkpoints(void)
+{
+    return nvs_cfg.drain_target_ms != 0;
+}
+
+/* ring_mu held. `ms`: the GPU time between two consecutive completed checkpoints of the context,
+ * i.e. what the work queued between them took. A full ring holds NVS_RING such spans, and a drain
+ * has at most that to finish: keep each span near NVSHARE_DRAIN_TARGET_MS / NVS_RING by halving
+ * the interval when a span is longer, doubling it (up to nvs_ckpt_interval, the launch-count
+ * bound) when one is under a quarter of it. A span that includes idle GPU time only makes
+ * checkpoints more frequent while they are already far apart in time, so their cost stays small. */
+static void adapt_interval(nvs_ctxrec *rec, float ms)
+{
+    const float target = (float)nvs_cfg.drain_target_ms;
+    unsigned cur = atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed), next = cur;
+    if (ms > target / NVS_RING)
+        next = cur > 1 ? cur / 2 : 1;
+    else if (ms < target / (4 * NVS_RING))
+        next = cur >= nvs_ckpt_interval / 2 ? nvs_ckpt_interval : cur * 2;
+    if (next == cur) return;
+    atomic_store_explicit(&rec->ckpt_interval, next, memory_order_relaxed);
+    NVS_TRACE("device %d: %.3f ms of GPU work between checkpoints: one every %u launches now",
+              rec->dev->ordinal, (double)ms, next);
+}
+
+/* ring_mu held. The oldest checkpoint is done (q == CUDA_SUCCESS) or broken: take it out of the
+ * ring. A done one ends a span that began at the previous one (rec->spare) and begins the next:
+ * it becomes the spare, and the old spare's event object takes its slot for a later record. */
+static void retire_oldest(nvs_ctxrec *rec, CUresult q)
+{
+    CUevent ev = rec->ring[rec->head];
+    if (q == CUDA_SUCCESS && timed_checkpoints()) {
+        float ms = 0;
+        if (rec->spare_valid && nvs_drv.cuEventElapsedTime(&ms, rec->spare, ev) == CUDA_SUCCESS)
+            adapt_interval(rec, ms);
+        rec->ring[rec->head] = rec->spare;
+        rec->spare = ev;
+        rec->spare_valid = 1;
+    } else {
+        rec->spare_valid = 0; /* no span across a broken event */
+    }
+    rec->head = (rec->head + 1) % NVS_RING;
+    rec->count--;
+}
+
+/* COLD (every rec->ckpt_interval stream calls of a thread). In-flight bound without whole-context
  * syncs: record an event on the launch's stream into the context's ring of NVS_RING; retire the
- * completed ones; when the ring is full, wait for the oldest. The application thus waits only when
- * about NVSHARE_MAX_INFLIGHT calls are already queued, and a drain never has more than that to
- * finish. With no capture in progress anywhere (the usual case) this is done in a "no capture"
- * section: no cuStreamIsCapturing, no capture-mode exchange. While captures are in progress it is
- * skipped on capturing streams, and our queries run in relaxed capture mode. */
+ * completed ones (adapting the interval to the GPU time between them); when the ring is full, wait
+ * for the oldest. The application thus waits only when about NVS_RING intervals of work are
+ * already queued, and a drain never has more than that to finish. With no capture in progress
+ * anywhere (the usual case) this is done in a "no capture" section: no cuStreamIsCapturing, no
+ * capture-mode exchange. While captures are in progress it is skipped on capturing streams, and
+ * our queries run in relaxed capture mode. */
 NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread)
 {
+    if (!nvs_ckpt_interval) return; /* off: reached only when the thread's counter wraps */
     if (per_thread && s == NULL) s = CU_STREAM_PER_THREAD;
     int quiet = nvs_nocap_enter();
     if (!quiet && nvs_stream_capturing(s, 0)) return;
@@ -65,20 +120,19 @@ NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread)
     while (rec->count > 0) {
         CUresult q = nvs_drv.cuEventQuery(rec->ring[rec->head]);
         if (q == CUDA_ERROR_NOT_READY) break;
-        rec->head = (rec->head + 1) % NVS_RING; /* done (or broken: forget it) */
-        rec->count--;
+        retire_oldest(rec, q);
     }
     if (rec->count == NVS_RING) {
         uint64_t t0 = nvs_now_ns();
-        nvs_drv.cuEventSynchronize(rec->ring[rec->head]);
-        rec->head = (rec->head + 1) % NVS_RING;
-        rec->count--;
+        retire_oldest(rec, nvs_drv.cuEventSynchronize(rec->ring[rec->head]));
         NVS_TRACE("device %d: in-flight bound reached, waited %.3f ms", rec->dev->ordinal,
                   (double)(nvs_now_ns() - t0) / 1e6);
     }
     int slot = (rec->head + rec->count) % NVS_RING;
     if (!rec->ring[slot] &&
-        nvs_drv.cuEventCreate(&rec->ring[slot], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        nvs_drv.cuEventCreate(&rec->ring[slot], timed_checkpoints() ? CU_EVENT_DEFAULT
+                                                                    : CU_EVENT_DISABLE_TIMING) !=
+            CUDA_SUCCESS)
         rec->ring[slot] = NULL;
     if (rec->ring[slot] && nvs_drv.cuEventRecord(rec->ring[slot], s) == CUDA_SUCCESS) rec->count++;
     nvs_relaxed_end(old);
@@ -110,8 +164,20 @@ static int wait_checkpoints(nvs_ctxrec *rec)
     nvs_relaxed_end(old);
     rec->head = (rec->head + n) % NVS_RING;
     rec->count = 0;
+    rec->spare_valid = 0; /* the next span would include the time the GPU was given up */
     pthread_mutex_unlock(&rec->ring_mu);
     return n;
+}
+
+/* After a whole-context synchronisation: every checkpoint of `rec` is done; forget them without
+ * asking the driver. No span reaches across the time the GPU is given up. */
+static void forget_checkpoints(nvs_ctxrec *rec)
+{
+    pthread_mutex_lock(&rec->ring_mu);
+    rec->head = (rec->head + rec->count) % NVS_RING;
+    rec->count = 0;
+    rec->spare_valid = 0;
+    pthread_mutex_unlock(&rec->ring_mu);
 }
 
 /* Client thread. Stop new submissions, wait for calls already inside the driver, then finish the
@@ -120,8 +186,10 @@ static int wait_checkpoints(nvs_ctxrec *rec)
  * cuCtxSynchronize is never called (even in relaxed mode the driver refuses it and invalidates
  * another thread's global-mode capture): we wait on the checkpoint events only. Work submitted
  * after a context's last checkpoint may then still be running when the lock is released (at most
- * about NVSHARE_MAX_INFLIGHT / 8 calls per thread; all of it with NVSHARE_MAX_INFLIGHT=0). */
-void nvs_drain(nvs_dev *d)
+ * one checkpoint interval per thread: <= NVSHARE_MAX_INFLIGHT / 8 calls, about
+ * NVSHARE_DRAIN_TARGET_MS / 8 of GPU time; all of it with NVSHARE_MAX_INFLIGHT=0). Returns the
+ * time it took (LOCK_RELEASED's drain_us). */
+uint64_t nvs_drain(nvs_dev *d)
 {
     uint64_t t0 = nvs_now_ns();
     atomic_store_explicit(&d->may_run, 0, memory_order_seq_cst);
@@ -142,7 +210,10 @@ void nvs_drain(nvs_dev *d)
         if (nvs_nocap_enter()) {
             CUresult r = nvs_drv.cuCtxSynchronize();
             nvs_nocap_leave();
-            if (r == CUDA_SUCCESS) continue;
+            if (r == CUDA_SUCCESS) {
+                forget_checkpoints(recs[i]);
+                continue;
+            }
             int k = wait_checkpoints(recs[i]);
             NVS_DEBUG("device %d: cuCtxSynchronize(%p) = %d; waited on %d checkpoint event(s) "
                       "instead", d->ordinal, (void *)recs[i]->ctx, r, k);
@@ -158,4 +229,5 @@ void nvs_drain(nvs_dev *d)
     NVS_DEBUG("device %d: drained in %.3f ms (in-flight calls %.3f ms, %d context(s) %.3f ms)",
               d->ordinal, (double)(t2 - t0) / 1e6, (double)(t1 - t0) / 1e6, n,
               (double)(t2 - t1) / 1e6);
+    return t2 - t0;
 }

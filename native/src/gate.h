@@ -4,7 +4,8 @@
  * HOT PATH. Per gated call, when the device may run (lock held, or ungated):
  *   real cuCtxGetCurrent + a thread-local {ctx -> record} compare, one seq_cst fetch_add on the
  *   device's in-flight counter, one load of may_run, a read (and rarely a write) of `active`,
- *   the real call, one fetch_sub and a thread-local counter for checkpoints.
+ *   the real call, one fetch_sub and a thread-local counter compared with the context record's
+ *   checkpoint interval (a relaxed load; the checkpoints adapt it, gate.c).
  *   No syscalls, getenv, allocation or mutex.
  * The in-flight increment and the may_run load pair (seq_cst) with the drainer's may_run store and
  * in-flight load (gate.c, nvs_drain): either we see may_run == 0 and back off, or the drainer sees
@@ -52,10 +53,12 @@ static inline __attribute__((always_inline)) void nvs_gate_end(nvs_gate *g, CUre
     nvs_dev *d = g->dev;
     if (!d) return;
     atomic_fetch_sub_explicit(&d->inflight, 1, memory_order_release);
-    /* In-flight bound: a checkpoint event every nvs_ckpt_interval stream calls of this thread,
-     * after the in-flight decrement so that a drain never waits on it. */
-    if (s != NVS_NOSTREAM && r == CUDA_SUCCESS && nvs_ckpt_interval &&
-        NVS_UNLIKELY(++nvs_tls_launches >= nvs_ckpt_interval)) {
+    /* In-flight bound: a checkpoint event every rec->ckpt_interval stream calls of this thread
+     * (UINT_MAX when checkpoints are off), after the in-flight decrement so that a drain never
+     * waits on it. */
+    if (s != NVS_NOSTREAM && r == CUDA_SUCCESS &&
+        NVS_UNLIKELY(++nvs_tls_launches >=
+                     atomic_load_explicit(&g->rec->ckpt_interval, memory_order_relaxed))) {
         nvs_tls_launches = 0;
         nvs_checkpoint(g->rec, s, per_thread);
     }

@@ -30,6 +30,9 @@
 #define NVS_RING 8 /* checkpoint events per context */
 
 /* ---------------------------------------------------------------- config.c */
+/* NVSHARE_PREFETCH: what a grant with PREFETCH does (switch.c). */
+enum { NVS_PREFETCH_WAIT = 0, NVS_PREFETCH_OVERLAP, NVS_PREFETCH_OFF };
+
 typedef struct nvs_config {
     int debug;             /* NVSHARE_DEBUG: 0 off, 1 decisions, 2 more */
     int require_scheduler; /* NVSHARE_REQUIRE_SCHEDULER */
@@ -41,6 +44,8 @@ typedef struct nvs_config {
     uint64_t context_reserve; /* NVSHARE_CONTEXT_RESERVE, default 768 MiB */
     unsigned idle_release_ms; /* NVSHARE_IDLE_RELEASE_MS, 0 = never */
     unsigned max_inflight;    /* NVSHARE_MAX_INFLIGHT, 0 = unbounded */
+    unsigned drain_target_ms; /* NVSHARE_DRAIN_TARGET_MS, 0 = launch-count bound only */
+    int prefetch;             /* NVSHARE_PREFETCH: NVS_PREFETCH_* */
     char cuda_library[512];   /* NVSHARE_CUDA_LIBRARY */
     char sock_paths[2][108];  /* candidates, in order */
     int n_sock_paths;
@@ -85,6 +90,11 @@ typedef struct nvs_driver {
     CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
     CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuStreamCreate)(CUstream *, unsigned int);
+    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent); /* _v2 (CUDA 12.8+) if present */
+    /* Bulk migration of managed memory; either may be NULL (then no fast switches). */
+    CUresult (*cuMemPrefetchAsync_v2)(CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream);
+    CUresult (*cuMemPrefetchAsync)(CUdeviceptr, size_t, CUdevice, CUstream);
 } nvs_driver;
 
 extern nvs_driver nvs_drv NVS_HIDDEN;
@@ -152,16 +162,33 @@ typedef struct nvs_dev {
     _Atomic int mem_dirty;
     uint64_t mem_sent_managed, mem_sent_other, mem_sent_ns; /* client thread */
     int mem_sent_valid;                                     /* client thread */
+    /* Fast context switches (switch.c). Flags: nvs_g.mu; the rest: client thread. */
+    int evict;            /* the pending (or running) drain must evict to host (DROP_LOCK EVICT) */
+    int prefetch_pending; /* a grant asked for PREFETCH; work() does it outside nvs_g.mu */
+    int pf_outstanding;   /* an overlapped prefetch was issued; its end event not yet seen */
+    nvs_ctxrec *pf_rec;   /* the context whose stream and events it used */
+    uint64_t pf_issue_ns; /* when it was issued */
+    uint32_t prefetch_us; /* measured prefetch of the current grant (LOCK_RELEASED) */
 } nvs_dev;
 
 struct nvs_ctxrec {
     CUcontext ctx;
     nvs_dev *dev;
+    /* Launches of a thread between checkpoints on this context (1 .. nvs_ckpt_interval, adapted
+     * to NVSHARE_DRAIN_TARGET_MS by the checkpoints; UINT_MAX when they are off). The hot path
+     * reads it (relaxed); only a change is written. */
+    _Atomic unsigned ckpt_interval;
     nvs_ctxrec *next;     /* all records */
     nvs_ctxrec *dev_next; /* records of the same device */
     pthread_mutex_t ring_mu;
     CUevent ring[NVS_RING];
     int head, count;
+    CUevent spare;   /* the last checkpoint retired (ring_mu): the start of the next span */
+    int spare_valid; /* it completed, and nothing (a drain, an error) came between */
+    /* Fast context switches (client thread): our own non-blocking stream, created lazily with the
+     * context current, and the events that time an overlapped prefetch. */
+    CUstream own_stream;
+    CUevent pf_start, pf_end;
 };
 
 typedef struct nvs_global {
@@ -197,8 +224,10 @@ void nvs_devices_reset_after_fork(void) NVS_HIDDEN;
 /* ---------------------------------------------------------------- gate.c */
 int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread) NVS_HIDDEN; /* 1 = pass through */
 void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread) NVS_HIDDEN;
-void nvs_drain(nvs_dev *d) NVS_HIDDEN;
-extern unsigned nvs_ckpt_interval NVS_HIDDEN; /* launches between checkpoints, 0 = off */
+uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
+/* The most launches between checkpoints (NVSHARE_MAX_INFLIGHT / NVS_RING), 0 = off. */
+extern unsigned nvs_ckpt_interval NVS_HIDDEN;
+unsigned nvs_ckpt_initial(void) NVS_HIDDEN; /* a new context record's ckpt_interval */
 extern _Atomic int nvs_exiting NVS_HIDDEN;     /* process exit began: no more driver calls */
 
 /* ---------------------------------------------------------------- capture.c */
@@ -238,9 +267,24 @@ void nvs_capture_reset_after_fork(void) NVS_HIDDEN;
 /* ---------------------------------------------------------------- alloc.c */
 void nvs_alloc_reap(void) NVS_HIDDEN;   /* free deferred frees whose stream work finished */
 int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
+/* Calls fn for every managed allocation counted on device `dev` (converted, the program's own
+ * cuMemAllocManaged, kept; not VMM), with the table mutex held: a concurrent free waits, so no
+ * range can be handed to another allocation while fn issues work on it. Returns the count. */
+int nvs_alloc_for_each_managed(int dev, void (*fn)(CUdeviceptr, uint64_t, void *), void *arg)
+    NVS_HIDDEN;
 void nvs_alloc_reset_after_fork(void) NVS_HIDDEN;
 void nvs_alloc_atfork_prepare(void) NVS_HIDDEN;
 void nvs_alloc_atfork_parent(void) NVS_HIDDEN;
+
+/* ---------------------------------------------------------------- switch.c */
+/* Fast context switches, client thread only, never under nvs_g.mu. */
+uint64_t nvs_switch_evict(nvs_dev *d) NVS_HIDDEN; /* bulk move to host; ns it took, 0 = none */
+/* Bulk move back to the device. wait: returns once it finished (d->prefetch_us set); else issues
+ * it and returns (observed by nvs_switch_prefetch_poll). Returns 0 when nothing was issued. */
+int nvs_switch_prefetch(nvs_dev *d, int wait) NVS_HIDDEN;
+/* An overlapped prefetch: see whether it finished (finish = 1: wait for it) and set
+ * d->prefetch_us. */
+void nvs_switch_prefetch_poll(nvs_dev *d, int finish) NVS_HIDDEN;
 
 /* ---------------------------------------------------------------- client.c */
 void nvs_client_ensure_started(void) NVS_HIDDEN;

@@ -35,6 +35,8 @@ static CUresult stub_ev(CUevent e) { (void)e; return CUDA_ERROR_NOT_FOUND; }
 static CUresult stub_capturing(CUstream s, CUstreamCaptureStatus *st) { (void)s; (void)st; return CUDA_ERROR_NOT_FOUND; }
 static CUresult stub_mode(CUstreamCaptureMode *m) { (void)m; return CUDA_ERROR_NOT_FOUND; }
 static CUresult stub_stream(CUstream s) { (void)s; return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_stream_create(CUstream *s, unsigned f) { (void)s; (void)f; return CUDA_ERROR_NOT_FOUND; }
+static CUresult stub_elapsed(float *ms, CUevent a, CUevent b) { (void)ms; (void)a; (void)b; return CUDA_ERROR_NOT_FOUND; }
 
 static void *resolve(nvs_dlsym_fn real_dlsym, const char *name)
 {
@@ -45,14 +47,16 @@ static void *resolve(nvs_dlsym_fn real_dlsym, const char *name)
     return p;
 }
 
-#define NVS_RESOLVE(field, stub)                                                               \
+/* nvs_drv.field = the driver's `name` if it has it, else `fallback` (the stub, or NULL). */
+#define NVS_RESOLVE_AS(field, name, fallback)                                                  \
     do {                                                                                       \
-        void *p_ = resolve(rd, #field);                                                        \
+        void *p_ = resolve(rd, name);                                                          \
         if (p_)                                                                                \
             memcpy(&nvs_drv.field, &p_, sizeof(p_));                                           \
         else                                                                                   \
-            nvs_drv.field = stub;                                                              \
+            nvs_drv.field = fallback;                                                          \
     } while (0)
+#define NVS_RESOLVE(field, stub) NVS_RESOLVE_AS(field, #field, stub)
 
 static void atfork_prepare(void);
 static void atfork_parent(void);
@@ -100,14 +104,31 @@ void nvs_init_slow(void)
     NVS_RESOLVE(cuStreamIsCapturing, stub_capturing);
     NVS_RESOLVE(cuThreadExchangeStreamCaptureMode, stub_mode);
     NVS_RESOLVE(cuStreamSynchronize, stub_stream);
+    NVS_RESOLVE(cuStreamCreate, stub_stream_create);
+    /* CUDA 12.8 added cuEventElapsedTime_v2 (the name CUDA 13's cuda.h maps to); older drivers
+     * have only the first one. Same signature. */
+    NVS_RESOLVE_AS(cuEventElapsedTime, "cuEventElapsedTime_v2", stub_elapsed);
+    if (nvs_drv.cuEventElapsedTime == stub_elapsed)
+        NVS_RESOLVE_AS(cuEventElapsedTime, "cuEventElapsedTime", stub_elapsed);
+    /* cuMemPrefetchAsync_v2 takes a CUmemLocation (exported since CUDA 12.2; what CUDA 13's cuda.h
+     * calls cuMemPrefetchAsync); older drivers have only (ptr, size, CUdevice, stream). */
+    NVS_RESOLVE_AS(cuMemPrefetchAsync_v2, "cuMemPrefetchAsync_v2", NULL);
+    NVS_RESOLVE_AS(cuMemPrefetchAsync, "cuMemPrefetchAsync", NULL);
 
-    nvs_ckpt_interval = nvs_cfg.max_inflight ? (nvs_cfg.max_inflight >= 8 ? nvs_cfg.max_inflight / 8 : 1) : 0;
+    nvs_ckpt_interval = !nvs_cfg.max_inflight            ? 0
+                        : nvs_cfg.max_inflight >= NVS_RING ? nvs_cfg.max_inflight / NVS_RING
+                                                           : 1;
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 
+    static const char *const pf_names[] = {"wait", "overlap", "off"};
     NVS_DEBUG("initialised: driver %s (%s), %d of %d hooked entry points present, "
-              "idle release %u ms, max in-flight %u",
+              "idle release %u ms, max in-flight %u, drain target %u ms, prefetch %s (%s)",
               nvs_cfg.cuda_library, nvs_libcuda ? "opened" : "not opened", found, NVS_NHOOKS,
-              nvs_cfg.idle_release_ms, nvs_cfg.max_inflight);
+              nvs_cfg.idle_release_ms, nvs_cfg.max_inflight, nvs_cfg.drain_target_ms,
+              pf_names[nvs_cfg.prefetch],
+              nvs_drv.cuMemPrefetchAsync_v2 ? "cuMemPrefetchAsync_v2"
+              : nvs_drv.cuMemPrefetchAsync ? "cuMemPrefetchAsync"
+                                           : "no prefetch entry point: no fast switches");
     atomic_store_explicit(&nvs_inited, 1, memory_order_release);
     tls_in_init = 0;
     pthread_mutex_unlock(&init_mu);

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from .fake_scheduler import RecordingScheduler
 from .harness import build_artifacts, locate_library, new_world
 
 
@@ -44,3 +45,12 @@ def world(artifacts, nvshare_lib):
 def bare_world(artifacts):
     """A world without the interposer (apps must be started with preload=False)."""
     yield from _world(artifacts, None)
+
+
+@pytest.fixture
+def recorder(world):
+    """A RecordingScheduler on the world's socket (instead of the real scheduler)."""
+    rec = RecordingScheduler(world.socket)
+    yield rec
+    rec.close()
+    print(f"--- recording scheduler: {rec.summary()}\nerrors: {rec.errors}")

@@ -92,6 +92,15 @@ def build_artifacts(out: Path) -> Artifacts:
     return Artifacts(out, libcuda, app, probe)
 
 
+def build_mock_variant(out: Path, *defines: str) -> Path:
+    """The mock driver built with compile-time switches (e.g. MOCK_CUDA_NO_PREFETCH_V2) into `out`;
+    returns the directory to put first on LD_LIBRARY_PATH (cuda_app finds libcuda.so.1 there)."""
+    out.mkdir(parents=True, exist_ok=True)
+    _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", *(f"-D{d}" for d in defines), "-o", out / "libcuda.so.1",
+          "-Wl,-soname,libcuda.so.1", MOCK_SRC / "mock_cuda.c", "-pthread"])
+    return out
+
+
 def locate_library(build_dir: Path) -> Path:
     """The libnvshare.so under test.
 

@@ -2,8 +2,9 @@
 the device's current managed and other bytes, coalesced to at most one per device per 100 ms when
 it changes, and visible per GPU in `nvsharectl status --json`.
 
-A small in-process scheduler (RecordingScheduler) speaks the protocol with the real libnvshare.so
-and records every frame the library sends, in order, so a test can check what came before what.
+A small in-process scheduler (fake_scheduler.RecordingScheduler, the `recorder` fixture) speaks the
+protocol with the real libnvshare.so and records every frame the library sends, in order, so a test
+can check what came before what.
 """
 
 from __future__ import annotations
@@ -11,163 +12,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 
-from xpushare.protocol import (
-    Attached,
-    DeviceMsg,
-    DropReason,
-    FrameDecoder,
-    Grant,
-    MessageType,
-    ProtocolError,
-    Welcome,
-    encode,
-)
+from xpushare.protocol import MessageType
 
-from .harness import MIB, SRC, clean_env, poll, uuid_of
+from .fake_scheduler import RecordingScheduler, wait_for as _wait
+from .harness import MIB, SRC, clean_env, uuid_of
 
 KIB = 1 << 10
 MEM_UPDATE_PERIOD_S = 0.1  # docs/protocol.md: at most one MEM_UPDATE per device per 100 ms
-
-
-def _wait(cond: Callable[[], object], timeout: float, what: Callable[[], str], interval: float = 0.02):
-    """poll(), with a failure message built when it fails (what was seen last, not at the start)."""
-    try:
-        return poll(cond, timeout, interval)
-    except AssertionError:
-        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what()}") from None
-
-
-# Messages from the library that name a device (their payload starts with `u32 device`).
-_DEVICE_TYPES = (MessageType.ATTACH, MessageType.REQ_LOCK, MessageType.LOCK_RELEASED,
-                 MessageType.MEM_UPDATE)
-
-
-@dataclass
-class Received:
-    at: float  # time.monotonic() when it was decoded
-    conn: int
-    type: MessageType
-    msg: object  # the decoded payload
-
-    @property
-    def device(self) -> int | None:
-        return self.msg.device if self.type in _DEVICE_TYPES else None
-
-    @property
-    def footprint(self) -> tuple[int, int]:
-        return self.msg.managed_bytes, self.msg.other_bytes
-
-
-class RecordingScheduler:
-    """A minimal scheduler: WELCOME to HELLO, ATTACHED (no capacity opinion) to ATTACH, LOCK_OK
-    (no quantum) to REQ_LOCK at once; DROP_LOCK only when a test asks. Records every frame."""
-
-    def __init__(self, path):
-        self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._srv.bind(str(path))
-        self._srv.listen(16)
-        self._srv.settimeout(0.2)
-        self._stop = threading.Event()
-        self._mu = threading.Lock()
-        self._conns: list[socket.socket] = []
-        self._send_mu = threading.Lock()
-        self.received: list[Received] = []
-        self.errors: list[str] = []
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
-
-    def _accept(self):
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._srv.accept()
-            except OSError:
-                continue
-            with self._mu:
-                n = len(self._conns)
-                self._conns.append(conn)
-            t = threading.Thread(target=self._serve, args=(conn, n), daemon=True)
-            self._threads.append(t)
-            t.start()
-
-    def _send(self, conn: socket.socket, frame: bytes):
-        with self._send_mu:
-            conn.sendall(frame)
-
-    def _serve(self, conn: socket.socket, n: int):
-        decoder = FrameDecoder()
-        conn.settimeout(0.2)
-        while not self._stop.is_set():
-            try:
-                data = conn.recv(65536)
-            except TimeoutError:
-                continue
-            except OSError:
-                break
-            if not data:
-                break
-            decoder.feed(data)
-            try:
-                for frame in decoder.frames():
-                    self._handle(conn, n, frame.type, frame.decode())
-            except (ProtocolError, OSError) as e:
-                self.errors.append(f"connection {n}: {e}")
-                break
-        conn.close()
-
-    def _handle(self, conn, n, mtype, msg):
-        with self._mu:
-            self.received.append(Received(time.monotonic(), n, mtype, msg))
-        if mtype == MessageType.HELLO:
-            self._send(conn, encode(Welcome(client_id=n + 1)))
-        elif mtype == MessageType.ATTACH:
-            self._send(conn, encode(Attached(device=msg.device, capacity=0)))
-        elif mtype == MessageType.REQ_LOCK:
-            self._send(conn, encode(Grant(device=msg.device, quantum_ms=0)))
-
-    def drop(self, device: int, conn: int = -1):
-        """Ask the client to give the device up (it answers LOCK_RELEASED)."""
-        with self._mu:
-            c = self._conns[conn]
-        self._send(c, encode(DeviceMsg(device=device, reason=DropReason.QUANTUM), MessageType.DROP_LOCK))
-
-    def messages(self, *types: MessageType, device: int | None = None) -> list[Received]:
-        with self._mu:
-            got = list(self.received)
-        return [r for r in got if (not types or r.type in types) and (device is None or r.device == device)]
-
-    def wait_count(self, mtype: MessageType, n: int, device: int | None = None, timeout: float = 15.0):
-        return _wait(lambda: len(self.messages(mtype, device=device)) >= n, timeout,
-                     lambda: f"{n} {mtype.name} message(s) for device {device} (got {self.summary()})")
-
-    def summary(self) -> list[str]:
-        return [f"{r.type.name}({r.device})" for r in self.messages()]
-
-    def close(self):
-        self._stop.set()
-        for t in self._threads:
-            t.join(5)
-        self._srv.close()
-        with self._mu:
-            for c in self._conns:
-                c.close()
-
-
-@pytest.fixture
-def recorder(world):
-    rec = RecordingScheduler(world.socket)
-    yield rec
-    rec.close()
-    print(f"--- recording scheduler: {rec.summary()}\nerrors: {rec.errors}")
 
 
 def _footprints_before_lock_requests(rec: RecordingScheduler, device: int) -> list[tuple[int, int] | None]:

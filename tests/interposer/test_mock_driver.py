@@ -1,11 +1,15 @@
 """The instrument itself: the mock driver behaves as documented in tests/mock/mock_cuda.c when no
 interposer is loaded. Every other test relies on these behaviours to catch the interposer."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 
-from .harness import GIB, MIB
+from .harness import GIB, MIB, clean_env
 
-OOM, INVALID_VALUE, CAPTURE_UNSUPPORTED, CAPTURE_INVALIDATED = 2, 1, 900, 901
+OOM, INVALID_VALUE, INVALID_HANDLE, CAPTURE_UNSUPPORTED, CAPTURE_INVALIDATED = 2, 1, 400, 900, 901
 
 
 def run(world, *steps, **kw):
@@ -135,3 +139,72 @@ def test_visible_devices_and_uuids(world):
     assert world.log.entries(app.pid, "cuMemAlloc_v2")[0]["size"] == MIB
     bad = run(world, "init", env={"MOCK_CUDA_DEVICES": 1, "CUDA_VISIBLE_DEVICES": "1"})
     assert bad.wait_step("init")["ret"] == 100, "no visible device: CUDA_ERROR_NO_DEVICE"
+
+
+# ------------------------------------------------------------------------------------------------
+# prefetch and event timing (fast switches, bounded drain): driven in a child Python with ctypes
+
+_DRIVER_SCRIPT = r"""
+import ctypes as C, json, sys
+cu = C.CDLL(sys.argv[1])
+class Loc(C.Structure):
+    _fields_ = [("type", C.c_int), ("id", C.c_int)]
+cu.cuMemPrefetchAsync_v2.argtypes = [C.c_ulonglong, C.c_size_t, Loc, C.c_uint, C.c_void_p]
+cu.cuMemPrefetchAsync.argtypes = [C.c_ulonglong, C.c_size_t, C.c_int, C.c_void_p]
+out = {}
+ctx, dev, managed, plain, stream = C.c_void_p(), C.c_ulonglong(), C.c_ulonglong(), C.c_ulonglong(), C.c_void_p()
+assert cu.cuInit(0) == 0 and cu.cuDevicePrimaryCtxRetain(C.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuMemAllocManaged(C.byref(managed), 1 << 20, 1) == 0
+assert cu.cuMemAlloc_v2(C.byref(plain), 1 << 20) == 0
+out["stream"] = cu.cuStreamCreate(C.byref(stream), 1)
+out["to_host"] = cu.cuMemPrefetchAsync_v2(managed.value, 1 << 20, Loc(2, 0), 0, stream)
+out["to_device"] = cu.cuMemPrefetchAsync(managed.value, 1 << 20, 0, stream)
+out["old_to_host"] = cu.cuMemPrefetchAsync(managed.value + 4096, 4096, -1, stream)
+out["not_managed"] = cu.cuMemPrefetchAsync_v2(plain.value, 1 << 20, Loc(1, 0), 0, stream)
+out["bad_device"] = cu.cuMemPrefetchAsync_v2(managed.value, 1 << 20, Loc(1, 7), 0, stream)
+a, b, untimed, ms = C.c_void_p(), C.c_void_p(), C.c_void_p(), C.c_float()
+cu.cuEventCreate(C.byref(a), 0); cu.cuEventCreate(C.byref(b), 0); cu.cuEventCreate(C.byref(untimed), 2)
+out["unrecorded"] = cu.cuEventElapsedTime_v2(C.byref(ms), a, b)
+for e in (a, b, untimed):
+    cu.cuEventRecord(e, stream)
+out["elapsed"] = cu.cuEventElapsedTime_v2(C.byref(ms), a, b)
+out["ms"] = ms.value
+out["untimed"] = cu.cuEventElapsedTime(C.byref(ms), a, untimed)
+print(json.dumps(out))
+"""
+
+
+def _drive(world, **env):
+    """Run _DRIVER_SCRIPT against the mock (no interposer); its results as a dict."""
+    e = clean_env(MOCK_CUDA_LOG=world.log.path, **env)
+    r = subprocess.run([sys.executable, "-c", _DRIVER_SCRIPT, str(world.artifacts.libcuda)],
+                       capture_output=True, text=True, env=e, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_prefetch_accepts_managed_memory_only_and_logs_the_destination(world):
+    out = _drive(world, MOCK_CUDA_PREFETCH_US=20_000)
+    assert (out["stream"], out["to_host"], out["to_device"], out["old_to_host"]) == (0, 0, 0, 0)
+    assert (out["not_managed"], out["bad_device"]) == (INVALID_VALUE, 101)
+    moves = [(e["fn"], e["loc_type"], e["loc_id"], e["ret"], "error" in e)
+             for e in world.log.entries() if e["fn"].startswith("cuMemPrefetchAsync")]
+    assert moves == [("cuMemPrefetchAsync_v2", 2, 0, 0, False), ("cuMemPrefetchAsync", 1, 0, 0, False),
+                     ("cuMemPrefetchAsync", 2, -1, 0, False), ("cuMemPrefetchAsync_v2", 1, 0, 1, True),
+                     ("cuMemPrefetchAsync_v2", 1, 7, 101, True)]
+    accepted = [e for e in world.log.entries() if e["fn"].startswith("cuMemPrefetchAsync") and e["ret"] == 0]
+    assert all(e["t1"] - e["t0"] >= 20_000_000 for e in accepted), "MOCK_CUDA_PREFETCH_US"
+    (created,) = world.log.entries(fn="cuStreamCreate")
+    assert created["flags"] == 1
+
+
+def test_event_elapsed_time_needs_recorded_timing_events_and_is_configurable(world, tmp_path):
+    out = _drive(world, MOCK_CUDA_EVENT_SPAN_MS=42.5)
+    assert (out["unrecorded"], out["elapsed"], out["untimed"]) == (INVALID_HANDLE, 0, INVALID_HANDLE)
+    assert out["ms"] == pytest.approx(42.5)
+    span = tmp_path / "span"
+    span.write_text("7.25\n")
+    assert _drive(world, MOCK_CUDA_EVENT_SPAN_MS=42.5, MOCK_CUDA_EVENT_SPAN_FILE=span)["ms"] == pytest.approx(7.25)
+    host = _drive(world)["ms"]  # no setting: the host time between the records, small here
+    assert 0 <= host < 1000

@@ -4,9 +4,13 @@ a scheduler on request, fork, several GPUs, CUDA_VISIBLE_DEVICES, and what the l
 import os
 import signal
 import socket
+import struct
 import threading
 import time
 
+from xpushare.protocol import MessageType, encode_frame
+
+from .fake_scheduler import Received, RecordingScheduler
 from .harness import poll, uuid_of
 
 
@@ -224,3 +228,28 @@ def test_malformed_scheduler_replies_never_harm_the_application(world):
     assert app.wait_step("launch")["ret"] == 0 and app.wait_step("verify")["ok"] == 1
     assert len(world.log.work(app.pid)) == 3 + 2
     assert len(_warnings(app)) == 1, app.stderr()
+
+
+class _OldSizeGrants(RecordingScheduler):
+    """Answers REQ_LOCK with a version-1-sized LOCK_OK (8 bytes) in a version-2 frame."""
+
+    def _handle(self, conn, n, mtype, msg):
+        if mtype != MessageType.REQ_LOCK:
+            return super()._handle(conn, n, mtype, msg)
+        with self._mu:
+            self.received.append(Received(time.monotonic(), n, mtype, msg))
+        conn.sendall(encode_frame(MessageType.LOCK_OK, struct.pack("<II", msg.device, 0)))
+
+
+def test_a_grant_of_the_wrong_size_closes_the_connection_and_the_app_runs_on(world):
+    """Protocol version 2: LOCK_OK is 16 bytes. A frame whose payload does not match its type's
+    size is malformed: the client logs it, closes the connection and runs ungated."""
+    sched = _OldSizeGrants(world.socket)
+    try:
+        app = world.run("init", "ctx", 0, "alloc", "1M", "launch", 3, "verify", timeout=60)
+    finally:
+        sched.close()
+    assert sched.messages(MessageType.REQ_LOCK), "the client asked for the lock"
+    assert app.wait_step("launch")["ret"] == 0 and app.wait_step("verify")["ok"] == 1
+    (warning,) = _warnings(app)
+    assert "malformed" in warning and "expected 16" in warning, warning

@@ -15,6 +15,12 @@
  *   MOCK_CUDA_TOTAL_MEM    bytes per device (default 16 GiB; K/M/G/T suffixes accepted)
  *   MOCK_CUDA_WORK_US      every gated call (launch, copy, memset, ...) sleeps this long (default 0)
  *   MOCK_CUDA_SYNC_US      a cuCtxSynchronize that is allowed sleeps this long (default 0)
+ *   MOCK_CUDA_PREFETCH_US  every accepted cuMemPrefetchAsync(_v2) sleeps this long (default 0): the
+ *                          migration is modelled as done by the call itself
+ *   MOCK_CUDA_EVENT_SPAN_MS   what cuEventElapsedTime(_v2) returns (float ms); default: the host
+ *                          time between the two events' records (every operation completes at once)
+ *   MOCK_CUDA_EVENT_SPAN_FILE a file holding that number, read at every call (a test changes it
+ *                          while the program runs); a missing or empty file falls back to the above
  *   MOCK_CUDA_PITCH_ALIGN  CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT (default 32; 0 = the attribute
  *                          query fails, as if unknown)
  *   MOCK_CUDA_LOG          file that receives one JSON line per logged call (O_APPEND, one write each)
@@ -31,6 +37,14 @@
  * t0/t1 are CLOCK_MONOTONIC (comparable across processes). Extra fields: "stream" for stream calls,
  * "captured":1 when the call was recorded into a capturing stream (no work done), "ptr"/"size"/"kind"
  * for allocations and frees, "error" with a reason when the mock rejects a call.
+ * Logged besides the driver's work: cuStreamCreate ("stream", "flags"), cuEventCreate ("event",
+ * "flags"), cuEventRecord ("event", "stream"), cuEventElapsedTime(_v2) ("start", "end", "ms"), and
+ * cuMemPrefetchAsync / cuMemPrefetchAsync_v2 ("ptr", "size", "loc_type": 1 device / 2 host,
+ * "loc_id", "stream"; the old entry point's CU_DEVICE_CPU (-1) is logged as loc_type 2).
+ *
+ * Compile-time switches (tests build variants): -DMOCK_CUDA_NO_PREFETCH_V2 leaves out
+ * cuMemPrefetchAsync_v2 (a driver older than CUDA 12.2); -DMOCK_CUDA_NO_PREFETCH leaves out both
+ * prefetch entry points.
  *
  * Deliberate differences from the real driver: memory is host memory (mmap, MAP_NORESERVE) so copies
  * really copy and huge sizes are fine; every operation completes at once; a forked child may keep
@@ -110,6 +124,9 @@ static int g_ndev = 1;               /* visible devices */
 static size_t g_total_mem = 16ull << 30;
 static long g_work_us = 0;
 static long g_sync_us = 0;
+static long g_prefetch_us = 0;
+static double g_event_span_ms = -1; /* < 0: the host time between the records */
+static char g_event_span_file[512];
 static long g_pitch_align = 32;
 static int g_log_fd = -1;
 static int g_reuse = 0;
@@ -151,7 +168,9 @@ struct mock_event {
     int alive;
     unsigned flags;
     int recorded;
+    long long recorded_ns; /* when it was last recorded (it completes at once) */
 };
+#define EVENT_DISABLE_TIMING 0x2u
 #define EVENT_MAGIC 0xE7E7E7E7u
 
 struct mock_graph {
@@ -249,6 +268,10 @@ static void init_once(void)
     g_total_mem = parse_size(getenv("MOCK_CUDA_TOTAL_MEM"), 16ull << 30);
     if ((s = getenv("MOCK_CUDA_WORK_US")) && *s) g_work_us = atol(s);
     if ((s = getenv("MOCK_CUDA_SYNC_US")) && *s) g_sync_us = atol(s);
+    if ((s = getenv("MOCK_CUDA_PREFETCH_US")) && *s) g_prefetch_us = atol(s);
+    if ((s = getenv("MOCK_CUDA_EVENT_SPAN_MS")) && *s) g_event_span_ms = atof(s);
+    if ((s = getenv("MOCK_CUDA_EVENT_SPAN_FILE")) && *s)
+        snprintf(g_event_span_file, sizeof g_event_span_file, "%s", s);
     if ((s = getenv("MOCK_CUDA_PITCH_ALIGN")) && *s) g_pitch_align = atol(s);
     if ((s = getenv("MOCK_CUDA_REUSE")) && *s) g_reuse = atoi(s) != 0;
     if ((s = getenv("MOCK_CUDA_HOLD_FILE")) && *s) snprintf(g_hold_file, sizeof g_hold_file, "%s", s);
@@ -1046,6 +1069,62 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     return r;
 }
 
+/* Unified memory prefetch. The range must lie in one managed allocation (the real driver refuses
+ * other memory); loc_type 1 = device loc_id, 2 = host. The migration happens in the call
+ * (MOCK_CUDA_PREFETCH_US models its duration); the allocation remembers where it is. */
+enum { LOC_DEVICE = 1, LOC_HOST = 2 };
+
+__attribute__((unused)) /* in a build without prefetch entry points */
+static CUresult do_prefetch(const char *fn, CUdeviceptr p, size_t n, int loc_type, int loc_id,
+                            unsigned flags, CUstream s)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    const char *err = "";
+    int captured = 0;
+    if (!r) r = check_stream(s);
+    if (!r && flags != 0) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && !(loc_type == LOC_HOST || (loc_type == LOC_DEVICE && valid_device(loc_id)))) {
+        r = CUDA_ERROR_INVALID_DEVICE;
+        err = ",\"error\":\"bad location\"";
+    }
+    if (!r) {
+        pthread_mutex_lock(&g_mu);
+        struct alloc *a = find_alloc_locked((uintptr_t)p, n ? n : 1);
+        if (!a || a->kind != KIND_MANAGED) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            err = ",\"error\":\"not managed memory\"";
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    if (!r) {
+        captured = !stream_is_special(s) && s->capture_status != CAPTURE_STATUS_NONE;
+        if (!captured && g_prefetch_us > 0) {
+            struct timespec ts = {g_prefetch_us / 1000000, (g_prefetch_us % 1000000) * 1000};
+            while (nanosleep(&ts, &ts) && errno == EINTR) {}
+        }
+    }
+    log_line(fn, t0, now_ns(), cur_dev(), r,
+             ",\"ptr\":%llu,\"size\":%zu,\"loc_type\":%d,\"loc_id\":%d,\"stream\":%lu%s%s",
+             (unsigned long long)p, n, loc_type, loc_id, (unsigned long)(uintptr_t)s, err,
+             captured ? ",\"captured\":1" : "");
+    return r;
+}
+
+#ifndef MOCK_CUDA_NO_PREFETCH
+/* CUDA < 13 signature: a CUdevice, CU_DEVICE_CPU (-1) for the host */
+CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dst, CUstream s)
+{
+    return do_prefetch("cuMemPrefetchAsync", p, n, dst == -1 ? LOC_HOST : LOC_DEVICE, dst, 0, s);
+}
+#ifndef MOCK_CUDA_NO_PREFETCH_V2
+CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream s)
+{
+    return do_prefetch("cuMemPrefetchAsync_v2", p, n, loc.type, loc.id, flags, s);
+}
+#endif
+#endif
+
 /* ------------------------------------------------------------------------------------------ */
 /* gated: launches                                                                             */
 
@@ -1417,21 +1496,25 @@ DEF_WRITEV(cuStreamWriteValue64_v2_ptsz, cuuint64_t, 1)
 
 CUresult cuStreamCreate(CUstream *ps, unsigned int flags)
 {
+    long long t0 = now_ns();
     CUresult r = need_ctx();
-    if (r) return r;
-    if (!ps) return CUDA_ERROR_INVALID_VALUE;
-    struct mock_stream *s = calloc(1, sizeof *s);
-    if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
-    s->magic = STREAM_MAGIC;
-    s->alive = 1;
-    s->ctx = t_ctx;
-    s->flags = flags;
-    pthread_mutex_lock(&g_mu);
-    s->next = g_streams;
-    g_streams = s;
-    pthread_mutex_unlock(&g_mu);
-    *ps = s;
-    return CUDA_SUCCESS;
+    struct mock_stream *s = NULL;
+    if (!r && (!ps || flags > 1)) r = CUDA_ERROR_INVALID_VALUE; /* CU_STREAM_DEFAULT / NON_BLOCKING */
+    if (!r && !(s = calloc(1, sizeof *s))) r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!r) {
+        s->magic = STREAM_MAGIC;
+        s->alive = 1;
+        s->ctx = t_ctx;
+        s->flags = flags;
+        pthread_mutex_lock(&g_mu);
+        s->next = g_streams;
+        g_streams = s;
+        pthread_mutex_unlock(&g_mu);
+        *ps = s;
+    }
+    log_line("cuStreamCreate", t0, now_ns(), cur_dev(), r, ",\"stream\":%lu,\"flags\":%u",
+             (unsigned long)(uintptr_t)s, flags);
+    return r;
 }
 
 static CUresult stream_destroy(CUstream s)
@@ -1665,16 +1748,20 @@ static int valid_event(CUevent e) { return e && e->magic == EVENT_MAGIC && e->al
 
 CUresult cuEventCreate(CUevent *pe, unsigned int flags)
 {
+    long long t0 = now_ns();
     CUresult r = need_ctx();
-    if (r) return r;
-    if (!pe) return CUDA_ERROR_INVALID_VALUE;
-    struct mock_event *e = calloc(1, sizeof *e);
-    if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
-    e->magic = EVENT_MAGIC;
-    e->alive = 1;
-    e->flags = flags;
-    *pe = e;
-    return CUDA_SUCCESS;
+    struct mock_event *e = NULL;
+    if (!r && !pe) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && !(e = calloc(1, sizeof *e))) r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!r) {
+        e->magic = EVENT_MAGIC;
+        e->alive = 1;
+        e->flags = flags;
+        *pe = e;
+    }
+    log_line("cuEventCreate", t0, now_ns(), cur_dev(), r, ",\"event\":%lu,\"flags\":%u",
+             (unsigned long)(uintptr_t)e, flags);
+    return r;
 }
 
 static CUresult event_record(const char *fn, CUevent e, CUstream s)
@@ -1687,9 +1774,10 @@ static CUresult event_record(const char *fn, CUevent e, CUstream s)
     if (!r) {
         captured = !stream_is_special(s) && s->capture_status != CAPTURE_STATUS_NONE;
         e->recorded = 1;
+        e->recorded_ns = now_ns();
     }
-    log_line(fn, t0, now_ns(), cur_dev(), r, ",\"stream\":%lu%s", (unsigned long)(uintptr_t)s,
-             captured ? ",\"captured\":1" : "");
+    log_line(fn, t0, now_ns(), cur_dev(), r, ",\"stream\":%lu,\"event\":%lu%s",
+             (unsigned long)(uintptr_t)s, (unsigned long)(uintptr_t)e, captured ? ",\"captured\":1" : "");
     return r;
 }
 
@@ -1716,6 +1804,45 @@ CUresult cuEventSynchronize(CUevent e)
     return r;
 }
 
+/* MOCK_CUDA_EVENT_SPAN_FILE, else MOCK_CUDA_EVENT_SPAN_MS, else < 0 */
+static double configured_span_ms(void)
+{
+    if (g_event_span_file[0]) {
+        FILE *f = fopen(g_event_span_file, "r");
+        double v;
+        int n = f ? fscanf(f, "%lf", &v) : 0;
+        if (f) fclose(f);
+        if (n == 1) return v;
+    }
+    return g_event_span_ms;
+}
+
+/* As the real driver: both events recorded (and so, here, complete), neither created with
+ * CU_EVENT_DISABLE_TIMING (CUDA_ERROR_INVALID_HANDLE then). */
+static CUresult elapsed_time(const char *fn, float *ms, CUevent start, CUevent end)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    double v = 0;
+    if (!r && !ms) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && (!valid_event(start) || !valid_event(end))) r = CUDA_ERROR_INVALID_HANDLE;
+    if (!r && ((start->flags | end->flags) & EVENT_DISABLE_TIMING)) r = CUDA_ERROR_INVALID_HANDLE;
+    if (!r && (!start->recorded || !end->recorded)) r = CUDA_ERROR_INVALID_HANDLE;
+    if (!r) {
+        v = configured_span_ms();
+        if (v < 0) v = (double)(end->recorded_ns - start->recorded_ns) / 1e6;
+        *ms = (float)v;
+    }
+    log_line(fn, t0, now_ns(), cur_dev(), r, ",\"start\":%lu,\"end\":%lu,\"ms\":%.3f",
+             (unsigned long)(uintptr_t)start, (unsigned long)(uintptr_t)end, v);
+    return r;
+}
+
+CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
+{ return elapsed_time("cuEventElapsedTime", ms, start, end); }
+CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
+{ return elapsed_time("cuEventElapsedTime_v2", ms, start, end); }
+
 static CUresult event_destroy(CUevent e)
 {
     CUresult r = need_init();
@@ -1734,6 +1861,15 @@ CUresult cuEventDestroy_v2(CUevent e) { return event_destroy(e); }
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus);
+
+/* The prefetch entry points this build has (see the compile-time switches at the top). */
+#if defined(MOCK_CUDA_NO_PREFETCH)
+#define MOCK_PREFETCH_EXPORTS(X)
+#elif defined(MOCK_CUDA_NO_PREFETCH_V2)
+#define MOCK_PREFETCH_EXPORTS(X) X(cuMemPrefetchAsync)
+#else
+#define MOCK_PREFETCH_EXPORTS(X) X(cuMemPrefetchAsync) X(cuMemPrefetchAsync_v2)
+#endif
 
 /* Every exported function, once. X(name) */
 #define MOCK_EXPORTS(X)                                                                            \
@@ -1790,7 +1926,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     X(cuGraphCreate) X(cuGraphInstantiate) X(cuGraphInstantiate_v2) X(cuGraphInstantiateWithFlags) \
     X(cuGraphDestroy) X(cuGraphExecDestroy)                                                        \
     X(cuEventCreate) X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize)  \
-    X(cuEventDestroy) X(cuEventDestroy_v2)
+    X(cuEventDestroy) X(cuEventDestroy_v2) X(cuEventElapsedTime) X(cuEventElapsedTime_v2)          \
+    MOCK_PREFETCH_EXPORTS(X)
 
 /* hidden aliases: their addresses are this library's own definitions, never an interposer's */
 #define MOCK_ALIAS(name) \
@@ -1848,7 +1985,8 @@ static const struct gpa_entry { const char *base; int v2; char pt; } g_gpa[] = {
     {"cuGraphCreate", 0, 0}, {"cuGraphInstantiate", 11000, 0}, {"cuGraphInstantiateWithFlags", 0, 0}, {"cuGraphDestroy", 0, 0},
     {"cuGraphExecDestroy", 0, 0},
     {"cuEventCreate", 0, 0}, {"cuEventRecord", 0, 'z'}, {"cuEventQuery", 0, 0},
-    {"cuEventSynchronize", 0, 0}, {"cuEventDestroy", 4000, 0},
+    {"cuEventSynchronize", 0, 0}, {"cuEventDestroy", 4000, 0}, {"cuEventElapsedTime", 12080, 0},
+    {"cuMemPrefetchAsync", 12020, 0},
 };
 
 static CUresult get_proc(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

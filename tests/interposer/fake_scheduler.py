@@ -1,0 +1,170 @@
+"""A small in-process scheduler for the interposer tests: it speaks the protocol (docs/protocol.md)
+with the real libnvshare.so, answers at once, and records every frame both ways, in order, so a
+test can check what came before what and drive drops and grants (with their flags) by hand.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xpushare.protocol import (
+    Attached,
+    DropLock,
+    DropReason,
+    FrameDecoder,
+    Grant,
+    MessageType,
+    ProtocolError,
+    Welcome,
+    encode,
+)
+
+from .harness import poll
+
+
+def wait_for(cond: Callable[[], object], timeout: float, what: Callable[[], str], interval: float = 0.02):
+    """poll(), with a failure message built when it fails (what was seen last, not at the start)."""
+    try:
+        return poll(cond, timeout, interval)
+    except AssertionError:
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what()}") from None
+
+
+# Messages that name a device (their payload starts with `u32 device`).
+_DEVICE_TYPES = (MessageType.ATTACH, MessageType.ATTACHED, MessageType.REQ_LOCK, MessageType.LOCK_OK,
+                 MessageType.DROP_LOCK, MessageType.LOCK_RELEASED, MessageType.MEM_UPDATE)
+
+
+@dataclass
+class Received:
+    at: float  # time.monotonic() when it was decoded (or sent): CLOCK_MONOTONIC, as the mock's t0/t1
+    conn: int
+    type: MessageType
+    msg: object  # the decoded payload
+
+    @property
+    def device(self) -> int | None:
+        return self.msg.device if self.type in _DEVICE_TYPES else None
+
+    @property
+    def footprint(self) -> tuple[int, int]:
+        return self.msg.managed_bytes, self.msg.other_bytes
+
+    @property
+    def at_ns(self) -> int:
+        return int(self.at * 1e9)
+
+
+class RecordingScheduler:
+    """WELCOME to HELLO, ATTACHED (no capacity opinion) to ATTACH, LOCK_OK to REQ_LOCK at once
+    (quantum 0, flags `grant_flags`); DROP_LOCK only when a test asks. Records every frame it
+    receives (`received`) and sends (`sent`)."""
+
+    def __init__(self, path):
+        self.grant_flags = 0  # grant.flags of the next LOCK_OKs (GRANT_PREFETCH)
+        self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._srv.bind(str(path))
+        self._srv.listen(16)
+        self._srv.settimeout(0.2)
+        self._stop = threading.Event()
+        self._mu = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._send_mu = threading.Lock()
+        self.received: list[Received] = []
+        self.sent: list[Received] = []
+        self.errors: list[str] = []
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._srv.accept()
+            except OSError:
+                continue
+            with self._mu:
+                n = len(self._conns)
+                self._conns.append(conn)
+            t = threading.Thread(target=self._serve, args=(conn, n), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _send(self, conn: socket.socket, n: int, msg):
+        with self._send_mu:
+            # recorded before it leaves: the client may act on it before sendall returns
+            with self._mu:
+                self.sent.append(Received(time.monotonic(), n, _type_of(msg), msg))
+            conn.sendall(encode(msg))
+
+    def _serve(self, conn: socket.socket, n: int):
+        decoder = FrameDecoder()
+        conn.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                data = conn.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+            decoder.feed(data)
+            try:
+                for frame in decoder.frames():
+                    self._handle(conn, n, frame.type, frame.decode())
+            except (ProtocolError, OSError) as e:
+                self.errors.append(f"connection {n}: {e}")
+                break
+        conn.close()
+
+    def _handle(self, conn, n, mtype, msg):
+        with self._mu:
+            self.received.append(Received(time.monotonic(), n, mtype, msg))
+        if mtype == MessageType.HELLO:
+            self._send(conn, n, Welcome(client_id=n + 1))
+        elif mtype == MessageType.ATTACH:
+            self._send(conn, n, Attached(device=msg.device, capacity=0))
+        elif mtype == MessageType.REQ_LOCK:
+            self._send(conn, n, Grant(device=msg.device, quantum_ms=0, flags=self.grant_flags))
+
+    def drop(self, device: int, conn: int = -1, reason: DropReason = DropReason.QUANTUM, flags: int = 0):
+        """Ask the client to give the device up (it answers LOCK_RELEASED); flags: DROP_EVICT."""
+        with self._mu:
+            c = self._conns[conn]
+            n = conn if conn >= 0 else len(self._conns) + conn
+        self._send(c, n, DropLock(device=device, reason=reason, flags=flags))
+
+    def messages(self, *types: MessageType, device: int | None = None) -> list[Received]:
+        with self._mu:
+            got = list(self.received)
+        return [r for r in got if (not types or r.type in types) and (device is None or r.device == device)]
+
+    def sent_messages(self, *types: MessageType, device: int | None = None) -> list[Received]:
+        with self._mu:
+            got = list(self.sent)
+        return [r for r in got if (not types or r.type in types) and (device is None or r.device == device)]
+
+    def wait_count(self, mtype: MessageType, n: int, device: int | None = None, timeout: float = 15.0):
+        return wait_for(lambda: len(self.messages(mtype, device=device)) >= n, timeout,
+                        lambda: f"{n} {mtype.name} message(s) for device {device} (got {self.summary()})")
+
+    def summary(self) -> list[str]:
+        return [f"{r.type.name}({r.device})" for r in self.messages()]
+
+    def close(self):
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+        self._srv.close()
+        with self._mu:
+            for c in self._conns:
+                c.close()
+
+
+def _type_of(msg) -> MessageType:
+    return {Welcome: MessageType.WELCOME, Attached: MessageType.ATTACHED, Grant: MessageType.LOCK_OK,
+            DropLock: MessageType.DROP_LOCK}[type(msg)]

@@ -1,0 +1,136 @@
+"""Bounded drain (NVSHARE_DRAIN_TARGET_MS, default 100): checkpoint events bound the work queued on
+a context, and how often they come adapts to the GPU time between them. A span between two
+consecutive completed checkpoints longer than target / 8 (the ring holds 8) halves the number of
+launches between checkpoints (down to 1); one shorter than a quarter of that doubles it (up to
+NVSHARE_MAX_INFLIGHT / 8). 0 keeps the launch-count bound only (events without timing).
+
+The mock driver's cuEventElapsedTime returns MOCK_CUDA_EVENT_SPAN_MS (or the number in
+MOCK_CUDA_EVENT_SPAN_FILE, read at every call), so a test decides how long the GPU "took";
+without them it returns the host time between the two records.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from xpushare.protocol import MessageType
+
+DEFAULT_MAX = 1024 // 8  # NVSHARE_MAX_INFLIGHT / 8: the launch-count bound
+LONG_MS, SHORT_MS = 50, 1  # against the default target: > 100/8, < 100/32
+DISABLE_TIMING = 2
+
+
+def _checkpoint_gaps(log, pid: int, tid: int, since: int = 0, until: int | None = None) -> list[int]:
+    """Launches of thread `tid` between consecutive checkpoint records (cuEventRecord of that
+    thread), counted in the order of the mock's log; the first gap counts from `since`."""
+    gaps, n = [], 0
+    for e in sorted(log.entries(pid), key=lambda e: e["t0"]):
+        if e["tid"] != tid or e["t0"] < since or (until is not None and e["t0"] > until):
+            continue
+        if e["fn"] == "cuLaunchKernel" and e["ret"] == 0:
+            n += 1
+        elif e["fn"] == "cuEventRecord":
+            gaps.append(n)
+            n = 0
+    return gaps
+
+
+def _main_tid(app) -> int:
+    return app.lines[0]["tid"]
+
+
+def _non_increasing(xs):
+    return all(a >= b for a, b in zip(xs, xs[1:]))
+
+
+def _non_decreasing(xs):
+    return all(a <= b for a, b in zip(xs, xs[1:]))
+
+
+def test_long_spans_make_checkpoints_more_frequent(world, recorder):
+    app = world.run("init", "ctx", 0, "stream", "launch", 700,
+                    env={"MOCK_CUDA_EVENT_SPAN_MS": LONG_MS, "NVSHARE_IDLE_RELEASE_MS": 0})
+    log = world.log
+    gaps = _checkpoint_gaps(log, app.pid, _main_tid(app))
+    assert gaps[:3] == [DEFAULT_MAX] * 3, gaps  # a span needs two completed checkpoints
+    assert _non_increasing(gaps), gaps
+    assert gaps[-5:] == [1] * 5, gaps
+    timed = [e for e in log.entries(app.pid, "cuEventCreate") if e["tid"] == _main_tid(app)]
+    assert timed and all(e["flags"] == 0 for e in timed), "checkpoint events are created with timing"
+    spans = [e for e in log.entries(app.pid) if e["fn"].startswith("cuEventElapsedTime")]
+    assert spans and all(e["ret"] == 0 for e in spans)
+
+
+def test_short_spans_bring_the_interval_back_to_the_launch_count_bound(world, recorder, tmp_path):
+    span = tmp_path / "span_ms"
+    span.write_text(str(LONG_MS))
+    app = world.app("init", "ctx", 0, "stream", "launch", 700, "pause", "launch", 2500, "pause",
+                    env={"MOCK_CUDA_EVENT_SPAN_FILE": span, "NVSHARE_IDLE_RELEASE_MS": 0})
+    first = app.paused()
+    log, tid = world.log, _main_tid(app)
+    assert _checkpoint_gaps(log, app.pid, tid)[-3:] == [1, 1, 1]
+    span.write_text(str(SHORT_MS))
+    app.resume()
+    app.paused(nth=2, timeout=30)
+    app.resume()
+    assert app.finish() == 0
+    gaps = _checkpoint_gaps(log, app.pid, tid, since=first["t"])
+    assert _non_decreasing(gaps), gaps
+    assert gaps[0] <= 2 and max(gaps) == DEFAULT_MAX and gaps[-5:] == [DEFAULT_MAX] * 5, gaps
+
+
+@pytest.mark.parametrize("env, expect_gap, expect_timing", [
+    ({"NVSHARE_DRAIN_TARGET_MS": 1000, "MOCK_CUDA_EVENT_SPAN_MS": LONG_MS}, DEFAULT_MAX, True),
+    ({"NVSHARE_DRAIN_TARGET_MS": 0, "MOCK_CUDA_EVENT_SPAN_MS": LONG_MS}, DEFAULT_MAX, False),
+    ({"NVSHARE_MAX_INFLIGHT": 64, "MOCK_CUDA_EVENT_SPAN_MS": SHORT_MS}, 64 // 8, True),
+], ids=["target-1000ms", "target-0-count-only", "max-inflight-64"])
+def test_the_interval_stays_where_target_and_bound_put_it(world, recorder, env, expect_gap, expect_timing):
+    """A 50 ms span is within a 1000 ms target (125 / 31 ms); target 0 measures nothing; short spans
+    never take the interval past NVSHARE_MAX_INFLIGHT / 8."""
+    app = world.run("init", "ctx", 0, "stream", "launch", 700, env={**env, "NVSHARE_IDLE_RELEASE_MS": 0})
+    log, tid = world.log, _main_tid(app)
+    gaps = _checkpoint_gaps(log, app.pid, tid)
+    assert gaps and set(gaps) == {expect_gap}, gaps
+    spans = [e for e in log.entries(app.pid) if e["fn"].startswith("cuEventElapsedTime")]
+    flags = {e["flags"] for e in log.entries(app.pid, "cuEventCreate") if e["tid"] == tid}
+    if expect_timing:
+        assert spans and flags == {0}
+    else:
+        assert spans == [] and flags == {DISABLE_TIMING}
+
+
+def test_no_span_reaches_across_a_release(world, recorder):
+    """After a drain the next span starts afresh: the time the GPU was given up (here 2 s, longer
+    than a 10 s target allows between checkpoints: 1.25 s) never counts as queued work."""
+    app = world.run("init", "ctx", 0, "stream", "launch", 300, "sleep", 2000, "launch", 400,
+                    env={"NVSHARE_DRAIN_TARGET_MS": 10000, "NVSHARE_IDLE_RELEASE_MS": 100}, timeout=60)
+    assert len(recorder.messages(MessageType.LOCK_RELEASED)) >= 1, "the idle release drained"
+    assert len(recorder.messages(MessageType.REQ_LOCK)) >= 2
+    gaps = _checkpoint_gaps(world.log, app.pid, _main_tid(app))
+    assert len(gaps) >= 4 and set(gaps) == {DEFAULT_MAX}, gaps
+
+
+@pytest.mark.parametrize("value", ["fast", "-5"])
+def test_a_bad_drain_target_warns_once_and_uses_100ms(world, recorder, value):
+    app = world.run("init", "ctx", 0, "stream", "launch", 700,
+                    env={"NVSHARE_DRAIN_TARGET_MS": value, "MOCK_CUDA_EVENT_SPAN_MS": LONG_MS,
+                         "NVSHARE_IDLE_RELEASE_MS": 0})
+    warnings = [ln for ln in app.stderr().splitlines() if "NVSHARE_DRAIN_TARGET_MS" in ln]
+    assert len(warnings) == 1 and value in warnings[0], app.stderr()
+    gaps = _checkpoint_gaps(world.log, app.pid, _main_tid(app))
+    assert gaps[-1] == 1, f"50 ms spans against the default 100 ms target: {gaps}"
+
+
+def test_release_reports_the_drain_time(world, recorder):
+    sync_us = 150_000
+    app = world.app("init", "ctx", 0, "launch", 1, "pause",
+                    env={"MOCK_CUDA_SYNC_US": sync_us, "NVSHARE_IDLE_RELEASE_MS": 0})
+    app.paused()
+    recorder.wait_count(MessageType.REQ_LOCK, 1)
+    recorder.drop(0)
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1)
+    (rel,) = [r.msg for r in recorder.messages(MessageType.LOCK_RELEASED)]
+    assert rel.drain_us >= sync_us
+    assert (rel.evict_us, rel.prefetch_us) == (0, 0)
+    app.resume()
+    assert app.finish() == 0
