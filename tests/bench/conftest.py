@@ -1,0 +1,33 @@
+"""Fixtures for the CPU tests of bench/: the benchmark modules on sys.path, and a real
+nvshare-scheduler subprocess (no GPU: --no-nvml) for the protocol client."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+from protoclient import children_can_import_xpushare  # noqa: E402
+
+
+@pytest.fixture
+def start_scheduler():
+    """start_scheduler(mode="serial", tq=30.0, *extra_args) -> a running harness.Scheduler."""
+    from common import harness
+
+    children_can_import_xpushare()
+    started = []
+
+    def start(mode: str = "serial", tq: float = 30.0, *extra: str):
+        sched = harness.Scheduler(mode=mode, tq=tq, extra_args=("--no-nvml", *extra))
+        started.append(sched)
+        return sched
+
+    yield start
+    for sched in started:
+        sched.stop()
