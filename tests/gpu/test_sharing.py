@@ -1,4 +1,5 @@
-"""Two PyTorch processes share one GPU in serial mode and take turns, with correct results.
+"""Two PyTorch processes share one GPU and take turns, with correct results: in serial mode, and in
+auto mode when their memory does not fit (a smaller virtual capacity), with bulk switches.
 
 Each worker needs about 7-9 s of GPU time; with a 2 s quantum that is several quanta each, so the
 scheduler must hand the GPU back and forth (DROP_LOCK at quantum expiry, LOCK_RELEASED after the
@@ -47,26 +48,31 @@ def status_pids(sock: Path) -> set[int] | None:
     return {int(c["pid"]) for c in json.loads(out.stdout)["clients"]}
 
 
-@pytest.mark.timeout(240)
-def test_two_processes_take_turns_in_serial_mode(tmp_path: Path, nvshare_lib: Path,
-                                                 scheduler_factory) -> None:
-    sched = scheduler_factory(mode="serial", tq=TQ_S)
-    env = harness.library_env(nvshare_lib, sched.socket)
+def run_pair(tmp_path: Path, env: dict[str, str], *extra: object):
     ready = [tmp_path / "a.ready", tmp_path / "b.ready"]
     workers = [
         harness.Program(python_cmd(PROGRAMS / "share_worker.py", "--steps", STEPS, "--step-ms", STEP_MS,
-                                   "--seed", seed, "--ready-file", mine, "--peer-file", peer), env)
+                                   "--seed", seed, "--ready-file", mine, "--peer-file", peer, *extra),
+                        env)
         for seed, mine, peer in ((1, ready[0], ready[1]), (2, ready[1], ready[0]))
     ]
     try:
         wait_for_files(ready, workers, timeout=90)
-        shown = status_pids(sched.socket) if all(p.exists() for p in ready) else None
+        shown = status_pids(env["NVSHARE_SOCK_PATH"]) if all(p.exists() for p in ready) else None
         runs = [w.wait(timeout=180) for w in workers]
     finally:
         for w in workers:
             w.stop()
     for r in runs:
         harness.check_shared(r, timeout=120)
+    return runs, shown
+
+
+@pytest.mark.timeout(240)
+def test_two_processes_take_turns_in_serial_mode(tmp_path: Path, nvshare_lib: Path,
+                                                 scheduler_factory) -> None:
+    sched = scheduler_factory(mode="serial", tq=TQ_S)
+    runs, shown = run_pair(tmp_path, harness.library_env(nvshare_lib, sched.socket))
     results = [r.result for r in runs]
     pids = {r.pid for r in runs}
     log = f"--- scheduler log ---\n{sched.log()}"
@@ -98,3 +104,31 @@ def test_two_processes_take_turns_in_serial_mode(tmp_path: Path, nvshare_lib: Pa
         f"step turns (steps in a row per worker): {lengths}\n{log}")
     print(f"pids {sorted(pids)}: {switches} lock switches, step turns {lengths}, "
           f"overlap {end - start:.1f}s")
+
+
+RESIDENT_MIB = 1024
+VIRTUAL_GPU = "3GiB"  # two workers of 1 GiB + context (768 MiB counted) each do not fit: take turns
+
+
+@pytest.mark.timeout(240)
+def test_processes_that_do_not_fit_take_turns_with_bulk_eviction_and_prefetch(
+        tmp_path: Path, nvshare_lib: Path, scheduler_factory) -> None:
+    sched = scheduler_factory(mode="auto", tq=TQ_S, extra_args=("--gpu-memory", VIRTUAL_GPU))
+    runs, _ = run_pair(tmp_path, harness.library_env(nvshare_lib, sched.socket),
+                       "--resident-mib", RESIDENT_MIB)
+    log = f"--- scheduler log ---\n{sched.log()}"
+    pids = {r.pid for r in runs}
+    for r in runs:  # the data came back intact after every round trip to host memory
+        assert r.result and r.result["ok"], f"{r.describe()}\n{log}"
+        assert r.result["resident_ok"], f"resident data changed in pid {r.pid}\n{log}"
+    drops = sched.events("drop", pids)
+    assert len(drops) >= 2 and all(e.fields.get("evict") == "yes" for e in drops), log
+    releases = [e for e in sched.events("release", pids) if e.fields.get("reason") == "dropped"]
+    evict_ms = [float(e.fields["evict"].removesuffix("ms")) for e in releases]
+    prefetch_ms = [float(e.fields["prefetch"].removesuffix("ms")) for e in releases]
+    assert evict_ms and all(ms > 0 for ms in evict_ms), log  # really moved to host
+    assert any(ms > 0 for ms in prefetch_ms), log             # and back in bulk
+    assert any(e.fields.get("prefetch") == "yes" for e in sched.events("grant", pids)), log
+    gib_s = [RESIDENT_MIB / 1024 / (ms / 1000) for ms in evict_ms]
+    print(f"{len(drops)} evicting drops; evict {statistics.median(evict_ms):.0f} ms "
+          f"({statistics.median(gib_s):.1f} GiB/s), prefetch {prefetch_ms}")
