@@ -22,9 +22,12 @@
  *                                                 NVSHARE_MAX_INFLIGHT bound only
  * NVSHARE_PREFETCH              wait              on a grant with PREFETCH: wait (threads run after the
  *                                                 bulk prefetch), overlap (they run at once), off (none)
+ * NVSHARE_EVICT                 background        on a drop with EVICT: background (release once the
+ *                                                 eviction is issued; it finishes on our stream while
+ *                                                 the next holder runs), wait (release once it finished)
  * NVSHARE_CUDA_LIBRARY          libcuda.so.1      the real driver to dlopen
  *
- * Sizes (the project's grammar, .notes/common.md): a plain integer is bytes; a number (decimals
+ * Sizes (the project's grammar, as in the Python tools): a plain integer is bytes; a number (decimals
  * allowed) may be followed by a case-insensitive unit K, M, G or T with an optional "i" and/or "B"
  * (8G, 8GB, 8GiB, 8Gi, 512mib), or B alone; every unit is binary (1024-based); fractions round down.
  * A malformed value is reported (warning) and ignored.
@@ -132,6 +135,15 @@ static int env_prefetch(void)
     return NVS_PREFETCH_WAIT;
 }
 
+static int env_evict(void)
+{
+    const char *v = getenv("NVSHARE_EVICT");
+    if (!v || !*v || !strcasecmp(v, "background")) return NVS_EVICT_BACKGROUND;
+    if (!strcasecmp(v, "wait")) return NVS_EVICT_WAIT;
+    nvs_warn("ignoring NVSHARE_EVICT=\"%s\": expected background or wait; using background", v);
+    return NVS_EVICT_BACKGROUND;
+}
+
 static void copy_str(char *dst, size_t cap, const char *src)
 {
     if (!src) src = "";
@@ -172,6 +184,7 @@ void nvs_config_load(void)
     c->max_inflight = (unsigned)env_long("NVSHARE_MAX_INFLIGHT", 1024, 0, 1 << 24);
     c->drain_target_ms = (unsigned)env_long("NVSHARE_DRAIN_TARGET_MS", 100, 0, 3600000);
     c->prefetch = env_prefetch();
+    c->evict = env_evict();
     const char *lib = getenv("NVSHARE_CUDA_LIBRARY");
     copy_str(c->cuda_library, sizeof(c->cuda_library), lib && *lib ? lib : "libcuda.so.1");
     copy_str(c->pod_name, sizeof(c->pod_name), getenv("NVSHARE_POD_NAME"));

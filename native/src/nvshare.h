@@ -32,6 +32,8 @@
 /* ---------------------------------------------------------------- config.c */
 /* NVSHARE_PREFETCH: what a grant with PREFETCH does (switch.c). */
 enum { NVS_PREFETCH_WAIT = 0, NVS_PREFETCH_OVERLAP, NVS_PREFETCH_OFF };
+/* NVSHARE_EVICT: whether LOCK_RELEASED waits for a bulk eviction to finish (switch.c). */
+enum { NVS_EVICT_BACKGROUND = 0, NVS_EVICT_WAIT };
 
 typedef struct nvs_config {
     int debug;             /* NVSHARE_DEBUG: 0 off, 1 decisions, 2 more */
@@ -46,6 +48,7 @@ typedef struct nvs_config {
     unsigned max_inflight;    /* NVSHARE_MAX_INFLIGHT, 0 = unbounded */
     unsigned drain_target_ms; /* NVSHARE_DRAIN_TARGET_MS, 0 = launch-count bound only */
     int prefetch;             /* NVSHARE_PREFETCH: NVS_PREFETCH_* */
+    int evict;                /* NVSHARE_EVICT: NVS_EVICT_* */
     char cuda_library[512];   /* NVSHARE_CUDA_LIBRARY */
     char sock_paths[2][108];  /* candidates, in order */
     int n_sock_paths;

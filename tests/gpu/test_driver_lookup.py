@@ -16,7 +16,7 @@ from .harness import PROGRAMS, python_cmd
 
 LIBRARY_FILE = "libnvshare.so"
 
-# The intercepted entry points (base names; docs: native/README.md and .notes/task-native.md).
+# The intercepted entry points (base names; docs: native/README.md).
 HOOKED = """cuGetProcAddress cuMemAlloc cuMemAllocPitch cuMemAllocAsync cuMemAllocFromPoolAsync
 cuMemAllocManaged cuMemFree cuMemFreeAsync cuMemCreate cuMemRelease cuMemGetInfo cuDeviceTotalMem
 cuLaunchKernel cuLaunchKernelEx cuLaunchCooperativeKernel cuGraphLaunch cuLaunchHostFunc

@@ -123,12 +123,12 @@ def test_processes_that_do_not_fit_take_turns_with_bulk_eviction_and_prefetch(
         assert r.result["resident_ok"], f"resident data changed in pid {r.pid}\n{log}"
     drops = sched.events("drop", pids)
     assert len(drops) >= 2 and all(e.fields.get("evict") == "yes" for e in drops), log
-    releases = [e for e in sched.events("release", pids) if e.fields.get("reason") == "dropped"]
-    evict_ms = [float(e.fields["evict"].removesuffix("ms")) for e in releases]
-    prefetch_ms = [float(e.fields["prefetch"].removesuffix("ms")) for e in releases]
-    assert evict_ms and all(ms > 0 for ms in evict_ms), log  # really moved to host
-    assert any(ms > 0 for ms in prefetch_ms), log             # and back in bulk
     assert any(e.fields.get("prefetch") == "yes" for e in sched.events("grant", pids)), log
-    gib_s = [RESIDENT_MIB / 1024 / (ms / 1000) for ms in evict_ms]
-    print(f"{len(drops)} evicting drops; evict {statistics.median(evict_ms):.0f} ms "
-          f"({statistics.median(gib_s):.1f} GiB/s), prefetch {prefetch_ms}")
+    releases = [e for e in sched.events("release", pids) if e.fields.get("reason") == "dropped"]
+    prefetch_ms = [float(e.fields["prefetch"].removesuffix("ms")) for e in releases]
+    # The data was really on the host: bringing 1 GiB back takes tens of ms at PCIe speed (a
+    # resident range would take well under one).
+    moved = [ms for ms in prefetch_ms if ms > 0]
+    assert moved and statistics.median(moved) >= 5.0, f"prefetch times {prefetch_ms}\n{log}"
+    print(f"{len(drops)} evicting drops; prefetch back {prefetch_ms} ms "
+          f"({RESIDENT_MIB / 1024 / (statistics.median(moved) / 1000):.1f} GiB/s)")

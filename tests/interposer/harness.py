@@ -40,7 +40,7 @@ MIB = 1 << 20
 _SCRUB_PREFIXES = ("NVSHARE_", "MOCK_CUDA_", "RTLD_NEXT_PROBE")
 _SCRUB = {"LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"}
 
-# Entry points whose calls are GPU work (the gated list of .notes/task-native.md).
+# Entry points whose calls are GPU work (the gated list in native/README.md).
 _GATED_PREFIXES = ("cuLaunch", "cuGraphLaunch", "cuMemcpy", "cuMemset", "cuStreamBatchMemOp",
                    "cuStreamWaitValue", "cuStreamWriteValue")
 

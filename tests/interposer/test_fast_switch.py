@@ -72,7 +72,7 @@ def test_evict_moves_exactly_this_devices_managed_allocations_to_host_then_relea
     app = world.app("init", "ctx", 1, "alloc", "5M",
                     "ctx", 0, "alloc", "1M", "managed", "2M", "allocpitch", 100, 3, 4, "vmm", "4M",
                     "alloc", "3M", "free", "last", "launch", 1, "pause", "launch", 1, "pause",
-                    env=_env(MOCK_CUDA_DEVICES=2))
+                    env=_env(MOCK_CUDA_DEVICES=2, NVSHARE_EVICT="wait"))
     app.paused()
     recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
     recorder.drop(0, flags=DROP_EVICT)
@@ -109,6 +109,39 @@ def test_evict_moves_exactly_this_devices_managed_allocations_to_host_then_relea
     app.resume()
     assert app.finish() == 0
     assert recorder.errors == []
+
+
+def test_by_default_the_eviction_finishes_in_the_background_before_the_prefetch_back(world, recorder):
+    """NVSHARE_EVICT unset: LOCK_RELEASED goes once the eviction is issued, without waiting for our
+    stream; the prefetch back at the next grant goes on the same stream, so it is ordered after it."""
+    app = world.app("init", "ctx", 0, "alloc", "1M", "alloc", "2M", "launch", 1, "pause",
+                    "launch", 1, env=_env())
+    app.paused()
+    recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
+    recorder.drop(0, flags=DROP_EVICT)
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
+    log = world.log
+    stream = _own_stream(log, app.pid, app)
+    evicted = _prefetches(log, app.pid, HOST)
+    assert len(evicted) == 2 and {e["stream"] for e in evicted} == {stream}
+    (released_msg,) = recorder.messages(MessageType.LOCK_RELEASED)
+    assert not [e for e in log.entries(app.pid, "cuStreamSynchronize")
+                if e["stream"] == stream and e["t0"] <= released_msg.at_ns], "released without waiting"
+    recorder.grant_flags = GRANT_PREFETCH
+    app.resume()
+    recorder.wait_count(MessageType.REQ_LOCK, 2, device=0)
+    assert app.finish() == 0
+    back = _prefetches(log, app.pid, DEVICE)
+    assert _ranges(back) == _ranges(evicted) and {e["stream"] for e in back} == {stream}
+    assert min(e["t0"] for e in back) >= max(e["t1"] for e in evicted)
+    assert recorder.errors == []
+
+
+def test_a_bad_evict_setting_warns_once_and_uses_background(world, recorder):
+    app = world.app("init", "ctx", 0, "alloc", "1M", "launch", 1, env=_env(NVSHARE_EVICT="later"))
+    assert app.finish() == 0
+    warnings = [ln for ln in app.stderr().splitlines() if "NVSHARE_EVICT" in ln]
+    assert len(warnings) == 1 and "using background" in warnings[0], app.stderr()
 
 
 def test_a_drop_without_evict_moves_nothing(world, recorder):
