@@ -22,9 +22,9 @@
  *                                                 NVSHARE_MAX_INFLIGHT bound only
  * NVSHARE_PREFETCH              wait              on a grant with PREFETCH: wait (threads run after the
  *                                                 bulk prefetch), overlap (they run at once), off (none)
- * NVSHARE_EVICT                 background        on a drop with EVICT: background (release once the
- *                                                 eviction is issued; it finishes on our stream while
- *                                                 the next holder runs), wait (release once it finished)
+ * NVSHARE_EVICT                 background        on a drop with EVICT: background (release first,
+ *                                                 then evict while the next holder runs), wait
+ *                                                 (release once the eviction finished)
  * NVSHARE_CUDA_LIBRARY          libcuda.so.1      the real driver to dlopen
  *
  * Sizes (the project's grammar, as in the Python tools): a plain integer is bytes; a number (decimals

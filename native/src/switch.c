@@ -3,13 +3,12 @@
  *
  *   DROP_LOCK with EVICT: after the drain, every managed range the process holds on the device
  *   (converted device allocations and the program's own cuMemAllocManaged; VMM memory cannot be
- *   moved) is prefetched to the host on a stream of our own. NVSHARE_EVICT=background (default):
- *   LOCK_RELEASED goes at once and the eviction finishes on our stream while the next holder runs:
- *   moving pages to host is the slow direction (about 10 GB/s against 50 back, measured on an
- *   H100), and it overlaps the next holder's prefetch (the other copy direction) and its work;
- *   a later prefetch back on the same stream is ordered after it. NVSHARE_EVICT=wait: the stream
- *   is synchronised first, so the memory is free when the next holder starts. LOCK_RELEASED
- *   carries the time we spent (evict_us).
+ *   moved) is prefetched to the host on a stream of our own, and that stream is synchronised.
+ *   Moving pages to host is the slow direction (about 10 GB/s against 50 back, measured on an
+ *   H100; more streams did not help) and the driver does it at the CPU's pace inside the call, so
+ *   by default (NVSHARE_EVICT=background) client.c sends LOCK_RELEASED first and evicts after it,
+ *   while the next holder starts; NVSHARE_EVICT=wait evicts before (the memory is then free when
+ *   the next holder starts) and LOCK_RELEASED carries the time (evict_us).
  *   LOCK_OK with PREFETCH: the same ranges are prefetched back to the device (NVSHARE_PREFETCH):
  *     wait     application threads run once it finished (client.c keeps may_run at 0 until then);
  *     overlap  they run at once; two timing events around it on our stream measure it;
@@ -140,17 +139,15 @@ uint64_t nvs_switch_evict(nvs_dev *d)
         return 0;
     }
     CUresult r = CUDA_SUCCESS;
-    int wait = nvs_cfg.evict == NVS_EVICT_WAIT;
-    if (b.issued && wait) {
+    if (b.issued) {
         CUstreamCaptureMode old = relaxed_if_capturing();
         r = nvs_drv.cuStreamSynchronize(rec->own_stream);
         nvs_relaxed_end(old);
     }
     nvs_drv.cuCtxSetCurrent(prev);
     uint64_t took = nvs_now_ns() - t0;
-    NVS_DEBUG("device %d: eviction of %d range(s), %llu bytes, to the host %s in %.3f ms (%d "
-              "refused, sync %d)", d->ordinal, b.issued, (unsigned long long)b.bytes,
-              wait ? "done" : "issued (finishing in the background)", (double)took / 1e6,
+    NVS_DEBUG("device %d: evicted %d range(s), %llu bytes, to the host in %.3f ms (%d refused, "
+              "sync %d)", d->ordinal, b.issued, (unsigned long long)b.bytes, (double)took / 1e6,
               b.refused, r);
     return took;
 }
