@@ -331,7 +331,7 @@ def latency_section(s: dict) -> str:
 
 def switch_section(s: dict) -> str:
     lines = ["| W GiB | NVSHARE_PREFETCH | switch ms (median) | each cycle ms | back to full speed ms | "
-             "steady pass ms | B waited (drain + evict) ms | evict ms (log) | prefetch ms (log) | drop had EVICT | "
+             "steady pass ms | B waited ms | evict ms (log) | prefetch ms (log) | drop had EVICT | "
              "data intact |", "|---:|---|---:|---|---:|---:|---:|---:|---:|---|---|"]
     variants = s.get("variants") or {}
     sizes = [k for k, _ in numeric_items(dig(s, "headline"))] or sorted(
@@ -368,12 +368,15 @@ def switch_section(s: dict) -> str:
         f"Scheduler: mode auto, `--tq {f(p.get('tq_s'), 0)}`, virtual capacity `--gpu-memory "
         f"{f(p.get('capacity_gib'), 0)}GiB`, `--reserve {p.get('reserve_mib', '?')}MiB`. When A is steady, B "
         "(a protocol client, no GPU work, priority 10 against A's 0) attaches the same GPU with a footprint "
-        "that fits alone but not beside A, and asks for the lock: A is preempted with EVICT, drains, moves "
-        "its W GiB to host in bulk and releases; B is granted, notes t_rel and releases at once; A is "
+        "that fits alone but not beside A, and asks for the lock: A is preempted with EVICT, drains, "
+        "releases and moves its W GiB to host in bulk (NVSHARE_EVICT=background: after the release); B is "
+        "granted, keeps the GPU long enough for that move to finish (max(0.3 s, 0.25 s per GiB), as a "
+        "holder would for a quantum), notes t_rel and releases; A is "
         "granted again with PREFETCH. **Switch** = end of A's first pass that ends after t_rel, minus t_rel: "
         "that pass touches all W GiB, so it ends when the data is back (it includes the scheduler's grant and "
         "one ordinary pass). *Back to full speed*: until a pass takes at most 1.25x the steady pass. *B "
-        "waited*: the other direction of the switch (drain, eviction, two scheduler hops). wait = the first "
+        "waited*: the other direction of the switch (drain, two scheduler hops; the eviction when it comes "
+        "before the release). wait = the first "
         "kernels wait for the bulk prefetch; overlap = they run while it proceeds; off = no prefetch, pages "
         f"come back by demand faults (eviction on the handoff is real in all three). {p.get('cycles', '?')} "
         "cycles per size and variant, one A process per variant; medians. After each size A checks that "

@@ -9,8 +9,9 @@ auto, explicit --tq (60 s), a virtual capacity (--gpu-memory) of max(W) + 6 GiB 
 --reserve. Once A is steady, B (bench/protoclient.py, not a GPU process; priority 10 > A's 0)
 attaches A's GPU, reports a footprint that fits alone but not beside A (capacity - reserve - A's
 footprint / 2) and asks for the lock: the scheduler preempts A with DROP_LOCK EVICT, A drains, moves
-its W GiB to host in bulk and releases; B gets LOCK_OK, notes t_rel and releases at once; A is
-granted again with PREFETCH. The switch cost is the end of A's first pass that ends after t_rel,
+its W GiB to host in bulk (after its release, by default); B gets LOCK_OK, keeps the GPU long
+enough for that move to finish (max(0.3 s, 0.25 s per GiB), as a real holder keeps it for a
+quantum), notes t_rel and releases; A is granted again with PREFETCH. The switch cost is the end of A's first pass that ends after t_rel,
 minus t_rel: that pass touches all W GiB, so it ends when the data is back (plus one ordinary pass).
 Also per cycle: B's wait (A's drain + eviction + two scheduler hops), the time until a pass is back
 within 25% of the steady pass time, and the scheduler's log of the switch (drop evict=yes|no,
@@ -165,6 +166,13 @@ def steady_pass_s(passes: list[tuple[float, float]], before: float, skip: int = 
     """Median pass time before the first switch (the first `skip` passes warm up)."""
     before_switch = [p for p in passes if p[1] < before][skip:]
     return statistics.median(durations(before_switch)) if before_switch else None
+
+
+HOLD_S_PER_GIB = 0.25  # B's hold: A's move to host runs at 5-10 GB/s after its release
+
+
+def hold_s(w_gib: float) -> float:
+    return max(0.3, HOLD_S_PER_GIB * w_gib)
 
 
 def analyse_cycle(passes: list[tuple[float, float]], t_req: float, t_rel: float,
@@ -419,12 +427,18 @@ class VariantRun:
                     t_req = time.monotonic()
                     b.request(mem)
                     grant = b.wait_grant(timeout=30)
+                    t_got = time.monotonic()
+                    # B keeps the GPU as a real holder would for (part of) a quantum: long enough
+                    # for A's move to host (after its release, about 10 GB/s) to finish, so that
+                    # A comes back to data that is really on the host.
+                    time.sleep(hold_s(w))
                     t_rel = time.monotonic()
                     b.release()
-                    timings.append((t_req, t_rel, grant.flags))
+                    timings.append((t_req, t_rel, grant.flags, t_rel - t_got))
                     self._wait_steady_after(t_rel)
                     print(f"switch_cost: {self.variant} {key} GiB cycle {i + 1}: B waited "
-                          f"{(t_rel - t_req) * 1e3:.0f} ms", flush=True)
+                          f"{(t_got - t_req) * 1e3:.0f} ms, held {(t_rel - t_got) * 1e3:.0f} ms",
+                          flush=True)
                 (self.ctrl / f"stop-{key}").touch()
                 done = self.ctrl / f"passes-{key}.json"
                 _wait(done.exists, 120, f"A's passes of {key} GiB", self.alive)
@@ -457,8 +471,10 @@ class VariantRun:
         steady = steady_pass_s(passes, timings[0][0]) if timings else None
         events = self.sched.events(pids={a_pid})
         cycles = []
-        for t_req, t_rel, flags in timings:
+        for t_req, t_rel, flags, held in timings:
             c = analyse_cycle(passes, t_req, t_rel, steady)
+            c["handoff_ms"] -= held * 1e3  # B's wait for the GPU, not its hold
+            c["b_held_ms"] = held * 1e3
             c.update(match_log(events, t_req, t_rel))
             c["prefetch_ms"] = prefetch_of_regrant(events, c.get("regrant_t"))
             c["b_grant_flags"] = flags
