@@ -284,7 +284,8 @@ def machine() -> dict:
         nvcc = _cmd([find_nvcc(), "--version"])
     except (RuntimeError, ImportError):
         nvcc = None
-    commit = _cmd(["git", "rev-parse", "--short", "HEAD"]) or os.environ.get("XPUSHARE_COMMIT")
+    # XPUSHARE_COMMIT first: a copy of the tree (as on a lent GPU machine) may carry a stale .git
+    commit = os.environ.get("XPUSHARE_COMMIT") or _cmd(["git", "rev-parse", "--short", "HEAD"])
     dirty = bool(_cmd(["git", "status", "--porcelain", "--untracked-files=no"]))
     index = _harness().visible_gpu_index()
     gpus = gpu.splitlines() if gpu else None
