@@ -72,7 +72,7 @@ from pathlib import Path
 
 import jobs
 from common import harness
-from jobs import GIB, JobGroup, JobSize, say
+from jobs import GIB, JobGroup, JobSize, positive, say
 
 PREFIX = "interactive"
 BATCH_SIZE = JobSize(width=1024, depth=4, batch=256, resident_gib=6.0)
@@ -316,32 +316,20 @@ def print_summary(result: dict) -> None:
                 f"(goal < {GOAL_MS:.0f}); batch slowdown {fmt(result['batch_slowdown'], 3)}x")
 
 
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = 0
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive number is required")
-        return value
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="7 interactive steps instead of 10")
-    p.add_argument("--time-left", type=_positive(float), metavar="SECONDS", help="fit the plan into this")
+    p.add_argument("--time-left", type=positive(float), metavar="SECONDS", help="fit the plan into this")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the results here")
-    p.add_argument("--count", type=_positive(int), help="interactive steps")
-    p.add_argument("--period", type=_positive(float), help=f"seconds between interactive steps ({PERIOD_S:g})")
-    p.add_argument("--batch-alone-s", type=_positive(float), help="seconds the batch job runs alone")
-    p.add_argument("--batch-resident-gib", type=_positive(float), default=BATCH_SIZE.resident_gib)
-    p.add_argument("--interactive-resident-gib", type=_positive(float), default=INTERACTIVE_SIZE.resident_gib)
+    p.add_argument("--count", type=positive(int), help="interactive steps")
+    p.add_argument("--period", type=positive(float), help=f"seconds between interactive steps ({PERIOD_S:g})")
+    p.add_argument("--batch-alone-s", type=positive(float), help="seconds the batch job runs alone")
+    p.add_argument("--batch-resident-gib", type=positive(float), default=BATCH_SIZE.resident_gib)
+    p.add_argument("--interactive-resident-gib", type=positive(float), default=INTERACTIVE_SIZE.resident_gib)
     p.add_argument("--priority", type=int, default=PRIORITY, help="NVSHARE_PRIORITY of the interactive client")
     p.add_argument("--idle-release-ms", type=int, default=IDLE_RELEASE_MS,
                    help="NVSHARE_IDLE_RELEASE_MS of the interactive client (-1: the library's default)")
-    p.add_argument("--capacity-gib", type=_positive(float),
+    p.add_argument("--capacity-gib", type=positive(float),
                    help="the scheduler's virtual capacity (default: halfway between one job and both)")
     p.add_argument("--mode", choices=["auto", "serial", "off"], default="auto",
                    help="the scheduler's mode (default auto)")

@@ -174,6 +174,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def positive(kind):
+    """An argparse type: `kind` (int or float) of the text, which must be above zero."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive number is required")
+        return value
+    return parse
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)

@@ -84,7 +84,7 @@ from pathlib import Path
 
 import jobs
 from common import harness
-from jobs import GIB, Deadline, JobGroup, JobSize, Round, say
+from jobs import GIB, Deadline, JobGroup, JobSize, Round, positive, say
 
 PREFIX = "makespan"
 FIT_SIZE = JobSize(width=1024, depth=4, batch=256, resident_gib=0.5)
@@ -525,37 +525,25 @@ def _tqs(text: str) -> tuple[int, ...]:
     return tqs
 
 
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = 0
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive number is required")
-        return value
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=_counts, help="(e): job counts, e.g. 2,4 (without --pair: (e) only)")
     p.add_argument("--pair", action="store_true", help="(f) (without --jobs: (f) only)")
     p.add_argument("--quick", action="store_true", help="fewer repetitions, shorter jobs")
-    p.add_argument("--time-left", type=_positive(float), metavar="SECONDS", help="fit the plan into this")
+    p.add_argument("--time-left", type=positive(float), metavar="SECONDS", help="fit the plan into this")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the results here")
-    p.add_argument("--alone-s", type=_positive(float), help="seconds a job takes alone (sets the steps)")
-    p.add_argument("--steps", type=_positive(int), help="steps a job (instead of --alone-s)")
-    p.add_argument("--reps", type=_positive(int), help="(e): repetitions of concurrent and auto")
-    p.add_argument("--width", type=_positive(int), default=FIT_SIZE.width)
-    p.add_argument("--depth", type=_positive(int), default=FIT_SIZE.depth)
-    p.add_argument("--batch", type=_positive(int), default=FIT_SIZE.batch)
-    p.add_argument("--resident-gib", type=_positive(float), default=FIT_SIZE.resident_gib,
+    p.add_argument("--alone-s", type=positive(float), help="seconds a job takes alone (sets the steps)")
+    p.add_argument("--steps", type=positive(int), help="steps a job (instead of --alone-s)")
+    p.add_argument("--reps", type=positive(int), help="(e): repetitions of concurrent and auto")
+    p.add_argument("--width", type=positive(int), default=FIT_SIZE.width)
+    p.add_argument("--depth", type=positive(int), default=FIT_SIZE.depth)
+    p.add_argument("--batch", type=positive(int), default=FIT_SIZE.batch)
+    p.add_argument("--resident-gib", type=positive(float), default=FIT_SIZE.resident_gib,
                    help="(e): working set of each job, GiB")
-    p.add_argument("--pair-resident-gib", type=_positive(float), default=PAIR_SIZE.resident_gib,
+    p.add_argument("--pair-resident-gib", type=positive(float), default=PAIR_SIZE.resident_gib,
                    help="(f): working set of each job, GiB")
     p.add_argument("--tq", type=_tqs, default=(5, 30), help="(f): quanta, whole seconds (default 5,30)")
-    p.add_argument("--capacity-gib", type=_positive(float),
+    p.add_argument("--capacity-gib", type=positive(float),
                    help="(f): the scheduler's virtual capacity (default: halfway between one job and two)")
     p.add_argument("--pair-idle-release-ms", type=int, default=PAIR_IDLE_RELEASE_MS,
                    help=f"(f): NVSHARE_IDLE_RELEASE_MS of the pair's jobs (default {PAIR_IDLE_RELEASE_MS}; "
