@@ -1,32 +1,18 @@
-"""What the benchmarks share: the GPU test harness (processes, a scheduler, environments with and
-without libnvshare.so, the GPU safety check) and a few helpers.
-
-The harness lives in tests/gpu/harness.py; it is loaded from its file so that the benchmarks do not
-depend on how the tests directory is packaged.
-"""
+"""What the benchmarks share: the process harness (testkit.gpu: processes, a scheduler, environments
+with and without libnvshare.so, the GPU safety check) and a few helpers."""
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import sys
 from pathlib import Path
-from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
-
-def _load_harness() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("xpushare_gpu_harness", REPO / "tests" / "gpu" / "harness.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
+from testkit import gpu as harness  # noqa: E402
 
 
 def median(values: list[float]) -> float:

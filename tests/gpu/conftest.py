@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from . import harness
+from testkit import gpu as harness
 
 HERE = Path(__file__).resolve().parent
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from . import harness
-from .harness import PROGRAMS, python_cmd
+from testkit import gpu as harness
+from testkit.gpu import PROGRAMS, python_cmd
 
 LIBRARY_FILE = "libnvshare.so"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from . import harness
-from .harness import EXAMPLES, PROGRAMS, VIRTUAL_CAPACITY_BYTES, python_cmd
+from testkit import gpu as harness
+from testkit.gpu import EXAMPLES, PROGRAMS, VIRTUAL_CAPACITY_BYTES, python_cmd
 
 
 def require_module(name: str) -> None:

@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from . import harness
-from .harness import PROGRAMS, VIRTUAL_CAPACITY_BYTES, python_cmd
+from testkit import gpu as harness
+from testkit.gpu import PROGRAMS, VIRTUAL_CAPACITY_BYTES, python_cmd
 
 # Longer than torch.cuda.graph's own set-up (synchronize, gc, empty_cache), so the GPU is still held
 # when the capture starts, and much shorter than the pause, so a release would fall inside it.

@@ -10,8 +10,8 @@ import shutil
 
 import pytest
 
-from . import harness
-from .harness import GIB, MIB, PROGRAMS, VIRTUAL_CAPACITY, VIRTUAL_CAPACITY_BYTES, python_cmd
+from testkit import gpu as harness
+from testkit.gpu import GIB, MIB, PROGRAMS, VIRTUAL_CAPACITY, VIRTUAL_CAPACITY_BYTES, python_cmd
 
 # Set explicitly (not the default), so that the test shows the variable is honoured and does not
 # depend on what the default is.

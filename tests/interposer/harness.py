@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from ..waiting import poll  # noqa: F401  (re-exported for the tests)
+from testkit.waiting import poll  # noqa: F401  (re-exported for the tests)
 
 REPO = Path(__file__).resolve().parents[2]
 MOCK_SRC = REPO / "tests" / "mock"

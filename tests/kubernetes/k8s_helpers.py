@@ -22,7 +22,7 @@ import xpushare
 
 from xpushare.kubernetes.proto import deviceplugin_pb2 as pb
 from xpushare.kubernetes.proto import deviceplugin_pb2_grpc as pb_grpc
-from ..waiting import poll
+from testkit.waiting import poll
 
 
 class _Registration(pb_grpc.RegistrationServicer):

@@ -24,7 +24,7 @@ from xpushare.protocol import (  # noqa: E402
     Attach, Frame, LockRequest, Released, FrameDecoder, Hello, MemUpdate, MessageType, ProtocolError,
     encode, encode_frame, encode_json, socket_answers,
 )
-from tests.waiting import poll  # noqa: E402
+from testkit.waiting import poll  # noqa: E402
 
 GiB = 1 << 30
 FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"

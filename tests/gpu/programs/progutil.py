@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-RESULT_PREFIX = "RESULT "  # the harness reads the last such line (tests/gpu/harness.py)
+RESULT_PREFIX = "RESULT "  # the harness reads the last such line (testkit/gpu.py)
 
 
 def emit(result: dict) -> None:

@@ -1,6 +1,6 @@
 """Run programs natively or under libnvshare.so with a scheduler of their own, and read what happened.
 
-Shared by tests/gpu and bench/ (bench loads this file by path). Only the standard library is imported
+Shared by tests/gpu and bench/. Only the standard library is imported
 here, so that collecting tests/gpu on a machine without a GPU costs nothing.
 
 GPU safety (binding on the lent GPU machine): under libnvshare.so every cudaMalloc becomes managed
@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
-PROGRAMS = Path(__file__).resolve().parent / "programs"
+PROGRAMS = REPO / "tests" / "gpu" / "programs"
 
 GIB = 1 << 30
 MIB = 1 << 20
