@@ -1,4 +1,4 @@
-"""Scheduler._policy in-process: every action the arbiter returns is carried out, even when one fails."""
+"""GpuRegistry.apply in-process: every action the arbiter returns is carried out, even when one fails."""
 
 import asyncio
 import logging
@@ -10,7 +10,9 @@ import pytest
 from sched_harness import GiB, uuid
 from xpushare.protocol import FrameDecoder, MessageType
 from xpushare.scheduler.policy import Mode
-from xpushare.scheduler.server import Config, Conn, Scheduler
+from xpushare.scheduler.connection import Conn
+from xpushare.scheduler.registry import GpuRegistry
+from xpushare.scheduler.state import Config
 
 
 class FakeTransport:
@@ -49,27 +51,27 @@ class FakeWriter:
 
 
 @pytest.fixture
-def sched():
+def registry():
     loop = asyncio.new_event_loop()
-    s = Scheduler(Config(socket_path=Path("/nonexistent/s.sock"), tq=30))
-    s._loop = loop  # only its clock and call_at are used
-    yield s
+    r = GpuRegistry(Config(socket_path=Path("/nonexistent/s.sock"), tq=30))
+    r.start(loop)  # only its clock and call_at are used
+    yield r
     loop.close()
 
 
-def conn(sched, cid, gpu, fail=False) -> Conn:
+def conn(cid, gpu, fail=False) -> Conn:
     c = Conn(cid, FakeWriter(fail), os.getpid(), os.getuid(), os.getgid())
     c.devices[0] = gpu
     return c
 
 
-def test_a_failing_action_does_not_skip_the_others(sched, caplog):
-    gpu = sched._add_gpu(uuid(0), 0, "Fake", GiB)
-    holder, broken, good = conn(sched, 1, gpu), conn(sched, 2, gpu, fail=True), conn(sched, 3, gpu)
+def test_a_failing_action_does_not_skip_the_others(registry, caplog):
+    gpu = registry.add(uuid(0), 0, "Fake", GiB)
+    holder, broken, good = conn(1, gpu), conn(2, gpu, fail=True), conn(3, gpu)
     for c in (holder, broken, good):
-        sched._policy(gpu, "request", c)
+        registry.apply(gpu, gpu.arbiter.request, c)
     caplog.set_level(logging.INFO, "nvshare.scheduler")
-    sched._policy(gpu, "set_mode", Mode.OFF)  # one call, two grants: broken's, then good's
+    registry.apply(gpu, gpu.arbiter.set_mode, Mode.OFF)  # one call, two grants: broken's, then good's
     assert good.writer.frame_types() == [MessageType.LOCK_OK]
     assert "grant pid=" in caplog.text
     # broken could not be told it holds the GPU: its connection goes (which hands the lock on)
@@ -77,9 +79,9 @@ def test_a_failing_action_does_not_skip_the_others(sched, caplog):
     assert "cannot carry out grant" in caplog.text
 
 
-def test_the_timer_is_armed_even_when_an_action_fails(sched):
-    gpu = sched._add_gpu(uuid(0), 0, "Fake", GiB)
-    broken = conn(sched, 1, gpu, fail=True)
-    sched._policy(gpu, "request", broken)
+def test_the_timer_is_armed_even_when_an_action_fails(registry):
+    gpu = registry.add(uuid(0), 0, "Fake", GiB)
+    broken = conn(1, gpu, fail=True)
+    registry.apply(gpu, gpu.arbiter.request, broken)
     assert broken.writer.closed
     assert gpu.timer is not None and gpu.timer.when() == gpu.arbiter.next_deadline()

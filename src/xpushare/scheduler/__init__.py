@@ -1,1 +1,2 @@
-"""nvshare-scheduler: a pure policy core (policy.py) behind an asyncio Unix-socket server (server.py)."""
+"""nvshare-scheduler: a pure policy core (policy/) behind an asyncio Unix-socket shell (server.py and
+the modules it serves with); docs/architecture.md maps them."""

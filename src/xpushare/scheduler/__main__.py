@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s nvshare-scheduler %(levelname)s %(message)s")
 
     from .gpus import discover
-    from .server import Config, Scheduler, SocketInUse
+    from .server import Config, Server, SocketInUse
 
     config = Config(socket_path=socket_override(args.socket) or default_socket_path(),
                     tq=args.tq, mode=Mode(args.mode), reserve=args.reserve,
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             config.gpu_memory_for[sel] = size
     gpus = [] if args.no_nvml else discover()
     try:
-        asyncio.run(Scheduler(config, gpus).run())
+        asyncio.run(Server(config, gpus).run())
     except (SocketInUse, PermissionError) as e:
         log.error("%s", e)
         return 1

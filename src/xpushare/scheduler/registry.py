@@ -1,0 +1,152 @@
+"""The GPUs the scheduler knows, each with its arbiter and its timer, and the one bridge to the policy.
+
+Every event reaches a GPU's policy through GpuRegistry.apply(): it calls an Arbiter method with the
+current time, carries out the actions it returns (LOCK_OK and DROP_LOCK frames, evictions, log
+lines) and re-arms the GPU's timer for the arbiter's next deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from ..protocol import DROP_EVICT, GRANT_PREFETCH, DropLock, Grant, encode, encode_error
+from . import policy
+from .policy import Arbiter, Mode, check_tq
+
+log = logging.getLogger("nvshare.scheduler")
+
+
+class Gpu:
+    """One GPU: what is known of it and its arbiter."""
+
+    def __init__(self, uuid: str, index: int | None, name: str, memory_total: int,
+                 arbiter: Arbiter):
+        self.uuid, self.index, self.name, self.memory_total = uuid, index, name, memory_total
+        self.capacity_override = 0  # --gpu-memory / set_gpu_memory; 0 = none
+        self.reported_capacity = 0  # the first capacity a client reported
+        self.arbiter = arbiter
+        self.timer: asyncio.TimerHandle | None = None
+
+    @property
+    def capacity(self) -> int:
+        """Own setting, else the NVML total, else the first client report (docs/protocol.md)."""
+        return self.capacity_override or self.memory_total or self.reported_capacity
+
+    @property
+    def label(self) -> str:
+        return str(self.index) if self.index is not None else self.uuid
+
+    def matches(self, sel) -> bool:
+        if isinstance(sel, int) or (isinstance(sel, str) and sel.isdigit()):
+            return self.index is not None and self.index == int(sel)
+        return self.uuid.lower() == str(sel).lower()
+
+
+class GpuRegistry:
+    """GPUs by UUID, the defaults new ones get, and the bridge from events to their arbiters."""
+
+    def __init__(self, config):
+        self.config = config
+        self.default_mode = Mode(config.mode)
+        self.default_tq = None if config.tq is None else check_tq(config.tq)
+        self.gpus: dict[str, Gpu] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serving begins: from now on events carry the loop's time and arm timers on it."""
+        self._loop = loop
+
+    def now(self) -> float:
+        return self._loop.time()
+
+    def get(self, uuid: str) -> Gpu | None:
+        return self.gpus.get(uuid)
+
+    def in_order(self) -> list[Gpu]:
+        """NVML's order first, then GPUs learnt from clients."""
+        return sorted(self.gpus.values(), key=lambda g: (g.index is None, g.index or 0))
+
+    def add(self, uuid: str, index: int | None, name: str, memory_total: int,
+            reported_capacity: int = 0) -> Gpu:
+        gpu = Gpu(uuid, index, name, memory_total,
+                  Arbiter(self.default_mode, self.default_tq, reserve=self.config.reserve))
+        gpu.capacity_override = next((size for sel, size in self.config.gpu_memory_for.items()
+                                      if gpu.matches(sel)), self.config.gpu_memory)
+        gpu.reported_capacity = reported_capacity
+        self.gpus[uuid] = gpu
+        self.capacity_changed(gpu)
+        log.info("gpu %s: %s, %s, capacity %d bytes, mode %s, tq %s",
+                 gpu.label if index is not None else "(from a client)", uuid, name or "?",
+                 gpu.capacity, gpu.arbiter.mode.value, _tq_text(gpu.arbiter))
+        return gpu
+
+    def capacity_changed(self, gpu: Gpu) -> None:
+        """Tell the arbiter the GPU's capacity (auto admission and eviction decisions use it)."""
+        if self._loop is None:  # before serving: no clients, so no actions
+            gpu.arbiter.set_capacity(gpu.capacity, 0.0)
+        else:
+            self.apply(gpu, gpu.arbiter.set_capacity, gpu.capacity)
+
+    def apply(self, gpu: Gpu, event: Callable[..., list[policy.Action]], *args, **kw) -> None:
+        """Call `event` (a method of gpu.arbiter) with the current time and carry out its actions.
+
+        The arbiter has already recorded every action it returns, so each one is carried out even
+        when another fails; a client that could not be told what the arbiter decided (e.g. a grant
+        it never received) loses its connection, which hands its lock on instead of leaving it
+        stuck. The timer is re-armed whatever happens.
+        """
+        try:
+            for action in event(*args, self.now(), **kw):
+                try:
+                    _carry_out(gpu, action)
+                except Exception:  # a bug of ours: lose this client, never the other actions
+                    log.exception("pid=%d gpu=%s: cannot carry out %s; closing its connection",
+                                  action.client.pid, gpu.label, type(action).__name__.lower())
+                    with contextlib.suppress(Exception):
+                        action.client.close()
+        finally:
+            self._arm(gpu)
+
+    def _arm(self, gpu: Gpu) -> None:
+        if gpu.timer is not None:
+            gpu.timer.cancel()
+            gpu.timer = None
+        deadline = gpu.arbiter.next_deadline()
+        if deadline is not None:
+            gpu.timer = self._loop.call_at(deadline, self.apply, gpu, gpu.arbiter.tick)
+
+
+def _carry_out(gpu: Gpu, a: policy.Action) -> None:
+    """Turn one policy action into what the client is sent and what the log says."""
+    conn = a.client  # a connection.Conn
+    if isinstance(a, policy.Grant):
+        conn.send(encode(Grant(conn.ordinal(gpu), int(round(a.quantum * 1000)),
+                               GRANT_PREFETCH if a.prefetch else 0)))
+        log.info("grant pid=%d gpu=%s quantum=%s prefetch=%s", conn.pid, gpu.label,
+                 f"{a.quantum:g}s" if a.quantum else "none", _yes(a.prefetch))
+    elif isinstance(a, policy.Drop):
+        conn.send(encode(DropLock(conn.ordinal(gpu), int(a.reason), DROP_EVICT if a.evict else 0)))
+        log.info("drop pid=%d gpu=%s reason=%s evict=%s", conn.pid, gpu.label,
+                 a.reason.name.lower(), _yes(a.evict))
+    elif isinstance(a, policy.Overdue):
+        log.warning("pid=%d gpu=%s has not released %.1fs after DROP_LOCK (still draining?)",
+                    conn.pid, gpu.label, a.waited)
+    elif isinstance(a, policy.Evict):
+        # The arbiter has taken the lock away; the client learns it by losing the connection
+        # (its library then runs ungated with a warning and reconnects).
+        log.warning("evict pid=%d gpu=%s after %.1fs without LOCK_RELEASED; closing its "
+                    "connection", conn.pid, gpu.label, a.waited)
+        conn.send(encode_error(f"evicted from gpu {gpu.uuid}: no LOCK_RELEASED "
+                               f"{a.waited:.1f}s after DROP_LOCK"))
+        conn.close()
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _tq_text(arb: Arbiter) -> str:
+    return f"{arb.tq:g}s" + ("" if arb.tq_explicit is not None else " (dynamic)")
