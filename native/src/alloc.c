@@ -191,8 +191,7 @@ static CUresult alloc_managed(nvs_dev *d, CUdeviceptr *dptr, size_t size, unsign
                   what, size, d->ordinal, (unsigned long long)held, (unsigned long long)limit);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, unsigned int);
-    fn_t real = (fn_t)nvs_real[NVS_IDX_cuMemAllocManaged];
+    nvs_fn_cuMemAllocManaged real = NVS_REAL(cuMemAllocManaged, NVS_IDX_cuMemAllocManaged);
     CUresult r;
     if (!real) {
         r = nvs_missing(NVS_IDX_cuMemAllocManaged);
@@ -228,8 +227,7 @@ static nvs_dev *current_dev(void)
 CUresult nvs_h_cuMemAlloc_v2(int idx, int per_thread, CUdeviceptr *dptr, size_t bytesize)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemAlloc_v2 real = NVS_REAL(cuMemAlloc_v2, idx);
     nvs_dev *d;
     if (!dptr || bytesize == 0 || !(d = current_dev()))
         return real ? real(dptr, bytesize) : nvs_missing(idx);
@@ -240,8 +238,7 @@ CUresult nvs_h_cuMemAllocPitch_v2(int idx, int per_thread, CUdeviceptr *dptr, si
                                   size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemAllocPitch_v2 real = NVS_REAL(cuMemAllocPitch_v2, idx);
     nvs_dev *d;
     if (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)
         return CUDA_ERROR_INVALID_VALUE; /* as the driver does; never a device allocation */
@@ -271,8 +268,7 @@ CUresult nvs_h_cuMemAllocPitch_v2(int idx, int per_thread, CUdeviceptr *dptr, si
 CUresult nvs_h_cuMemAllocAsync(int idx, int per_thread, CUdeviceptr *dptr, size_t bytesize,
                                CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, CUstream);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemAllocAsync real = NVS_REAL(cuMemAllocAsync, idx);
     nvs_dev *d;
     if (!dptr || bytesize == 0 || nvs_stream_capturing(hStream, per_thread) || !(d = current_dev())) {
         /* capturing: graph-owned memory, passed through unchanged */
@@ -285,8 +281,7 @@ CUresult nvs_h_cuMemAllocAsync(int idx, int per_thread, CUdeviceptr *dptr, size_
 CUresult nvs_h_cuMemAllocFromPoolAsync(int idx, int per_thread, CUdeviceptr *dptr, size_t bytesize,
                                        CUmemoryPool pool, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemAllocFromPoolAsync real = NVS_REAL(cuMemAllocFromPoolAsync, idx);
     nvs_dev *d;
     if (!dptr || bytesize == 0 || nvs_stream_capturing(hStream, per_thread) || !(d = current_dev()))
         return real ? real(dptr, bytesize, pool, hStream) : nvs_missing(idx);
@@ -298,8 +293,7 @@ CUresult nvs_h_cuMemAllocManaged(int idx, int per_thread, CUdeviceptr *dptr, siz
                                  unsigned int flags)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, unsigned int);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemAllocManaged real = NVS_REAL(cuMemAllocManaged, idx);
     nvs_dev *d;
     if (!dptr || bytesize == 0 || !(d = current_dev()))
         return real ? real(dptr, bytesize, flags) : nvs_missing(idx);
@@ -309,8 +303,7 @@ CUresult nvs_h_cuMemAllocManaged(int idx, int per_thread, CUdeviceptr *dptr, siz
 /* ------------------------------------------------------------------ frees */
 static CUresult free_managed_now(CUdeviceptr p)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr);
-    fn_t real = (fn_t)nvs_real[NVS_IDX_cuMemFree_v2];
+    nvs_fn_cuMemFree_v2 real = NVS_REAL(cuMemFree_v2, NVS_IDX_cuMemFree_v2);
     if (!real) return nvs_missing(NVS_IDX_cuMemFree_v2);
     CUstreamCaptureMode old = nvs_relaxed_begin();
     CUresult r = real(p);
@@ -338,8 +331,7 @@ static nvs_dev *settle_taken(table_t *t, uint64_t key, const slot_t *e, int othe
 CUresult nvs_h_cuMemFree_v2(int idx, int per_thread, CUdeviceptr dptr)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUdeviceptr);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemFree_v2 real = NVS_REAL(cuMemFree_v2, idx);
     if (!real) return nvs_missing(idx);
     if (nvs_alloc_pending()) nvs_alloc_reap();
     if (!dptr) return real(dptr);
@@ -359,8 +351,7 @@ CUresult nvs_h_cuMemFree_v2(int idx, int per_thread, CUdeviceptr dptr)
 
 CUresult nvs_h_cuMemFreeAsync(int idx, int per_thread, CUdeviceptr dptr, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, CUstream);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemFreeAsync real = NVS_REAL(cuMemFreeAsync, idx);
     if (!real) return nvs_missing(idx);
     if (nvs_alloc_pending()) nvs_alloc_reap();
     if (!dptr) return real(dptr, hStream);
@@ -479,9 +470,7 @@ CUresult nvs_h_cuMemCreate(int idx, int per_thread, CUmemGenericAllocationHandle
                            size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                             unsigned long long);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemCreate real = NVS_REAL(cuMemCreate, idx);
     if (!real) return nvs_missing(idx);
     nvs_dev *d;
     if (!handle || !prop || size == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
@@ -512,8 +501,7 @@ CUresult nvs_h_cuMemCreate(int idx, int per_thread, CUmemGenericAllocationHandle
 CUresult nvs_h_cuMemRelease(int idx, int per_thread, CUmemGenericAllocationHandle handle)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUmemGenericAllocationHandle);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemRelease real = NVS_REAL(cuMemRelease, idx);
     if (!real) return nvs_missing(idx);
     slot_t e;
     pthread_mutex_lock(&amu);
@@ -533,8 +521,7 @@ CUresult nvs_h_cuMemRelease(int idx, int per_thread, CUmemGenericAllocationHandl
 CUresult nvs_h_cuMemGetInfo_v2(int idx, int per_thread, size_t *freeBytes, size_t *totalBytes)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(size_t *, size_t *);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemGetInfo_v2 real = NVS_REAL(cuMemGetInfo_v2, idx);
     if (!real) return nvs_missing(idx);
     CUresult r = real(freeBytes, totalBytes); /* validates arguments and context */
     nvs_dev *d;
@@ -553,8 +540,7 @@ CUresult nvs_h_cuMemGetInfo_v2(int idx, int per_thread, size_t *freeBytes, size_
 CUresult nvs_h_cuDeviceTotalMem_v2(int idx, int per_thread, size_t *bytes, CUdevice dev)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(size_t *, CUdevice);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuDeviceTotalMem_v2 real = NVS_REAL(cuDeviceTotalMem_v2, idx);
     if (!real) return nvs_missing(idx);
     CUresult r = real(bytes, dev);
     nvs_dev *d;

@@ -15,10 +15,9 @@
 #define NVS_WRAP_GATE(sfx, pt, name, params, args, stream)                                     \
     CUresult nvs_w_##name##sfx params                                                          \
     {                                                                                          \
-        typedef CUresult(*nvs_fn_t) params;                                                    \
         nvs_gate g_;                                                                           \
         CUstream s_ = (stream);                                                                \
-        nvs_fn_t real_ = (nvs_fn_t)nvs_gate_begin(&g_, NVS_IDX_##name##sfx, s_, pt);           \
+        nvs_fn_##name real_ = (nvs_fn_##name)nvs_gate_begin(&g_, NVS_IDX_##name##sfx, s_, pt); \
         if (NVS_UNLIKELY(!real_)) {                                                            \
             nvs_gate_end(&g_, CUDA_ERROR_NOT_FOUND, s_, pt);                                   \
             return nvs_missing(NVS_IDX_##name##sfx);                                           \

@@ -228,6 +228,14 @@ X(GATE, cuStreamWriteValue64_v2, cuStreamWriteValue64, 11070, PTSZ, \
     NVS_VARIANTS_##variants(NVS_IDX_ONE_, name)
 enum nvs_hook_idx { NVS_HOOKS(NVS_IDX_ENTRY_) NVS_NHOOKS };
 
+/* nvs_fn_<name>: the function-pointer type of every line (its variants share it), so that no
+ * hooked signature is ever typed twice. NVS_REAL(name, idx): table variant idx's real function as
+ * that type (NULL when the driver lacks it). */
+#define NVS_FNTYPE_(kind, name, base, ver, variants, params, args, stream) \
+    typedef CUresult (*nvs_fn_##name) params;
+NVS_HOOKS(NVS_FNTYPE_)
+#define NVS_REAL(name, idx) ((nvs_fn_##name)nvs_real[(idx)])
+
 /* Prototypes of the hand-written handlers of CUSTOM entries (one per line, shared by variants). */
 #define NVS_HANDLER_PROTO_CUSTOM(name, params) \
     CUresult nvs_h_##name(int idx, int per_thread, NVS_UNPAREN params);

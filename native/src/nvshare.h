@@ -75,29 +75,55 @@ void nvs_log_reset_pid(void) NVS_HIDDEN;
 uint64_t nvs_now_ns(void) NVS_HIDDEN; /* CLOCK_MONOTONIC */
 
 /* ---------------------------------------------------------------- real.c */
-/* The driver functions we call that are not themselves hooked. */
+/*
+ * The driver functions we call that are not themselves hooked: ONE list, from which both the
+ * struct nvs_driver and real.c's resolution are generated.
+ *   X(field, (names), (params), fallback)
+ *     field     nvs_drv.<field>
+ *     names     the symbols to try in libcuda, in order; the first one present is used
+ *     params    the C parameter list (named, for the generated stubs)
+ *     fallback  STUB: a generated stub returning CUDA_ERROR_NOT_FOUND; NONE: NULL (the caller
+ *               checks); OWN: the hand-written stub_<field> in real.c
+ */
+/* clang-format off */
+#define NVS_DRIVER(X) \
+X(cuDeviceGetUuid, ("cuDeviceGetUuid"), (CUuuid *uuid, CUdevice dev), STUB) \
+X(cuDeviceGetUuid_v2, ("cuDeviceGetUuid_v2"), (CUuuid *uuid, CUdevice dev), STUB) \
+X(cuDeviceGetName, ("cuDeviceGetName"), (char *name, int len, CUdevice dev), STUB) \
+X(cuDeviceGetAttribute, ("cuDeviceGetAttribute"), \
+  (int *pi, CUdevice_attribute attrib, CUdevice dev), STUB) \
+X(cuCtxGetCurrent, ("cuCtxGetCurrent"), (CUcontext *pctx), OWN) \
+X(cuCtxSetCurrent, ("cuCtxSetCurrent"), (CUcontext ctx), STUB) \
+X(cuCtxGetDevice, ("cuCtxGetDevice"), (CUdevice *device), STUB) \
+X(cuCtxSynchronize, ("cuCtxSynchronize"), (void), STUB) \
+X(cuEventCreate, ("cuEventCreate"), (CUevent *phEvent, unsigned int flags), STUB) \
+X(cuEventRecord, ("cuEventRecord"), (CUevent hEvent, CUstream hStream), STUB) \
+X(cuEventQuery, ("cuEventQuery"), (CUevent hEvent), STUB) \
+X(cuEventSynchronize, ("cuEventSynchronize"), (CUevent hEvent), STUB) \
+X(cuEventDestroy_v2, ("cuEventDestroy_v2"), (CUevent hEvent), STUB) \
+X(cuStreamIsCapturing, ("cuStreamIsCapturing"), \
+  (CUstream hStream, CUstreamCaptureStatus *captureStatus), STUB) \
+X(cuThreadExchangeStreamCaptureMode, ("cuThreadExchangeStreamCaptureMode"), \
+  (CUstreamCaptureMode *mode), STUB) \
+X(cuStreamSynchronize, ("cuStreamSynchronize"), (CUstream hStream), STUB) \
+X(cuStreamCreate, ("cuStreamCreate"), (CUstream *phStream, unsigned int flags), STUB) \
+/* CUDA 12.8 added cuEventElapsedTime_v2 (the name CUDA 13's cuda.h maps to); older drivers have \
+ * only the first one. Same signature. */ \
+X(cuEventElapsedTime, ("cuEventElapsedTime_v2", "cuEventElapsedTime"), \
+  (float *pMilliseconds, CUevent hStart, CUevent hEnd), STUB) \
+/* Bulk migration of managed memory; either may be NULL (then no fast switches). \
+ * cuMemPrefetchAsync_v2 takes a CUmemLocation (exported since CUDA 12.2; what CUDA 13's cuda.h \
+ * calls cuMemPrefetchAsync); older drivers have only (ptr, size, CUdevice, stream). */ \
+X(cuMemPrefetchAsync_v2, ("cuMemPrefetchAsync_v2"), \
+  (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream), \
+  NONE) \
+X(cuMemPrefetchAsync, ("cuMemPrefetchAsync"), \
+  (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream), NONE)
+/* clang-format on */
+
+#define NVS_DRV_FIELD_(field, names, params, fallback) CUresult (*field) params;
 typedef struct nvs_driver {
-    CUresult (*cuDeviceGetUuid)(CUuuid *, CUdevice);
-    CUresult (*cuDeviceGetUuid_v2)(CUuuid *, CUdevice);
-    CUresult (*cuDeviceGetName)(char *, int, CUdevice);
-    CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
-    CUresult (*cuCtxGetCurrent)(CUcontext *);
-    CUresult (*cuCtxSetCurrent)(CUcontext);
-    CUresult (*cuCtxGetDevice)(CUdevice *);
-    CUresult (*cuCtxSynchronize)(void);
-    CUresult (*cuEventCreate)(CUevent *, unsigned int);
-    CUresult (*cuEventRecord)(CUevent, CUstream);
-    CUresult (*cuEventQuery)(CUevent);
-    CUresult (*cuEventSynchronize)(CUevent);
-    CUresult (*cuEventDestroy_v2)(CUevent);
-    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
-    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
-    CUresult (*cuStreamSynchronize)(CUstream);
-    CUresult (*cuStreamCreate)(CUstream *, unsigned int);
-    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent); /* _v2 (CUDA 12.8+) if present */
-    /* Bulk migration of managed memory; either may be NULL (then no fast switches). */
-    CUresult (*cuMemPrefetchAsync_v2)(CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream);
-    CUresult (*cuMemPrefetchAsync)(CUdeviceptr, size_t, CUdevice, CUstream);
+    NVS_DRIVER(NVS_DRV_FIELD_)
 } nvs_driver;
 
 extern nvs_driver nvs_drv NVS_HIDDEN;
