@@ -25,99 +25,11 @@
  * lifts the capacity cap; an explicit limit always applies (device.c, nvs_dev_limit).
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "nvshare.h"
+#include "ptrtab.h"
 
 enum { KIND_CONVERTED = 1, KIND_MANAGED, KIND_VMM, KIND_KEPT };
-
-/* ------------------------------------------------------------------ key -> {size, dev, kind} */
-typedef struct {
-    uint64_t key;
-    uint64_t size;
-    int32_t dev;
-    uint8_t kind;
-    uint8_t state; /* 0 empty, 1 used, 2 deleted */
-} slot_t;
-
-typedef struct {
-    slot_t *s;
-    size_t cap, used, dead;
-} table_t;
-
-static size_t hash64(uint64_t k, size_t cap)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    return (size_t)k & (cap - 1);
-}
-
-static slot_t *tab_find(table_t *t, uint64_t key)
-{
-    if (!t->cap) return NULL;
-    for (size_t i = hash64(key, t->cap), n = 0; n < t->cap; i = (i + 1) & (t->cap - 1), n++) {
-        slot_t *e = &t->s[i];
-        if (e->state == 0) return NULL;
-        if (e->state == 1 && e->key == key) return e;
-    }
-    return NULL;
-}
-
-static int tab_grow(table_t *t)
-{
-    size_t ncap = t->cap ? t->cap * 2 : 256;
-    if (t->used * 4 < t->cap) ncap = t->cap; /* mostly tombstones: rehash in place size */
-    slot_t *ns = calloc(ncap, sizeof(slot_t));
-    if (!ns) return -1;
-    for (size_t i = 0; i < t->cap; i++) {
-        if (t->s[i].state != 1) continue;
-        size_t j = hash64(t->s[i].key, ncap);
-        while (ns[j].state) j = (j + 1) & (ncap - 1);
-        ns[j] = t->s[i];
-    }
-    free(t->s);
-    t->s = ns;
-    t->cap = ncap;
-    t->dead = 0;
-    return 0;
-}
-
-static int tab_put(table_t *t, uint64_t key, uint64_t size, int dev, int kind)
-{
-    slot_t *e = tab_find(t, key);
-    if (!e) {
-        if ((t->used + t->dead + 1) * 2 > t->cap && tab_grow(t) != 0) return -1;
-        size_t i = hash64(key, t->cap);
-        while (t->s[i].state == 1) i = (i + 1) & (t->cap - 1);
-        e = &t->s[i];
-        if (e->state == 2) t->dead--;
-        t->used++;
-    }
-    e->key = key;
-    e->size = size;
-    e->dev = dev;
-    e->kind = (uint8_t)kind;
-    e->state = 1;
-    return 0;
-}
-
-static void tab_del(table_t *t, slot_t *e)
-{
-    e->state = 2;
-    t->used--;
-    t->dead++;
-}
-
-/* Take key's entry out of t (into *out). Returns 0 when there is none. */
-static int tab_take(table_t *t, uint64_t key, slot_t *out)
-{
-    slot_t *e = tab_find(t, key);
-    if (!e) return 0;
-    *out = *e;
-    tab_del(t, e);
-    return 1;
-}
 
 /* ------------------------------------------------------------------ state */
 typedef struct {
@@ -129,8 +41,8 @@ typedef struct {
 } deferred_t;
 
 static pthread_mutex_t amu = PTHREAD_MUTEX_INITIALIZER;
-static table_t ptrs;    /* converted and own managed pointers */
-static table_t handles; /* VMM handles */
+static nvs_ptrtab ptrs;    /* converted and own managed pointers */
+static nvs_ptrtab handles; /* VMM handles */
 static deferred_t *dq;
 static size_t dq_n, dq_cap;
 static _Atomic int dq_pending;
@@ -201,7 +113,7 @@ static CUresult alloc_managed(nvs_dev *d, CUdeviceptr *dptr, size_t size, unsign
         nvs_relaxed_end(old);
     }
     pthread_mutex_lock(&amu);
-    if (r != CUDA_SUCCESS || tab_put(&ptrs, *dptr, size, d->ordinal, kind) != 0)
+    if (r != CUDA_SUCCESS || nvs_ptrtab_put(&ptrs, *dptr, size, d->ordinal, kind) != 0)
         unreserve_locked(d, size, 0);
     pthread_mutex_unlock(&amu);
     if (r == CUDA_SUCCESS) {
@@ -314,12 +226,12 @@ static CUresult free_managed_now(CUdeviceptr p)
 /* After the driver's free (or release) of an entry taken out of t: uncount it, or put it back if
  * the driver refused (the key is still allocated then, so no other thread can have been given it).
  * Returns the entry's device when its footprint changed. */
-static nvs_dev *settle_taken(table_t *t, uint64_t key, const slot_t *e, int other, CUresult r)
+static nvs_dev *settle_taken(nvs_ptrtab *t, uint64_t key, const nvs_ptr_entry *e, int other, CUresult r)
 {
     nvs_dev *d = &nvs_g.dev[e->dev];
     int uncount = 1;
     pthread_mutex_lock(&amu);
-    if (r != CUDA_SUCCESS) uncount = tab_put(t, key, e->size, e->dev, e->kind) != 0;
+    if (r != CUDA_SUCCESS) uncount = nvs_ptrtab_put(t, key, e->size, e->dev, e->kind) != 0;
     if (uncount) unreserve_locked(d, e->size, other); /* an entry we cannot keep is not counted */
     pthread_mutex_unlock(&amu);
     return uncount ? d : NULL;
@@ -335,9 +247,9 @@ CUresult nvs_h_cuMemFree_v2(int idx, int per_thread, CUdeviceptr dptr)
     if (!real) return nvs_missing(idx);
     if (nvs_alloc_pending()) nvs_alloc_reap();
     if (!dptr) return real(dptr);
-    slot_t e;
+    nvs_ptr_entry e;
     pthread_mutex_lock(&amu);
-    int found = tab_take(&ptrs, dptr, &e);
+    int found = nvs_ptrtab_take(&ptrs, dptr, &e);
     pthread_mutex_unlock(&amu);
     CUresult r = real(dptr);
     if (!found) return r;
@@ -356,7 +268,7 @@ CUresult nvs_h_cuMemFreeAsync(int idx, int per_thread, CUdeviceptr dptr, CUstrea
     if (nvs_alloc_pending()) nvs_alloc_reap();
     if (!dptr) return real(dptr, hStream);
     pthread_mutex_lock(&amu);
-    slot_t *e = tab_find(&ptrs, dptr);
+    nvs_ptr_entry *e = nvs_ptrtab_find(&ptrs, dptr);
     int converted = e && e->kind == KIND_CONVERTED;
     pthread_mutex_unlock(&amu);
     if (!converted) return real(dptr, hStream); /* not ours to change */
@@ -364,7 +276,7 @@ CUresult nvs_h_cuMemFreeAsync(int idx, int per_thread, CUdeviceptr dptr, CUstrea
     CUstream s = per_thread && !hStream ? CU_STREAM_PER_THREAD : hStream;
     if (nvs_stream_capturing(s, 0)) {
         pthread_mutex_lock(&amu);
-        e = tab_find(&ptrs, dptr);
+        e = nvs_ptrtab_find(&ptrs, dptr);
         if (e) e->kind = KIND_KEPT;
         pthread_mutex_unlock(&amu);
         NVS_DEBUG("%s(%#llx) on a capturing stream: managed memory cannot be freed by a graph; "
@@ -393,12 +305,12 @@ CUresult nvs_h_cuMemFreeAsync(int idx, int per_thread, CUdeviceptr dptr, CUstrea
     nvs_dev *d = NULL;
     uint64_t size = 0;
     pthread_mutex_lock(&amu);
-    e = tab_find(&ptrs, dptr);
+    e = nvs_ptrtab_find(&ptrs, dptr);
     if (e) {
         d = &nvs_g.dev[e->dev];
         size = e->size;
         unreserve_locked(d, size, 0); /* the program may reuse the budget in stream order */
-        tab_del(&ptrs, e);
+        nvs_ptrtab_del(&ptrs, e);
     }
     if (dq_n == dq_cap) {
         size_t nc = dq_cap ? dq_cap * 2 : 64;
@@ -486,7 +398,7 @@ CUresult nvs_h_cuMemCreate(int idx, int per_thread, CUmemGenericAllocationHandle
     }
     CUresult r = real(handle, size, prop, flags);
     pthread_mutex_lock(&amu);
-    if (r != CUDA_SUCCESS || tab_put(&handles, *handle, size, d->ordinal, KIND_VMM) != 0)
+    if (r != CUDA_SUCCESS || nvs_ptrtab_put(&handles, *handle, size, d->ordinal, KIND_VMM) != 0)
         unreserve_locked(d, size, 1);
     pthread_mutex_unlock(&amu);
     if (r == CUDA_SUCCESS) {
@@ -503,9 +415,9 @@ CUresult nvs_h_cuMemRelease(int idx, int per_thread, CUmemGenericAllocationHandl
     (void)per_thread;
     nvs_fn_cuMemRelease real = NVS_REAL(cuMemRelease, idx);
     if (!real) return nvs_missing(idx);
-    slot_t e;
+    nvs_ptr_entry e;
     pthread_mutex_lock(&amu);
-    int found = tab_take(&handles, handle, &e);
+    int found = nvs_ptrtab_take(&handles, handle, &e);
     pthread_mutex_unlock(&amu);
     CUresult r = real(handle);
     if (!found) return r;
@@ -559,9 +471,9 @@ int nvs_alloc_for_each_managed(int dev, void (*fn)(CUdeviceptr, uint64_t, void *
 {
     int n = 0;
     pthread_mutex_lock(&amu);
-    for (size_t i = 0; i < ptrs.cap; i++) {
-        const slot_t *e = &ptrs.s[i];
-        if (e->state != 1 || e->dev != dev) continue;
+    size_t pos = 0;
+    for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&ptrs, &pos));) {
+        if (e->dev != dev) continue;
         fn((CUdeviceptr)e->key, e->size, arg);
         n++;
     }
@@ -585,10 +497,8 @@ void nvs_alloc_reset_after_fork(void)
 {
     pthread_mutex_unlock(&amu);
     pthread_mutex_init(&amu, NULL);
-    free(ptrs.s);
-    free(handles.s);
-    memset(&ptrs, 0, sizeof(ptrs));
-    memset(&handles, 0, sizeof(handles));
+    nvs_ptrtab_clear(&ptrs);
+    nvs_ptrtab_clear(&handles);
     dq_n = 0;
     atomic_store(&dq_pending, 0);
 }

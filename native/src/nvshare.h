@@ -6,7 +6,7 @@
  *   - one client thread (client.c) owns the scheduler socket and is the only writer of
  *     nvs_dev.may_run and of the lock state (plus the fork child handler);
  *   - nvs_g.mu guards device/context/client state, nvs_g.cv wakes app threads waiting for a
- *     grant or for ATTACHED; alloc.c has its own mutex for its tables.
+ *     grant or for ATTACHED; alloc.c has its own mutex for its tables (ptrtab.c).
  */
 #ifndef NVSHARE_INTERNAL_H
 #define NVSHARE_INTERNAL_H
