@@ -6,7 +6,7 @@
  * makes most of them legal, but not cuCtxSynchronize: measured on an H200 (CUDA 13), a drain's
  * cuCtxSynchronize in relaxed mode during a PyTorch capture returned
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidated the capture. So we count captures:
- *   - while one is in progress, idle release is deferred (client.c) and a drain waits on the
+ *   - while one is in progress, idle release is deferred (session.c) and a drain waits on the
  *     checkpoint events only, never cuCtxSynchronize (gate.c);
  *   - while none is, checkpoints and the gate's slow path skip cuStreamIsCapturing and the
  *     capture-mode exchanges altogether.

@@ -3,7 +3,7 @@
  *
  * Threads and locks (see README.md for the full picture):
  *   - app threads run the wrappers; the launch fast path touches only nvs_dev's hot line;
- *   - one client thread (client.c) owns the scheduler socket and is the only writer of
+ *   - one client thread (transport.c, session.c) owns the scheduler socket and is the only writer of
  *     nvs_dev.may_run and of the lock state (plus the fork child handler);
  *   - nvs_g.mu guards device/context/client state, nvs_g.cv wakes app threads waiting for a
  *     grant or for ATTACHED; alloc.c has its own mutex for its tables (ptrtab.c).
@@ -73,6 +73,13 @@ void nvs_log_reset_pid(void) NVS_HIDDEN;
         if (NVS_UNLIKELY(nvs_cfg.debug > 1)) nvs_log(__VA_ARGS__);                             \
     } while (0)
 uint64_t nvs_now_ns(void) NVS_HIDDEN; /* CLOCK_MONOTONIC */
+
+/* A duration in ns as the protocol's 32-bit microseconds (saturating). */
+static inline uint32_t nvs_us32(uint64_t ns)
+{
+    uint64_t us = ns / 1000;
+    return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
 
 /* ---------------------------------------------------------------- real.c */
 /*
@@ -193,7 +200,7 @@ typedef struct nvs_dev {
     int mem_sent_valid;                                     /* client thread */
     /* Fast context switches (switch.c). Flags: nvs_g.mu; the rest: client thread. */
     int evict;            /* the pending (or running) drain must evict to host (DROP_LOCK EVICT) */
-    int prefetch_pending; /* a grant asked for PREFETCH; work() does it outside nvs_g.mu */
+    int prefetch_pending; /* a grant asked for PREFETCH; nvs_session_work() does it outside nvs_g.mu */
     int pf_outstanding;   /* an overlapped prefetch was issued; its end event not yet seen */
     nvs_ctxrec *pf_rec;   /* the context whose stream and events it used */
     uint64_t pf_issue_ns; /* when it was issued */
@@ -315,7 +322,7 @@ int nvs_switch_prefetch(nvs_dev *d, int wait) NVS_HIDDEN;
  * d->prefetch_us. */
 void nvs_switch_prefetch_poll(nvs_dev *d, int finish) NVS_HIDDEN;
 
-/* ---------------------------------------------------------------- client.c */
+/* ---------------------------------------------------------------- transport.c (the scheduler client) */
 void nvs_client_ensure_started(void) NVS_HIDDEN;
 void nvs_client_wake(void) NVS_HIDDEN;
 void nvs_client_reset_after_fork(void) NVS_HIDDEN;
