@@ -5,7 +5,8 @@
  * (so that our own table holds our addresses, whatever else a process defines).
  *   GATE entries:   nvs_gate_begin (fast path) -> real variant -> nvs_gate_end.
  *   CUSTOM entries: nvs_h_<name>(index of the variant, per_thread, args...), written by hand in
- *                   alloc.c / dispatch.c; the index lets them call the same real variant.
+ *                   alloc.c, free.c, capture.c, dispatch.c; the index lets them call the same
+ *                   real variant.
  */
 #include "gate.h"
 

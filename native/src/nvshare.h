@@ -3,10 +3,10 @@
  *
  * Threads and locks (see README.md for the full picture):
  *   - app threads run the wrappers; the launch fast path touches only nvs_dev's hot line;
- *   - one client thread (transport.c, session.c) owns the scheduler socket and is the only writer of
- *     nvs_dev.may_run and of the lock state (plus the fork child handler);
+ *   - one client thread (transport.c, session.c) owns the scheduler socket and is the only writer
+ *     of nvs_dev.may_run and of the lock state (plus the fork child handler);
  *   - nvs_g.mu guards device/context/client state, nvs_g.cv wakes app threads waiting for a
- *     grant or for ATTACHED; alloc.c has its own mutex for its tables (ptrtab.c).
+ *     grant or for ATTACHED; alloc.c and free.c share a mutex for their tables (alloc.h).
  */
 #ifndef NVSHARE_INTERNAL_H
 #define NVSHARE_INTERNAL_H
@@ -122,7 +122,8 @@ X(cuEventElapsedTime, ("cuEventElapsedTime_v2", "cuEventElapsedTime"), \
  * cuMemPrefetchAsync_v2 takes a CUmemLocation (exported since CUDA 12.2; what CUDA 13's cuda.h \
  * calls cuMemPrefetchAsync); older drivers have only (ptr, size, CUdevice, stream). */ \
 X(cuMemPrefetchAsync_v2, ("cuMemPrefetchAsync_v2"), \
-  (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream), \
+  (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, \
+   CUstream hStream), \
   NONE) \
 X(cuMemPrefetchAsync, ("cuMemPrefetchAsync"), \
   (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream), NONE)
@@ -200,7 +201,7 @@ typedef struct nvs_dev {
     int mem_sent_valid;                                     /* client thread */
     /* Fast context switches (switch.c). Flags: nvs_g.mu; the rest: client thread. */
     int evict;            /* the pending (or running) drain must evict to host (DROP_LOCK EVICT) */
-    int prefetch_pending; /* a grant asked for PREFETCH; nvs_session_work() does it outside nvs_g.mu */
+    int prefetch_pending; /* a grant asked for PREFETCH; done by nvs_session_work(), not under mu */
     int pf_outstanding;   /* an overlapped prefetch was issued; its end event not yet seen */
     nvs_ctxrec *pf_rec;   /* the context whose stream and events it used */
     uint64_t pf_issue_ns; /* when it was issued */
@@ -300,7 +301,7 @@ static inline void nvs_nocap_leave(void)
 
 void nvs_capture_reset_after_fork(void) NVS_HIDDEN;
 
-/* ---------------------------------------------------------------- alloc.c */
+/* ---------------------------------------------------------------- alloc.c, free.c */
 void nvs_alloc_reap(void) NVS_HIDDEN;   /* free deferred frees whose stream work finished */
 int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
 /* Calls fn for every managed allocation counted on device `dev` (converted, the program's own
@@ -322,7 +323,7 @@ int nvs_switch_prefetch(nvs_dev *d, int wait) NVS_HIDDEN;
  * d->prefetch_us. */
 void nvs_switch_prefetch_poll(nvs_dev *d, int finish) NVS_HIDDEN;
 
-/* ---------------------------------------------------------------- transport.c (the scheduler client) */
+/* ------------------------------------------------------- transport.c (the scheduler client) */
 void nvs_client_ensure_started(void) NVS_HIDDEN;
 void nvs_client_wake(void) NVS_HIDDEN;
 void nvs_client_reset_after_fork(void) NVS_HIDDEN;
