@@ -5,7 +5,9 @@
  *   - the exported wrapper functions (exports.c), hence the library's exported cu* symbols;
  *   - the index enum and the name/base/version/wrapper table (dispatch.c) used by dlsym,
  *     cuGetProcAddress (pointer matching and the version rules) and by real.c to resolve each
- *     variant's real address in libcuda.
+ *     variant's real address in libcuda;
+ *   - the function-pointer type nvs_fn_<name> of every line (NVS_REAL) and the prototypes of the
+ *     CUSTOM handlers: no hooked signature is written anywhere else.
  *
  * One line per entry point:
  *   X(kind, name, base, ver, variants, (params), (args), stream)

@@ -4,8 +4,8 @@
  *   DROP_LOCK with EVICT: after the drain, every managed range the process holds on the device
  *   (converted device allocations and the program's own cuMemAllocManaged; VMM memory cannot be
  *   moved) is prefetched to the host on a stream of our own, and that stream is synchronised.
- *   Moving pages to host is the slow direction (about 10 GB/s against 50 back, measured on an
- *   H100; more streams did not help) and the driver does it at the CPU's pace inside the call, so
+ *   Moving pages to host is the slow direction (more streams did not help; figures in
+ *   docs/benchmarks.md) and the driver does it at the CPU's pace inside the call, so
  *   by default (NVSHARE_EVICT=background) session.c sends LOCK_RELEASED first and evicts after it,
  *   while the next holder starts; NVSHARE_EVICT=wait evicts before (the memory is then free when
  *   the next holder starts) and LOCK_RELEASED carries the time (evict_us).
@@ -15,8 +15,8 @@
  *     off      nothing is prefetched here (session.c): demand page faults bring the pages back.
  *   The next LOCK_RELEASED carries the prefetch time (prefetch_us).
  *
- * A bulk prefetch moves data about 10x faster than demand faults (50.6 vs 4.7 GB/s measured on an
- * H200), which is the main lever on the cost of a context switch.
+ * A bulk prefetch brings data back several times faster than demand faults (switch cost (d) in
+ * docs/benchmarks.md), which is the main lever on the cost of a context switch.
  *
  * The prefetch calls are issued with alloc.c's mutex held (a concurrent free waits, so no range can
  * be handed to another allocation mid-issue) and inside a "no capture" section (nvshare.h); the
