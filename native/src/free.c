@@ -54,11 +54,21 @@ static CUresult free_managed_now(CUdeviceptr p)
     return r;
 }
 
+/* Before the driver's free (or release): take key's entry out of t (into *e). Returns 0 when
+ * there is none (not ours). */
+static int take(nvs_ptrtab *t, uint64_t key, nvs_ptr_entry *e)
+{
+    pthread_mutex_lock(&nvs_amu);
+    int found = nvs_ptrtab_take(t, key, e);
+    pthread_mutex_unlock(&nvs_amu);
+    return found;
+}
+
 /* After the driver's free (or release) of an entry taken out of t: uncount it, or put it back if
  * the driver refused (the key is still allocated then, so no other thread can have been given it).
- * Returns the entry's device when its footprint changed. */
-static nvs_dev *settle_taken(nvs_ptrtab *t, uint64_t key, const nvs_ptr_entry *e, int other,
-                             CUresult r)
+ * A changed footprint is reported (MEM_UPDATE). */
+static void settle_taken(nvs_ptrtab *t, uint64_t key, const nvs_ptr_entry *e, int other,
+                         CUresult r)
 {
     nvs_dev *d = &nvs_g.dev[e->dev];
     int uncount = 1;
@@ -67,7 +77,7 @@ static nvs_dev *settle_taken(nvs_ptrtab *t, uint64_t key, const nvs_ptr_entry *e
     /* an entry we cannot keep is not counted */
     if (uncount) nvs_unreserve_locked(d, e->size, other);
     pthread_mutex_unlock(&nvs_amu);
-    return uncount ? d : NULL;
+    if (uncount) nvs_mark_dirty(d);
 }
 
 /* The entry leaves the table BEFORE the driver's free: once the driver has freed the address it
@@ -81,13 +91,10 @@ CUresult nvs_h_cuMemFree_v2(int idx, int per_thread, CUdeviceptr dptr)
     if (nvs_alloc_pending()) nvs_alloc_reap();
     if (!dptr) return real(dptr);
     nvs_ptr_entry e;
-    pthread_mutex_lock(&nvs_amu);
-    int found = nvs_ptrtab_take(&nvs_ptrs, dptr, &e);
-    pthread_mutex_unlock(&nvs_amu);
+    int found = take(&nvs_ptrs, dptr, &e);
     CUresult r = real(dptr);
     if (!found) return r;
-    nvs_dev *d = settle_taken(&nvs_ptrs, dptr, &e, 0, r);
-    if (d) nvs_mark_dirty(d);
+    settle_taken(&nvs_ptrs, dptr, &e, 0, r);
     if (r == CUDA_SUCCESS)
         NVS_DEBUG("cuMemFree_v2(%#llx): %s, %llu bytes on device %d", (unsigned long long)dptr,
                   kind_name(e.kind), (unsigned long long)e.size, (int)e.dev);
@@ -251,13 +258,10 @@ CUresult nvs_h_cuMemRelease(int idx, int per_thread, CUmemGenericAllocationHandl
     nvs_fn_cuMemRelease real = NVS_REAL(cuMemRelease, idx);
     if (!real) return nvs_missing(idx);
     nvs_ptr_entry e;
-    pthread_mutex_lock(&nvs_amu);
-    int found = nvs_ptrtab_take(&nvs_handles, handle, &e);
-    pthread_mutex_unlock(&nvs_amu);
+    int found = take(&nvs_handles, handle, &e);
     CUresult r = real(handle);
     if (!found) return r;
-    nvs_dev *d = settle_taken(&nvs_handles, handle, &e, 1, r);
-    if (d) nvs_mark_dirty(d);
+    settle_taken(&nvs_handles, handle, &e, 1, r);
     if (r == CUDA_SUCCESS)
         NVS_DEBUG("cuMemRelease: %llu bytes on device %d uncounted", (unsigned long long)e.size,
                   (int)e.dev);
