@@ -246,6 +246,11 @@ enum {
 };
 
 extern nvs_global nvs_g NVS_HIDDEN;
+/* Every device whose identity is known (read under nvs_g.mu): NVS_FOR_EACH_DEV(d) { ... } */
+#define NVS_FOR_EACH_DEV(d)                                                                    \
+    for (nvs_dev *d = nvs_g.dev; d < nvs_g.dev + NVS_MAX_DEVICES; d++)                         \
+        if (!d->info_ready) {                                                                  \
+        } else
 extern NVS_TLS CUcontext nvs_tls_ctx NVS_HIDDEN;
 extern NVS_TLS nvs_ctxrec *nvs_tls_rec NVS_HIDDEN;
 extern NVS_TLS unsigned nvs_tls_launches NVS_HIDDEN;

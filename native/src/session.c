@@ -46,9 +46,7 @@ void nvs_session_down(int run)
 {
     nvs_g.client_state = NVS_CLIENT_DOWN;
     nvs_g.ungated = run;
-    for (int i = 0; i < NVS_MAX_DEVICES; i++) {
-        nvs_dev *d = &nvs_g.dev[i];
-        if (!d->info_ready) continue;
+    NVS_FOR_EACH_DEV(d) {
         d->want = 0;
         reset_device(d, run);
     }
@@ -74,18 +72,16 @@ static void on_error(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t 
     NVS_DEBUG("scheduler error: %.*s", (int)(len > 200 ? 200 : len), (const char *)p);
 }
 
-static void on_welcome(nvs_dev *unused, const unsigned char *p, uint32_t len, uint64_t now)
+static void on_welcome(nvs_dev *none, const unsigned char *p, uint32_t len, uint64_t now)
 {
-    (void)unused;
+    (void)none;
     (void)len;
     (void)now;
     struct nvs_welcome w;
     memcpy(&w, p, sizeof(w));
     nvs_g.client_state = NVS_CLIENT_READY;
     nvs_g.ungated = 0;
-    for (int i = 0; i < NVS_MAX_DEVICES; i++) {
-        nvs_dev *d = &nvs_g.dev[i];
-        if (!d->info_ready) continue;
+    NVS_FOR_EACH_DEV(d) {
         /* A new scheduler knows nothing of our footprint: send it after the ATTACH. */
         atomic_store(&d->mem_dirty, 1);
         /* Back to asking for the lock at the next gated call. */
@@ -301,9 +297,7 @@ static int collect(uint64_t now, round_plan *pl)
         pthread_mutex_unlock(&nvs_g.mu);
         return 0;
     }
-    for (int i = 0; i < NVS_MAX_DEVICES; i++) {
-        nvs_dev *d = &nvs_g.dev[i];
-        if (!d->info_ready) continue;
+    NVS_FOR_EACH_DEV(d) {
         if (!d->attach_sent) put_attach(d);
         put_request_or_footprint(d, now);
         if (d->lock_state == NVS_LOCK_HELD) plan_held(d, now, pl);
@@ -383,9 +377,7 @@ int nvs_session_work(uint64_t now)
 void nvs_session_deadlines(uint64_t now, uint64_t *t)
 {
     if (nvs_g.client_state == NVS_CLIENT_READY) {
-        for (int i = 0; i < NVS_MAX_DEVICES; i++) {
-            nvs_dev *d = &nvs_g.dev[i];
-            if (!d->info_ready) continue;
+        NVS_FOR_EACH_DEV(d) {
             if (d->lock_state == NVS_LOCK_HELD && nvs_cfg.idle_release_ms) {
                 uint64_t tick = (uint64_t)nvs_cfg.idle_release_ms * NVS_MS / 4;
                 nvs_deadline_min(t, now, now + (tick < NVS_MS ? NVS_MS : tick));
