@@ -1,20 +1,11 @@
 /*
- * alloc.c - allocation conversion, accounting and the memory view.
+ * alloc.c - allocation conversion, accounting and the memory view (frees: free.c).
  *
  * Device allocations become managed memory (cuMemAllocManaged(..., CU_MEM_ATTACH_GLOBAL)) so the
  * driver can page them out under oversubscription:
  *   cuMemAlloc_v2, cuMemAllocPitch_v2 (pitch semantics kept), cuMemAllocAsync,
  *   cuMemAllocFromPoolAsync. An async allocation on a capturing stream passes through unchanged
  *   (graph-owned memory).
- * Frees: cuMemFree_v2 of a converted pointer goes to the real cuMemFree_v2 (it frees managed
- * memory). A free (and cuMemRelease) takes the entry out of its table BEFORE the driver's call,
- * which may hand the address to another thread's allocation at once; it is put back if the driver
- * refuses. cuMemFreeAsync of a converted pointer never reaches the driver as cuMemFreeAsync (the
- * driver refuses managed memory there): we record an event on the stream and free the pointer
- * with cuMemFree_v2 once that event completed (deferred list, reaped on the next allocation or
- * free and by the client thread). On a CAPTURING stream we cannot add a node that frees managed
- * memory, and freeing it when the capture ends would be a use-after-free for every later replay of
- * the graph, so the pointer is kept (still counted) for the life of the process; this is logged.
  * The program's own cuMemAllocManaged and VMM cuMemCreate (per device of prop->location, until
  * cuMemRelease) are counted too; they are the "managed" and "other" bytes of MEM_UPDATE.
  * The managed ranges (all but VMM) are what a fast context switch moves in bulk (switch.c).
@@ -24,156 +15,39 @@
  * returns CUDA_ERROR_OUT_OF_MEMORY without calling the driver. NVSHARE_ENABLE_SINGLE_OVERSUB=1
  * lifts the capacity cap; an explicit limit always applies (device.c, nvs_dev_limit).
  */
-#include <stdlib.h>
-#include <string.h>
+#include "alloc.h"
 
-#include "nvshare.h"
+pthread_mutex_t nvs_amu = PTHREAD_MUTEX_INITIALIZER;
+nvs_ptrtab nvs_ptrs;
+nvs_ptrtab nvs_handles;
 
-enum { KIND_CONVERTED = 1, KIND_MANAGED, KIND_VMM, KIND_KEPT };
-
-/* ------------------------------------------------------------------ key -> {size, dev, kind} */
-typedef struct {
-    uint64_t key;
-    uint64_t size;
-    int32_t dev;
-    uint8_t kind;
-    uint8_t state; /* 0 empty, 1 used, 2 deleted */
-} slot_t;
-
-typedef struct {
-    slot_t *s;
-    size_t cap, used, dead;
-} table_t;
-
-static size_t hash64(uint64_t k, size_t cap)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    return (size_t)k & (cap - 1);
-}
-
-static slot_t *tab_find(table_t *t, uint64_t key)
-{
-    if (!t->cap) return NULL;
-    for (size_t i = hash64(key, t->cap), n = 0; n < t->cap; i = (i + 1) & (t->cap - 1), n++) {
-        slot_t *e = &t->s[i];
-        if (e->state == 0) return NULL;
-        if (e->state == 1 && e->key == key) return e;
-    }
-    return NULL;
-}
-
-static int tab_grow(table_t *t)
-{
-    size_t ncap = t->cap ? t->cap * 2 : 256;
-    if (t->used * 4 < t->cap) ncap = t->cap; /* mostly tombstones: rehash in place size */
-    slot_t *ns = calloc(ncap, sizeof(slot_t));
-    if (!ns) return -1;
-    for (size_t i = 0; i < t->cap; i++) {
-        if (t->s[i].state != 1) continue;
-        size_t j = hash64(t->s[i].key, ncap);
-        while (ns[j].state) j = (j + 1) & (ncap - 1);
-        ns[j] = t->s[i];
-    }
-    free(t->s);
-    t->s = ns;
-    t->cap = ncap;
-    t->dead = 0;
-    return 0;
-}
-
-static int tab_put(table_t *t, uint64_t key, uint64_t size, int dev, int kind)
-{
-    slot_t *e = tab_find(t, key);
-    if (!e) {
-        if ((t->used + t->dead + 1) * 2 > t->cap && tab_grow(t) != 0) return -1;
-        size_t i = hash64(key, t->cap);
-        while (t->s[i].state == 1) i = (i + 1) & (t->cap - 1);
-        e = &t->s[i];
-        if (e->state == 2) t->dead--;
-        t->used++;
-    }
-    e->key = key;
-    e->size = size;
-    e->dev = dev;
-    e->kind = (uint8_t)kind;
-    e->state = 1;
-    return 0;
-}
-
-static void tab_del(table_t *t, slot_t *e)
-{
-    e->state = 2;
-    t->used--;
-    t->dead++;
-}
-
-/* Take key's entry out of t (into *out). Returns 0 when there is none. */
-static int tab_take(table_t *t, uint64_t key, slot_t *out)
-{
-    slot_t *e = tab_find(t, key);
-    if (!e) return 0;
-    *out = *e;
-    tab_del(t, e);
-    return 1;
-}
-
-/* ------------------------------------------------------------------ state */
-typedef struct {
-    CUdeviceptr ptr;
-    uint64_t size;
-    int dev;
-    CUevent ev;
-    CUcontext ctx;
-} deferred_t;
-
-static pthread_mutex_t amu = PTHREAD_MUTEX_INITIALIZER;
-static table_t ptrs;    /* converted and own managed pointers */
-static table_t handles; /* VMM handles */
-static deferred_t *dq;
-static size_t dq_n, dq_cap;
-static _Atomic int dq_pending;
-
-int nvs_alloc_pending(void)
-{
-    return atomic_load_explicit(&dq_pending, memory_order_relaxed) != 0;
-}
-
-static void mark_dirty(nvs_dev *d)
+void nvs_mark_dirty(nvs_dev *d)
 {
     if (!atomic_exchange(&d->mem_dirty, 1)) nvs_client_wake();
 }
 
-static const char *kind_name(int kind)
-{
-    switch (kind) {
-    case KIND_CONVERTED: return "converted";
-    case KIND_MANAGED: return "managed";
-    case KIND_VMM: return "vmm";
-    default: return "kept";
-    }
-}
-
-/* Check the cap and count `size` (managed or other) for d, atomically w.r.t. other allocations. */
-static int reserve(nvs_dev *d, uint64_t size, int other, uint64_t *held_out, uint64_t *limit_out)
+/* Check the cap and count `size` (managed or other) for d, atomically w.r.t. other allocations.
+ * Over the cap: logs it (as `what`) and returns -1. */
+static int reserve(nvs_dev *d, uint64_t size, int other, const char *what)
 {
     int capped;
     uint64_t limit = nvs_dev_limit(d, &capped);
-    pthread_mutex_lock(&amu);
+    pthread_mutex_lock(&nvs_amu);
     uint64_t held = atomic_load(&d->managed_bytes) + atomic_load(&d->other_bytes);
-    *held_out = held;
-    *limit_out = limit;
     if (capped && (size > limit || held > limit - size)) {
-        pthread_mutex_unlock(&amu);
+        pthread_mutex_unlock(&nvs_amu);
+        NVS_DEBUG("%s(%llu) on device %d: over the limit (%llu of %llu bytes held) -> "
+                  "CUDA_ERROR_OUT_OF_MEMORY",
+                  what, (unsigned long long)size, d->ordinal, (unsigned long long)held,
+                  (unsigned long long)limit);
         return -1;
     }
     atomic_fetch_add(other ? &d->other_bytes : &d->managed_bytes, size);
-    pthread_mutex_unlock(&amu);
+    pthread_mutex_unlock(&nvs_amu);
     return 0;
 }
 
-static void unreserve_locked(nvs_dev *d, uint64_t size, int other)
+void nvs_unreserve_locked(nvs_dev *d, uint64_t size, int other)
 {
     atomic_fetch_sub(other ? &d->other_bytes : &d->managed_bytes, size);
 }
@@ -184,15 +58,8 @@ static CUresult alloc_managed(nvs_dev *d, CUdeviceptr *dptr, size_t size, unsign
                               const char *what, int relaxed)
 {
     if (nvs_alloc_pending()) nvs_alloc_reap();
-    uint64_t held, limit;
-    if (reserve(d, size, 0, &held, &limit) != 0) {
-        NVS_DEBUG("%s(%zu) on device %d: over the limit (%llu of %llu bytes held) -> "
-                  "CUDA_ERROR_OUT_OF_MEMORY",
-                  what, size, d->ordinal, (unsigned long long)held, (unsigned long long)limit);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, unsigned int);
-    fn_t real = (fn_t)nvs_real[NVS_IDX_cuMemAllocManaged];
+    if (reserve(d, size, 0, what) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    nvs_fn_cuMemAllocManaged real = NVS_REAL(cuMemAllocManaged, NVS_IDX_cuMemAllocManaged);
     CUresult r;
     if (!real) {
         r = nvs_missing(NVS_IDX_cuMemAllocManaged);
@@ -201,12 +68,12 @@ static CUresult alloc_managed(nvs_dev *d, CUdeviceptr *dptr, size_t size, unsign
         r = real(dptr, size, flags);
         nvs_relaxed_end(old);
     }
-    pthread_mutex_lock(&amu);
-    if (r != CUDA_SUCCESS || tab_put(&ptrs, *dptr, size, d->ordinal, kind) != 0)
-        unreserve_locked(d, size, 0);
-    pthread_mutex_unlock(&amu);
+    pthread_mutex_lock(&nvs_amu);
+    if (r != CUDA_SUCCESS || nvs_ptrtab_put(&nvs_ptrs, *dptr, size, d->ordinal, kind) != 0)
+        nvs_unreserve_locked(d, size, 0);
+    pthread_mutex_unlock(&nvs_amu);
     if (r == CUDA_SUCCESS) {
-        mark_dirty(d);
+        nvs_mark_dirty(d);
         NVS_DEBUG("%s(%zu) on device %d -> managed %#llx", what, size, d->ordinal,
                   (unsigned long long)*dptr);
     } else {
@@ -228,8 +95,7 @@ static nvs_dev *current_dev(void)
 CUresult nvs_h_cuMemAlloc_v2(int idx, int per_thread, CUdeviceptr *dptr, size_t bytesize)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemAlloc_v2 real = NVS_REAL(cuMemAlloc_v2, idx);
     nvs_dev *d;
     if (!dptr || bytesize == 0 || !(d = current_dev()))
         return real ? real(dptr, bytesize) : nvs_missing(idx);
@@ -240,8 +106,7 @@ CUresult nvs_h_cuMemAllocPitch_v2(int idx, int per_thread, CUdeviceptr *dptr, si
                                   size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemAllocPitch_v2 real = NVS_REAL(cuMemAllocPitch_v2, idx);
     nvs_dev *d;
     if (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)
         return CUDA_ERROR_INVALID_VALUE; /* as the driver does; never a device allocation */
@@ -271,8 +136,7 @@ CUresult nvs_h_cuMemAllocPitch_v2(int idx, int per_thread, CUdeviceptr *dptr, si
 CUresult nvs_h_cuMemAllocAsync(int idx, int per_thread, CUdeviceptr *dptr, size_t bytesize,
                                CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, CUstream);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemAllocAsync real = NVS_REAL(cuMemAllocAsync, idx);
     nvs_dev *d;
     if (!dptr || bytesize == 0 || nvs_stream_capturing(hStream, per_thread) || !(d = current_dev())) {
         /* capturing: graph-owned memory, passed through unchanged */
@@ -285,8 +149,7 @@ CUresult nvs_h_cuMemAllocAsync(int idx, int per_thread, CUdeviceptr *dptr, size_
 CUresult nvs_h_cuMemAllocFromPoolAsync(int idx, int per_thread, CUdeviceptr *dptr, size_t bytesize,
                                        CUmemoryPool pool, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemAllocFromPoolAsync real = NVS_REAL(cuMemAllocFromPoolAsync, idx);
     nvs_dev *d;
     if (!dptr || bytesize == 0 || nvs_stream_capturing(hStream, per_thread) || !(d = current_dev()))
         return real ? real(dptr, bytesize, pool, hStream) : nvs_missing(idx);
@@ -298,180 +161,11 @@ CUresult nvs_h_cuMemAllocManaged(int idx, int per_thread, CUdeviceptr *dptr, siz
                                  unsigned int flags)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, unsigned int);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemAllocManaged real = NVS_REAL(cuMemAllocManaged, idx);
     nvs_dev *d;
     if (!dptr || bytesize == 0 || !(d = current_dev()))
         return real ? real(dptr, bytesize, flags) : nvs_missing(idx);
     return alloc_managed(d, dptr, bytesize, flags, KIND_MANAGED, "cuMemAllocManaged", 0);
-}
-
-/* ------------------------------------------------------------------ frees */
-static CUresult free_managed_now(CUdeviceptr p)
-{
-    typedef CUresult (*fn_t)(CUdeviceptr);
-    fn_t real = (fn_t)nvs_real[NVS_IDX_cuMemFree_v2];
-    if (!real) return nvs_missing(NVS_IDX_cuMemFree_v2);
-    CUstreamCaptureMode old = nvs_relaxed_begin();
-    CUresult r = real(p);
-    nvs_relaxed_end(old);
-    return r;
-}
-
-/* After the driver's free (or release) of an entry taken out of t: uncount it, or put it back if
- * the driver refused (the key is still allocated then, so no other thread can have been given it).
- * Returns the entry's device when its footprint changed. */
-static nvs_dev *settle_taken(table_t *t, uint64_t key, const slot_t *e, int other, CUresult r)
-{
-    nvs_dev *d = &nvs_g.dev[e->dev];
-    int uncount = 1;
-    pthread_mutex_lock(&amu);
-    if (r != CUDA_SUCCESS) uncount = tab_put(t, key, e->size, e->dev, e->kind) != 0;
-    if (uncount) unreserve_locked(d, e->size, other); /* an entry we cannot keep is not counted */
-    pthread_mutex_unlock(&amu);
-    return uncount ? d : NULL;
-}
-
-/* The entry leaves the table BEFORE the driver's free: once the driver has freed the address it
- * may hand it to another thread's allocation at once, whose new entry must not be the one we
- * delete. Its bytes stay counted until the free succeeded. */
-CUresult nvs_h_cuMemFree_v2(int idx, int per_thread, CUdeviceptr dptr)
-{
-    (void)per_thread;
-    typedef CUresult (*fn_t)(CUdeviceptr);
-    fn_t real = (fn_t)nvs_real[idx];
-    if (!real) return nvs_missing(idx);
-    if (nvs_alloc_pending()) nvs_alloc_reap();
-    if (!dptr) return real(dptr);
-    slot_t e;
-    pthread_mutex_lock(&amu);
-    int found = tab_take(&ptrs, dptr, &e);
-    pthread_mutex_unlock(&amu);
-    CUresult r = real(dptr);
-    if (!found) return r;
-    nvs_dev *d = settle_taken(&ptrs, dptr, &e, 0, r);
-    if (d) mark_dirty(d);
-    if (r == CUDA_SUCCESS)
-        NVS_DEBUG("cuMemFree_v2(%#llx): %s, %llu bytes on device %d", (unsigned long long)dptr,
-                  kind_name(e.kind), (unsigned long long)e.size, (int)e.dev);
-    return r;
-}
-
-CUresult nvs_h_cuMemFreeAsync(int idx, int per_thread, CUdeviceptr dptr, CUstream hStream)
-{
-    typedef CUresult (*fn_t)(CUdeviceptr, CUstream);
-    fn_t real = (fn_t)nvs_real[idx];
-    if (!real) return nvs_missing(idx);
-    if (nvs_alloc_pending()) nvs_alloc_reap();
-    if (!dptr) return real(dptr, hStream);
-    pthread_mutex_lock(&amu);
-    slot_t *e = tab_find(&ptrs, dptr);
-    int converted = e && e->kind == KIND_CONVERTED;
-    pthread_mutex_unlock(&amu);
-    if (!converted) return real(dptr, hStream); /* not ours to change */
-
-    CUstream s = per_thread && !hStream ? CU_STREAM_PER_THREAD : hStream;
-    if (nvs_stream_capturing(s, 0)) {
-        pthread_mutex_lock(&amu);
-        e = tab_find(&ptrs, dptr);
-        if (e) e->kind = KIND_KEPT;
-        pthread_mutex_unlock(&amu);
-        NVS_DEBUG("%s(%#llx) on a capturing stream: managed memory cannot be freed by a graph; "
-                  "kept allocated for the life of the process",
-                  nvs_hooks[idx].name, (unsigned long long)dptr);
-        return CUDA_SUCCESS;
-    }
-    CUcontext ctx = NULL;
-    nvs_drv.cuCtxGetCurrent(&ctx);
-    CUevent ev = NULL;
-    CUstreamCaptureMode old = nvs_relaxed_begin();
-    CUresult r = nvs_drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
-    if (r == CUDA_SUCCESS) r = nvs_drv.cuEventRecord(ev, s);
-    nvs_relaxed_end(old);
-    if (r != CUDA_SUCCESS) {
-        /* Cannot order the free after the stream's work: wait for the stream, then free. */
-        if (ev) nvs_drv.cuEventDestroy_v2(ev);
-        old = nvs_relaxed_begin();
-        CUresult rs = nvs_drv.cuStreamSynchronize(s);
-        nvs_relaxed_end(old);
-        if (rs != CUDA_SUCCESS) return rs;
-        return nvs_h_cuMemFree_v2(NVS_IDX_cuMemFree_v2, 0, dptr);
-    }
-
-    /* Out of the table before the deferred cuMemFree_v2 can let the driver reuse the address. */
-    nvs_dev *d = NULL;
-    uint64_t size = 0;
-    pthread_mutex_lock(&amu);
-    e = tab_find(&ptrs, dptr);
-    if (e) {
-        d = &nvs_g.dev[e->dev];
-        size = e->size;
-        unreserve_locked(d, size, 0); /* the program may reuse the budget in stream order */
-        tab_del(&ptrs, e);
-    }
-    if (dq_n == dq_cap) {
-        size_t nc = dq_cap ? dq_cap * 2 : 64;
-        deferred_t *nq = realloc(dq, nc * sizeof(*nq));
-        if (nq) {
-            dq = nq;
-            dq_cap = nc;
-        }
-    }
-    int queued = dq_n < dq_cap;
-    if (queued) {
-        dq[dq_n++] = (deferred_t){dptr, size, d ? d->ordinal : 0, ev, ctx};
-        atomic_store(&dq_pending, (int)dq_n);
-    }
-    pthread_mutex_unlock(&amu);
-    if (d) mark_dirty(d);
-    if (!queued) { /* out of memory for the list: do it the slow way */
-        old = nvs_relaxed_begin();
-        nvs_drv.cuEventSynchronize(ev);
-        nvs_relaxed_end(old);
-        nvs_drv.cuEventDestroy_v2(ev);
-        return free_managed_now(dptr);
-    }
-    NVS_DEBUG("%s(%#llx): converted, %llu bytes; freed with cuMemFree_v2 once the stream reaches "
-              "this point", nvs_hooks[idx].name, (unsigned long long)dptr, (unsigned long long)size);
-    nvs_client_wake(); /* the client thread reaps too */
-    return CUDA_SUCCESS;
-}
-
-/* Free the deferred pointers whose event completed. Any thread; our calls run in relaxed capture
- * mode and in the context the pointer was freed in. */
-void nvs_alloc_reap(void)
-{
-    if (!nvs_alloc_pending() || atomic_load(&nvs_exiting)) return;
-    deferred_t ready[32];
-    for (;;) {
-        size_t n = 0;
-        pthread_mutex_lock(&amu);
-        CUstreamCaptureMode old = nvs_relaxed_begin();
-        for (size_t i = 0; i < dq_n && n < 32;) {
-            if (nvs_drv.cuEventQuery(dq[i].ev) == CUDA_ERROR_NOT_READY) {
-                i++;
-                continue;
-            }
-            ready[n++] = dq[i];
-            dq[i] = dq[--dq_n];
-        }
-        nvs_relaxed_end(old);
-        atomic_store(&dq_pending, (int)dq_n);
-        pthread_mutex_unlock(&amu);
-        if (!n) return;
-        CUcontext prev = NULL;
-        nvs_drv.cuCtxGetCurrent(&prev);
-        for (size_t i = 0; i < n; i++) {
-            nvs_drv.cuEventDestroy_v2(ready[i].ev);
-            if (ready[i].ctx && ready[i].ctx != prev) nvs_drv.cuCtxSetCurrent(ready[i].ctx);
-            CUresult r = free_managed_now(ready[i].ptr);
-            if (ready[i].ctx && ready[i].ctx != prev) nvs_drv.cuCtxSetCurrent(prev);
-            NVS_DEBUG("deferred free of %#llx (%llu bytes, device %d): cuMemFree_v2 = %d",
-                      (unsigned long long)ready[i].ptr, (unsigned long long)ready[i].size,
-                      ready[i].dev, r);
-        }
-        if (n < 32) return;
-    }
 }
 
 /* ------------------------------------------------------------------ VMM */
@@ -479,53 +173,24 @@ CUresult nvs_h_cuMemCreate(int idx, int per_thread, CUmemGenericAllocationHandle
                            size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                             unsigned long long);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemCreate real = NVS_REAL(cuMemCreate, idx);
     if (!real) return nvs_missing(idx);
     nvs_dev *d;
     if (!handle || !prop || size == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
         !(d = nvs_dev_touch(prop->location.id)))
         return real(handle, size, prop, flags);
     nvs_dev_attach_wait(d);
-    uint64_t held, limit;
-    if (reserve(d, size, 1, &held, &limit) != 0) {
-        NVS_DEBUG("cuMemCreate(%zu) on device %d: over the limit (%llu of %llu bytes held) -> "
-                  "CUDA_ERROR_OUT_OF_MEMORY",
-                  size, d->ordinal, (unsigned long long)held, (unsigned long long)limit);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
+    if (reserve(d, size, 1, "cuMemCreate") != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(handle, size, prop, flags);
-    pthread_mutex_lock(&amu);
-    if (r != CUDA_SUCCESS || tab_put(&handles, *handle, size, d->ordinal, KIND_VMM) != 0)
-        unreserve_locked(d, size, 1);
-    pthread_mutex_unlock(&amu);
+    pthread_mutex_lock(&nvs_amu);
+    if (r != CUDA_SUCCESS || nvs_ptrtab_put(&nvs_handles, *handle, size, d->ordinal, KIND_VMM) != 0)
+        nvs_unreserve_locked(d, size, 1);
+    pthread_mutex_unlock(&nvs_amu);
     if (r == CUDA_SUCCESS) {
-        mark_dirty(d);
+        nvs_mark_dirty(d);
         NVS_DEBUG("cuMemCreate(%zu) on device %d: counted (not convertible to managed memory)",
                   size, d->ordinal);
     }
-    return r;
-}
-
-/* As cuMemFree_v2: the entry leaves the table before the driver may reuse the handle. */
-CUresult nvs_h_cuMemRelease(int idx, int per_thread, CUmemGenericAllocationHandle handle)
-{
-    (void)per_thread;
-    typedef CUresult (*fn_t)(CUmemGenericAllocationHandle);
-    fn_t real = (fn_t)nvs_real[idx];
-    if (!real) return nvs_missing(idx);
-    slot_t e;
-    pthread_mutex_lock(&amu);
-    int found = tab_take(&handles, handle, &e);
-    pthread_mutex_unlock(&amu);
-    CUresult r = real(handle);
-    if (!found) return r;
-    nvs_dev *d = settle_taken(&handles, handle, &e, 1, r);
-    if (d) mark_dirty(d);
-    if (r == CUDA_SUCCESS)
-        NVS_DEBUG("cuMemRelease: %llu bytes on device %d uncounted", (unsigned long long)e.size,
-                  (int)e.dev);
     return r;
 }
 
@@ -533,8 +198,7 @@ CUresult nvs_h_cuMemRelease(int idx, int per_thread, CUmemGenericAllocationHandl
 CUresult nvs_h_cuMemGetInfo_v2(int idx, int per_thread, size_t *freeBytes, size_t *totalBytes)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(size_t *, size_t *);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuMemGetInfo_v2 real = NVS_REAL(cuMemGetInfo_v2, idx);
     if (!real) return nvs_missing(idx);
     CUresult r = real(freeBytes, totalBytes); /* validates arguments and context */
     nvs_dev *d;
@@ -553,8 +217,7 @@ CUresult nvs_h_cuMemGetInfo_v2(int idx, int per_thread, size_t *freeBytes, size_
 CUresult nvs_h_cuDeviceTotalMem_v2(int idx, int per_thread, size_t *bytes, CUdevice dev)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(size_t *, CUdevice);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuDeviceTotalMem_v2 real = NVS_REAL(cuDeviceTotalMem_v2, idx);
     if (!real) return nvs_missing(idx);
     CUresult r = real(bytes, dev);
     nvs_dev *d;
@@ -566,43 +229,40 @@ CUresult nvs_h_cuDeviceTotalMem_v2(int idx, int per_thread, size_t *bytes, CUdev
 }
 
 /* ------------------------------------------------------------------ bulk moves */
-/* For the fast context switches (switch.c): every managed range of a device, with amu held so
+/* For the fast context switches (switch.c): every managed range of a device, with nvs_amu held so
  * that a free cannot hand a range to another allocation while fn issues work on it (frees take
- * their entry out of the table under amu before the driver's call). */
+ * their entry out of the table under nvs_amu before the driver's call). */
 int nvs_alloc_for_each_managed(int dev, void (*fn)(CUdeviceptr, uint64_t, void *), void *arg)
 {
     int n = 0;
-    pthread_mutex_lock(&amu);
-    for (size_t i = 0; i < ptrs.cap; i++) {
-        const slot_t *e = &ptrs.s[i];
-        if (e->state != 1 || e->dev != dev) continue;
+    pthread_mutex_lock(&nvs_amu);
+    size_t pos = 0;
+    for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&nvs_ptrs, &pos));) {
+        if (e->dev != dev) continue;
         fn((CUdeviceptr)e->key, e->size, arg);
         n++;
     }
-    pthread_mutex_unlock(&amu);
+    pthread_mutex_unlock(&nvs_amu);
     return n;
 }
 
 /* ------------------------------------------------------------------ fork */
 void nvs_alloc_atfork_prepare(void)
 {
-    pthread_mutex_lock(&amu);
+    pthread_mutex_lock(&nvs_amu);
 }
 
 void nvs_alloc_atfork_parent(void)
 {
-    pthread_mutex_unlock(&amu);
+    pthread_mutex_unlock(&nvs_amu);
 }
 
 /* The child starts with nothing counted: the parent's allocations and events are not its own. */
 void nvs_alloc_reset_after_fork(void)
 {
-    pthread_mutex_unlock(&amu);
-    pthread_mutex_init(&amu, NULL);
-    free(ptrs.s);
-    free(handles.s);
-    memset(&ptrs, 0, sizeof(ptrs));
-    memset(&handles, 0, sizeof(handles));
-    dq_n = 0;
-    atomic_store(&dq_pending, 0);
+    pthread_mutex_unlock(&nvs_amu);
+    pthread_mutex_init(&nvs_amu, NULL);
+    nvs_ptrtab_clear(&nvs_ptrs);
+    nvs_ptrtab_clear(&nvs_handles);
+    nvs_free_reset_after_fork();
 }

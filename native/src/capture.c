@@ -6,7 +6,7 @@
  * makes most of them legal, but not cuCtxSynchronize: measured on an H200 (CUDA 13), a drain's
  * cuCtxSynchronize in relaxed mode during a PyTorch capture returned
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidated the capture. So we count captures:
- *   - while one is in progress, idle release is deferred (client.c) and a drain waits on the
+ *   - while one is in progress, idle release is deferred (session.c) and a drain waits on the
  *     checkpoint events only, never cuCtxSynchronize (gate.c);
  *   - while none is, checkpoints and the gate's slow path skip cuStreamIsCapturing and the
  *     capture-mode exchanges altogether.
@@ -88,8 +88,7 @@ static CUresult begun(int idx, CUstream s, CUresult r)
 CUresult nvs_h_cuStreamBeginCapture(int idx, int per_thread, CUstream hStream)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUstream);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuStreamBeginCapture real = NVS_REAL(cuStreamBeginCapture, idx);
     if (!real) return nvs_missing(idx);
     capture_counted(nvs_hooks[idx].name);
     return begun(idx, hStream, real(hStream));
@@ -99,8 +98,7 @@ CUresult nvs_h_cuStreamBeginCapture_v2(int idx, int per_thread, CUstream hStream
                                        CUstreamCaptureMode mode)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUstream, CUstreamCaptureMode);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuStreamBeginCapture_v2 real = NVS_REAL(cuStreamBeginCapture_v2, idx);
     if (!real) return nvs_missing(idx);
     capture_counted(nvs_hooks[idx].name);
     return begun(idx, hStream, real(hStream, mode));
@@ -112,9 +110,7 @@ CUresult nvs_h_cuStreamBeginCaptureToGraph(int idx, int per_thread, CUstream hSt
                                            size_t numDependencies, CUstreamCaptureMode mode)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
-                             size_t, CUstreamCaptureMode);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuStreamBeginCaptureToGraph real = NVS_REAL(cuStreamBeginCaptureToGraph, idx);
     if (!real) return nvs_missing(idx);
     capture_counted(nvs_hooks[idx].name);
     return begun(idx, hStream,
@@ -124,8 +120,7 @@ CUresult nvs_h_cuStreamBeginCaptureToGraph(int idx, int per_thread, CUstream hSt
 CUresult nvs_h_cuStreamEndCapture(int idx, int per_thread, CUstream hStream, CUgraph *phGraph)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(CUstream, CUgraph *);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuStreamEndCapture real = NVS_REAL(cuStreamEndCapture, idx);
     if (!real) return nvs_missing(idx);
     CUresult r = real(hStream, phGraph);
     if (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) capture_uncounted();

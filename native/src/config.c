@@ -11,8 +11,8 @@
  * NVSHARE_GPU_MEMORY            physical          virtual capacity of every device (size)
  * NVSHARE_GPU_MEMORY_LIMIT      capacity          per-process, per-device cap (size); always applies
  * NVSHARE_ENABLE_SINGLE_OVERSUB 0                 1: no cap at capacity (an explicit limit still applies)
- * NVSHARE_CONTEXT_RESERVE       768MiB            kept out of cuMemGetInfo's "free" (size): what a CUDA
- *                                                 context with cuBLAS/cuDNN takes (747 MiB measured)
+ * NVSHARE_CONTEXT_RESERVE       768MiB            kept out of cuMemGetInfo's "free" (size): about
+ *                                                 what a CUDA context with cuBLAS/cuDNN takes
  * NVSHARE_IDLE_RELEASE_MS       250               release a held lock after this long without a
  *                                                 gated call; 0 = never
  * NVSHARE_MAX_INFLIGHT          1024              bound on queued gated calls per device context

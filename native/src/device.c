@@ -71,8 +71,8 @@ nvs_dev *nvs_dev_touch(CUdevice ordinal)
     if (nvs_drv.cuDeviceGetName(name, (int)sizeof(name), ordinal) != CUDA_SUCCESS) name[0] = 0;
     name[sizeof(name) - 1] = 0;
     size_t physical = 0;
-    typedef CUresult (*total_fn)(size_t *, CUdevice);
-    total_fn total = (total_fn)nvs_real[NVS_IDX_cuDeviceTotalMem_v2];
+    nvs_fn_cuDeviceTotalMem_v2 total =
+        NVS_REAL(cuDeviceTotalMem_v2, NVS_IDX_cuDeviceTotalMem_v2);
     if (!total || total(&physical, ordinal) != CUDA_SUCCESS) physical = 0;
 
     int fresh = 0;

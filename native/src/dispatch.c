@@ -160,8 +160,7 @@ CUresult nvs_h_cuGetProcAddress(int idx, int per_thread, const char *symbol, voi
                                 int cudaVersion, cuuint64_t flags)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(const char *, void **, int, cuuint64_t);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuGetProcAddress real = NVS_REAL(cuGetProcAddress, idx);
     if (!real) return nvs_missing(idx);
     CUresult r = real(symbol, pfn, cudaVersion, flags);
     if (r == CUDA_SUCCESS && pfn) *pfn = map_proc(symbol, *pfn, cudaVersion, flags);
@@ -173,9 +172,7 @@ CUresult nvs_h_cuGetProcAddress_v2(int idx, int per_thread, const char *symbol, 
                                    CUdriverProcAddressQueryResult *symbolStatus)
 {
     (void)per_thread;
-    typedef CUresult (*fn_t)(const char *, void **, int, cuuint64_t,
-                             CUdriverProcAddressQueryResult *);
-    fn_t real = (fn_t)nvs_real[idx];
+    nvs_fn_cuGetProcAddress_v2 real = NVS_REAL(cuGetProcAddress_v2, idx);
     if (!real) return nvs_missing(idx);
     CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
     if (r == CUDA_SUCCESS && pfn && (!symbolStatus || *symbolStatus == CU_GET_PROC_ADDRESS_SUCCESS))

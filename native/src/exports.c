@@ -5,7 +5,8 @@
  * (so that our own table holds our addresses, whatever else a process defines).
  *   GATE entries:   nvs_gate_begin (fast path) -> real variant -> nvs_gate_end.
  *   CUSTOM entries: nvs_h_<name>(index of the variant, per_thread, args...), written by hand in
- *                   alloc.c / dispatch.c; the index lets them call the same real variant.
+ *                   alloc.c, free.c, capture.c, dispatch.c; the index lets them call the same
+ *                   real variant.
  */
 #include "gate.h"
 
@@ -15,10 +16,9 @@
 #define NVS_WRAP_GATE(sfx, pt, name, params, args, stream)                                     \
     CUresult nvs_w_##name##sfx params                                                          \
     {                                                                                          \
-        typedef CUresult(*nvs_fn_t) params;                                                    \
         nvs_gate g_;                                                                           \
         CUstream s_ = (stream);                                                                \
-        nvs_fn_t real_ = (nvs_fn_t)nvs_gate_begin(&g_, NVS_IDX_##name##sfx, s_, pt);           \
+        nvs_fn_##name real_ = (nvs_fn_##name)nvs_gate_begin(&g_, NVS_IDX_##name##sfx, s_, pt); \
         if (NVS_UNLIKELY(!real_)) {                                                            \
             nvs_gate_end(&g_, CUDA_ERROR_NOT_FOUND, s_, pt);                                   \
             return nvs_missing(NVS_IDX_##name##sfx);                                           \

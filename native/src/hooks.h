@@ -5,7 +5,9 @@
  *   - the exported wrapper functions (exports.c), hence the library's exported cu* symbols;
  *   - the index enum and the name/base/version/wrapper table (dispatch.c) used by dlsym,
  *     cuGetProcAddress (pointer matching and the version rules) and by real.c to resolve each
- *     variant's real address in libcuda.
+ *     variant's real address in libcuda;
+ *   - the function-pointer type nvs_fn_<name> of every line (NVS_REAL) and the prototypes of the
+ *     CUSTOM handlers: no hooked signature is written anywhere else.
  *
  * One line per entry point:
  *   X(kind, name, base, ver, variants, (params), (args), stream)
@@ -227,6 +229,14 @@ X(GATE, cuStreamWriteValue64_v2, cuStreamWriteValue64, 11070, PTSZ, \
 #define NVS_IDX_ENTRY_(kind, name, base, ver, variants, params, args, stream) \
     NVS_VARIANTS_##variants(NVS_IDX_ONE_, name)
 enum nvs_hook_idx { NVS_HOOKS(NVS_IDX_ENTRY_) NVS_NHOOKS };
+
+/* nvs_fn_<name>: the function-pointer type of every line (its variants share it), so that no
+ * hooked signature is ever typed twice. NVS_REAL(name, idx): table variant idx's real function as
+ * that type (NULL when the driver lacks it). */
+#define NVS_FNTYPE_(kind, name, base, ver, variants, params, args, stream) \
+    typedef CUresult (*nvs_fn_##name) params;
+NVS_HOOKS(NVS_FNTYPE_)
+#define NVS_REAL(name, idx) ((nvs_fn_##name)nvs_real[(idx)])
 
 /* Prototypes of the hand-written handlers of CUSTOM entries (one per line, shared by variants). */
 #define NVS_HANDLER_PROTO_CUSTOM(name, params) \

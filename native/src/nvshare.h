@@ -3,10 +3,10 @@
  *
  * Threads and locks (see README.md for the full picture):
  *   - app threads run the wrappers; the launch fast path touches only nvs_dev's hot line;
- *   - one client thread (client.c) owns the scheduler socket and is the only writer of
- *     nvs_dev.may_run and of the lock state (plus the fork child handler);
+ *   - one client thread (transport.c, session.c) owns the scheduler socket and is the only writer
+ *     of nvs_dev.may_run and of the lock state (plus the fork child handler);
  *   - nvs_g.mu guards device/context/client state, nvs_g.cv wakes app threads waiting for a
- *     grant or for ATTACHED; alloc.c has its own mutex for its tables.
+ *     grant or for ATTACHED; alloc.c and free.c share a mutex for their tables (alloc.h).
  */
 #ifndef NVSHARE_INTERNAL_H
 #define NVSHARE_INTERNAL_H
@@ -74,30 +74,64 @@ void nvs_log_reset_pid(void) NVS_HIDDEN;
     } while (0)
 uint64_t nvs_now_ns(void) NVS_HIDDEN; /* CLOCK_MONOTONIC */
 
+/* A duration in ns as the protocol's 32-bit microseconds (saturating). */
+static inline uint32_t nvs_us32(uint64_t ns)
+{
+    uint64_t us = ns / 1000;
+    return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
 /* ---------------------------------------------------------------- real.c */
-/* The driver functions we call that are not themselves hooked. */
+/*
+ * The driver functions we call that are not themselves hooked: ONE list, from which both the
+ * struct nvs_driver and real.c's resolution are generated.
+ *   X(field, (names), (params), fallback)
+ *     field     nvs_drv.<field>
+ *     names     the symbols to try in libcuda, in order; the first one present is used
+ *     params    the C parameter list (named, for the generated stubs)
+ *     fallback  STUB: a generated stub returning CUDA_ERROR_NOT_FOUND; NONE: NULL (the caller
+ *               checks); OWN: the hand-written stub_<field> in real.c
+ */
+/* clang-format off */
+#define NVS_DRIVER(X) \
+X(cuDeviceGetUuid, ("cuDeviceGetUuid"), (CUuuid *uuid, CUdevice dev), STUB) \
+X(cuDeviceGetUuid_v2, ("cuDeviceGetUuid_v2"), (CUuuid *uuid, CUdevice dev), STUB) \
+X(cuDeviceGetName, ("cuDeviceGetName"), (char *name, int len, CUdevice dev), STUB) \
+X(cuDeviceGetAttribute, ("cuDeviceGetAttribute"), \
+  (int *pi, CUdevice_attribute attrib, CUdevice dev), STUB) \
+X(cuCtxGetCurrent, ("cuCtxGetCurrent"), (CUcontext *pctx), OWN) \
+X(cuCtxSetCurrent, ("cuCtxSetCurrent"), (CUcontext ctx), STUB) \
+X(cuCtxGetDevice, ("cuCtxGetDevice"), (CUdevice *device), STUB) \
+X(cuCtxSynchronize, ("cuCtxSynchronize"), (void), STUB) \
+X(cuEventCreate, ("cuEventCreate"), (CUevent *phEvent, unsigned int flags), STUB) \
+X(cuEventRecord, ("cuEventRecord"), (CUevent hEvent, CUstream hStream), STUB) \
+X(cuEventQuery, ("cuEventQuery"), (CUevent hEvent), STUB) \
+X(cuEventSynchronize, ("cuEventSynchronize"), (CUevent hEvent), STUB) \
+X(cuEventDestroy_v2, ("cuEventDestroy_v2"), (CUevent hEvent), STUB) \
+X(cuStreamIsCapturing, ("cuStreamIsCapturing"), \
+  (CUstream hStream, CUstreamCaptureStatus *captureStatus), STUB) \
+X(cuThreadExchangeStreamCaptureMode, ("cuThreadExchangeStreamCaptureMode"), \
+  (CUstreamCaptureMode *mode), STUB) \
+X(cuStreamSynchronize, ("cuStreamSynchronize"), (CUstream hStream), STUB) \
+X(cuStreamCreate, ("cuStreamCreate"), (CUstream *phStream, unsigned int flags), STUB) \
+/* CUDA 12.8 added cuEventElapsedTime_v2 (the name CUDA 13's cuda.h maps to); older drivers have \
+ * only the first one. Same signature. */ \
+X(cuEventElapsedTime, ("cuEventElapsedTime_v2", "cuEventElapsedTime"), \
+  (float *pMilliseconds, CUevent hStart, CUevent hEnd), STUB) \
+/* Bulk migration of managed memory; either may be NULL (then no fast switches). \
+ * cuMemPrefetchAsync_v2 takes a CUmemLocation (exported since CUDA 12.2; what CUDA 13's cuda.h \
+ * calls cuMemPrefetchAsync); older drivers have only (ptr, size, CUdevice, stream). */ \
+X(cuMemPrefetchAsync_v2, ("cuMemPrefetchAsync_v2"), \
+  (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, \
+   CUstream hStream), \
+  NONE) \
+X(cuMemPrefetchAsync, ("cuMemPrefetchAsync"), \
+  (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream), NONE)
+/* clang-format on */
+
+#define NVS_DRV_FIELD_(field, names, params, fallback) CUresult (*field) params;
 typedef struct nvs_driver {
-    CUresult (*cuDeviceGetUuid)(CUuuid *, CUdevice);
-    CUresult (*cuDeviceGetUuid_v2)(CUuuid *, CUdevice);
-    CUresult (*cuDeviceGetName)(char *, int, CUdevice);
-    CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
-    CUresult (*cuCtxGetCurrent)(CUcontext *);
-    CUresult (*cuCtxSetCurrent)(CUcontext);
-    CUresult (*cuCtxGetDevice)(CUdevice *);
-    CUresult (*cuCtxSynchronize)(void);
-    CUresult (*cuEventCreate)(CUevent *, unsigned int);
-    CUresult (*cuEventRecord)(CUevent, CUstream);
-    CUresult (*cuEventQuery)(CUevent);
-    CUresult (*cuEventSynchronize)(CUevent);
-    CUresult (*cuEventDestroy_v2)(CUevent);
-    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
-    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
-    CUresult (*cuStreamSynchronize)(CUstream);
-    CUresult (*cuStreamCreate)(CUstream *, unsigned int);
-    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent); /* _v2 (CUDA 12.8+) if present */
-    /* Bulk migration of managed memory; either may be NULL (then no fast switches). */
-    CUresult (*cuMemPrefetchAsync_v2)(CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream);
-    CUresult (*cuMemPrefetchAsync)(CUdeviceptr, size_t, CUdevice, CUstream);
+    NVS_DRIVER(NVS_DRV_FIELD_)
 } nvs_driver;
 
 extern nvs_driver nvs_drv NVS_HIDDEN;
@@ -167,7 +201,7 @@ typedef struct nvs_dev {
     int mem_sent_valid;                                     /* client thread */
     /* Fast context switches (switch.c). Flags: nvs_g.mu; the rest: client thread. */
     int evict;            /* the pending (or running) drain must evict to host (DROP_LOCK EVICT) */
-    int prefetch_pending; /* a grant asked for PREFETCH; work() does it outside nvs_g.mu */
+    int prefetch_pending; /* a grant asked for PREFETCH; done by nvs_session_work(), not under mu */
     int pf_outstanding;   /* an overlapped prefetch was issued; its end event not yet seen */
     nvs_ctxrec *pf_rec;   /* the context whose stream and events it used */
     uint64_t pf_issue_ns; /* when it was issued */
@@ -212,6 +246,11 @@ enum {
 };
 
 extern nvs_global nvs_g NVS_HIDDEN;
+/* Every device whose identity is known (read under nvs_g.mu): NVS_FOR_EACH_DEV(d) { ... } */
+#define NVS_FOR_EACH_DEV(d)                                                                    \
+    for (nvs_dev *d = nvs_g.dev; d < nvs_g.dev + NVS_MAX_DEVICES; d++)                         \
+        if (!d->info_ready) {                                                                  \
+        } else
 extern NVS_TLS CUcontext nvs_tls_ctx NVS_HIDDEN;
 extern NVS_TLS nvs_ctxrec *nvs_tls_rec NVS_HIDDEN;
 extern NVS_TLS unsigned nvs_tls_launches NVS_HIDDEN;
@@ -267,7 +306,7 @@ static inline void nvs_nocap_leave(void)
 
 void nvs_capture_reset_after_fork(void) NVS_HIDDEN;
 
-/* ---------------------------------------------------------------- alloc.c */
+/* ---------------------------------------------------------------- alloc.c, free.c */
 void nvs_alloc_reap(void) NVS_HIDDEN;   /* free deferred frees whose stream work finished */
 int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
 /* Calls fn for every managed allocation counted on device `dev` (converted, the program's own
@@ -289,7 +328,7 @@ int nvs_switch_prefetch(nvs_dev *d, int wait) NVS_HIDDEN;
  * d->prefetch_us. */
 void nvs_switch_prefetch_poll(nvs_dev *d, int finish) NVS_HIDDEN;
 
-/* ---------------------------------------------------------------- client.c */
+/* ------------------------------------------------------- transport.c (the scheduler client) */
 void nvs_client_ensure_started(void) NVS_HIDDEN;
 void nvs_client_wake(void) NVS_HIDDEN;
 void nvs_client_reset_after_fork(void) NVS_HIDDEN;

@@ -22,21 +22,24 @@ static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static NVS_TLS int tls_in_init;
 
 /* ------------------------------------------------------------------ helpers when missing */
-static CUresult stub_uuid(CUuuid *u, CUdevice d) { (void)u; (void)d; return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_name(char *n, int l, CUdevice d) { (void)n; (void)l; (void)d; return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_attr(int *p, CUdevice_attribute a, CUdevice d) { (void)p; (void)a; (void)d; return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_ctx_get(CUcontext *c) { if (c) *c = NULL; return CUDA_ERROR_NOT_INITIALIZED; }
-static CUresult stub_ctx_set(CUcontext c) { (void)c; return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_ctx_dev(CUdevice *d) { (void)d; return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_void(void) { return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_ev_create(CUevent *e, unsigned f) { (void)e; (void)f; return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_ev_record(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_ev(CUevent e) { (void)e; return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_capturing(CUstream s, CUstreamCaptureStatus *st) { (void)s; (void)st; return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_mode(CUstreamCaptureMode *m) { (void)m; return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_stream(CUstream s) { (void)s; return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_stream_create(CUstream *s, unsigned f) { (void)s; (void)f; return CUDA_ERROR_NOT_FOUND; }
-static CUresult stub_elapsed(float *ms, CUevent a, CUevent b) { (void)ms; (void)a; (void)b; return CUDA_ERROR_NOT_FOUND; }
+/* The driver lacks a function we call: the generated stubs (NVS_DRIVER's STUB) answer
+ * CUDA_ERROR_NOT_FOUND without looking at their arguments. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#define NVS_STUB_STUB(field, params) \
+    static CUresult stub_##field params { return CUDA_ERROR_NOT_FOUND; }
+#define NVS_STUB_NONE(field, params)
+#define NVS_STUB_OWN(field, params)
+#define NVS_STUB_(field, names, params, fallback) NVS_STUB_##fallback(field, params)
+NVS_DRIVER(NVS_STUB_)
+#pragma GCC diagnostic pop
+
+/* No current context without a driver. */
+static CUresult stub_cuCtxGetCurrent(CUcontext *c)
+{
+    if (c) *c = NULL;
+    return CUDA_ERROR_NOT_INITIALIZED;
+}
 
 static void *resolve(nvs_dlsym_fn real_dlsym, const char *name)
 {
@@ -47,16 +50,26 @@ static void *resolve(nvs_dlsym_fn real_dlsym, const char *name)
     return p;
 }
 
-/* nvs_drv.field = the driver's `name` if it has it, else `fallback` (the stub, or NULL). */
-#define NVS_RESOLVE_AS(field, name, fallback)                                                  \
+/* The first of `names` (NULL-terminated) that the driver has, or NULL. */
+static void *resolve_first(nvs_dlsym_fn real_dlsym, const char *const *names)
+{
+    void *p = NULL;
+    for (; !p && *names; names++) p = resolve(real_dlsym, *names);
+    return p;
+}
+
+#define NVS_FALLBACK_STUB(field) stub_##field
+#define NVS_FALLBACK_OWN(field) stub_##field
+#define NVS_FALLBACK_NONE(field) NULL
+/* nvs_drv.field = the first of the driver's `names` it has, else the fallback (stub or NULL). */
+#define NVS_RESOLVE_(field, names, params, fallback)                                           \
     do {                                                                                       \
-        void *p_ = resolve(rd, name);                                                          \
+        void *p_ = resolve_first(rd, (const char *const[]){NVS_UNPAREN names, NULL});          \
         if (p_)                                                                                \
             memcpy(&nvs_drv.field, &p_, sizeof(p_));                                           \
         else                                                                                   \
-            nvs_drv.field = fallback;                                                          \
-    } while (0)
-#define NVS_RESOLVE(field, stub) NVS_RESOLVE_AS(field, #field, stub)
+            nvs_drv.field = NVS_FALLBACK_##fallback(field);                                    \
+    } while (0);
 
 static void atfork_prepare(void);
 static void atfork_parent(void);
@@ -88,32 +101,7 @@ void nvs_init_slow(void)
         nvs_real[i] = resolve(rd, nvs_hooks[i].name);
         found += nvs_real[i] != NULL;
     }
-    NVS_RESOLVE(cuDeviceGetUuid, stub_uuid);
-    NVS_RESOLVE(cuDeviceGetUuid_v2, stub_uuid);
-    NVS_RESOLVE(cuDeviceGetName, stub_name);
-    NVS_RESOLVE(cuDeviceGetAttribute, stub_attr);
-    NVS_RESOLVE(cuCtxGetCurrent, stub_ctx_get);
-    NVS_RESOLVE(cuCtxSetCurrent, stub_ctx_set);
-    NVS_RESOLVE(cuCtxGetDevice, stub_ctx_dev);
-    NVS_RESOLVE(cuCtxSynchronize, stub_void);
-    NVS_RESOLVE(cuEventCreate, stub_ev_create);
-    NVS_RESOLVE(cuEventRecord, stub_ev_record);
-    NVS_RESOLVE(cuEventQuery, stub_ev);
-    NVS_RESOLVE(cuEventSynchronize, stub_ev);
-    NVS_RESOLVE(cuEventDestroy_v2, stub_ev);
-    NVS_RESOLVE(cuStreamIsCapturing, stub_capturing);
-    NVS_RESOLVE(cuThreadExchangeStreamCaptureMode, stub_mode);
-    NVS_RESOLVE(cuStreamSynchronize, stub_stream);
-    NVS_RESOLVE(cuStreamCreate, stub_stream_create);
-    /* CUDA 12.8 added cuEventElapsedTime_v2 (the name CUDA 13's cuda.h maps to); older drivers
-     * have only the first one. Same signature. */
-    NVS_RESOLVE_AS(cuEventElapsedTime, "cuEventElapsedTime_v2", stub_elapsed);
-    if (nvs_drv.cuEventElapsedTime == stub_elapsed)
-        NVS_RESOLVE_AS(cuEventElapsedTime, "cuEventElapsedTime", stub_elapsed);
-    /* cuMemPrefetchAsync_v2 takes a CUmemLocation (exported since CUDA 12.2; what CUDA 13's cuda.h
-     * calls cuMemPrefetchAsync); older drivers have only (ptr, size, CUdevice, stream). */
-    NVS_RESOLVE_AS(cuMemPrefetchAsync_v2, "cuMemPrefetchAsync_v2", NULL);
-    NVS_RESOLVE_AS(cuMemPrefetchAsync, "cuMemPrefetchAsync", NULL);
+    NVS_DRIVER(NVS_RESOLVE_)
 
     nvs_ckpt_interval = !nvs_cfg.max_inflight            ? 0
                         : nvs_cfg.max_inflight >= NVS_RING ? nvs_cfg.max_inflight / NVS_RING

@@ -4,19 +4,19 @@
  *   DROP_LOCK with EVICT: after the drain, every managed range the process holds on the device
  *   (converted device allocations and the program's own cuMemAllocManaged; VMM memory cannot be
  *   moved) is prefetched to the host on a stream of our own, and that stream is synchronised.
- *   Moving pages to host is the slow direction (about 10 GB/s against 50 back, measured on an
- *   H100; more streams did not help) and the driver does it at the CPU's pace inside the call, so
- *   by default (NVSHARE_EVICT=background) client.c sends LOCK_RELEASED first and evicts after it,
+ *   Moving pages to host is the slow direction (more streams did not help; figures in
+ *   docs/benchmarks.md) and the driver does it at the CPU's pace inside the call, so
+ *   by default (NVSHARE_EVICT=background) session.c sends LOCK_RELEASED first and evicts after it,
  *   while the next holder starts; NVSHARE_EVICT=wait evicts before (the memory is then free when
  *   the next holder starts) and LOCK_RELEASED carries the time (evict_us).
  *   LOCK_OK with PREFETCH: the same ranges are prefetched back to the device (NVSHARE_PREFETCH):
- *     wait     application threads run once it finished (client.c keeps may_run at 0 until then);
+ *     wait     application threads run once it finished (session.c keeps may_run at 0 until then);
  *     overlap  they run at once; two timing events around it on our stream measure it;
- *     off      nothing is prefetched here (client.c): demand page faults bring the pages back.
+ *     off      nothing is prefetched here (session.c): demand page faults bring the pages back.
  *   The next LOCK_RELEASED carries the prefetch time (prefetch_us).
  *
- * A bulk prefetch moves data about 10x faster than demand faults (50.6 vs 4.7 GB/s measured on an
- * H200), which is the main lever on the cost of a context switch.
+ * A bulk prefetch brings data back several times faster than demand faults (switch cost (d) in
+ * docs/benchmarks.md), which is the main lever on the cost of a context switch.
  *
  * The prefetch calls are issued with alloc.c's mutex held (a concurrent free waits, so no range can
  * be handed to another allocation mid-issue) and inside a "no capture" section (nvshare.h); the
@@ -98,12 +98,6 @@ static nvs_ctxrec *enter_context(nvs_dev *d, CUcontext *prev)
 static CUstreamCaptureMode relaxed_if_capturing(void)
 {
     return nvs_capture_any() ? nvs_relaxed_begin() : -1;
-}
-
-static uint32_t to_us(uint64_t ns)
-{
-    uint64_t us = ns / 1000;
-    return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
 /* Whether a bulk move may start now (logs why not). */
@@ -198,7 +192,7 @@ int nvs_switch_prefetch(nvs_dev *d, int wait)
         CUstreamCaptureMode old = relaxed_if_capturing();
         r = nvs_drv.cuStreamSynchronize(rec->own_stream);
         nvs_relaxed_end(old);
-        d->prefetch_us = to_us(nvs_now_ns() - t0);
+        d->prefetch_us = nvs_us32(nvs_now_ns() - t0);
     }
     nvs_drv.cuCtxSetCurrent(prev);
     NVS_DEBUG("device %d: prefetch of %d range(s), %llu bytes, to the device %s in %.3f ms (%d "
@@ -220,7 +214,7 @@ void nvs_switch_prefetch_poll(nvs_dev *d, int finish)
         if (q != CUDA_SUCCESS ||
             nvs_drv.cuEventElapsedTime(&ms, rec->pf_start, rec->pf_end) != CUDA_SUCCESS || ms < 0)
             ms = (float)((double)(nvs_now_ns() - d->pf_issue_ns) / 1e6); /* an upper bound */
-        d->prefetch_us = to_us((uint64_t)((double)ms * 1e6));
+        d->prefetch_us = nvs_us32((uint64_t)((double)ms * 1e6));
         d->pf_outstanding = 0;
         NVS_DEBUG("device %d: overlapped prefetch finished: %.3f ms on the GPU", d->ordinal,
                   (double)ms);

@@ -1,0 +1,52 @@
+/*
+ * client.h - what the two halves of the scheduler client tell each other (internal to them):
+ *   transport.c  the client thread, the socket: connect, backoff, HELLO, framing, sends;
+ *   session.c    what the messages mean: the per-type handlers, the per-device reset, and the
+ *                outgoing work of each round (ATTACH, REQ_LOCK, MEM_UPDATE, prefetch, drain,
+ *                LOCK_RELEASED).
+ * nvshare.h declares the client's interface to the rest of the library (nvs_client_*).
+ */
+#ifndef NVSHARE_CLIENT_H
+#define NVSHARE_CLIENT_H
+
+#include "nvshare.h"
+#include "protocol.h"
+
+#define NVS_MS 1000000ull
+
+/* Outgoing messages of one round, sent with one nvs_tx_send(). */
+typedef struct {
+    size_t len;
+    unsigned char buf[32768];
+} nvs_outbox;
+
+void nvs_outbox_put(nvs_outbox *o, uint16_t type, const void *payload, uint32_t len) NVS_HIDDEN;
+/* A fixed-size protocol string field: src truncated to cap, NUL-padded. */
+void nvs_copy_field(char *dst, size_t cap, const char *src) NVS_HIDDEN;
+
+/* *t = the earlier of *t and the time left until deadline (0 when past). */
+static inline void nvs_deadline_min(uint64_t *t, uint64_t now, uint64_t deadline)
+{
+    uint64_t left = deadline <= now ? 0 : deadline - now;
+    if (left < *t) *t = left;
+}
+
+/* ---------------------------------------------------------------- transport.c */
+int nvs_tx_connected(void) NVS_HIDDEN;
+/* Sends o (nothing when empty). Returns -1 when the connection was lost (already handled). */
+int nvs_tx_send(const nvs_outbox *o) NVS_HIDDEN;
+/* A WELCOME arrived: the outage (if any) is over. Returns 1 when we had registered before. */
+int nvs_tx_registered(void) NVS_HIDDEN;
+
+/* ---------------------------------------------------------------- session.c */
+/* nvs_g.mu held. No scheduler: every device may run iff `run`; nobody waits for a lock. */
+void nvs_session_down(int run) NVS_HIDDEN;
+/* nvs_g.mu held. One framed message; returns NULL or a description of what is malformed. */
+const char *nvs_session_handle(uint16_t type, const unsigned char *p, uint32_t len) NVS_HIDDEN;
+/* One round of outgoing work (client thread, without nvs_g.mu). Returns 1 when another round
+ * should follow at once. */
+int nvs_session_work(uint64_t now) NVS_HIDDEN;
+/* nvs_g.mu held. Lowers *t (ns from now) to the session's next timed work. */
+void nvs_session_deadlines(uint64_t now, uint64_t *t) NVS_HIDDEN;
+
+#endif /* NVSHARE_CLIENT_H */

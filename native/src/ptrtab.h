@@ -1,0 +1,36 @@
+/*
+ * ptrtab.h - an open-addressing hash table from a 64-bit key (a device pointer or a VMM handle)
+ * to {size, device, kind}. Not thread-safe: the caller holds its own lock (alloc.c's mutex).
+ */
+#ifndef NVSHARE_PTRTAB_H
+#define NVSHARE_PTRTAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nvshare.h"
+
+typedef struct {
+    uint64_t key;
+    uint64_t size;
+    int32_t dev;
+    uint8_t kind;
+    uint8_t state; /* 0 empty, 1 used, 2 deleted */
+} nvs_ptr_entry;
+
+typedef struct {
+    nvs_ptr_entry *s;
+    size_t cap, used, dead;
+} nvs_ptrtab; /* all zero: empty */
+
+nvs_ptr_entry *nvs_ptrtab_find(nvs_ptrtab *t, uint64_t key) NVS_HIDDEN; /* NULL: none */
+/* Insert or overwrite key's entry. Returns -1 when out of memory (nothing stored). */
+int nvs_ptrtab_put(nvs_ptrtab *t, uint64_t key, uint64_t size, int dev, int kind) NVS_HIDDEN;
+void nvs_ptrtab_del(nvs_ptrtab *t, nvs_ptr_entry *e) NVS_HIDDEN; /* e from nvs_ptrtab_find */
+/* Take key's entry out of t (into *out). Returns 0 when there is none. */
+int nvs_ptrtab_take(nvs_ptrtab *t, uint64_t key, nvs_ptr_entry *out) NVS_HIDDEN;
+/* Iteration: *pos = 0 first; returns the next used entry, or NULL at the end. */
+const nvs_ptr_entry *nvs_ptrtab_next(const nvs_ptrtab *t, size_t *pos) NVS_HIDDEN;
+void nvs_ptrtab_clear(nvs_ptrtab *t) NVS_HIDDEN; /* free everything; empty again */
+
+#endif /* NVSHARE_PTRTAB_H */

@@ -1,0 +1,391 @@
+/*
+ * session.c - what the scheduler's messages mean to this process, and what it tells the
+ * scheduler (transport.c moves the bytes):
+ *
+ *   WELCOME: registered; every device goes back to asking for the lock at its next gated call
+ *   ATTACH every device in use (-> ATTACHED: the scheduler's capacity)
+ *   a waiting app thread -> MEM_UPDATE + REQ_LOCK -> LOCK_OK: may_run = 1
+ *     (LOCK_OK with PREFETCH: bulk prefetch of the device's managed memory, switch.c; with
+ *     NVSHARE_PREFETCH=wait may_run = 1 only once it finished, with overlap at once)
+ *   DROP_LOCK -> drain [-> bulk eviction to host if EVICT] -> LOCK_RELEASED(0, measured times);
+ *   idle for NVSHARE_IDLE_RELEASE_MS -> drain -> LOCK_RELEASED(1);
+ *   footprint changes -> MEM_UPDATE (at most one per device per 100 ms)
+ *
+ * Incoming: a table of message type -> payload size -> handler, run under nvs_g.mu on the client
+ * thread. Outgoing: nvs_session_work(), one round in named steps (reap, collect under nvs_g.mu,
+ * send, prefetches, drains).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "client.h"
+
+#define MEM_UPDATE_PERIOD (100 * NVS_MS)
+#define REAP_PERIOD (100 * NVS_MS)
+
+static uint64_t next_reap_ns; /* client thread */
+
+/* ------------------------------------------------------------------ per-device state */
+/* nvs_g.mu held. Forget what belonged to the previous connection (lock, drain, prefetch, what the
+ * scheduler was told); the device may run iff `run`. */
+static void reset_device(nvs_dev *d, int run)
+{
+    d->attach_sent = 0;
+    d->lock_state = NVS_LOCK_IDLE;
+    d->drain_reason = -1;
+    d->evict = d->prefetch_pending = 0;
+    d->mem_sent_valid = 0;
+    atomic_store_explicit(&d->may_run, run, memory_order_seq_cst);
+}
+
+/* nvs_g.mu held. Nobody wants a lock any more: the waiters just woken run ungated, and a request
+ * left standing would be sent on the next connection with nobody waiting (and hold the GPU until
+ * an idle release, never with NVSHARE_IDLE_RELEASE_MS=0). A waiter that still needs the lock
+ * (required scheduler) asks again. */
+void nvs_session_down(int run)
+{
+    nvs_g.client_state = NVS_CLIENT_DOWN;
+    nvs_g.ungated = run;
+    NVS_FOR_EACH_DEV(d) {
+        d->want = 0;
+        reset_device(d, run);
+    }
+    pthread_cond_broadcast(&nvs_g.cv);
+}
+
+/* ------------------------------------------------------------------ incoming messages */
+static const char *drop_reason(uint32_t r)
+{
+    switch (r) {
+    case NVS_DROP_QUANTUM: return "quantum expired";
+    case NVS_DROP_PREEMPTED: return "preempted";
+    case NVS_DROP_ADMIN: return "administrative";
+    case NVS_DROP_MEMORY: return "memory";
+    default: return "unspecified";
+    }
+}
+
+static void on_error(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)d;
+    (void)now;
+    NVS_DEBUG("scheduler error: %.*s", (int)(len > 200 ? 200 : len), (const char *)p);
+}
+
+static void on_welcome(nvs_dev *none, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)none;
+    (void)len;
+    (void)now;
+    struct nvs_welcome w;
+    memcpy(&w, p, sizeof(w));
+    nvs_g.client_state = NVS_CLIENT_READY;
+    nvs_g.ungated = 0;
+    NVS_FOR_EACH_DEV(d) {
+        /* A new scheduler knows nothing of our footprint: send it after the ATTACH. */
+        atomic_store(&d->mem_dirty, 1);
+        /* Back to asking for the lock at the next gated call. */
+        reset_device(d, 0);
+    }
+    int again = nvs_tx_registered();
+    NVS_DEBUG("%s with the scheduler (client id %llu)", again ? "re-registered" : "registered",
+              (unsigned long long)w.client_id);
+    pthread_cond_broadcast(&nvs_g.cv);
+}
+
+static void on_attached(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)len;
+    (void)now;
+    struct nvs_attached a;
+    memcpy(&a, p, sizeof(a));
+    atomic_store(&d->sched_capacity, a.capacity);
+    d->attached = 1;
+    NVS_DEBUG("attached device %u: scheduler capacity %llu bytes%s", a.device,
+              (unsigned long long)a.capacity, a.capacity ? "" : " (no opinion)");
+    pthread_cond_broadcast(&nvs_g.cv);
+}
+
+/* PREFETCH: done by nvs_session_work() (GPU work stays outside nvs_g.mu); with "wait" the
+ * application's threads run once it finished. */
+static void on_lock_ok(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)len;
+    struct nvs_grant g;
+    memcpy(&g, p, sizeof(g));
+    if (d->lock_state == NVS_LOCK_HELD) return;
+    int prefetch = (g.flags & NVS_GRANT_PREFETCH) && nvs_cfg.prefetch != NVS_PREFETCH_OFF;
+    d->lock_state = NVS_LOCK_HELD;
+    d->want = 0;
+    d->drain_reason = -1;
+    d->evict = 0;
+    d->prefetch_pending = prefetch;
+    d->prefetch_us = 0;
+    d->pf_outstanding = 0;
+    d->last_active_ns = d->grant_ns = now;
+    atomic_store_explicit(&d->active, 0, memory_order_relaxed);
+    if (!prefetch || nvs_cfg.prefetch == NVS_PREFETCH_OVERLAP) {
+        atomic_store_explicit(&d->may_run, 1, memory_order_seq_cst);
+        pthread_cond_broadcast(&nvs_g.cv);
+    }
+    NVS_DEBUG("grant device %u (quantum %u ms%s)", g.device, g.quantum_ms,
+              !(g.flags & NVS_GRANT_PREFETCH)         ? ""
+              : !prefetch                             ? ", prefetch: off"
+              : nvs_cfg.prefetch == NVS_PREFETCH_WAIT ? ", prefetch: threads wait for it"
+                                                      : ", prefetch: overlapped");
+}
+
+static void on_drop(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)len;
+    struct nvs_drop m;
+    memcpy(&m, p, sizeof(m));
+    int evict = (m.flags & NVS_DROP_EVICT) != 0;
+    if (d->lock_state == NVS_LOCK_HELD && d->drain_reason < 0) {
+        d->drain_reason = NVS_RELEASE_DROPPED;
+        d->evict = evict;
+        NVS_DEBUG("drop device %u (%s%s) after holding it %.3f s", m.device, drop_reason(m.reason),
+                  evict ? ", evict" : "", (double)(now - d->grant_ns) / 1e9);
+    } else if (d->lock_state == NVS_LOCK_HELD) {
+        d->evict |= evict; /* a second drop before the release: it evicts if either asks */
+        NVS_DEBUG("drop device %u: already releasing it%s", m.device, evict ? " (evict)" : "");
+    } else {
+        NVS_DEBUG("drop device %u ignored (not holding it)", m.device);
+    }
+}
+
+#define ANY_SIZE UINT32_MAX
+static const struct handler {
+    uint16_t type;
+    uint32_t size;  /* the exact payload size, or ANY_SIZE */
+    int per_device; /* the payload starts with a device ordinal: fn gets that device */
+    void (*fn)(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now);
+} handlers[] = {
+    {NVS_ERROR, ANY_SIZE, 0, on_error},
+    {NVS_WELCOME, sizeof(struct nvs_welcome), 0, on_welcome},
+    {NVS_ATTACHED, sizeof(struct nvs_attached), 1, on_attached},
+    {NVS_LOCK_OK, sizeof(struct nvs_grant), 1, on_lock_ok},
+    {NVS_DROP_LOCK, sizeof(struct nvs_drop), 1, on_drop},
+};
+
+static const struct handler *find_handler(uint16_t type)
+{
+    for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++)
+        if (handlers[i].type == type) return &handlers[i];
+    return NULL;
+}
+
+const char *nvs_session_handle(uint16_t type, const unsigned char *p, uint32_t len)
+{
+    static char err[160];
+    const struct handler *h = find_handler(type);
+    if (type != NVS_ERROR) { /* an ERROR is welcome at any time */
+        if (nvs_g.client_state == NVS_CLIENT_HANDSHAKE) {
+            if (type != NVS_WELCOME) return "expected WELCOME";
+        } else if (type == NVS_WELCOME) {
+            return "unexpected WELCOME";
+        }
+    }
+    if (!h) {
+        snprintf(err, sizeof(err), "unexpected message type %u", type);
+        return err;
+    }
+    if (h->size != ANY_SIZE && len != h->size) {
+        snprintf(err, sizeof(err), "type %u with %u payload bytes (expected %u)", type, len,
+                 h->size);
+        return err;
+    }
+    nvs_dev *d = NULL;
+    if (h->per_device) {
+        uint32_t dev;
+        memcpy(&dev, p, sizeof(dev));
+        if (dev >= NVS_MAX_DEVICES || !nvs_g.dev[dev].info_ready) {
+            NVS_DEBUG("ignoring message type %u for unknown device %u", type, dev);
+            return NULL;
+        }
+        d = &nvs_g.dev[dev];
+    }
+    h->fn(d, p, len, nvs_now_ns());
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ outgoing work */
+/* What a round found to do outside nvs_g.mu. */
+typedef struct {
+    nvs_dev *drains[NVS_MAX_DEVICES], *prefetches[NVS_MAX_DEVICES], *overlapped[NVS_MAX_DEVICES];
+    int nd, np, no;
+} round_plan;
+
+static nvs_outbox out; /* client thread */
+
+static void put_attach(nvs_dev *d)
+{
+    struct nvs_attach a;
+    memset(&a, 0, sizeof(a));
+    a.device = (uint32_t)d->ordinal;
+    nvs_copy_field(a.uuid, sizeof(a.uuid), d->uuid);
+    nvs_copy_field(a.name, sizeof(a.name), d->name);
+    a.physical_memory = d->physical;
+    a.capacity = nvs_cfg.gpu_memory ? nvs_cfg.gpu_memory : d->physical;
+    nvs_outbox_put(&out, NVS_ATTACH, &a, sizeof(a));
+    d->attach_sent = 1;
+    NVS_DEBUG("attach device %d (%s, \"%s\", physical %llu, capacity %llu)", d->ordinal, d->uuid,
+              d->name, (unsigned long long)a.physical_memory, (unsigned long long)a.capacity);
+}
+
+static void put_mem_update(nvs_dev *d, uint64_t now)
+{
+    struct nvs_mem_update m = {(uint32_t)d->ordinal, 0, atomic_load(&d->managed_bytes),
+                               atomic_load(&d->other_bytes)};
+    nvs_outbox_put(&out, NVS_MEM_UPDATE, &m, sizeof(m));
+    d->mem_sent_managed = m.managed_bytes;
+    d->mem_sent_other = m.other_bytes;
+    d->mem_sent_ns = now;
+    d->mem_sent_valid = 1;
+    NVS_TRACE("mem update device %d: managed %llu other %llu", d->ordinal,
+              (unsigned long long)m.managed_bytes, (unsigned long long)m.other_bytes);
+}
+
+/* nvs_g.mu held. REQ_LOCK for a waiter (always after a MEM_UPDATE), else a due MEM_UPDATE. */
+static void put_request_or_footprint(nvs_dev *d, uint64_t now)
+{
+    if (d->lock_state == NVS_LOCK_IDLE && d->want) {
+        atomic_store(&d->mem_dirty, 0);
+        put_mem_update(d, now); /* always one before REQ_LOCK */
+        struct nvs_device r = {(uint32_t)d->ordinal, 0};
+        nvs_outbox_put(&out, NVS_REQ_LOCK, &r, sizeof(r));
+        d->lock_state = NVS_LOCK_REQUESTED;
+        NVS_DEBUG("request device %d", d->ordinal);
+    } else if (atomic_load(&d->mem_dirty) && now >= d->mem_sent_ns + MEM_UPDATE_PERIOD) {
+        atomic_store(&d->mem_dirty, 0);
+        if (!d->mem_sent_valid || d->mem_sent_managed != atomic_load(&d->managed_bytes) ||
+            d->mem_sent_other != atomic_load(&d->other_bytes))
+            put_mem_update(d, now);
+    }
+}
+
+/* nvs_g.mu held, d held: a pending drain, a prefetch to do, or an idle release due. */
+static void plan_held(nvs_dev *d, uint64_t now, round_plan *pl)
+{
+    if (d->pf_outstanding) pl->overlapped[pl->no++] = d;
+    if (d->drain_reason >= 0) {
+        if (d->prefetch_pending)
+            NVS_DEBUG("device %d: dropped before its prefetch began; no prefetch", d->ordinal);
+        d->prefetch_pending = 0;
+        pl->drains[pl->nd++] = d;
+    } else if (d->prefetch_pending) {
+        d->prefetch_pending = 0;
+        pl->prefetches[pl->np++] = d;
+    } else if (nvs_cfg.idle_release_ms) {
+        /* Mid-capture counts as busy: the application is building a graph, and a drain could
+         * not finish its work anyway (no cuCtxSynchronize during a capture). */
+        if (atomic_exchange_explicit(&d->active, 0, memory_order_relaxed) ||
+            atomic_load(&d->inflight) > 0 || nvs_capture_any()) {
+            d->last_active_ns = now;
+        } else if (now - d->last_active_ns >= (uint64_t)nvs_cfg.idle_release_ms * NVS_MS) {
+            d->drain_reason = NVS_RELEASE_IDLE;
+            pl->drains[pl->nd++] = d;
+        }
+    }
+}
+
+/* Fills `out` and the plan under nvs_g.mu. Returns 0 when not registered (nothing to do). */
+static int collect(uint64_t now, round_plan *pl)
+{
+    pthread_mutex_lock(&nvs_g.mu);
+    if (nvs_g.client_state != NVS_CLIENT_READY) {
+        pthread_mutex_unlock(&nvs_g.mu);
+        return 0;
+    }
+    NVS_FOR_EACH_DEV(d) {
+        if (!d->attach_sent) put_attach(d);
+        put_request_or_footprint(d, now);
+        if (d->lock_state == NVS_LOCK_HELD) plan_held(d, now, pl);
+    }
+    pthread_mutex_unlock(&nvs_g.mu);
+    return 1;
+}
+
+/* A grant's bulk prefetch; with "wait" the application's threads run once it finished. */
+static void run_prefetch(nvs_dev *d)
+{
+    int wait = nvs_cfg.prefetch == NVS_PREFETCH_WAIT;
+    nvs_switch_prefetch(d, wait);
+    pthread_mutex_lock(&nvs_g.mu);
+    d->last_active_ns = nvs_now_ns(); /* the time it took is not idleness */
+    if (wait && nvs_g.client_state == NVS_CLIENT_READY && d->lock_state == NVS_LOCK_HELD) {
+        d->want = 0;
+        atomic_store_explicit(&d->may_run, 1, memory_order_seq_cst);
+        pthread_cond_broadcast(&nvs_g.cv);
+    }
+    pthread_mutex_unlock(&nvs_g.mu);
+}
+
+/* Drain d [evict], LOCK_RELEASED. Returns -1 when the connection was lost. */
+static int run_drain(nvs_dev *d)
+{
+    uint64_t drain_ns = nvs_drain(d);
+    nvs_switch_prefetch_poll(d, 1); /* an overlapped prefetch of this grant: its time */
+    /* Moving pages to host runs at the CPU's pace inside the driver call (see
+     * docs/benchmarks.md): by default it happens after LOCK_RELEASED, while the next holder
+     * starts. */
+    int evict_after = d->evict && nvs_cfg.evict == NVS_EVICT_BACKGROUND;
+    uint64_t evict_ns = d->evict && !evict_after ? nvs_switch_evict(d) : 0;
+    out.len = 0;
+    pthread_mutex_lock(&nvs_g.mu);
+    if (nvs_g.client_state == NVS_CLIENT_READY && d->lock_state == NVS_LOCK_HELD) {
+        struct nvs_released r = {(uint32_t)d->ordinal, (uint32_t)d->drain_reason,
+                                 nvs_us32(drain_ns), nvs_us32(evict_ns), d->prefetch_us, 0};
+        nvs_outbox_put(&out, NVS_LOCK_RELEASED, &r, sizeof(r));
+        NVS_DEBUG("release device %d (%s): drain %u us, evict %u us, prefetch %u us", d->ordinal,
+                  r.reason == NVS_RELEASE_IDLE ? "idle" : "dropped", r.drain_us, r.evict_us,
+                  r.prefetch_us);
+        d->lock_state = NVS_LOCK_IDLE;
+    }
+    d->drain_reason = -1;
+    d->evict = 0;
+    pthread_mutex_unlock(&nvs_g.mu);
+    if (nvs_tx_send(&out) != 0) return -1;
+    if (evict_after) nvs_switch_evict(d);
+    return 0;
+}
+
+static void reap_deferred_frees(uint64_t now)
+{
+    if (nvs_alloc_pending() && now >= next_reap_ns) {
+        nvs_alloc_reap();
+        next_reap_ns = now + REAP_PERIOD;
+    }
+}
+
+int nvs_session_work(uint64_t now)
+{
+    reap_deferred_frees(now);
+    if (!nvs_tx_connected()) return 0;
+    round_plan pl;
+    pl.nd = pl.np = pl.no = 0;
+    out.len = 0;
+    if (!collect(now, &pl)) return 0;
+    if (nvs_tx_send(&out) != 0) return 0;
+    for (int i = 0; i < pl.no; i++) nvs_switch_prefetch_poll(pl.overlapped[i], 0); /* its log */
+    for (int i = 0; i < pl.np; i++) run_prefetch(pl.prefetches[i]);
+    for (int i = 0; i < pl.nd; i++)
+        if (run_drain(pl.drains[i]) != 0) return 0;
+    return pl.nd > 0 || pl.np > 0; /* waiters may want the lock back at once */
+}
+
+void nvs_session_deadlines(uint64_t now, uint64_t *t)
+{
+    if (nvs_g.client_state == NVS_CLIENT_READY) {
+        NVS_FOR_EACH_DEV(d) {
+            if (d->lock_state == NVS_LOCK_HELD && nvs_cfg.idle_release_ms) {
+                uint64_t tick = (uint64_t)nvs_cfg.idle_release_ms * NVS_MS / 4;
+                nvs_deadline_min(t, now, now + (tick < NVS_MS ? NVS_MS : tick));
+            }
+            if (atomic_load(&d->mem_dirty))
+                nvs_deadline_min(t, now, d->mem_sent_ns + MEM_UPDATE_PERIOD);
+        }
+    }
+    if (nvs_alloc_pending())
+        nvs_deadline_min(t, now, next_reap_ns > now ? next_reap_ns : now + REAP_PERIOD);
+}
