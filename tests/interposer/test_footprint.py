@@ -20,8 +20,8 @@ import pytest
 
 from xpushare.protocol import MessageType
 
-from .fake_scheduler import RecordingScheduler, wait_for as _wait
-from .harness import MIB, SRC, clean_env, uuid_of
+from .fake_scheduler import RecordingScheduler
+from .harness import MIB, SRC, clean_env, poll, uuid_of
 
 KIB = 1 << 10
 MEM_UPDATE_PERIOD_S = 0.1  # docs/protocol.md: at most one MEM_UPDATE per device per 100 ms
@@ -120,8 +120,8 @@ def test_allocation_burst_is_coalesced_and_the_final_footprint_arrives(world, re
     def final_arrived():
         updates = recorder.messages(MessageType.MEM_UPDATE, device=0)
         return updates and updates[-1].footprint == (final, 0)
-    _wait(final_arrived, 10, lambda: f"a MEM_UPDATE with the final {final} bytes (got "
-                                     f"{[r.footprint for r in recorder.messages(MessageType.MEM_UPDATE)]})")
+    poll(final_arrived, 10, what=lambda: f"a MEM_UPDATE with the final {final} bytes (got "
+                                         f"{[r.footprint for r in recorder.messages(MessageType.MEM_UPDATE)]})")
     time.sleep(0.3)  # any update still to come would arrive now
     app.resume()
     assert app.finish() == 0
@@ -173,8 +173,7 @@ def _wait_status_shows(world, pid: int, want: dict[str, tuple[int, int]]):
     def matches():
         seen.append(_held_per_gpu(world, pid))
         return seen[-1] == want
-    _wait(matches, 10, lambda: f"nvsharectl status to show {want} for pid {pid} (last seen {seen[-1:]})",
-          interval=0.1)
+    poll(matches, 10, 0.1, what=lambda: f"nvsharectl status to show {want} for pid {pid} (last seen {seen[-1:]})")
 
 
 def test_nvsharectl_status_shows_what_the_client_holds_per_gpu(world):

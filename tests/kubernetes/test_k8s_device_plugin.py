@@ -10,7 +10,9 @@ import time
 import grpc
 import pytest
 
-from .k8s_helpers import GPU_A, GPU_B, FakeKubelet, wait_for
+from testkit.waiting import poll
+
+from .k8s_helpers import GPU_A, GPU_B, FakeKubelet
 from xpushare.kubernetes.proto import deviceplugin_pb2 as pb
 
 pytestmark = pytest.mark.timeout(90)
@@ -51,7 +53,7 @@ def test_registration_fields(running):
     assert req.options.pre_start_required is False
     # the plugin serves on <dir>/<endpoint>, and answered the kubelet's dial-back
     assert stat.S_ISSOCK(os.stat(os.path.join(plugin.plugin_dir, ENDPOINT)).st_mode)
-    opts = wait_for(lambda: kubelet.options, what="GetDevicePluginOptions")[0]
+    opts = poll(lambda: kubelet.options, timeout=20, interval=0.05, what="GetDevicePluginOptions")[0]
     assert opts.get_preferred_allocation_available and not opts.pre_start_required
 
 
@@ -226,7 +228,7 @@ def test_rejected_registration_is_retried(short_dir, kubelet, start_plugin):
 def test_plugin_started_before_kubelet(short_dir, start_plugin):
     plugin = start_plugin("--gpu-uuids", GPU_A, "--virtual-devices", "2")
     sock = os.path.join(plugin.plugin_dir, ENDPOINT)
-    wait_for(lambda: os.path.exists(sock), what="plugin socket")
+    poll(lambda: os.path.exists(sock), timeout=20, interval=0.05, what="plugin socket")
     time.sleep(0.5)
     assert plugin.proc.poll() is None  # waits for the kubelet instead of exiting
     kubelet = FakeKubelet(plugin.plugin_dir).start()

@@ -34,10 +34,6 @@ def uuid(i: int) -> str:
     return f"GPU-00000000-0000-0000-0000-{i:012x}"
 
 
-def wait_for(cond, timeout=10.0, interval=0.02, what="condition"):
-    return poll(cond, timeout, interval, what)
-
-
 def child_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(SRC)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
@@ -73,8 +69,8 @@ class SchedulerProcess:
             self.proc = subprocess.Popen([sys.executable, "-m", "xpushare.scheduler", *self.args],
                                          stdout=log, stderr=subprocess.STDOUT, env=self.env)
         if wait:
-            wait_for(lambda: socket_answers(self.sock) or self.proc.poll() is not None,
-                     what="the scheduler to listen")
+            poll(lambda: socket_answers(self.sock) or self.proc.poll() is not None,
+                 what="the scheduler to listen")
             assert self.proc.poll() is None, f"scheduler exited:\n{self.log()}"
         return self
 
@@ -85,7 +81,7 @@ class SchedulerProcess:
             return ""
 
     def wait_log(self, text: str, timeout=10.0) -> str:
-        return wait_for(lambda: text in self.log() and self.log(), timeout, what=f"log line {text!r}")
+        return poll(lambda: text in self.log() and self.log(), timeout, what=f"log line {text!r}")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

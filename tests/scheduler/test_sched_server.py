@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from testkit.waiting import poll
 from sched_harness import (
-    GiB, FakeClient, SchedulerProcess, as_user, child_env, registered, uuid, wait_for,
+    GiB, FakeClient, SchedulerProcess, as_user, child_env, registered, uuid,
 )
 from xpushare import __version__
 from xpushare.protocol import (
@@ -221,9 +222,9 @@ def test_disconnect_of_a_waiter_removes_it_from_the_queue(scheduler):
     a.expect(MessageType.LOCK_OK)
     b.request()
     c.request()
-    wait_for(lambda: len(scheduler.status()["gpus"][0]["queue"]) == 2)
+    poll(lambda: len(scheduler.status()["gpus"][0]["queue"]) == 2)
     b.close()
-    wait_for(lambda: len(scheduler.status()["gpus"][0]["queue"]) == 1)
+    poll(lambda: len(scheduler.status()["gpus"][0]["queue"]) == 1)
     a.release()
     c.expect(MessageType.LOCK_OK)
 
@@ -383,7 +384,7 @@ def test_status_reports_gpus_holders_queue_and_clients(scheduler):
     with registered(scheduler.sock) as waiter, registered(scheduler.sock, devices=()) as idle:
         waiter.request()
         time.sleep(0.3)
-        st = wait_for(lambda: (s := scheduler.status())["gpus"][0]["queue"] and s)
+        st = poll(lambda: (s := scheduler.status())["gpus"][0]["queue"] and s)
         assert st["scheduler"]["pid"] == scheduler.proc.pid
         (gpu,) = st["gpus"]
         assert gpu["uuid"] == uuid(0) and gpu["mode"] == "serial" and gpu["tq"] == 30
