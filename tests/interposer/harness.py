@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from testkit.waiting import poll  # noqa: F401  (re-exported for the tests)
 
+from .hooks_table import gated_names
+
 REPO = Path(__file__).resolve().parents[2]
 MOCK_SRC = REPO / "tests" / "mock"
 SRC = REPO / "src"
@@ -40,14 +42,12 @@ MIB = 1 << 20
 _SCRUB_PREFIXES = ("NVSHARE_", "MOCK_CUDA_", "RTLD_NEXT_PROBE")
 _SCRUB = {"LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"}
 
-# Entry points whose calls are GPU work (the gated list in native/README.md).
-_GATED_PREFIXES = ("cuLaunch", "cuGraphLaunch", "cuMemcpy", "cuMemset", "cuStreamBatchMemOp",
-                   "cuStreamWaitValue", "cuStreamWriteValue")
+# Entry points whose calls are GPU work: the GATE lines of native/src/hooks.h, every variant.
+GATED = gated_names()
 
 
 def is_gated(fn: str) -> bool:
-    return fn.startswith(_GATED_PREFIXES)
-
+    return fn in GATED
 
 
 def clean_env(**extra) -> dict:
