@@ -50,6 +50,10 @@ def is_gated(fn: str) -> bool:
     return fn in GATED
 
 
+# What the library's drain calls (it synchronises the contexts it used, or waits on its checkpoints).
+DRAIN_CALLS = ("cuCtxSynchronize", "cuEventSynchronize", "cuEventQuery", "cuStreamSynchronize")
+
+
 def clean_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in _SCRUB and not k.startswith(_SCRUB_PREFIXES)}

@@ -104,6 +104,13 @@ class SchedulerProcess:
         assert reply["ok"], reply
         return reply
 
+    def wait_held_for(self, seconds: float, gpu: int = 0) -> dict:
+        """Until the scheduler itself reports GPU `gpu`'s first holder as holding for `seconds`
+        (any timer of the grant due before then has fired); returns that holder's status."""
+        return poll(lambda: next((h for h in self.status()["gpus"][gpu]["holders"]
+                                  if h["held_for"] >= seconds), None),
+                    timeout=seconds + 15, what=f"a holder to hold for {seconds} s")
+
 
 class FakeClient:
     """A scheduler client written against docs/protocol.md."""
@@ -147,13 +154,15 @@ class FakeClient:
         assert frame.type == msg_type, f"expected {msg_type.name}, got {frame.type.name}: {frame}"
         return frame.decode()
 
-    def silent(self, duration: float) -> bool:
-        """True when nothing arrives for `duration` seconds."""
-        try:
-            frame = self.recv(duration)
-        except (socket.timeout, TimeoutError):
-            return True
-        raise AssertionError(f"unexpected {frame.type.name if frame else 'EOF'}")
+    def nothing_sent(self) -> bool:
+        """True when the scheduler has sent this client nothing up to now (else AssertionError).
+
+        The witness is a status round trip on this connection: the scheduler handles a connection's
+        messages in order and writes its frames in order, so whatever it decided to send here while
+        handling what came before the request arrives before the reply. (To cover a decision another
+        connection's message triggered, first do the round trip on that connection.)"""
+        self.ctl("status")
+        return True
 
     def closed_by_peer(self, timeout: float = 5.0) -> bool:
         """Drain frames until EOF; True if the scheduler closed the connection."""
