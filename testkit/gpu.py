@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testkit.waiting import poll
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 PROGRAMS = REPO / "tests" / "gpu" / "programs"
@@ -297,22 +299,27 @@ class Scheduler:
                 with self._lock:
                     self.lines.append((now, line.rstrip("\n")))
 
+    def _answers(self) -> bool:
+        if not self.socket.exists():
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect(str(self.socket))
+                return True
+            except OSError:
+                return False
+
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"scheduler exited with {self.proc.returncode}:\n{self.log()}")
-            if self.socket.exists():
-                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                    try:
-                        s.connect(str(self.socket))
-                        return
-                    except OSError:
-                        pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"scheduler did not answer on {self.socket} within {timeout:.0f}s:\n{self.log()}")
+        try:
+            ready = poll(self._answers, timeout, 0.05, what=f"the scheduler to answer on {self.socket}",
+                         abort=lambda: self.proc.poll() is not None)
+        except AssertionError:
+            self.stop()
+            raise RuntimeError(f"scheduler did not answer on {self.socket} within {timeout:.0f}s:\n"
+                               f"{self.log()}") from None
+        if not ready:
+            self.stop()
+            raise RuntimeError(f"scheduler exited with {self.proc.returncode}:\n{self.log()}")
 
     def log(self) -> str:
         with self._lock:

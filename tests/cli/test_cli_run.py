@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from sched_harness import child_env, wait_for
+from sched_harness import child_env
+from testkit.waiting import poll
 from xpushare.protocol import CtlClient, socket_answers
 
 PRINT_ENV = [sys.executable, "-c", "import os, json; print(json.dumps(dict(os.environ)))"]
@@ -127,8 +128,8 @@ def _stop(pid):
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
-             open(f"/proc/{pid}/stat").read().split()[2] == "Z", what="scheduler exit")
+    poll(lambda: not os.path.exists(f"/proc/{pid}") or
+         open(f"/proc/{pid}/stat").read().split()[2] == "Z", what="scheduler exit")
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])

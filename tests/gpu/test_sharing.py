@@ -14,13 +14,13 @@ import json
 import shutil
 import statistics
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from testkit import gpu as harness
 from testkit.gpu import PROGRAMS, python_cmd
+from testkit.waiting import poll
 
 TQ_S = 2
 STEPS = 160
@@ -28,13 +28,9 @@ STEP_MS = 50
 
 
 def wait_for_files(paths: list[Path], programs: list[harness.Program], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(p.exists() for p in paths):
-        for prog in programs:
-            if prog.proc.poll() is not None:
-                return  # one died early; its wait() below reports why
-        assert time.monotonic() < deadline, f"workers not ready within {timeout:.0f}s"
-        time.sleep(0.05)
+    """Until every path exists; returns early when a program died (its wait() below reports why)."""
+    poll(lambda: all(p.exists() for p in paths), timeout, 0.05, what="the workers to be ready",
+         abort=lambda: any(prog.proc.poll() is not None for prog in programs))
 
 
 def status_pids(sock: Path) -> set[int] | None:

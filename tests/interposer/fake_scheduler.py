@@ -8,7 +8,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from xpushare.protocol import (
@@ -24,14 +23,6 @@ from xpushare.protocol import (
 )
 
 from .harness import poll
-
-
-def wait_for(cond: Callable[[], object], timeout: float, what: Callable[[], str], interval: float = 0.02):
-    """poll(), with a failure message built when it fails (what was seen last, not at the start)."""
-    try:
-        return poll(cond, timeout, interval)
-    except AssertionError:
-        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what()}") from None
 
 
 # Messages that name a device (their payload starts with `u32 device`).
@@ -149,8 +140,8 @@ class RecordingScheduler:
         return [r for r in got if (not types or r.type in types) and (device is None or r.device == device)]
 
     def wait_count(self, mtype: MessageType, n: int, device: int | None = None, timeout: float = 15.0):
-        return wait_for(lambda: len(self.messages(mtype, device=device)) >= n, timeout,
-                        lambda: f"{n} {mtype.name} message(s) for device {device} (got {self.summary()})")
+        return poll(lambda: len(self.messages(mtype, device=device)) >= n, timeout,
+                    what=lambda: f"{n} {mtype.name} message(s) for device {device} (got {self.summary()})")
 
     def summary(self) -> list[str]:
         return [f"{r.type.name}({r.device})" for r in self.messages()]

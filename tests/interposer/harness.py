@@ -21,13 +21,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from testkit.scheduler import SchedulerProcess
 from testkit.waiting import poll  # noqa: F401  (re-exported for the tests)
+
+from .hooks_table import gated_names
 
 REPO = Path(__file__).resolve().parents[2]
 MOCK_SRC = REPO / "tests" / "mock"
@@ -40,14 +42,16 @@ MIB = 1 << 20
 _SCRUB_PREFIXES = ("NVSHARE_", "MOCK_CUDA_", "RTLD_NEXT_PROBE")
 _SCRUB = {"LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"}
 
-# Entry points whose calls are GPU work (the gated list in native/README.md).
-_GATED_PREFIXES = ("cuLaunch", "cuGraphLaunch", "cuMemcpy", "cuMemset", "cuStreamBatchMemOp",
-                   "cuStreamWaitValue", "cuStreamWriteValue")
+# Entry points whose calls are GPU work: the GATE lines of native/src/hooks.h, every variant.
+GATED = gated_names()
 
 
 def is_gated(fn: str) -> bool:
-    return fn.startswith(_GATED_PREFIXES)
+    return fn in GATED
 
+
+# What the library's drain calls (it synchronises the contexts it used, or waits on its checkpoints).
+DRAIN_CALLS = ("cuCtxSynchronize", "cuEventSynchronize", "cuEventQuery", "cuStreamSynchronize")
 
 
 def clean_env(**extra) -> dict:
@@ -128,92 +132,14 @@ def locate_library(build_dir: Path) -> Path:
 # scheduler
 
 
-class Scheduler:
-    """A real nvshare-scheduler on a private socket (`python -m xpushare.scheduler`)."""
+class Scheduler(SchedulerProcess):
+    """A real nvshare-scheduler on a private socket, with this checkout's xpushare package."""
 
     def __init__(self, socket_path: Path, log_path: Path, mode: str = "serial", tq: float = 30,
                  extra_args=()):
-        self.socket = Path(socket_path)
-        self.log_path = Path(log_path)
-        self.mode, self.tq, self.extra_args = mode, tq, list(extra_args)
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, wait: bool = True) -> "Scheduler":
         env = clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
-        logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "xpushare.scheduler", "--socket", str(self.socket), "--tq", str(self.tq),
-             "--mode", self.mode, "--no-nvml", *self.extra_args],
-            stdout=logf, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
-        logf.close()
-        if wait:
-            poll(self._answers, timeout=20, interval=0.05, what=f"the scheduler at {self.socket}")
-        return self
-
-    def _answers(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"the scheduler exited with {self.proc.returncode}:\n{self.log()}")
-        try:
-            return bool(self.ctl("status").get("ok"))
-        except Exception:
-            return False
-
-    def ctl(self, op: str, **fields) -> dict:
-        from xpushare.protocol import CtlClient
-        with CtlClient(self.socket, timeout=5.0) as c:
-            return c.request(op, **fields)
-
-    def status(self) -> dict:
-        reply = self.ctl("status")
-        assert reply.get("ok"), reply
-        return reply
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    # -- views of the status ------------------------------------------------------------------
-    def client(self, pid: int) -> dict | None:
-        return next((c for c in self.status()["clients"] if c["pid"] == pid), None)
-
-    def client_pids(self) -> set[int]:
-        return {c["pid"] for c in self.status()["clients"]}
-
-    def gpu(self, uuid: str) -> dict | None:
-        return next((g for g in self.status()["gpus"] if g["uuid"] == uuid), None)
-
-    def holders(self, uuid: str | None = None) -> set[int]:
-        pids = set()
-        for g in self.status()["gpus"]:
-            if uuid is None or g["uuid"] == uuid:
-                pids |= {h["pid"] for h in g["holders"]}
-        return pids
-
-    def queue(self, uuid: str | None = None) -> list[int]:
-        return [p for g in self.status()["gpus"] if uuid is None or g["uuid"] == uuid for p in g["queue"]]
-
-    def wait_holder(self, pid: int, uuid: str | None = None, timeout: float = 15.0):
-        poll(lambda: pid in self.holders(uuid), timeout, what=f"pid {pid} to hold the lock")
-
-    def wait_client(self, pid: int, timeout: float = 15.0) -> dict:
-        return poll(lambda: self.client(pid), timeout, what=f"pid {pid} to register")
-
-    # -- lifecycle ----------------------------------------------------------------------------
-    def kill(self, sig=signal.SIGKILL):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(timeout=15)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        super().__init__(socket_path, ["--tq", tq, "--mode", mode, "--no-nvml", *extra_args], env, log_path)
+        self.mode, self.tq, self.extra_args = mode, tq, list(extra_args)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from .harness import poll
+from .harness import DRAIN_CALLS, poll
 
 CAPTURE_UNSUPPORTED = 900
 IDLE_RELEASE_MS = 100
@@ -49,7 +49,9 @@ def test_pause_inside_a_global_capture_longer_than_the_idle_release(world, begin
                     "pause", env={"NVSHARE_IDLE_RELEASE_MS": IDLE_RELEASE_MS}, ptds=ptds, lookup=lookup)
     app.paused()
     sched.wait_holder(app.pid)
-    time.sleep(15 * IDLE_RELEASE_MS / 1000)  # idle, mid-capture, far past the idle-release time
+    # The scenario: idle, mid-capture, far past the idle-release time. (What did not happen in that
+    # time is checked below on the driver's log: no drain call at all until the capture ended.)
+    time.sleep(15 * IDLE_RELEASE_MS / 1000)
     assert app.pid in sched.holders(), "released (drained) while the application was mid-capture"
     app.resume()
     app.paused(nth=2)
@@ -69,6 +71,8 @@ def test_pause_inside_a_global_capture_longer_than_the_idle_release(world, begin
     assert [e for e in log.entries(app.pid) if e["ret"] == CAPTURE_UNSUPPORTED or e.get("error")] == []
     window = _capture_window(log, app.pid, begin_fn, end_fn)
     assert _calls_during(log, app.pid, "cuCtxSynchronize", window) == []
+    assert [e["fn"] for fn in DRAIN_CALLS for e in _calls_during(log, app.pid, fn, window)] == [], \
+        "drained while the application was mid-capture"
     assert log.entries(app.pid, "cuCtxSynchronize"), "the idle release after the capture drains as usual"
 
 

@@ -14,14 +14,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from xpushare.protocol import MessageType
 
-from .fake_scheduler import RecordingScheduler, wait_for as _wait
-from .harness import MIB, SRC, clean_env, uuid_of
+from .fake_scheduler import RecordingScheduler
+from .harness import MIB, SRC, clean_env, poll, uuid_of
 
 KIB = 1 << 10
 MEM_UPDATE_PERIOD_S = 0.1  # docs/protocol.md: at most one MEM_UPDATE per device per 100 ms
@@ -110,23 +109,34 @@ def test_allocation_burst_is_coalesced_and_the_final_footprint_arrives(world, re
     lead = ["launch", 1] if holding else ["alloc", "64K"]
     # a short sleep every few allocations lets the client thread run inside the burst
     burst = [step for k in range(BURST) for step in ("alloc", "64K", *(("sleep", 1) if k % 4 == 3 else ()))]
-    app = world.app("init", "ctx", 0, *lead, "sleep", 1, *burst, "pause",
+    # After the pause, one more allocation: its MEM_UPDATE is the marker. The library sends in order
+    # on one connection, so every update of the burst (any late one included) arrives before it.
+    app = world.app("init", "ctx", 0, *lead, "sleep", 1, *burst, "pause", "alloc", "64K", "pause",
                     env={"NVSHARE_IDLE_RELEASE_MS": 0})
     app.paused(timeout=30)
     allocs = app.steps("alloc")[-BURST:]
     assert [a["ret"] for a in allocs] == [0] * BURST
     final = (BURST + (0 if holding else 1)) * BURST_SIZE
+    marker = (final + BURST_SIZE, 0)
+
+    def updates():
+        return [r.footprint for r in recorder.messages(MessageType.MEM_UPDATE)]
 
     def final_arrived():
-        updates = recorder.messages(MessageType.MEM_UPDATE, device=0)
-        return updates and updates[-1].footprint == (final, 0)
-    _wait(final_arrived, 10, lambda: f"a MEM_UPDATE with the final {final} bytes (got "
-                                     f"{[r.footprint for r in recorder.messages(MessageType.MEM_UPDATE)]})")
-    time.sleep(0.3)  # any update still to come would arrive now
+        got = recorder.messages(MessageType.MEM_UPDATE, device=0)
+        return got and got[-1].footprint == (final, 0)
+    poll(final_arrived, 10, what=lambda: f"a MEM_UPDATE with the final {final} bytes (got {updates()})")
+    app.resume()
+    app.paused(nth=2)
+    poll(lambda: marker in updates(), 10, what=lambda: f"the marker MEM_UPDATE {marker} (got {updates()})")
     app.resume()
     assert app.finish() == 0
 
-    msgs = recorder.messages(device=0)
+    everything = recorder.messages(device=0)
+    at_marker = next(i for i, r in enumerate(everything)
+                     if r.type == MessageType.MEM_UPDATE and r.footprint == marker)
+    assert [r for r in everything[at_marker + 1:] if r.type == MessageType.REQ_LOCK] == []
+    msgs = everything[:at_marker]  # what the burst caused, complete
     lock_requests = [i for i, r in enumerate(msgs) if r.type == MessageType.REQ_LOCK]
     assert len(lock_requests) == (1 if holding else 0), recorder.summary()
     # the update that goes with a REQ_LOCK is the exception to the 100 ms rule; the others coalesce
@@ -173,8 +183,7 @@ def _wait_status_shows(world, pid: int, want: dict[str, tuple[int, int]]):
     def matches():
         seen.append(_held_per_gpu(world, pid))
         return seen[-1] == want
-    _wait(matches, 10, lambda: f"nvsharectl status to show {want} for pid {pid} (last seen {seen[-1:]})",
-          interval=0.1)
+    poll(matches, 10, 0.1, what=lambda: f"nvsharectl status to show {want} for pid {pid} (last seen {seen[-1:]})")
 
 
 def test_nvsharectl_status_shows_what_the_client_holds_per_gpu(world):

@@ -7,7 +7,7 @@ CLOCK_MONOTONIC, so intervals from different processes can be compared.
 
 import time
 
-from .harness import overlaps, poll
+from .harness import DRAIN_CALLS, overlaps, poll
 
 WORK_US = 20000  # 20 ms per gated call
 
@@ -83,10 +83,12 @@ def test_idle_release_time_is_configurable(world):
     a.paused()
     sched.wait_holder(a.pid)
     (launch,) = world.log.work(a.pid)
-    # the mock's t1 is CLOCK_MONOTONIC, as time.monotonic_ns() on Linux
-    time.sleep(max(0.0, (launch["t1"] + 1_000_000_000 - time.monotonic_ns()) / 1e9))
-    assert a.pid in sched.holders(), "released before NVSHARE_IDLE_RELEASE_MS"
     poll(lambda: a.pid not in sched.holders(), timeout=10, what="the release after 1.5 s idle")
+    # The release drains the device first (the client thread synchronises it): the driver's log
+    # orders that drain after the launch, and says how long the process was idle before it.
+    drain = [e for e in world.log.entries(a.pid) if e["fn"] in DRAIN_CALLS and e["t0"] > launch["t1"]]
+    assert drain, "the idle release did not drain the device"
+    assert drain[0]["t0"] - launch["t1"] >= 1_000_000_000, "released before NVSHARE_IDLE_RELEASE_MS"
     a.resume()
     assert a.finish() == 0
 
@@ -98,12 +100,15 @@ def test_killed_holder_frees_the_gpu(world):
     sched.wait_holder(a.pid)
     b = world.app("init", "ctx", 0, "launch", 2)
     poll(lambda: b.pid in sched.queue(), what="the second process to queue")
-    time.sleep(0.3)
     assert not b.has_step("launch"), "the second process ran while the first held the GPU"
+    killed_at = time.monotonic_ns()  # CLOCK_MONOTONIC, as the mock's t0
     a.kill()
     assert b.finish(timeout=15) == 0
     assert b.wait_step("launch")["ret"] == 0
     assert a.pid not in sched.client_pids()
+    # the order the driver saw: none of b's work began before the holder was killed
+    wb = world.log.work(b.pid)
+    assert len(wb) == 2 and wb[0]["t0"] > killed_at, "the second process ran while the first held the GPU"
 
 
 def test_capture_in_progress_is_never_invalidated_by_the_interposer(world):
@@ -127,8 +132,7 @@ def test_capture_in_progress_is_never_invalidated_by_the_interposer(world):
     begin = log.entries(app.pid, "cuStreamBeginCapture_v2")[0]["t1"]
     end = log.entries(app.pid, "cuStreamEndCapture")[0]["t0"]
     own = [e for e in log.entries(app.pid)
-           if e["fn"] in ("cuCtxSynchronize", "cuEventSynchronize", "cuEventQuery", "cuStreamSynchronize")
-           and begin < e["t0"] < end]
+           if e["fn"] in DRAIN_CALLS and begin < e["t0"] < end]
     assert own, "the scenario did not exercise any drain/checkpoint during the capture"
 
 
@@ -144,12 +148,17 @@ def test_captured_work_does_not_wait_for_the_lock(world):
     assert app.wait_step("call")["ret"] == 0
     assert app.wait_step("capture-end")["ret"] == 0
     app.resume()
-    time.sleep(0.3)
+    # it reaches the gate and queues behind the holder
+    poll(lambda: app.pid in sched.queue(), what="the graph launch to queue for the lock")
     assert not app.has_step("graph-launch"), "launching the graph is work: it waits for the lock"
+    released_at = time.monotonic_ns()  # CLOCK_MONOTONIC, as the mock's t0
     holder.resume()
     assert holder.finish() == 0
     assert app.finish() == 0
     assert app.wait_step("graph-launch")["ret"] == 0
+    (launch,) = world.log.entries(app.pid, "cuGraphLaunch")
+    assert launch["t0"] > released_at, "launching the graph is work: it waits for the lock"
+    assert launch["t0"] > world.log.work(holder.pid)[-1]["t1"]
 
 
 def test_threads_in_flight_finish_before_the_gpu_changes_hands(world):

@@ -6,29 +6,17 @@ and without the per-thread default stream (_ptsz/_ptds names, or flags=2).
 """
 
 import json
-import re
 import time
 
 import pytest
 
-from .harness import MOCK_SRC, poll
+from .harness import poll
+from .hooks_table import app_gated_table
 
 LOOKUPS = ["linked", "dlsym", "dlsym-old", "gpa", "gpa2"]
 LIB = "libnvshare.so"
 DRIVER = "libcuda.so.1"
-
-
-def gated_table():
-    """(slot, legacy name, per-thread name) of every gated entry point, from cuda_app.c's table."""
-    src = (MOCK_SRC / "cuda_app.c").read_text()
-    block = src[src.index("#define GATED(X)"):]
-    block = block[:block.index("\n\n")]
-    rows = re.findall(r"X\((\w+),[\s\\]*(\w+),[\s\\]*(\w+),[\s\\]*(\w+),[\s\\]*(\d+)\)", block)
-    assert len(rows) == block.count("X(")
-    return [(slot, legacy, pt) for slot, legacy, pt, _base, _ver in rows]
-
-
-GATED = gated_table()
+GATED = app_gated_table()  # (slot, legacy name, per-thread name)
 
 
 @pytest.mark.parametrize("ptds", [False, True], ids=["legacy", "ptds"])

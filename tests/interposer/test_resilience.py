@@ -41,14 +41,37 @@ def test_warning_is_printed_before_waiting_threads_run_ungated(world):
         assert len(_warnings(app)) == 1, f"pid {app.pid}: {app.stderr()!r}"
 
 
+def _threads(pid: int) -> list[int]:
+    return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+
+
+def _blocked_in_a_futex(tid: int) -> bool:
+    """The thread sleeps in a futex wait (a pthread condition variable: the library's gate)."""
+    try:
+        with open(f"/proc/{tid}/task/{tid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/{tid}/task/{tid}/wchan") as f:
+            wchan = f.read()
+    except OSError:
+        return False
+    return state == "S" and "futex" in wchan
+
+
 def test_require_scheduler_waits_until_one_appears(world):
     app = world.app("init", "ctx", 0, "launch", 1, env={"NVSHARE_REQUIRE_SCHEDULER": 1})
     app.wait_step("ctx")
-    time.sleep(1.0)
+    # the client said it waits for a scheduler, and the launch sleeps at the gate
+    poll(lambda: "waiting for it (NVSHARE_REQUIRE_SCHEDULER=1)" in app.stderr(), timeout=15,
+         what="the warning that the library waits for a scheduler")
+    poll(lambda: _blocked_in_a_futex(app.pid) or app.has_step("launch") or app.proc.poll() is not None,
+         timeout=15, what="the launching thread to block")
     assert not app.has_step("launch") and app.proc.poll() is None, "it must wait, not run or exit"
+    started_at = time.monotonic_ns()  # CLOCK_MONOTONIC, as the mock's t0
     world.scheduler(mode="serial")
     assert app.finish(timeout=30) == 0
     assert app.wait_step("launch")["ret"] == 0
+    (launch,) = world.log.work(app.pid)
+    assert launch["t0"] > started_at, "the launch ran before there was a scheduler"
 
 
 def test_scheduler_killed_and_restarted(world):
@@ -101,10 +124,11 @@ def test_fork_child_without_cuda_is_not_disturbed(world):
     paused = app.wait_step("pause", state="waiting")
     child_pid = paused["pid"]
     assert child_pid != app.pid
-    deadline = time.monotonic() + 0.5
-    while time.monotonic() < deadline:
-        assert child_pid not in sched.client_pids(), "a child that never used CUDA registered"
-        time.sleep(0.05)
+    # Only the library's client thread registers a process. The paused child runs one thread (its
+    # own, blocked reading stdin): no client thread was started, so none can register it before it
+    # exits; and it is not registered now.
+    assert _threads(child_pid) == [child_pid], "the child started a thread (the scheduler client?)"
+    assert child_pid not in sched.client_pids(), "a child that never used CUDA registered"
     app.resume()
     fork = app.wait_step("fork", timeout=15)
     assert (fork["exited"], fork["status"], fork["signal"]) == (1, 0, 0)

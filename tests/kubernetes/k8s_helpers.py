@@ -22,7 +22,6 @@ import xpushare
 
 from xpushare.kubernetes.proto import deviceplugin_pb2 as pb
 from xpushare.kubernetes.proto import deviceplugin_pb2_grpc as pb_grpc
-from testkit.waiting import poll
 
 
 class _Registration(pb_grpc.RegistrationServicer):
@@ -173,6 +172,3 @@ class PluginProcess:
         self.log.close()
         return self.proc.returncode
 
-
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
-    return poll(predicate, timeout, interval, what)

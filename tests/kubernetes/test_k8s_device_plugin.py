@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import stat
-import time
 
 import grpc
 import pytest
 
-from .k8s_helpers import GPU_A, GPU_B, FakeKubelet, wait_for
+from testkit.waiting import poll
+
+from .k8s_helpers import GPU_A, GPU_B, FakeKubelet
 from xpushare.kubernetes.proto import deviceplugin_pb2 as pb
 
 pytestmark = pytest.mark.timeout(90)
@@ -51,7 +52,7 @@ def test_registration_fields(running):
     assert req.options.pre_start_required is False
     # the plugin serves on <dir>/<endpoint>, and answered the kubelet's dial-back
     assert stat.S_ISSOCK(os.stat(os.path.join(plugin.plugin_dir, ENDPOINT)).st_mode)
-    opts = wait_for(lambda: kubelet.options, what="GetDevicePluginOptions")[0]
+    opts = poll(lambda: kubelet.options, timeout=20, interval=0.05, what="GetDevicePluginOptions")[0]
     assert opts.get_preferred_allocation_available and not opts.pre_start_required
 
 
@@ -206,8 +207,12 @@ def test_kubelet_restart_reregisters(running):
 def test_kubelet_socket_recreated_alone_reregisters(running):
     """Only kubelet.sock replaced (our socket left in place): the plugin still registers again."""
     plugin, kubelet, _, _ = running
+    waiting = "waiting for the kubelet"
+    said = plugin.output().count(waiting)
     kubelet.stop()
-    time.sleep(0.3)
+    # the plugin saw kubelet.sock gone before the new one appears
+    poll(lambda: plugin.output().count(waiting) > said, timeout=20, interval=0.05,
+         what="the plugin to notice that the kubelet went away")
     kubelet.start()
     req = kubelet.wait_registration(timeout=30)
     assert req.resource_name == "nvshare.com/gpu"
@@ -226,13 +231,16 @@ def test_rejected_registration_is_retried(short_dir, kubelet, start_plugin):
 def test_plugin_started_before_kubelet(short_dir, start_plugin):
     plugin = start_plugin("--gpu-uuids", GPU_A, "--virtual-devices", "2")
     sock = os.path.join(plugin.plugin_dir, ENDPOINT)
-    wait_for(lambda: os.path.exists(sock), what="plugin socket")
-    time.sleep(0.5)
+    poll(lambda: os.path.exists(sock), timeout=20, interval=0.05, what="plugin socket")
+    # it looked for the kubelet, found none, and stays (rather than exiting)
+    poll(lambda: "waiting for the kubelet" in plugin.output() or plugin.proc.poll() is not None,
+         timeout=20, interval=0.05, what="the plugin to look for the kubelet")
     assert plugin.proc.poll() is None  # waits for the kubelet instead of exiting
     kubelet = FakeKubelet(plugin.plugin_dir).start()
     try:
         req = kubelet.wait_registration(timeout=30)
         assert req.endpoint == ENDPOINT
+        assert plugin.proc.poll() is None  # the same process registered: it never exited
         devs = kubelet.wait_update()
         assert _ids(devs) == [f"{GPU_A}::0", f"{GPU_A}::1"]
     finally:

@@ -35,6 +35,8 @@
  *
  * Log line: {"pid":..,"tid":..,"fn":"<exported name>","t0":ns,"t1":ns,"dev":ordinal,"ret":code,...}
  * t0/t1 are CLOCK_MONOTONIC (comparable across processes). Extra fields: "stream" for stream calls,
+ * "gated":1 on every call of a gated entry point (work submission: the NVS_HOOKS GATE lines of
+ * native/src/hooks.h; tests/interposer/test_gated_agreement.py checks the two agree),
  * "captured":1 when the call was recorded into a capturing stream (no work done), "ptr"/"size"/"kind"
  * for allocations and frees, "error" with a reason when the mock rejects a call.
  * Logged besides the driver's work: cuStreamCreate ("stream", "flags"), cuEventCreate ("event",
@@ -442,7 +444,9 @@ static CUresult gate_begin(struct gate *g, const char *fn, CUstream s, int pt)
             g->captured = 1;
         }
     }
-    if (r) log_line(fn, g->t0, now_ns(), cur_dev(), r, ",\"stream\":%lu", (unsigned long)(uintptr_t)g->stream);
+    if (r)
+        log_line(fn, g->t0, now_ns(), cur_dev(), r, ",\"gated\":1,\"stream\":%lu",
+                 (unsigned long)(uintptr_t)g->stream);
     return r;
 }
 
@@ -456,7 +460,7 @@ static CUresult gate_end(struct gate *g, CUresult r, const char *extra_fmt, ...)
         vsnprintf(extra, sizeof extra, extra_fmt, ap);
         va_end(ap);
     }
-    log_line(g->fn, g->t0, now_ns(), cur_dev(), r, ",\"stream\":%lu%s%s",
+    log_line(g->fn, g->t0, now_ns(), cur_dev(), r, ",\"gated\":1,\"stream\":%lu%s%s",
              (unsigned long)(uintptr_t)g->stream, g->captured ? ",\"captured\":1" : "", extra);
     return r;
 }

@@ -1,15 +1,13 @@
 """Helpers for tests that talk to a real nvshare-scheduler process.
 
-SchedulerProcess starts `python -m xpushare.scheduler` on a temporary socket; FakeClient speaks the
+SchedulerProcess starts `python -m xpushare.scheduler` on a temporary socket (testkit.scheduler); FakeClient speaks the
 wire protocol the way libnvshare.so does, with blocking sockets and timeouts.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,13 +16,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 sys.path.insert(0, str(SRC))
-sys.path.insert(0, str(ROOT))  # tests.waiting, also when this file runs as a subprocess's module
+sys.path.insert(0, str(ROOT))  # testkit, also when this file runs as a subprocess's module
 
 from xpushare.protocol import (  # noqa: E402
     Attach, Frame, LockRequest, Released, FrameDecoder, Hello, MemUpdate, MessageType, ProtocolError,
-    encode, encode_frame, encode_json, socket_answers,
+    encode, encode_frame, encode_json,
 )
-from testkit.waiting import poll  # noqa: E402
+from testkit import scheduler as testkit_scheduler  # noqa: E402
 
 GiB = 1 << 30
 FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
@@ -32,10 +30,6 @@ FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
 
 def uuid(i: int) -> str:
     return f"GPU-00000000-0000-0000-0000-{i:012x}"
-
-
-def wait_for(cond, timeout=10.0, interval=0.02, what="condition"):
-    return poll(cond, timeout, interval, what)
 
 
 def child_env(extra: dict | None = None) -> dict:
@@ -54,59 +48,22 @@ def make_socket_dir() -> Path:
     return d
 
 
-class SchedulerProcess:
+class SchedulerProcess(testkit_scheduler.SchedulerProcess):
+    """The scheduler with this checkout's package; nvml: GPUs for the fake pynvml (put first on the
+    path); the log next to the socket unless logfile is given."""
+
     def __init__(self, sock: Path, args=(), env: dict | None = None, nvml: list | None = None,
                  logfile: Path | None = None):
-        self.sock = Path(sock)
-        self.args = ["--socket", str(self.sock), *map(str, args)]
         extra = dict(env or {})
         if nvml is not None:  # put the fake pynvml first on the path
             import json
             extra["FAKE_NVML_GPUS"] = json.dumps(nvml)
             extra["PYTHONPATH"] = os.pathsep.join([str(FAKE_NVML), str(SRC)])
-        self.env = child_env(extra)
-        self.logfile = logfile or self.sock.parent / f"{self.sock.name}.log"
-        self.proc: subprocess.Popen | None = None
+        super().__init__(sock, args, child_env(extra), logfile)
 
-    def start(self, wait=True):
-        with open(self.logfile, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "xpushare.scheduler", *self.args],
-                                         stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        if wait:
-            wait_for(lambda: socket_answers(self.sock) or self.proc.poll() is not None,
-                     what="the scheduler to listen")
-            assert self.proc.poll() is None, f"scheduler exited:\n{self.log()}"
-        return self
-
-    def log(self) -> str:
-        try:
-            return self.logfile.read_text()
-        except FileNotFoundError:
-            return ""
-
-    def wait_log(self, text: str, timeout=10.0) -> str:
-        return wait_for(lambda: text in self.log() and self.log(), timeout, what=f"log line {text!r}")
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> int:
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def status(self) -> dict:
-        with FakeClient(self.sock) as c:
-            reply = c.ctl("status")
-        assert reply["ok"], reply
-        return reply
+    @property
+    def logfile(self) -> Path:
+        return self.log_path
 
 
 class FakeClient:
@@ -151,13 +108,15 @@ class FakeClient:
         assert frame.type == msg_type, f"expected {msg_type.name}, got {frame.type.name}: {frame}"
         return frame.decode()
 
-    def silent(self, duration: float) -> bool:
-        """True when nothing arrives for `duration` seconds."""
-        try:
-            frame = self.recv(duration)
-        except (socket.timeout, TimeoutError):
-            return True
-        raise AssertionError(f"unexpected {frame.type.name if frame else 'EOF'}")
+    def nothing_sent(self) -> bool:
+        """True when the scheduler has sent this client nothing up to now (else AssertionError).
+
+        The witness is a status round trip on this connection: the scheduler handles a connection's
+        messages in order and writes its frames in order, so whatever it decided to send here while
+        handling what came before the request arrives before the reply. (To cover a decision another
+        connection's message triggered, first do the round trip on that connection.)"""
+        self.ctl("status")
+        return True
 
     def closed_by_peer(self, timeout: float = 5.0) -> bool:
         """Drain frames until EOF; True if the scheduler closed the connection."""

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from testkit.waiting import poll
 from sched_harness import (
-    GiB, FakeClient, SchedulerProcess, as_user, child_env, registered, uuid, wait_for,
+    GiB, FakeClient, SchedulerProcess, as_user, child_env, registered, uuid,
 )
 from xpushare import __version__
 from xpushare.protocol import (
@@ -101,10 +102,10 @@ def test_lock_handoff_fcfs(scheduler):
     assert (grant.device, grant.quantum_ms) == (0, 30_000)
     b.request()
     c.request()
-    assert b.silent(0.3) and c.silent(0.01)
+    assert b.nothing_sent() and c.nothing_sent()
     a.release()
     assert b.expect(MessageType.LOCK_OK).device == 0
-    assert c.silent(0.2)
+    assert c.nothing_sent()
     b.release()
     c.expect(MessageType.LOCK_OK)
     log = scheduler.wait_log("release pid=")
@@ -119,12 +120,13 @@ def test_quantum_expiry_sends_drop_lock_only_when_someone_waits(start_scheduler)
     a.request()
     t0 = time.monotonic()
     assert a.expect(MessageType.LOCK_OK).quantum_ms == 500
-    assert a.silent(1.2)  # alone: keeps the GPU past its quantum
+    s.wait_held_for(1.2)
+    assert a.nothing_sent()  # alone: keeps the GPU past its quantum
     b.request()
     drop = a.expect(MessageType.DROP_LOCK, timeout=10)
     assert (drop.device, drop.reason) == (0, DropReason.QUANTUM)
     assert time.monotonic() - t0 >= 1.2
-    assert b.silent(0.3)  # not granted while A drains
+    assert b.nothing_sent()  # not granted while A drains
     t1 = time.monotonic()
     a.release()
     assert b.expect(MessageType.LOCK_OK).quantum_ms == 500
@@ -143,7 +145,7 @@ def test_a_holder_that_never_answers_drop_is_evicted_after_two_quanta(start_sche
     b.request()
     a.expect(MessageType.DROP_LOCK, timeout=5)
     dropped = time.monotonic()
-    assert b.silent(0.2)  # nobody is granted while A may still be draining
+    assert b.nothing_sent()  # nobody is granted while A may still be draining
     # A ignores DROP_LOCK: it is told why, then its connection is closed and B gets the GPU.
     assert "evicted" in a.expect(MessageType.ERROR, timeout=10)
     assert time.monotonic() - dropped >= 0.8  # two quanta of 0.5 s, less the delivery of the drop
@@ -155,7 +157,7 @@ def test_a_holder_that_never_answers_drop_is_evicted_after_two_quanta(start_sche
     # The evicted client reconnects like any other and queues behind B.
     with registered(s.sock) as again:
         again.request()
-        assert again.silent(0.2)
+        assert again.nothing_sent()
         b.release()
         again.expect(MessageType.LOCK_OK)
     b.close()
@@ -183,7 +185,8 @@ def test_a_request_after_an_unused_expiry_drops_the_holder_at_once(start_schedul
     a, b = registered(s.sock), registered(s.sock)
     a.request()
     a.expect(MessageType.LOCK_OK)
-    assert a.silent(3.5)  # its quantum runs out while nobody waits: it keeps the GPU
+    s.wait_held_for(3.5)
+    assert a.nothing_sent()  # its quantum runs out while nobody waits: it keeps the GPU
     b.request()
     # Not another quantum (2.5 s more) of waiting: the drop follows the request.
     assert a.expect(MessageType.DROP_LOCK, timeout=1.5).reason == DropReason.QUANTUM
@@ -196,7 +199,7 @@ def test_disconnect_of_the_holder_frees_the_lock(scheduler):
     a.request()
     a.expect(MessageType.LOCK_OK)
     b.request()
-    assert b.silent(0.2)
+    assert b.nothing_sent()
     a.close()
     b.expect(MessageType.LOCK_OK, timeout=3)
     assert "disconnect pid=" in scheduler.wait_log("(held gpu")
@@ -208,7 +211,7 @@ def test_killed_holder_process_frees_the_lock(scheduler):
     wait_line(p, "granted")
     with registered(scheduler.sock) as b:
         b.request()
-        assert b.silent(0.2)
+        assert b.nothing_sent()
         p.kill()
         p.wait()
         b.expect(MessageType.LOCK_OK, timeout=3)
@@ -221,9 +224,9 @@ def test_disconnect_of_a_waiter_removes_it_from_the_queue(scheduler):
     a.expect(MessageType.LOCK_OK)
     b.request()
     c.request()
-    wait_for(lambda: len(scheduler.status()["gpus"][0]["queue"]) == 2)
+    poll(lambda: len(scheduler.status()["gpus"][0]["queue"]) == 2)
     b.close()
-    wait_for(lambda: len(scheduler.status()["gpus"][0]["queue"]) == 1)
+    poll(lambda: len(scheduler.status()["gpus"][0]["queue"]) == 1)
     a.release()
     c.expect(MessageType.LOCK_OK)
 
@@ -240,10 +243,10 @@ def test_one_lock_per_gpu_and_ordinals_are_per_client(scheduler):
     got = {a.expect(MessageType.LOCK_OK).device, a.expect(MessageType.LOCK_OK).device}
     assert got == {0, 1}
     b.request(0)
-    assert b.silent(0.3)
+    assert b.nothing_sent()
     a.release(1)
     assert b.expect(MessageType.LOCK_OK).device == 0
-    assert a.silent(0.1)  # a still holds GPU 4 (its device 0) undisturbed
+    assert a.nothing_sent()  # a still holds GPU 4 (its device 0) undisturbed
 
 
 def test_ignored_requests_and_releases(scheduler):
@@ -252,13 +255,13 @@ def test_ignored_requests_and_releases(scheduler):
     a.expect(MessageType.LOCK_OK)
     a.request()            # already holds
     b.release()            # does not hold
-    assert a.silent(0.3)
+    assert b.nothing_sent() and a.nothing_sent()
     b.request()
     b.request()            # already waiting
     a.release()
     b.expect(MessageType.LOCK_OK)
     b.release()
-    assert b.silent(0.3)   # granted once only
+    assert b.nothing_sent()   # granted once only
 
 
 def test_request_for_an_unattached_device_is_answered_with_error_but_keeps_the_connection(scheduler):
@@ -282,7 +285,7 @@ def test_mode_off_grants_everyone_and_back_to_serial_drops_all_but_first(schedul
         assert ctl.ctl("set_mode", mode="serial", gpu=uuid(0)) == {"ok": True}
     assert b.expect(MessageType.DROP_LOCK).reason == DropReason.ADMIN
     assert c.expect(MessageType.DROP_LOCK).reason == DropReason.ADMIN
-    assert a.silent(0.3)
+    assert a.nothing_sent()
     (gpu,) = scheduler.status()["gpus"]
     assert gpu["mode"] == "serial"
     assert [h["pid"] for h in gpu["holders"]] == [os.getpid()] * 3
@@ -294,7 +297,9 @@ def test_set_tq_rearms_the_holder(scheduler):
     a.request()
     a.expect(MessageType.LOCK_OK)
     b.request()
-    assert a.silent(0.5)  # TQ is 30 s
+    assert b.nothing_sent()
+    scheduler.wait_held_for(0.5)  # a gap between the grant and the change, so that the two differ
+    assert a.nothing_sent()  # TQ is 30 s
     t0 = time.monotonic()
     with FakeClient(scheduler.sock) as ctl:
         assert ctl.ctl("set_tq", seconds=1) == {"ok": True}
@@ -336,7 +341,7 @@ def test_malformed_frame_closes_only_that_connection(scheduler, kind):
     assert "protocol error" in scheduler.wait_log("protocol error")
     # The daemon and the other connection carry on; the bad client lost its place.
     good.release()
-    assert good.silent(0.2)
+    assert good.nothing_sent()
     good.request()
     good.expect(MessageType.LOCK_OK)
     assert scheduler.alive()
@@ -380,16 +385,25 @@ def test_status_reports_gpus_holders_queue_and_clients(scheduler):
     holder = spawn_client(scheduler.sock, uuid(0), "--mem", str(3 * GiB), str(GiB), "--lock")
     wait_line(holder, "registered")
     wait_line(holder, "granted")
+    granted_by = time.monotonic()  # the grant came before this
     with registered(scheduler.sock) as waiter, registered(scheduler.sock, devices=()) as idle:
         waiter.request()
-        time.sleep(0.3)
-        st = wait_for(lambda: (s := scheduler.status())["gpus"][0]["queue"] and s)
+        asked = []
+
+        def queued():
+            asked.append(time.monotonic())  # the status answer is computed after this
+            st = scheduler.status()
+            # wait for the queued request, and for a holding time the check below can bound
+            return st["gpus"][0]["queue"] and asked[-1] - granted_by >= 0.2 and st
+        st = poll(queued)
         assert st["scheduler"]["pid"] == scheduler.proc.pid
         (gpu,) = st["gpus"]
         assert gpu["uuid"] == uuid(0) and gpu["mode"] == "serial" and gpu["tq"] == 30
         assert gpu["capacity"] == 16 * GiB
         (h,) = gpu["holders"]
+        # held at least from the grant (before granted_by) to the status request (after asked[-1])
         assert h["pid"] == holder.pid and 0.2 <= h["held_for"] < 30
+        assert asked[-1] - granted_by <= h["held_for"] + 0.001  # (held_for is rounded to 1 ms)
         assert gpu["queue"] == [os.getpid()]
         clients = {c["client_id"]: c for c in st["clients"]}
         assert len(clients) == 3
