@@ -21,7 +21,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from common import REPO, harness, median, require_safe_gpu
+from common import REPO, harness, require_safe_gpu
+from stats import median
 
 VALUES_MS = [10, 50, 250, 1000]
 PIPELINE = ["--loader-workers", "2", "--data-delay-ms", "20"]

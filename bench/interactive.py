@@ -70,9 +70,14 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import gpu_memory
+import job_program
 import jobs
-from common import harness
-from jobs import GIB, JobGroup, JobSize, positive, say
+import schedlog
+import stats
+from common import harness, require_safe_gpu, say
+from job_program import GIB, positive
+from jobs import JobGroup, JobSize
 
 PREFIX = "interactive"
 BATCH_SIZE = JobSize(width=1024, depth=4, batch=256, resident_gib=6.0)
@@ -151,9 +156,9 @@ def step_switches(events: list, step: dict, batch_pid: int, interactive_pid: int
     batch job and that job's release (handoff, drain, evict), the interactive client's grant, and
     the bulk prefetch it reported when it released afterwards."""
     t0, t1 = step["t0"], step["t1"]
-    found = jobs.switches(events, [batch_pid], t0, t1)
-    grant = next((g for g in jobs.grants(events, [interactive_pid], t0, t1)), None)
-    own = next((r for r in jobs.releases(events, [interactive_pid], t1, float("inf"))), None)
+    found = schedlog.switches(events, [batch_pid], t0, t1)
+    grant = next((g for g in schedlog.grants(events, [interactive_pid], t0, t1)), None)
+    own = next((r for r in schedlog.releases(events, [interactive_pid], t1, float("inf"))), None)
     drop = found[0] if found else None
     own_prefetch = (own or {}).get("prefetch_ms") or 0.0
     handoff = None if drop is None else drop["handoff_ms"]
@@ -170,7 +175,7 @@ def step_switches(events: list, step: dict, batch_pid: int, interactive_pid: int
 
 def interactive_results(plan: InteractivePlan, calibration: dict, batch_alone: dict, batch_together: dict,
                         interactive_together: dict, events: list, batch_pid: int, interactive_pid: int) -> dict:
-    alone_s = jobs.median(s["dt"] for s in calibration["steps"])
+    alone_s = stats.median(s["dt"] for s in calibration["steps"])
     steps = []
     for s in interactive_together["steps"]:
         row = {"t0": s["t0"], "step_ms": s["dt"] * 1e3,
@@ -181,30 +186,30 @@ def interactive_results(plan: InteractivePlan, calibration: dict, batch_alone: d
     switch_values = [r["switch_ms"] for r in steps if r["switch_ms"] is not None]
     excess = [r["wait_ms"] - r["switch_ms"] for r in steps
               if r["wait_ms"] is not None and r["switch_ms"] is not None]
-    p99 = jobs.percentile(waits, 99)
-    switch = jobs.median(switch_values)
+    p99 = stats.percentile(waits, 99)
+    switch = stats.median(switch_values)
     p99_minus = None if p99 is None or switch is None else p99 - switch
     first = interactive_together["steps"][0]["planned"]
     window = (first, first + plan.count * plan.period)
     alone_rate = throughput(batch_alone)
     together_rate = throughput(batch_together, *window)
     t0, t1 = window[0], interactive_together["t_end"] + LOG_GRACE_S
-    batch_found = jobs.switches(events, [batch_pid], t0, t1)
+    batch_found = schedlog.switches(events, [batch_pid], t0, t1)
     return {
-        "wait_ms": {"p50": jobs.percentile(waits, 50), "p99": p99,
+        "wait_ms": {"p50": stats.percentile(waits, 50), "p99": p99,
                     "mean": sum(waits) / len(waits) if waits else None,
                     "max": max(waits, default=None), "n": len(waits), "samples": waits},
-        "switch_ms": switch, "switch_ms_p99": jobs.percentile(switch_values, 99),
+        "switch_ms": switch, "switch_ms_p99": stats.percentile(switch_values, 99),
         "p99_minus_switch_ms": p99_minus, "goal_ms": GOAL_MS,
         "met": None if p99_minus is None else p99_minus < GOAL_MS,
-        "excess_ms": {"p50": jobs.percentile(excess, 50), "p99": jobs.percentile(excess, 99)},
-        "batch_slowdown": jobs.ratio(alone_rate, together_rate),
+        "excess_ms": {"p50": stats.percentile(excess, 50), "p99": stats.percentile(excess, 99)},
+        "batch_slowdown": stats.ratio(alone_rate, together_rate),
         "batch_steps_per_s": {"alone": alone_rate, "together": together_rate},
         "interactive_alone_ms": None if alone_s is None else alone_s * 1e3,
         "calibration_ms": [s["dt"] * 1e3 for s in calibration["steps"]],
         "grant_wait_ms": [r["grant_wait_ms"] for r in steps],
         "steps": steps,
-        "batch_switches": jobs.switch_totals(batch_found, jobs.releases(events, [batch_pid], t0, t1)),
+        "batch_switches": schedlog.switch_totals(batch_found, schedlog.releases(events, [batch_pid], t0, t1)),
         "batch_alone": jobs.summarise_train(batch_alone),
         "batch_together": jobs.summarise_train(batch_together),
         # The batch job trains for a time, not a number of steps: its losses differ; its working set must not.
@@ -219,10 +224,10 @@ def measure_interactive(lib: Path | None, plan: InteractivePlan, *, simulate_ms:
                         mode: str = "auto", scheduler_args: tuple[str, ...] = ()) -> dict:
     """(g). lib None with simulate_ms: a dry run without the library and without a GPU."""
     estimates = [plan.batch.footprint_estimate(), plan.interactive.footprint_estimate()]
-    problem = jobs.library_total_problem(estimates)
+    problem = gpu_memory.library_total_problem(estimates)
     if problem:
         raise RuntimeError(problem)
-    capacity = plan.capacity or jobs.separating_capacity(estimates)
+    capacity = plan.capacity or gpu_memory.separating_capacity(estimates)
     t_begin = time.monotonic()
     with harness.Scheduler(mode=mode, tq=TQ, extra_args=("--gpu-memory", str(capacity), *scheduler_args)) as sched, \
             JobGroup(PREFIX) as group:
@@ -237,14 +242,14 @@ def measure_interactive(lib: Path | None, plan: InteractivePlan, *, simulate_ms:
         group.wait_ready(READY_TIMEOUT_S)
         say(PREFIX, f"  ready after {time.monotonic() - t_begin:.1f} s")
         pids = [group.pid("batch"), group.pid("interactive")]
-        separation = jobs.ensure_separating(sched.socket, pids, capacity, PREFIX)
+        separation = gpu_memory.ensure_separating(sched.socket, pids, capacity, PREFIX)
         time.sleep(0.5)  # both idle longer than their idle release: the GPU is free
 
         start = time.monotonic() + jobs.START_MARGIN_S
-        calibration = group.run({"interactive": jobs.interactive_command(
+        calibration = group.run({"interactive": job_program.interactive_command(
             start, CALIBRATION_PERIOD_S, plan.calibration_steps)},
             timeout=60 + plan.calibration_steps * CALIBRATION_PERIOD_S)["interactive"]
-        say(PREFIX, f"  interactive step alone: {jobs.median(s['dt'] for s in calibration['steps']) * 1e3:.2f} ms")
+        say(PREFIX, f"  interactive step alone: {stats.median(s['dt'] for s in calibration['steps']) * 1e3:.2f} ms")
 
         batch_alone = group.train(["batch"], seconds=plan.batch_alone_s,
                                   timeout=60 + 2 * plan.batch_alone_s).results["batch"]
@@ -255,8 +260,8 @@ def measure_interactive(lib: Path | None, plan: InteractivePlan, *, simulate_ms:
         first = start + LEAD_S
         until = first + plan.count * plan.period + TAIL_S
         together = group.run({
-            "batch": jobs.train_command(start, until=until),
-            "interactive": jobs.interactive_command(first, plan.period, plan.count),
+            "batch": job_program.train_command(start, until=until),
+            "interactive": job_program.interactive_command(first, plan.period, plan.count),
         }, timeout=90 + 2 * plan.together_s())
         time.sleep(LOG_GRACE_S)
         events = sched.events()
@@ -296,7 +301,7 @@ def run(quick: bool = False, time_left: float | None = None, *, mode: str = "aut
     t0 = time.monotonic()
     plan = plan_interactive(quick, time_left, **overrides)
     if not dry_run:
-        jobs.require_safe_gpu(harness)
+        require_safe_gpu(strict=False)
     result = measure_interactive(None if dry_run else harness.library_path(), plan,
                                  simulate_ms=SIMULATED_STEP_MS if dry_run else None, mode=mode,
                                  scheduler_args=("--no-nvml",) if dry_run else ())

@@ -30,12 +30,12 @@ import json
 import os
 import shutil
 import site
-import statistics
 import subprocess
 import tempfile
 from pathlib import Path
 
-from common import BENCH, alternating, harness, median, require_safe_gpu
+from common import BENCH, alternating, harness, require_safe_gpu
+from stats import median, percentile
 
 METRICS = {  # name -> (mode, path in the program's JSON)
     "driver_submit_ns": ("launches", ("driver", "submit_ns")),
@@ -133,8 +133,7 @@ def _quartiles(values: list[float]) -> tuple[float, float, float]:
     if len(values) < 2:
         v = values[0] if values else float("nan")
         return v, v, v
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
+    return percentile(values, 25), percentile(values, 50), percentile(values, 75)
 
 
 def pool(summaries: list[dict]) -> dict:

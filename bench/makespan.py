@@ -82,9 +82,13 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import gpu_memory
 import jobs
-from common import harness
-from jobs import GIB, Deadline, JobGroup, JobSize, Round, positive, say
+import schedlog
+import stats
+from common import harness, require_safe_gpu, say
+from job_program import GIB, positive
+from jobs import Deadline, JobGroup, JobSize, Round
 
 PREFIX = "makespan"
 FIT_SIZE = JobSize(width=1024, depth=4, batch=256, resident_gib=0.5)
@@ -213,18 +217,18 @@ def fitting_results(plan: FittingPlan, steps: int, alone: list[dict], rounds: li
                 for way in ("concurrent", "auto")}
         if not reps["concurrent"] and not reps["auto"]:
             continue
-        auto = jobs.median(r["makespan_s"] for r in reps["auto"])
-        concurrent = jobs.median(r["makespan_s"] for r in reps["concurrent"])
+        auto = stats.median(r["makespan_s"] for r in reps["auto"])
+        concurrent = stats.median(r["makespan_s"] for r in reps["concurrent"])
         sequential = sum(s["seconds"] for s in alone[:count]) if len(alone) >= count else None
         by_rep = {(r["way"], r["rep"]): r["makespan_s"] for r in rounds if r["count"] == count}
-        pairs = [jobs.ratio(by_rep[("auto", rep)], by_rep[("concurrent", rep)])
+        pairs = [stats.ratio(by_rep[("auto", rep)], by_rep[("concurrent", rep)])
                  for rep in sorted({rep for _, rep in by_rep})
                  if ("auto", rep) in by_rep and ("concurrent", rep) in by_rep]
-        vs_concurrent = jobs.ratio(auto, concurrent)
+        vs_concurrent = stats.ratio(auto, concurrent)
         table[count] = {
             "auto": auto, "concurrent": concurrent, "sequential": sequential,
-            "auto_vs_concurrent": vs_concurrent, "auto_vs_sequential": jobs.ratio(auto, sequential),
-            "concurrent_vs_sequential": jobs.ratio(concurrent, sequential),
+            "auto_vs_concurrent": vs_concurrent, "auto_vs_sequential": stats.ratio(auto, sequential),
+            "concurrent_vs_sequential": stats.ratio(concurrent, sequential),
             "auto_reps": [r["makespan_s"] for r in reps["auto"]],
             "concurrent_reps": [r["makespan_s"] for r in reps["concurrent"]],
             "pair_ratios": pairs, "goal": FIT_GOAL,
@@ -242,8 +246,8 @@ def pair_entry(sequential: float | None, fast: dict | None, demand: dict | None)
     demand_s = None if demand is None else demand["makespan_s"]
     entry = {
         "fast": fast_s, "demand": demand_s, "sequential": sequential,
-        "fast_vs_sequential": jobs.ratio(fast_s, sequential),
-        "demand_vs_sequential": jobs.ratio(demand_s, sequential),
+        "fast_vs_sequential": stats.ratio(fast_s, sequential),
+        "demand_vs_sequential": stats.ratio(demand_s, sequential),
         "switches": None if fast is None else fast["switch"]["count"],
         "switches_demand": None if demand is None else demand["switch"]["count"],
         "fast_switch": None if fast is None else fast["switch"],
@@ -282,7 +286,7 @@ def _job_words(size: JobSize) -> str:
 def _probe(group: JobGroup, name: str) -> float:
     """Median step time of one job alone, PROBE_STEPS steps."""
     rnd = group.train([name], steps=PROBE_STEPS, timeout=120)
-    return jobs.median(rnd.results[name]["step_s"])
+    return stats.median(rnd.results[name]["step_s"])
 
 
 def _alone(group: JobGroup, names: list[str], steps: int, step_s: float) -> list[dict]:
@@ -298,7 +302,7 @@ def measure_fitting(lib: Path | None, plan: FittingPlan, deadline: Deadline, *, 
                     mode: str = "auto", scheduler_args: tuple[str, ...] = ()) -> dict:
     """(e). lib None with simulate_ms: a dry run without the library and without a GPU."""
     n = max(plan.counts)
-    problem = jobs.library_total_problem([plan.size.footprint_estimate()] * n)
+    problem = gpu_memory.library_total_problem([plan.size.footprint_estimate()] * n)
     if problem:
         raise RuntimeError(problem)
     native = [f"native{i}" for i in range(1, n + 1)]
@@ -318,7 +322,7 @@ def measure_fitting(lib: Path | None, plan: FittingPlan, deadline: Deadline, *, 
         step_s = _probe(group, native[0])
         steps = plan.steps or steps_for(plan.alone_s, step_s)
         say(PREFIX, f"  probe: {step_s * 1e3:.3f} ms/step -> {steps} steps a job")
-        fit = jobs.fit_check(sched.socket, [group.pid(s) for s in shared], FIT_CAPACITY)
+        fit = gpu_memory.fit_check(sched.socket, [group.pid(s) for s in shared], FIT_CAPACITY)
         alone = _alone(group, native, steps, step_s)
         timeout = 60 + 4 * n * steps * step_s
         rounds: list[dict] = []
@@ -357,11 +361,11 @@ def _pair_round(group: JobGroup, sched, names: list[str], steps: int, timeout: f
     pids = [group.pid(n) for n in names]
     t0, t1 = rnd.start, max(r["t_end"] for r in rnd.results.values()) + LOG_GRACE_S
     events = sched.events()
-    found = jobs.switches(events, pids, t0, t1)
-    rels = jobs.releases(events, pids, t0, t1)
+    found = schedlog.switches(events, pids, t0, t1)
+    rels = schedlog.releases(events, pids, t0, t1)
     record = round_record(rnd, **labels)
-    record.update(switches=found, releases=rels, grants=jobs.grants(events, pids, t0, t1),
-                  switch=jobs.switch_totals(found, rels))
+    record.update(switches=found, releases=rels, grants=schedlog.grants(events, pids, t0, t1),
+                  switch=schedlog.switch_totals(found, rels))
     return record
 
 
@@ -369,10 +373,10 @@ def measure_pair(lib: Path | None, plan: PairPlan, deadline: Deadline, *, simula
                  mode: str = "auto", scheduler_args: tuple[str, ...] = ()) -> dict:
     """(f). lib None with simulate_ms: a dry run without the library and without a GPU."""
     estimate = plan.size.footprint_estimate()
-    problem = jobs.library_total_problem([estimate] * 2)
+    problem = gpu_memory.library_total_problem([estimate] * 2)
     if problem:
         raise RuntimeError(problem)
-    capacity = plan.capacity or jobs.separating_capacity([estimate, estimate])
+    capacity = plan.capacity or gpu_memory.separating_capacity([estimate, estimate])
     argv = jobs.job_argv(plan.size, simulate_ms)
     rounds: list[dict] = []
     skipped: list[str] = []
@@ -391,7 +395,7 @@ def measure_pair(lib: Path | None, plan: PairPlan, deadline: Deadline, *, simula
                 if i and not deadline.allows(plan.round_s(variant) + still_to_come_s + 3):
                     skipped.append(f"{variant} at TQ {tq} s: time limit")
                     continue
-                jobs.control(sched.socket, "set_tq", seconds=int(tq))
+                gpu_memory.control(sched.socket, "set_tq", seconds=int(tq))
                 record = _pair_round(group, sched, names, steps, timeout, variant=variant, tq=tq)
                 rounds.append(record)
                 say(PREFIX, f"  {variant} pair at TQ {tq} s: makespan {record['makespan_s']:.2f} s, "
@@ -409,7 +413,7 @@ def measure_pair(lib: Path | None, plan: PairPlan, deadline: Deadline, *, simula
             steps = plan.steps or steps_for(plan.alone_s, step_s)
             timeout = 90 + 8 * steps * step_s
             say(PREFIX, f"  probe: {step_s * 1e3:.3f} ms/step -> {steps} steps a job")
-            separation = jobs.ensure_separating(sched.socket, [group.pid("fastA"), group.pid("fastB")],
+            separation = gpu_memory.ensure_separating(sched.socket, [group.pid("fastA"), group.pid("fastB")],
                                                 capacity, PREFIX)
             capacity = separation["capacity"]
             alone = _alone(group, ["nativeA", "nativeB"], steps, step_s)
@@ -419,7 +423,7 @@ def measure_pair(lib: Path | None, plan: PairPlan, deadline: Deadline, *, simula
             group.start("demandB", argv, lib_env("off"))
             say(PREFIX, "pair: starting the demand pair")
             group.wait_ready(READY_TIMEOUT_S)
-            separation["demand"] = jobs.ensure_separating(
+            separation["demand"] = gpu_memory.ensure_separating(
                 sched.socket, [group.pid("demandA"), group.pid("demandB")], capacity, PREFIX)
             pair_rounds(group, ["demandA", "demandB"], "demand", 0.0)
     result = pair_results(plan, steps, alone, rounds)
@@ -448,7 +452,7 @@ def run_fitting(quick: bool = False, time_left: float | None = None, *, counts: 
     t0 = time.monotonic()
     plan = plan_fitting(quick, time_left, counts, size, alone_s, reps, steps)
     if not dry_run:
-        jobs.require_safe_gpu(harness)
+        require_safe_gpu(strict=False)
     result = measure_fitting(None if dry_run else harness.library_path(), plan, Deadline(time_left),
                              simulate_ms=SIMULATED_STEP_MS if dry_run else None, mode=mode,
                              scheduler_args=("--no-nvml",) if dry_run else ())
@@ -466,7 +470,7 @@ def run_pair(quick: bool = False, time_left: float | None = None, *, tqs: tuple[
     t0 = time.monotonic()
     plan = plan_pair(quick, time_left, tqs, size, alone_s, steps, capacity, idle_release_ms)
     if not dry_run:
-        jobs.require_safe_gpu(harness)
+        require_safe_gpu(strict=False)
     result = measure_pair(None if dry_run else harness.library_path(), plan, Deadline(time_left),
                           simulate_ms=SIMULATED_STEP_MS if dry_run else None, mode=mode,
                           scheduler_args=("--no-nvml",) if dry_run else ())

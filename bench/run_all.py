@@ -56,7 +56,6 @@ RESULTS_JSON = REPO / "bench" / "results" / "issue3.json"
 BENCHMARKS_MD = REPO / "docs" / "benchmarks.md"
 RERUN = "bash bench/gpu_validate.sh --bench-only   # or: python3 bench/run_all.py"
 DEFAULT_BUDGET_S = 470.0
-MIN_FREE_GIB = 48
 MARKER = "XPUSHARE_BENCH_RUN"  # in the environment of every process a benchmark starts
 HANG_FACTOR, HANG_EXTRA_S = 1.5, 15.0  # a benchmark still running after this is ended
 STOP_GRACE_S = 5.0  # for its clean-up once told to stop (gpu_validate.sh's timeout kills 15 s later)
@@ -94,6 +93,12 @@ def _harness():
     from common import harness
 
     return harness
+
+
+def _gpu_problem() -> str | None:
+    from common import gpu_problem
+
+    return gpu_problem(strict=True)
 
 
 @contextmanager
@@ -161,17 +166,6 @@ def shares(benches: list[Bench], seconds_left: float) -> float:
     still to run."""
     total = sum(b.share_s for b in benches)
     return seconds_left * benches[0].share_s / total if total else seconds_left
-
-
-def gpu_problem(min_free_gib: float = MIN_FREE_GIB) -> str | None:
-    mem = _harness().gpu_memory_mib()
-    if mem is None:
-        return "cannot read the GPU's free memory with nvidia-smi"
-    free, total = mem
-    if free < min_free_gib * 1024:
-        return (f"only {free} MiB of {total} MiB GPU memory is free (need {min_free_gib:g} GiB): "
-                "someone else is using the GPU")
-    return None
 
 
 def marked_pids(marker: str) -> list[int]:
@@ -349,7 +343,7 @@ def run_suite(selected: list[Bench], quick: bool, budget: float, out: Path | Non
                                             f"{bench.min_s:.0f} s"}
             print(f"run_all: {bench.name} SKIPPED ({results[bench.name]['error']})", flush=True)
             continue
-        problem = gpu_problem() if bench.gpu else None
+        problem = _gpu_problem() if bench.gpu else None
         if problem:
             results[bench.name] = {"error": f"refused: {problem}"}
             print(f"run_all: {bench.name} REFUSED: {problem}", flush=True)
@@ -416,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
     if any(b.gpu for b in selected):
-        problem = gpu_problem()
+        problem = _gpu_problem()
         if problem:
             print(f"run_all: refusing to run: {problem}", file=sys.stderr)
             return 3

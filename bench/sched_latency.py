@@ -47,6 +47,7 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 from protoclient import GIB, ProtoClient, ProtocolFailure, children_can_import_xpushare  # noqa: E402
+from stats import percentile, ratio  # noqa: E402
 
 FAKE_UUID = "GPU-00000000-0000-0000-0000-00000000bec0"
 CAPACITY = 16 * GIB
@@ -56,22 +57,12 @@ RERUN = "python3 bench/sched_latency.py"
 
 # ----------------------------------------------------------------------------- statistics
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """The q-quantile (0..1) of sorted values, interpolated between neighbours."""
-    if not sorted_values:
-        return float("nan")
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 def summary(values: list[float]) -> dict:
     """n, p50, p90, p99, mean, min, max of samples (None for the statistics of no samples)."""
     if not values:
         return {"n": 0, "p50": None, "p90": None, "p99": None, "mean": None, "min": None, "max": None}
     s = sorted(values)
-    return {"n": len(s), "p50": percentile(s, 0.5), "p90": percentile(s, 0.9), "p99": percentile(s, 0.99),
+    return {"n": len(s), "p50": percentile(s, 50), "p90": percentile(s, 90), "p99": percentile(s, 99),
             "mean": sum(s) / len(s), "min": s[0], "max": s[-1]}
 
 
@@ -237,7 +228,7 @@ def plan(quick: bool, time_left: float | None, cycles: int | None = None,
 
 
 def ratios(ours: dict, baseline: dict) -> dict:
-    return {q: (ours[q] / baseline[q] if baseline.get(q) else None) for q in ("p50", "p99")}
+    return {q: ratio(ours.get(q), baseline.get(q)) for q in ("p50", "p99")}
 
 
 def measure(cycles: int, handoffs: int, queue_wait_s: float = 0.001, keep_samples: bool = True) -> dict:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -50,12 +49,14 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
+from schedlog import duration_s, ms  # noqa: E402
+from stats import median  # noqa: E402
+
 GIB = 1 << 30
 MIB = 1 << 20
 VARIANTS = ("wait", "off", "overlap")  # the ones the headline needs first, if time runs short
 DEFAULT_SIZES = (1.0, 4.0, 8.0)
 MAX_SIZE_GIB = 16.0            # GPU safety: all processes under the library stay <= 24 GiB
-MIN_FREE_GIB = 48              # refuse to start below this much free GPU memory
 HEADROOM_GIB = 6.0             # capacity = max(W) + this
 RESERVE = 512 * MIB            # --reserve of the scheduler: B's footprint is computed from it
 GOAL_RATIO = 8.0               # issue 3: bulk switches at least 8x faster than demand faults
@@ -145,19 +146,6 @@ def parse_progress(raw: bytes) -> tuple[str, int, float] | None:
 
 # ----------------------------------------------------------------------------- reading the results
 
-def parse_duration_ms(text: str | None) -> float | None:
-    """'170.0ms' -> 170.0, '1.23s' -> 1230.0, '5us' -> 0.005; None when absent or not a duration."""
-    if not text:
-        return None
-    for unit, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1e3)):
-        if text.endswith(unit):
-            try:
-                return float(text[: -len(unit)]) * scale
-            except ValueError:
-                return None
-    return None
-
-
 def durations(passes: list[tuple[float, float]]) -> list[float]:
     return [t1 - t0 for t0, t1 in passes]
 
@@ -165,7 +153,7 @@ def durations(passes: list[tuple[float, float]]) -> list[float]:
 def steady_pass_s(passes: list[tuple[float, float]], before: float, skip: int = 5) -> float | None:
     """Median pass time before the first switch (the first `skip` passes warm up)."""
     before_switch = [p for p in passes if p[1] < before][skip:]
-    return statistics.median(durations(before_switch)) if before_switch else None
+    return median(durations(before_switch)) if before_switch else None
 
 
 HOLD_S_PER_GIB = 0.25  # B's hold: A's move to host runs at 5-10 GB/s after its release
@@ -211,8 +199,8 @@ def match_log(events: list, t_req: float, t_rel: float) -> dict:
     return {
         "drop_reason": drop.fields.get("reason") if drop else None,
         "evict_flag": drop.fields.get("evict") if drop else None,
-        "drain_ms": parse_duration_ms(release.fields.get("drain")) if release else None,
-        "evict_ms": parse_duration_ms(release.fields.get("evict")) if release else None,
+        "drain_ms": ms(duration_s(release.fields.get("drain"))) if release else None,
+        "evict_ms": ms(duration_s(release.fields.get("evict"))) if release else None,
         "regrant_prefetch": grant.fields.get("prefetch") if grant else None,
         "regrant_t": grant.t if grant else None,
     }
@@ -224,25 +212,20 @@ def prefetch_of_regrant(events: list, regrant_t: float | None) -> float | None:
     if regrant_t is None:
         return None
     release = next((e for e in events if e.kind == "release" and e.t > regrant_t), None)
-    return parse_duration_ms(release.fields.get("prefetch")) if release else None
-
-
-def _median(values: list) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
+    return ms(duration_s(release.fields.get("prefetch"))) if release else None
 
 
 def summarise_size(cycles: list[dict], steady_s: float | None, data_ok: bool | None, passes: int) -> dict:
     ok = [c for c in cycles if "error" not in c]
     return {
-        "switch_ms": _median([c["switch_ms"] for c in ok]),
+        "switch_ms": median([c["switch_ms"] for c in ok]),
         "switch_ms_all": [round(c["switch_ms"], 3) for c in ok],
-        "handoff_ms": _median([c["handoff_ms"] for c in ok]),
-        "recovered_ms": _median([c.get("recovered_ms") for c in ok]),
+        "handoff_ms": median([c["handoff_ms"] for c in ok]),
+        "recovered_ms": median([c.get("recovered_ms") for c in ok]),
         "steady_pass_ms": steady_s * 1e3 if steady_s else None,
-        "evict_ms": _median([c.get("evict_ms") for c in ok]),
-        "drain_ms": _median([c.get("drain_ms") for c in ok]),
-        "prefetch_ms": _median([c.get("prefetch_ms") for c in ok]),
+        "evict_ms": median([c.get("evict_ms") for c in ok]),
+        "drain_ms": median([c.get("drain_ms") for c in ok]),
+        "prefetch_ms": median([c.get("prefetch_ms") for c in ok]),
         "evict_flags": [c.get("evict_flag") for c in ok],
         "regrant_prefetch": [c.get("regrant_prefetch") for c in ok],
         "cycles": cycles,
@@ -302,18 +285,6 @@ def plan(quick: bool, time_left: float | None, sizes: list[float] | None = None,
 
 
 # ----------------------------------------------------------------------------- the benchmark
-
-def require_free_gpu(min_free_gib: float = MIN_FREE_GIB) -> None:
-    from common import harness
-
-    mem = harness.gpu_memory_mib()
-    if mem is None:
-        raise RuntimeError("cannot read the GPU's free memory (nvidia-smi): not starting")
-    free, total = mem
-    if free < min_free_gib * 1024:
-        raise RuntimeError(f"only {free} MiB of {total} MiB GPU memory is free (need {min_free_gib:g} GiB): "
-                           "someone else is using the GPU")
-
 
 def _wait(cond, timeout: float, what: str, alive=lambda: True, interval: float = 0.005):
     deadline = time.monotonic() + timeout
@@ -530,10 +501,10 @@ def measure(a_command: ACommand, sizes: list[float], cycles: int, variants: tupl
 
 
 def run(quick: bool = False, time_left: float | None = None) -> dict:
-    from common import harness
+    from common import harness, require_safe_gpu
 
     t0 = time.monotonic()
-    require_free_gpu()
+    require_safe_gpu()
     p = plan(quick, time_left)
     deadline = None if time_left is None else t0 + time_left
     result = measure(library_worker(harness.library_path()), p["sizes"], p["cycles"], deadline=deadline)
@@ -584,10 +555,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--cycles must be >= 1")
     if args.tq <= 0:
         p.error("--tq must be positive")
+    from common import require_safe_gpu
+
     try:
-        require_free_gpu()
+        require_safe_gpu()
     except RuntimeError as e:
-        print(f"switch_cost: refusing to run: {e}", file=sys.stderr)
+        print(f"switch_cost: {e}", file=sys.stderr)
         return 3
     from common import harness
 

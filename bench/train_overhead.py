@@ -23,7 +23,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from common import BENCH, alternating, harness, median, ratio, require_safe_gpu
+from common import BENCH, alternating, harness, require_safe_gpu
+from stats import median, ratio
 
 # name -> (arguments of examples/pytorch_train.py, measured steps per process). On the H200 VM: small
 # 4.2 ms/step, medium 5.7 ms/step, large 18.8 ms/step (p10-p90 within 2%, so 80 steps give a firm

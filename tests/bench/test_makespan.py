@@ -17,10 +17,14 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
+import common  # noqa: E402
+import gpu_memory  # noqa: E402
+import job_program  # noqa: E402
 import jobs  # noqa: E402
+import schedlog  # noqa: E402
 import makespan  # noqa: E402
 from common import harness  # noqa: E402
-from jobs import GIB, MIB  # noqa: E402
+from job_program import GIB, MIB  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -39,9 +43,9 @@ def children_find_xpushare(monkeypatch):
 # ----------------------------------------------------------------------------- the command protocol
 
 def test_commands_round_trip_through_the_parser():
-    for cmd in (jobs.train_command(12.5, steps=300), jobs.train_command(1.0, until=9.0),
-                jobs.interactive_command(3.0, 2.0, 10), jobs.EXIT_COMMAND):
-        assert jobs.parse_command(json.dumps(cmd)) == cmd
+    for cmd in (job_program.train_command(12.5, steps=300), job_program.train_command(1.0, until=9.0),
+                job_program.interactive_command(3.0, 2.0, 10), job_program.EXIT_COMMAND):
+        assert job_program.parse_command(json.dumps(cmd)) == cmd
 
 
 @pytest.mark.parametrize("line, why", [
@@ -60,36 +64,36 @@ def test_commands_round_trip_through_the_parser():
 ])
 def test_bad_commands_are_refused_with_the_reason(line, why):
     with pytest.raises(ValueError, match=why):
-        jobs.parse_command(line)
+        job_program.parse_command(line)
 
 
 def test_a_train_command_has_steps_or_until_never_both():
     with pytest.raises(ValueError):
-        jobs.train_command(1.0)
+        job_program.train_command(1.0)
     with pytest.raises(ValueError):
-        jobs.train_command(1.0, steps=3, until=2.0)
+        job_program.train_command(1.0, steps=3, until=2.0)
 
 
 def test_output_lines_are_read_by_their_prefix():
-    assert jobs.parse_output_line('READY {"pid": 7}\n') == ("ready", {"pid": 7})
-    assert jobs.parse_output_line('RESULT {"steps": 3}') == ("result", {"steps": 3})
-    assert jobs.parse_output_line("a warning from PyTorch") is None
-    assert jobs.parse_output_line("RESULT {broken") is None
-    assert jobs.parse_output_line("RESULT [1]") is None
+    assert job_program.parse_output_line('READY {"pid": 7}\n') == ("ready", {"pid": 7})
+    assert job_program.parse_output_line('RESULT {"steps": 3}') == ("result", {"steps": 3})
+    assert job_program.parse_output_line("a warning from PyTorch") is None
+    assert job_program.parse_output_line("RESULT {broken") is None
+    assert job_program.parse_output_line("RESULT [1]") is None
 
 
 @pytest.mark.parametrize("argv", [["--width", "0"], ["--depth", "-1"], ["--resident-gib", "-1"],
                                   ["--simulate", "0"], ["--steps", "x"], ["--resident-gib", "nan"]])
 def test_the_program_refuses_bad_flags_with_usage(argv, capsys):
     with pytest.raises(SystemExit) as e:
-        jobs.parse_args(argv)
+        job_program.parse_args(argv)
     assert e.value.code == 2
     assert "usage" in capsys.readouterr().err
 
 
 def test_job_size_arguments_are_what_the_program_parses():
     size = jobs.JobSize(width=512, depth=3, batch=64, resident_gib=1.5)
-    args = jobs.parse_args(size.args())
+    args = job_program.parse_args(size.args())
     assert (args.width, args.depth, args.batch, args.resident_gib) == (512, 3, 64, 1.5)
 
 
@@ -121,7 +125,7 @@ class CountingJob:
 
 def test_train_runs_exactly_n_steps_each_synchronised_and_times_add_up():
     job = CountingJob()
-    result = jobs.run_train(job, jobs.train_command(0.0, steps=25))
+    result = job_program.run_train(job, job_program.train_command(0.0, steps=25))
     assert result["steps"] == job.steps == 25
     assert job.syncs >= 25
     assert len(result["step_s"]) == 25
@@ -132,9 +136,9 @@ def test_train_runs_exactly_n_steps_each_synchronised_and_times_add_up():
 def test_train_until_an_instant_stops_at_the_first_step_past_it():
     import time
 
-    job = jobs.SimulatedJob(step_ms=2.0)
+    job = job_program.SimulatedJob(step_ms=2.0)
     start = time.monotonic()
-    result = jobs.run_train(job, jobs.train_command(start, until=start + 0.05))
+    result = job_program.run_train(job, job_program.train_command(start, until=start + 0.05))
     assert result["t_end"] >= start + 0.05
     assert result["t_end"] - sum(result["step_s"][-1:]) < start + 0.05  # the step before had not reached it
     assert result["steps"] == job.index
@@ -144,7 +148,7 @@ def test_train_waits_for_its_start_instant():
     import time
 
     start = time.monotonic() + 0.1
-    result = jobs.run_train(CountingJob(), jobs.train_command(start, steps=1))
+    result = job_program.run_train(CountingJob(), job_program.train_command(start, steps=1))
     assert result["t_start"] >= start
     assert result["late_ms"] >= 0
 
@@ -153,18 +157,18 @@ def test_interactive_steps_happen_once_per_period_from_the_start():
     import time
 
     start = time.monotonic() + 0.02
-    result = jobs.run_interactive(CountingJob(), jobs.interactive_command(start, 0.03, 4))
+    result = job_program.run_interactive(CountingJob(), job_program.interactive_command(start, 0.03, 4))
     assert [s["planned"] for s in result["steps"]] == pytest.approx([start + k * 0.03 for k in range(4)])
     assert all(s["t0"] >= s["planned"] and s["t1"] >= s["t0"] for s in result["steps"])
 
 
 def test_serve_answers_each_command_resets_after_each_and_stops_at_exit():
     job = CountingJob()
-    lines = [json.dumps(jobs.train_command(0.0, steps=3)), "", json.dumps(jobs.train_command(0.0, steps=2)),
-             json.dumps(jobs.EXIT_COMMAND), json.dumps(jobs.train_command(0.0, steps=50))]
+    lines = [json.dumps(job_program.train_command(0.0, steps=3)), "", json.dumps(job_program.train_command(0.0, steps=2)),
+             json.dumps(job_program.EXIT_COMMAND), json.dumps(job_program.train_command(0.0, steps=50))]
     out = io.StringIO()
-    jobs.serve(job, lines, out)
-    results = [jobs.parse_output_line(line) for line in out.getvalue().splitlines()]
+    job_program.serve(job, lines, out)
+    results = [job_program.parse_output_line(line) for line in out.getvalue().splitlines()]
     assert [(kind, r["steps"]) for kind, r in results] == [("result", 3), ("result", 2)]
     assert job.resets == 2
     assert job.steps == 5  # nothing after "exit"
@@ -172,10 +176,10 @@ def test_serve_answers_each_command_resets_after_each_and_stops_at_exit():
 
 def test_serve_ends_at_the_end_of_input_and_refuses_a_bad_command():
     out = io.StringIO()
-    jobs.serve(CountingJob(), [json.dumps(jobs.train_command(0.0, steps=1))], out)
-    assert out.getvalue().startswith(jobs.RESULT)
+    job_program.serve(CountingJob(), [json.dumps(job_program.train_command(0.0, steps=1))], out)
+    assert out.getvalue().startswith(job_program.RESULT)
     with pytest.raises(ValueError):
-        jobs.serve(CountingJob(), ['{"cmd": "fly"}'], io.StringIO())
+        job_program.serve(CountingJob(), ['{"cmd": "fly"}'], io.StringIO())
 
 
 # ----------------------------------------------------------------------------- processes
@@ -215,7 +219,7 @@ def test_a_group_ends_its_jobs_when_the_benchmark_fails():
         with jobs.JobGroup("test") as group:
             pids = [_simulated(group, "a").pid, _simulated(group, "b").pid]
             group.wait_ready(60)
-            group.jobs["a"].send(jobs.train_command(0.0, steps=100_000))  # busy for minutes
+            group.jobs["a"].send(job_program.train_command(0.0, steps=100_000))  # busy for minutes
             raise RuntimeError("benchmark broke")
     assert pids and not any(_alive(pid) for pid in pids)
 
@@ -234,7 +238,7 @@ def test_a_job_that_does_not_answer_in_time_fails_the_wait():
     with jobs.JobGroup("test") as group:
         _simulated(group, "a", step_ms=50)
         group.wait_ready(60)
-        group.jobs["a"].send(jobs.train_command(0.0, steps=1000))
+        group.jobs["a"].send(job_program.train_command(0.0, steps=1000))
         with pytest.raises(jobs.JobFailed, match="no result within"):
             group.jobs["a"].expect("result", 0.2)
 
@@ -242,7 +246,7 @@ def test_a_job_that_does_not_answer_in_time_fails_the_wait():
 def test_standalone_mode_runs_one_command_and_exits():
     run = harness.run(jobs.job_argv(jobs.JobSize(), 1.0, ["--steps", "7", "--warmup-steps", "0"]),
                       jobs.native_env(harness), timeout=60).check()
-    kinds = [jobs.parse_output_line(line) for line in run.stdout.splitlines()]
+    kinds = [job_program.parse_output_line(line) for line in run.stdout.splitlines()]
     assert [k for k, _ in kinds] == ["ready", "result"]
     assert kinds[1][1]["steps"] == 7
 
@@ -250,7 +254,7 @@ def test_standalone_mode_runs_one_command_and_exits():
 def test_library_environment_keeps_the_virtual_capacity_at_least_the_schedulers(tmp_path):
     lib = tmp_path / "libnvshare.so"
     small = jobs.library_env(harness, lib, tmp_path / "s.sock", 9 * GIB, NVSHARE_PREFETCH="off")
-    assert int(small["NVSHARE_GPU_MEMORY"]) == jobs.CLIENT_VIRTUAL_CAPACITY
+    assert int(small["NVSHARE_GPU_MEMORY"]) == gpu_memory.CLIENT_VIRTUAL_CAPACITY
     assert str(lib) in small["LD_PRELOAD"] and small["NVSHARE_PREFETCH"] == "off"
     big = jobs.library_env(harness, lib, tmp_path / "s.sock", 20 * GIB)
     assert int(big["NVSHARE_GPU_MEMORY"]) == 20 * GIB
@@ -261,28 +265,12 @@ def test_library_environment_keeps_the_virtual_capacity_at_least_the_schedulers(
 
 # ----------------------------------------------------------------------------- statistics
 
-def test_median_and_percentile():
-    assert jobs.median([]) is None
-    assert jobs.median([3, 1, 2]) == 2
-    assert jobs.median([4, 1, 3, 2]) == 2.5
-    values = list(range(1, 101))
-    assert jobs.percentile(values, 50) == pytest.approx(50.5)
-    assert jobs.percentile(values, 99) == pytest.approx(99.01)
-    assert jobs.percentile(values, 100) == 100
-    assert jobs.percentile([7.0], 99) == 7.0
-    assert jobs.percentile([], 99) is None
-    with pytest.raises(ValueError):
-        jobs.percentile(values, 101)
-
-
 def test_makespan_runs_from_the_common_start_to_the_last_end():
     results = [{"t_start": 10.1, "t_end": 14.0}, {"t_start": 10.0, "t_end": 15.5}]
     assert jobs.makespan(10.0, results) == pytest.approx(5.5)
     assert jobs.sequential_seconds(results) == pytest.approx(3.9 + 5.5)
     with pytest.raises(ValueError):
         jobs.makespan(0.0, [])
-    assert jobs.ratio(2.0, 4.0) == 0.5
-    assert jobs.ratio(None, 4.0) is None and jobs.ratio(2.0, 0.0) is None
 
 
 def _train_result(step_s: list[float], loss: float = 0.25, ok: bool = True, pid: int = 1) -> dict:
@@ -321,12 +309,12 @@ def test_correctness_needs_one_final_loss_and_a_uniform_working_set():
 @pytest.mark.parametrize("text, seconds", [("12.3ms", 0.0123), ("1.23s", 1.23), ("170us", 170e-6),
                                            ("0.0ms", 0.0), ("5s", 5.0)])
 def test_durations_of_the_log(text, seconds):
-    assert jobs.duration_s(text) == pytest.approx(seconds)
+    assert schedlog.duration_s(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["", None, "none", "12", "ms", "1.2min"])
 def test_what_is_not_a_duration(text):
-    assert jobs.duration_s(text) is None
+    assert schedlog.duration_s(text) is None
 
 
 def test_switches_pair_each_drop_with_the_release_that_answered_it():
@@ -340,22 +328,22 @@ def test_switches_pair_each_drop_with_the_release_that_answered_it():
         ev(6.5, "release", 2, reason="dropped", held="5.00s", drain="5.0ms", evict="150.0ms", prefetch="120.0ms"),
         ev(7.0, "drop", 1, reason="quantum", evict="yes"),  # after the window
     ]
-    found = jobs.switches(events, [1, 2], 0.0, 6.9)
+    found = schedlog.switches(events, [1, 2], 0.0, 6.9)
     assert [(s["pid"], s["reason"], s["evict"]) for s in found] == [(1, "quantum", True), (2, "quantum", True)]
     assert found[0]["handoff_ms"] == pytest.approx(250.0)
     assert found[0]["evict_ms"] == pytest.approx(200.0) and found[0]["drain_ms"] == pytest.approx(10.0)
     assert found[1]["prefetch_ms"] == pytest.approx(120.0)
-    totals = jobs.switch_totals(found, jobs.releases(events, [1, 2], 0.0, 6.9))
+    totals = schedlog.switch_totals(found, schedlog.releases(events, [1, 2], 0.0, 6.9))
     assert totals["count"] == 2 and totals["evicting"] == 2 and totals["reasons"] == ["quantum"]
     assert totals["evict_ms"] == pytest.approx(175.0)
     assert totals["prefetches"] == 1 and totals["prefetch_ms"] == pytest.approx(120.0)
-    assert [g["prefetch"] for g in jobs.grants(events, [1, 2], 0.0, 6.9)] == [False, True]
+    assert [g["prefetch"] for g in schedlog.grants(events, [1, 2], 0.0, 6.9)] == [False, True]
 
 
 def test_a_drop_not_yet_answered_has_no_handoff():
-    found = jobs.switches([ev(1.0, "drop", 1, reason="preempted", evict="no")], [1], 0.0, 2.0)
+    found = schedlog.switches([ev(1.0, "drop", 1, reason="preempted", evict="no")], [1], 0.0, 2.0)
     assert found[0]["handoff_ms"] is None and found[0]["evict"] is False
-    assert jobs.switch_totals(found, [])["handoff_ms"] is None
+    assert schedlog.switch_totals(found, [])["handoff_ms"] is None
 
 
 def test_switches_counted_from_real_scheduler_log_lines():
@@ -368,7 +356,7 @@ def test_switches_counted_from_real_scheduler_log_lines():
         m = harness.EVENT_RE.search(line)
         events.append(harness.Event(float(t), m.group(1), int(m.group(2)),
                                     dict(__import__("re").findall(r"(\w+)=(\S+)", m.group(3)))))
-    found = jobs.switches(events, [41], 0.0, 5.0)
+    found = schedlog.switches(events, [41], 0.0, 5.0)
     assert len(found) == 1 and found[0]["evict_ms"] == pytest.approx(170.0)
     assert found[0]["drain_ms"] == pytest.approx(12.3)
 
@@ -376,16 +364,18 @@ def test_switches_counted_from_real_scheduler_log_lines():
 # ----------------------------------------------------------------------------- GPU memory rules
 
 def test_safety_refuses_a_busy_gpu_and_too_much_under_the_library():
-    assert jobs.free_memory_problem((40_000, 81_559)) is not None
-    assert jobs.free_memory_problem((60_000, 81_559)) is None
-    assert jobs.free_memory_problem(None) is None
-    assert jobs.library_total_problem([12 * GIB, 12 * GIB]) is None
-    assert "24" in jobs.library_total_problem([12 * GIB, 12 * GIB + 1])
+    for mem, strict, refused in (((40_000, 81_559), False, True), ((60_000, 81_559), False, False),
+                                 (None, False, False), (None, True, True), ((60_000, 81_559), True, False)):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(harness, "gpu_memory_mib", lambda: mem)
+            assert (common.gpu_problem(strict) is not None) == refused
+    assert gpu_memory.library_total_problem([12 * GIB, 12 * GIB]) is None
+    assert "24" in gpu_memory.library_total_problem([12 * GIB, 12 * GIB + 1])
 
 
 def test_the_default_sizes_stay_within_the_safety_limit():
-    assert jobs.library_total_problem([makespan.FIT_SIZE.footprint_estimate()] * 4) is None
-    assert jobs.library_total_problem([makespan.PAIR_SIZE.footprint_estimate()] * 2) is None
+    assert gpu_memory.library_total_problem([makespan.FIT_SIZE.footprint_estimate()] * 4) is None
+    assert gpu_memory.library_total_problem([makespan.PAIR_SIZE.footprint_estimate()] * 2) is None
 
 
 def test_footprint_estimate_holds_the_working_set_and_grows_with_the_model():
@@ -397,21 +387,21 @@ def test_footprint_estimate_holds_the_working_set_and_grows_with_the_model():
 
 def test_separating_capacity_holds_one_job_but_not_two():
     for sizes in ([6 * GIB, 6 * GIB], [6 * GIB + 300 * MIB, 1 * GIB], [8 * GIB, 7 * GIB]):
-        capacity = jobs.separating_capacity(sizes)
+        capacity = gpu_memory.separating_capacity(sizes)
         assert capacity % (64 * MIB) == 0
-        assert jobs.separates(sizes, jobs.budget_of(capacity))
-        assert not jobs.separates(sizes, jobs.budget_of(capacity * 2))  # both fit: no separation
+        assert gpu_memory.separates(sizes, gpu_memory.budget_of(capacity))
+        assert not gpu_memory.separates(sizes, gpu_memory.budget_of(capacity * 2))  # both fit: no separation
     with pytest.raises(ValueError):
-        jobs.separating_capacity([GIB])
+        gpu_memory.separating_capacity([GIB])
 
 
 def test_admission_counts_each_client_with_its_context():
-    budget = jobs.budget_of(16 * GIB)
+    budget = gpu_memory.budget_of(16 * GIB)
     assert budget == 16 * GIB - round(16 * GIB * 0.05)
-    assert jobs.fits_together([1 * GIB] * 4, budget)
-    assert jobs.fits_together([3 * GIB] * 4, budget)  # 4 x 3.75 GiB counted: 15 of 15.2
-    assert not jobs.fits_together([3 * GIB + 256 * MIB] * 4, budget)  # 4 x 4 GiB
-    assert jobs.budget_of(10 * GIB, reserve=GIB) == 9 * GIB
+    assert gpu_memory.fits_together([1 * GIB] * 4, budget)
+    assert gpu_memory.fits_together([3 * GIB] * 4, budget)  # 4 x 3.75 GiB counted: 15 of 15.2
+    assert not gpu_memory.fits_together([3 * GIB + 256 * MIB] * 4, budget)  # 4 x 4 GiB
+    assert gpu_memory.budget_of(10 * GIB, reserve=GIB) == 9 * GIB
 
 
 def _status(footprints: dict[int, int], budget: int | None = None) -> dict:
@@ -423,28 +413,28 @@ def _status(footprints: dict[int, int], budget: int | None = None) -> dict:
 
 def test_footprints_are_read_from_the_status_of_the_scheduler():
     status = _status({5: 3 * GIB, 6: 2 * GIB, 7: GIB}, budget=9 * GIB)
-    assert jobs.footprints_in(status, [5, 6]) == {5: {"bytes": 3 * GIB, "gpu": "GPU-x"},
+    assert gpu_memory.footprints_in(status, [5, 6]) == {5: {"bytes": 3 * GIB, "gpu": "GPU-x"},
                                                   6: {"bytes": 2 * GIB, "gpu": "GPU-x"}}
-    assert jobs.gpu_budget(status, "GPU-x") == 9 * GIB
-    assert jobs.footprints_in(None, [5]) == {}
+    assert gpu_memory.gpu_budget(status, "GPU-x") == 9 * GIB
+    assert gpu_memory.footprints_in(None, [5]) == {}
 
 
 def test_ensure_separating_sets_a_capacity_when_the_estimate_was_wrong(monkeypatch):
     sent = []
-    monkeypatch.setattr(jobs, "scheduler_status", lambda sock: _status({5: 6 * GIB, 6: 6 * GIB}))
-    monkeypatch.setattr(jobs, "control", lambda sock, op, **f: sent.append((op, f)) or {"ok": True})
-    check = jobs.ensure_separating(Path("/x"), [5, 6], 20 * GIB, "test")  # 20 GiB holds both
+    monkeypatch.setattr(gpu_memory, "scheduler_status", lambda sock: _status({5: 6 * GIB, 6: 6 * GIB}))
+    monkeypatch.setattr(gpu_memory, "control", lambda sock, op, **f: sent.append((op, f)) or {"ok": True})
+    check = gpu_memory.ensure_separating(Path("/x"), [5, 6], 20 * GIB, "test")  # 20 GiB holds both
     assert sent and sent[0][0] == "set_gpu_memory" and sent[0][1]["gpu"] == "GPU-x"
     assert check["separates"] and check["adjusted_from"] == 20 * GIB
-    assert check["capacity"] == sent[0][1]["bytes"] == jobs.separating_capacity([6 * GIB, 6 * GIB])
+    assert check["capacity"] == sent[0][1]["bytes"] == gpu_memory.separating_capacity([6 * GIB, 6 * GIB])
     sent.clear()
-    good = jobs.ensure_separating(Path("/x"), [5, 6], check["capacity"], "test")
+    good = gpu_memory.ensure_separating(Path("/x"), [5, 6], check["capacity"], "test")
     assert good["separates"] and not sent
 
 
 def test_ensure_separating_leaves_the_capacity_without_footprints(monkeypatch):
-    monkeypatch.setattr(jobs, "scheduler_status", lambda sock: None)
-    check = jobs.ensure_separating(Path("/x"), [5, 6], 11 * GIB, "test")
+    monkeypatch.setattr(gpu_memory, "scheduler_status", lambda sock: None)
+    check = gpu_memory.ensure_separating(Path("/x"), [5, 6], 11 * GIB, "test")
     assert check["capacity"] == 11 * GIB and "note" in check
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import schedlog
 import switch_cost as sc
 from common import harness
 
@@ -23,13 +24,17 @@ def test_progress_lines_round_trip_and_torn_lines_are_ignored():
     assert sc.parse_progress(b"4 x 1.0") is None
 
 
+def ms_of(text):
+    return schedlog.ms(schedlog.duration_s(text))
+
+
 def test_durations_from_log_fields():
-    assert sc.parse_duration_ms("170.0ms") == 170.0
-    assert sc.parse_duration_ms("1.23s") == pytest.approx(1230.0)
-    assert sc.parse_duration_ms("500us") == pytest.approx(0.5)
-    assert sc.parse_duration_ms(None) is None
-    assert sc.parse_duration_ms("yes") is None
-    assert sc.parse_duration_ms("fastms") is None
+    assert ms_of("170.0ms") == 170.0
+    assert ms_of("1.23s") == pytest.approx(1230.0)
+    assert ms_of("500us") == pytest.approx(0.5)
+    assert ms_of(None) is None
+    assert ms_of("yes") is None
+    assert ms_of("fastms") is None
 
 
 def steady_passes(start: float, n: int, step: float = 0.01) -> list[tuple[float, float]]:
