@@ -10,6 +10,10 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+try:
+    import xpushare  # noqa: F401
+except ImportError:  # a checkout without `pip install .`: the package sources are in src/
+    sys.path.insert(0, str(REPO / "src"))
 
 from testkit import gpu as harness  # noqa: E402
 

@@ -78,8 +78,14 @@ import stats
 from common import harness, require_safe_gpu, say
 from job_program import GIB, positive
 from jobs import JobGroup, JobSize
+from render import bars, dig, error_of, error_row, extra_text, f, goal_row, num
 
 PREFIX = "interactive"
+NAME = "interactive"
+TITLE = "Interactive client next to a batch job"
+SHARE, MIN_S, GPU = 50, 25, True
+RERUN = "python3 bench/interactive.py"
+PLOTS = {"interactive.png": "interactive wait vs switch time"}
 BATCH_SIZE = JobSize(width=1024, depth=4, batch=256, resident_gib=6.0)
 INTERACTIVE_SIZE = JobSize(width=512, depth=2, batch=64, resident_gib=1.0)
 PRIORITY = 10
@@ -357,6 +363,76 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0
+
+
+# ----------------------------------------------------------------------------- its report
+
+def p99_minus_switch(section: dict) -> float | None:
+    """The benchmark's own figure when it gives one, else p99 wait minus the median switch."""
+    given = num(section.get("p99_minus_switch_ms"))
+    if given is not None:
+        return given
+    p99, switch = num(dig(section, "wait_ms", "p99")), num(section.get("switch_ms"))
+    return None if p99 is None or switch is None else p99 - switch
+
+
+def goals(section: dict) -> list[str]:
+    if error_of(section):
+        return [error_row("interactive p99 wait", error_of(section))]
+    p99, switch = num(dig(section, "wait_ms", "p99")), num(section.get("switch_ms"))
+    excess = p99_minus_switch(section)
+    limit = None if switch is None else GOAL_MS + switch
+    rows = [goal_row("interactive client (priority 10) next to a batch job: p99 wait for the GPU",
+                 f"{f(p99, 1)} ms (p50 {f(dig(section, 'wait_ms', 'p50'), 1)} ms)",
+                 f"{f(switch, 1)} ms (switch time)",
+                 f"p99 − switch = **{f(excess, 1)} ms**",
+                 f"< {GOAL_MS:g} ms + switch" + (f" = {limit:.1f} ms" if limit else ""),
+                 None if excess is None else excess < GOAL_MS)]
+    slowdown = num(section.get("batch_slowdown"))
+    if slowdown is not None:
+        rows.append(goal_row("the batch job's slowdown next to it (throughput alone / alongside)",
+                         f"{slowdown:.3f}x", "the batch job alone", f"{slowdown:.3f}x", "—", None))
+    return rows
+
+
+def section(s: dict) -> str:
+    wait = s.get("wait_ms") or {}
+    excess = s.get("excess_ms") if isinstance(s.get("excess_ms"), dict) else {}
+    lines = ["| measured | value |", "|---|---:|",
+             f"| interactive wait for the GPU, p50 | {f(wait.get('p50'))} ms |",
+             f"| interactive wait for the GPU, p99 | **{f(wait.get('p99'))} ms** |",
+             f"| switch time (batch job's drop → release, + prefetch), median | {f(s.get('switch_ms'))} ms |",
+             f"| p99 − switch (goal < {GOAL_MS:g} ms) | **{f(p99_minus_switch(s))} ms** |",
+             f"| per step, wait − that step's switch: p50 / p99 | {f(excess.get('p50'))} / {f(excess.get('p99'))} ms |",
+             f"| batch job's slowdown (throughput alone / alongside) | {f(s.get('batch_slowdown'), 3)}x |",
+             f"| interactive steps measured | {wait.get('n', '—')} |"]
+    shown = {"wait_ms", "switch_ms", "batch_slowdown", "p99_minus_switch_ms", "excess_ms", "goal_ms"}
+    for key, value in s.items():
+        if key in shown or not isinstance(num(value), float):
+            continue
+        if key not in ("seconds", "time_left_s", "quick"):
+            lines.append(f"| {key} | {value if isinstance(value, int) else f(value, 3)} |")
+    return "\n".join(lines) + (
+        "\n\nA batch job with a resident working set and an interactive client (NVSHARE_PRIORITY=10, one small "
+        "step every 2 s) under the library, mode auto, a virtual capacity that does not hold both: each "
+        "interactive step preempts the batch job (drain + eviction). Wait = the step's time minus its time "
+        "alone. The batch job's slowdown compares its throughput alone and alongside, both in the same run.\n"
+        + extra_text(s))
+
+
+def plot_interactive(plt, s: dict):
+    wait = s.get("wait_ms") or {}
+    switch = num(s.get("switch_ms"))
+    values = {"p50 wait": num(wait.get("p50")), "p99 wait": num(wait.get("p99")), "switch": switch}
+    if all(v is None for v in values.values()):
+        return None
+    limit = None if switch is None else (switch + GOAL_MS, "goal: switch + 100 ms")
+    return bars(plt, list(values), {"ms": list(values.values())}, "ms",
+                 "interactive client's wait for the GPU", hline=limit)
+
+
+def plot(s: dict, plt) -> dict:
+    return {"interactive.png": plot_interactive(plt, s)}
 
 
 if __name__ == "__main__":

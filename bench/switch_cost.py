@@ -2,7 +2,7 @@
 """(d) Switch cost: how long a client whose W GiB were evicted to host takes to be back at full speed,
 with bulk prefetch (NVSHARE_PREFETCH=wait, =overlap) and with demand faults (=off).
 
-A (a PyTorch process under libnvshare.so: this file with --worker) holds W GiB in one float32 tensor
+A (a PyTorch process under libnvshare.so: bench/switch_worker.py) holds W GiB in one float32 tensor
 and loops passes `x.add_(1.0); torch.cuda.synchronize()`, recording (t_start, t_end) of every pass
 with time.monotonic() (CLOCK_MONOTONIC: one clock for every process of the machine). Scheduler: mode
 auto, explicit --tq (60 s), a virtual capacity (--gpu-memory) of max(W) + 6 GiB and an explicit
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -50,98 +49,28 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 from schedlog import duration_s, ms  # noqa: E402
+from switch_worker import GIB, MIB, Progress, size_key  # noqa: E402
+from render import bars, dig, error_of, error_row, f, goal_row, num, numeric_items, yes_no  # noqa: E402
 from stats import median  # noqa: E402
 
-GIB = 1 << 30
-MIB = 1 << 20
 VARIANTS = ("wait", "off", "overlap")  # the ones the headline needs first, if time runs short
 DEFAULT_SIZES = (1.0, 4.0, 8.0)
 MAX_SIZE_GIB = 16.0            # GPU safety: all processes under the library stay <= 24 GiB
 HEADROOM_GIB = 6.0             # capacity = max(W) + this
 RESERVE = 512 * MIB            # --reserve of the scheduler: B's footprint is computed from it
-GOAL_RATIO = 8.0               # issue 3: bulk switches at least 8x faster than demand faults
+GOAL_RATIO = 8.0               # bulk switches at least 8x faster than demand faults
 B_PRIORITY = 10
 RECOVERED_WITHIN = 1.25        # "full speed": a pass within 25% of the steady pass time
-PROGRESS_BYTES = 64
 RERUN = "python3 bench/switch_cost.py"
+NAME = "switch_cost"
+TITLE = "Switch cost: bulk prefetch vs demand faults"
+SHARE, MIN_S, GPU = 80, 35, True
+PLOTS = {"switch-cost.png": "switch cost per size: wait, overlap, demand faults",
+         "switch-timeline.png": "A's passes around one switch of the largest size"}
 # Seconds, for planning within a time budget (H100/H200 figures: demand faults ~4.7 GB/s, bulk
 # prefetch ~50 GB/s, PyTorch start ~10 s).
 START_S, SIZE_OVERHEAD_S, CYCLE_OVERHEAD_S = 12.0, 1.5, 0.4
 EVICT_S_PER_GIB, BULK_S_PER_GIB, DEMAND_S_PER_GIB = 0.06, 0.03, 0.25
-
-
-def size_key(w: float) -> str:
-    return f"{w:g}"
-
-
-# ----------------------------------------------------------------------------- A: the GPU process
-
-def worker(sizes: list[float], ctrl: Path, warm_passes: int) -> int:
-    """Run under libnvshare.so: per size, allocate, loop passes until told to stop, dump the passes."""
-    import torch
-
-    dev = torch.device("cuda")
-    torch.zeros(1, device=dev)
-    torch.cuda.synchronize()
-    fd = os.open(ctrl / "progress", os.O_RDWR | os.O_CREAT, 0o644)
-    for w in sizes:
-        key = size_key(w)
-        x = torch.zeros(int(w * GIB) // 4, dtype=torch.float32, device=dev)
-        torch.cuda.synchronize()
-        stop = ctrl / f"stop-{key}"
-        passes: list[tuple[float, float]] = []
-        while True:
-            t0 = time.monotonic()
-            x.add_(1.0)
-            torch.cuda.synchronize()
-            t1 = time.monotonic()
-            passes.append((t0, t1))
-            # Outside the timed part: where A is, for the benchmark process to follow.
-            os.pwrite(fd, f"{key} {len(passes)} {t1:.6f}".ljust(PROGRESS_BYTES - 1).encode() + b"\n", 0)
-            if len(passes) == warm_passes:
-                (ctrl / f"steady-{key}").touch()
-            if stop.exists():
-                break
-        lo, hi = x.min().item(), x.max().item()
-        out = {"size_gib": w, "passes": passes, "min": lo, "max": hi,
-               "data_ok": lo == hi == float(len(passes))}
-        tmp = ctrl / f"passes-{key}.json.tmp"
-        tmp.write_text(json.dumps(out))
-        tmp.rename(ctrl / f"passes-{key}.json")
-        del x
-        torch.cuda.empty_cache()
-    os.close(fd)
-    return 0
-
-
-class Progress:
-    """What A last wrote to its progress file: (size key, passes, end of the last pass)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd: int | None = None
-
-    def read(self) -> tuple[str, int, float] | None:
-        if self.fd is None:
-            try:
-                self.fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                return None
-        return parse_progress(os.pread(self.fd, PROGRESS_BYTES, 0))
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-def parse_progress(raw: bytes) -> tuple[str, int, float] | None:
-    """None for a line being rewritten (or not written yet)."""
-    try:
-        key, count, t_end = raw.decode().split()
-        return key, int(count), float(t_end)
-    except ValueError:
-        return None
 
 
 # ----------------------------------------------------------------------------- reading the results
@@ -304,14 +233,14 @@ ACommand = Callable[[str, list, Path, int, Path, int], tuple[list, dict]]
 
 
 def library_worker(lib: Path, debug: bool = False) -> ACommand:
-    """A as it is measured: this file's --worker, a PyTorch process under libnvshare.so."""
+    """A as it is measured: bench/switch_worker.py, a PyTorch process under libnvshare.so."""
     def command(variant: str, sizes: list[float], ctrl: Path, warm_passes: int, sock: Path,
                 capacity: int) -> tuple[list, dict]:
         from common import harness
 
         env = harness.library_env(lib, sock, gpu_memory=f"{capacity // MIB}MiB", NVSHARE_PREFETCH=variant,
                                   NVSHARE_PRIORITY=0, **({"NVSHARE_DEBUG": 1} if debug else {}))
-        argv = harness.python_cmd(Path(__file__).resolve(), "--worker", "--sizes",
+        argv = harness.python_cmd(BENCH / "switch_worker.py", "--sizes",
                                   ",".join(size_key(w) for w in sizes), "--control", ctrl,
                                   "--warm-passes", warm_passes)
         return argv, env
@@ -543,14 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--debug-a", action="store_true", help="run A with NVSHARE_DEBUG=1 (its log tail goes "
                    "into the result)")
     p.add_argument("--json", type=Path, help="write the result here")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--control", type=Path, help=argparse.SUPPRESS)
-    p.add_argument("--warm-passes", type=int, default=20, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.worker:
-        if args.control is None or not args.sizes:
-            p.error("--worker needs --control and --sizes")
-        return worker(args.sizes, args.control, args.warm_passes)
     if args.cycles is not None and args.cycles < 1:
         p.error("--cycles must be >= 1")
     if args.tq <= 0:
@@ -579,6 +501,122 @@ def main(argv: list[str] | None = None) -> int:
 
 def _ms(value: float | None) -> str:
     return "      —" if value is None else f"{value:7.1f} ms"
+
+
+# ----------------------------------------------------------------------------- its report
+
+def goals(section: dict) -> list[str]:
+    if error_of(section):
+        return [error_row("switch cost, bulk vs demand", error_of(section))]
+    rows = []
+    for size, row in numeric_items(dig(section, "headline")):
+        bulk = row.get("faster_bulk")
+        r = num(row.get("demand_vs_bulk"))
+        other = "overlap" if bulk == "wait" else "wait"
+        measured = (f"{f(row.get(f'{bulk}_ms'), 1)} ms (NVSHARE_PREFETCH={bulk}; {other}: "
+                    f"{f(row.get(f'{other}_ms'), 1)} ms)") if bulk else "—"
+        rows.append(goal_row(f"switch back of {size} GiB evicted to host: bulk prefetch vs demand faults",
+                         measured, f"{f(row.get('off_ms'), 1)} ms (demand)", f"**{f(r, 1)}x** faster",
+                         f"≥ {GOAL_RATIO:g}x", None if r is None else r >= GOAL_RATIO))
+    return rows or [error_row("switch cost", "no sizes measured")]
+
+
+def section(s: dict) -> str:
+    lines = ["| W GiB | NVSHARE_PREFETCH | switch ms (median) | each cycle ms | back to full speed ms | "
+             "steady pass ms | B waited ms | evict ms (log) | prefetch ms (log) | drop had EVICT | "
+             "data intact |", "|---:|---|---:|---|---:|---:|---:|---:|---:|---|---|"]
+    variants = s.get("variants") or {}
+    sizes = [k for k, _ in numeric_items(dig(s, "headline"))] or sorted(
+        {k for v in variants.values() if isinstance(v, dict) for k in (v.get("sizes") or {})})
+    for size in sizes:
+        for name in ("wait", "overlap", "off"):
+            v = variants.get(name)
+            if v is None:
+                continue
+            if error_of(v) and not v.get("sizes"):
+                lines.append(f"| {size} | {name} | not measured: `{error_of(v)}` | | | | | | | | |")
+                continue
+            row = dig(v, "sizes", size)
+            if not isinstance(row, dict) or error_of(row):
+                lines.append(f"| {size} | {name} | not measured: `{error_of(row) or 'missing'}` | | | | | | | | |")
+                continue
+            each = ", ".join(f(x, 1) for x in row.get("switch_ms_all") or []) or "—"
+            flags = row.get("evict_flags") or []
+            lines.append(f"| {size} | {name} | **{f(row.get('switch_ms'))}** | {each} | {f(row.get('recovered_ms'))} | "
+                         f"{f(row.get('steady_pass_ms'), 2)} | {f(row.get('handoff_ms'))} | {f(row.get('evict_ms'))} | "
+                         f"{f(row.get('prefetch_ms'))} | {', '.join(str(x) for x in flags) or '—'} | "
+                         f"{'yes' if row.get('data_ok') else ('no' if row.get('data_ok') is False else '—')} |")
+    for name, v in variants.items():
+        if isinstance(v, dict) and v.get("sizes") and error_of(v):
+            lines.append(f"\nNVSHARE_PREFETCH={name}: `{error_of(v)}`")
+    head = ["\n| W GiB | demand / wait | demand / overlap | faster bulk variant | ≥ 8x |", "|---:|---:|---:|---|---|"]
+    for size, row in numeric_items(dig(s, "headline")):
+        head.append(f"| {size} | {f(row.get('demand_vs_wait'), 1)}x | {f(row.get('demand_vs_overlap'), 1)}x | "
+                    f"{row.get('faster_bulk') or '—'} | {yes_no(row.get('goal_met'))} |")
+    p = s.get("parameters") or {}
+    return "\n".join(lines + head) + (
+        "\n\nA: a PyTorch process under libnvshare.so holds W GiB in one float32 tensor and loops "
+        "`x.add_(1.0); torch.cuda.synchronize()`, recording each pass's start and end (CLOCK_MONOTONIC). "
+        f"Scheduler: mode auto, `--tq {f(p.get('tq_s'), 0)}`, virtual capacity `--gpu-memory "
+        f"{f(p.get('capacity_gib'), 0)}GiB`, `--reserve {p.get('reserve_mib', '?')}MiB`. When A is steady, B "
+        "(a protocol client, no GPU work, priority 10 against A's 0) attaches the same GPU with a footprint "
+        "that fits alone but not beside A, and asks for the lock: A is preempted with EVICT, drains, "
+        "releases and moves its W GiB to host in bulk (NVSHARE_EVICT=background: after the release); B is "
+        "granted, keeps the GPU long enough for that move to finish (max(0.3 s, 0.25 s per GiB), as a "
+        "holder would for a quantum), notes t_rel and releases; A is "
+        "granted again with PREFETCH. **Switch** = end of A's first pass that ends after t_rel, minus t_rel: "
+        "that pass touches all W GiB, so it ends when the data is back (it includes the scheduler's grant and "
+        "one ordinary pass). *Back to full speed*: until a pass takes at most 1.25x the steady pass. *B "
+        "waited*: the other direction of the switch (drain, two scheduler hops; the eviction when it comes "
+        "before the release). wait = the first "
+        "kernels wait for the bulk prefetch; overlap = they run while it proceeds; off = no prefetch, pages "
+        f"come back by demand faults (eviction on the handoff is real in all three). {p.get('cycles', '?')} "
+        "cycles per size and variant, one A process per variant; medians. After each size A checks that "
+        "every element equals its number of passes (data intact across the evictions).\n")
+
+
+def plot_switch(plt, s: dict):
+    rows = numeric_items(s.get("headline"))
+    if not rows:
+        return None
+    groups = [f"{k} GiB" for k, _ in rows]
+    series = {f"NVSHARE_PREFETCH={v}": [num(r.get(f"{v}_ms")) for _, r in rows] for v in ("wait", "overlap", "off")}
+    return bars(plt, groups, series, "switch ms (log)", "time until A's data is back on the GPU", log=True)
+
+
+def plot_switch_timeline(plt, s: dict):
+    """Pass durations around the first switch of the largest size, per variant."""
+    variants = s.get("variants") or {}
+    sizes = [k for k, _ in numeric_items(s.get("headline"))]
+    if not sizes:
+        return None
+    size = sizes[-1]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    drawn = False
+    for name in ("wait", "overlap", "off"):
+        cycles = dig(variants, name, "sizes", size, "cycles") or []
+        window = next((c.get("window") for c in cycles if isinstance(c, dict) and c.get("window")), None)
+        if not window:
+            continue
+        # Each pass as a segment from its start to its end, at the height of its duration.
+        color = {"wait": "C0", "overlap": "C1", "off": "C2"}[name]
+        ax.hlines([end - start for start, end in window], [start for start, _ in window],
+                  [end for _, end in window], colors=color, linewidth=2.5, label=f"NVSHARE_PREFETCH={name}")
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.axvline(0, color="grey", linestyle="--", linewidth=1, label="B releases (t_rel)")
+    ax.set_yscale("log")
+    ax.set_xlabel("ms after B released (t_rel); each segment is one pass of A")
+    ax.set_ylabel("pass duration ms (log)")
+    ax.set_title(f"A's passes around a switch, {size} GiB", fontsize=10)
+    ax.legend(fontsize=8, loc="center right")
+    return fig
+
+
+def plot(s: dict, plt) -> dict:
+    return {"switch-cost.png": plot_switch(plt, s), "switch-timeline.png": plot_switch_timeline(plt, s)}
 
 
 if __name__ == "__main__":

@@ -21,10 +21,18 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from common import BENCH, alternating, harness, require_safe_gpu
 from stats import median, ratio
+from render import dig, error_of, error_row, f, goal_row, num
+
+NAME = "train_overhead"  # its key in the results
+TITLE = "Resident training step time"
+SHARE, MIN_S, GPU = 60, 30, True  # seconds of the suite's default budget; skipped below MIN_S; needs the GPU
+RERUN = "python3 bench/run_all.py --only train_overhead"
+GOAL_RATIO = 1.01  # resident training under the library: at most 1% slower than native
 
 # name -> (arguments of examples/pytorch_train.py, measured steps per process). On the H200 VM: small
 # 4.2 ms/step, medium 5.7 ms/step, large 18.8 ms/step (p10-p90 within 2%, so 80 steps give a firm
@@ -88,6 +96,78 @@ def main() -> int:
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=1))
     return 0
+
+
+# ----------------------------------------------------------------------------- in the suite
+
+@contextmanager
+def _only_configs(names: list[str]):
+    """measure() runs every entry of CONFIGS: restrict them for one call."""
+    global CONFIGS
+    saved = CONFIGS
+    CONFIGS = {k: v for k, v in saved.items() if k in names}
+    try:
+        yield
+    finally:
+        CONFIGS = saved
+
+
+def train_reps(quick: bool, time_left: float | None) -> int:
+    """Pairs of processes (native, library): ~25 s a pair at the large size (a process ~12 s)."""
+    if quick:
+        return 2
+    if time_left is None:
+        return 3
+    return max(1, min(3, int(time_left // 25)))
+
+
+def run(quick: bool, time_left: float | None) -> dict:
+    """The suite's form: the compute-bound size only, 2-3 back-to-back pairs."""
+    reps = train_reps(quick, time_left)
+    with harness.Scheduler(mode="off") as sched, _only_configs(["large"]):
+        result = measure(harness.library_path(), sched, reps=reps, scale=1.0)
+    result["parameters"] = {"config": "large (compute-bound)", "pairs": reps, "scheduler_mode": "off"}
+    return result
+
+
+# ----------------------------------------------------------------------------- its report
+
+def goals(section: dict) -> list[str]:
+    if error_of(section):
+        return [error_row("resident training step time", error_of(section))]
+    rows = []
+    for name, row in (dig(section, "configs") or {}).items():
+        r = num(row.get("ratio"))
+        rows.append(goal_row(f"resident training step, {name}",
+                         f"{f(row.get('library_ms'), 2)} ms/step", f"{f(row.get('native_ms'), 2)} ms/step (native)",
+                         f"**{f(r, 4)}x** (pairs {f(row.get('ratio_min'), 4)}–{f(row.get('ratio_max'), 4)})",
+                         f"≤ {GOAL_RATIO}x", _train_verdict(row)))
+    return rows
+
+
+def _train_verdict(row: dict) -> bool | None:
+    """None (not resolved) when the pairs spread more than twice the goal's margin."""
+    r, lo, hi = num(row.get("ratio")), num(row.get("ratio_min")), num(row.get("ratio_max"))
+    if r is None:
+        return None
+    if lo is not None and hi is not None and (hi - lo) / 2 > 2 * (GOAL_RATIO - 1):
+        return None
+    return r <= GOAL_RATIO
+
+
+def section(s: dict) -> str:
+    lines = ["| job | native ms/step | under libnvshare.so ms/step | **ratio** (median of pairs) | "
+             "pair ratios min–max | pairs |", "|---|---:|---:|---:|---:|---:|"]
+    for name, row in (s.get("configs") or {}).items():
+        lines.append(f"| {name} (`{' '.join(row.get('args') or [])}`) | {f(row.get('native_ms'), 3)} | "
+                     f"{f(row.get('library_ms'), 3)} | **{f(row.get('ratio'), 4)}** | "
+                     f"{f(row.get('ratio_min'), 4)}–{f(row.get('ratio_max'), 4)} | "
+                     f"{len(row.get('pair_ratios') or [])} |")
+    return "\n".join(lines) + (
+        "\n\nexamples/pytorch_train.py at the compute-bound size only (bench/train_steps.py), processes natively "
+        "and under the library alternately, scheduler in mode `off` (one job, resident). Per process: the "
+        f"median step time after {s.get('warmup_steps', '?')} warm-up steps; ratio per back-to-back pair, "
+        "median and range. The library only adds work: a ratio below 1.00 is noise.\n")
 
 
 if __name__ == "__main__":

@@ -11,17 +11,18 @@ import pytest
 
 import schedlog
 import switch_cost as sc
+import switch_worker as sw
 from common import harness
 
 FAKE_A = Path(__file__).resolve().parent / "fake_switch_a.py"
 
 
 def test_progress_lines_round_trip_and_torn_lines_are_ignored():
-    line = f"{sc.size_key(4.0)} 17 123.456789".ljust(sc.PROGRESS_BYTES - 1).encode() + b"\n"
-    assert sc.parse_progress(line) == ("4", 17, 123.456789)
-    assert sc.parse_progress(b"") is None
-    assert sc.parse_progress(b"4 17") is None
-    assert sc.parse_progress(b"4 x 1.0") is None
+    line = f"{sw.size_key(4.0)} 17 123.456789".ljust(sw.PROGRESS_BYTES - 1).encode() + b"\n"
+    assert sw.parse_progress(line) == ("4", 17, 123.456789)
+    assert sw.parse_progress(b"") is None
+    assert sw.parse_progress(b"4 17") is None
+    assert sw.parse_progress(b"4 x 1.0") is None
 
 
 def ms_of(text):
@@ -121,14 +122,14 @@ def test_arguments():
     assert sc.parse_variants("off,wait") == ("off", "wait")
     with pytest.raises(Exception):
         sc.parse_variants("bulk")
-    for argv in (["--sizes", "20"], ["--cycles", "0"], ["--worker"], ["--variants", "x"]):
+    for argv in (["--sizes", "20"], ["--cycles", "0"], ["--variants", "x"]):
         with pytest.raises(SystemExit) as e:
             sc.main(argv)
         assert e.value.code == 2
 
 
 def fake_a(variant, sizes, ctrl, warm_passes, sock, capacity):
-    argv = [sys.executable, str(FAKE_A), "--sizes", ",".join(sc.size_key(w) for w in sizes), "--control", str(ctrl),
+    argv = [sys.executable, str(FAKE_A), "--sizes", ",".join(sw.size_key(w) for w in sizes), "--control", str(ctrl),
             "--warm-passes", str(warm_passes), "--socket", str(sock), "--capacity", str(capacity),
             "--uuid", "GPU-00000000-0000-0000-0000-0000000000fa"]
     return argv, {**os.environ, "NVSHARE_PREFETCH": variant}
@@ -190,10 +191,10 @@ def test_worker_follows_the_control_files(tmp_path: Path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", fake)
     sizes = [0.001, 0.002]
     done = []
-    thread = threading.Thread(target=lambda: done.append(sc.worker(sizes, tmp_path, warm_passes=3)), daemon=True)
+    thread = threading.Thread(target=lambda: done.append(sw.worker(sizes, tmp_path, warm_passes=3)), daemon=True)
     thread.start()
     for w in sizes:
-        key = sc.size_key(w)
+        key = sw.size_key(w)
         wait_for(lambda: (tmp_path / f"steady-{key}").exists())
         progress = sc.Progress(tmp_path / "progress")
         wait_for(lambda: (p := progress.read()) and p[0] == key and p[1] >= 3)
