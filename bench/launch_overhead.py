@@ -375,7 +375,7 @@ def section(s: dict) -> str:
                          f"{f(ours.get('wrapper_ns'))} | **{signed(ours.get('delta_ns'))}** | {_iqr(ours)} | "
                          f"{per_run or '—'} | {signed(gate.get('delta_ns'))} | {signed(control.get('delta_ns'))} |")
     return "\n".join(lines) + (
-        f"\n\nThe quick form of bench/launch_overhead.py: one process under libnvshare.so alternates batches of "
+        f"\n\nThe {dig(s, 'parameters', 'form') or 'full'} form of bench/launch_overhead.py: one process under libnvshare.so alternates batches of "
         f"{paired.get('batch', '?')} empty-kernel launches through the library's wrapper and through the "
         f"driver's own function on one stream; {paired.get('rounds_per_run', '?')} rounds per process, "
         f"{paired.get('runs', '?')} processes; the difference per round, pooled (median, IQR). The A/A control "

@@ -25,6 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_JSON = REPO / "bench" / "results" / "suite.json"
 DEFAULT_MD = REPO / "docs" / "benchmarks.md"
 DEFAULT_RERUN_ALL = "bash bench/gpu_validate.sh --bench-only   # or: python3 bench/run_all.py"
+# Results of other runs shown after the suite's, when they are next to its JSON: file -> what it holds.
+EARLIER = {"launch-training-idle.json": "the full forms of launch overhead, training step time (three sizes) "
+                                        "and idle release"}
 
 
 def _goal_rows(bench: ModuleType, results: dict) -> list[str]:
@@ -34,12 +37,16 @@ def _goal_rows(bench: ModuleType, results: dict) -> list[str]:
 
 def headline(results: dict) -> str:
     rows = [row for bench in suite.modules(suite.GOALS) for row in _goal_rows(bench, results)]
-    other = [row for bench in suite.modules(suite.OTHER) if bench.NAME in results
-             for row in _goal_rows(bench, results)]
+    other = _other_rows(results)
     parts = ["## Headline: goals\n", *GOAL_HEAD, *rows, ""]
     if other:
         parts += ["Other measurements of the suite:\n", *GOAL_HEAD, *other, ""]
     return "\n".join(parts)
+
+
+def _other_rows(results: dict) -> list[str]:
+    return [row for bench in suite.modules(suite.OTHER) if bench.NAME in results
+            for row in _goal_rows(bench, results)]
 
 
 def _timing(s: dict) -> str | None:
@@ -53,8 +60,8 @@ def _timing(s: dict) -> str | None:
     return f"({', '.join(timing)})\n" if timing else None
 
 
-def section(bench: ModuleType, s, plots: dict[str, Path], md_dir: Path) -> str:
-    parts = [f"## {bench.TITLE}\n"]
+def section(bench: ModuleType, s, plots: dict[str, Path], md_dir: Path, level: str = "##") -> str:
+    parts = [f"{level} {bench.TITLE}\n"]
     if not isinstance(s, dict):
         return parts[0] + f"Not measured: `{error_of(s)}`\n"
     timing = _timing(s)
@@ -78,21 +85,44 @@ def section(bench: ModuleType, s, plots: dict[str, Path], md_dir: Path) -> str:
     return "\n".join(parts)
 
 
-def render(results: dict, plots: dict[str, Path] | None = None, plot_note: str | None = None,
-           md_path: Path = DEFAULT_MD, json_name: str = "bench/results/suite.json") -> str:
+def _run_lines(results: dict, json_name: str) -> list[str]:
     m = results.get("machine") or {}
-    plots = plots or {}
     quick = " (--quick: fewer repetitions)" if results.get("quick") else ""
+    budget = (f"- Budget: {f(results.get('budget_s'), 0)} s, took {f(results.get('seconds'), 0)} s"
+              if "budget_s" in results else None)
+    lines = [
+        f"- GPU: {m.get('gpu') or 'unknown'} (name, driver, memory)",
+        f"- PyTorch {m.get('torch')} (CUDA {m.get('torch_cuda')}), Python {m.get('python')}, nvcc: {m.get('nvcc')}",
+        f"- Date: {m.get('date')}; commit {m.get('commit')}{quick}",
+        budget,
+        f"- Rerun: `{results.get('rerun') or DEFAULT_RERUN_ALL}`",
+        f"- Raw results: {json_name}\n",
+    ]
+    return [line for line in lines if line is not None]
+
+
+def earlier_part(results: dict, what: str, json_name: str, md_dir: Path) -> str:
+    """Another run's results (not the suite's): its machine, goal rows and sections."""
+    parts = [f"## Earlier run: {what}\n", *_run_lines(results, json_name)]
+    rows = _other_rows(results)
+    if rows:
+        parts += [*GOAL_HEAD, *rows, ""]
+    for bench in suite.modules():
+        if bench.NAME in results:
+            parts.append(section(bench, results[bench.NAME], {}, md_dir, level="###"))
+    return "\n".join(parts)
+
+
+def render(results: dict, plots: dict[str, Path] | None = None, plot_note: str | None = None,
+           md_path: Path = DEFAULT_MD, json_name: str = "bench/results/suite.json",
+           earlier: list[tuple[str, dict, str]] | None = None) -> str:
+    """The Markdown of the suite's results, then of `earlier` runs: (what, results, JSON shown)."""
+    plots = plots or {}
     parts = [
         "# Benchmarks\n",
         "Written by `bench/run_all.py` (re-rendered from the JSON by `python3 bench/report.py "
         f"{json_name}`). Every figure is a ratio to its baseline measured in the same run.\n",
-        f"- GPU: {m.get('gpu') or 'unknown'} (name, driver, memory)",
-        f"- PyTorch {m.get('torch')} (CUDA {m.get('torch_cuda')}), Python {m.get('python')}, nvcc: {m.get('nvcc')}",
-        f"- Date: {m.get('date')}; commit {m.get('commit')}{quick}",
-        f"- Budget: {f(results.get('budget_s'), 0)} s, took {f(results.get('seconds'), 0)} s",
-        f"- Rerun: `{results.get('rerun') or DEFAULT_RERUN_ALL}`",
-        f"- Raw results: {json_name}\n",
+        *_run_lines(results, json_name),
     ]
     if plot_note:
         parts.append(f"Plots: {plot_note}\n")
@@ -100,7 +130,22 @@ def render(results: dict, plots: dict[str, Path] | None = None, plot_note: str |
     for bench in suite.modules():
         if bench.NAME in results:
             parts.append(section(bench, results[bench.NAME], plots, md_path.parent))
+    for what, other, name in earlier or []:
+        parts.append(earlier_part(other, what, name, md_path.parent))
     return "\n".join(parts)
+
+
+def earlier_runs(directory: Path) -> list[tuple[str, dict, str]]:
+    """The EARLIER results found in `directory` (unreadable ones are left out)."""
+    found = []
+    for name, what in EARLIER.items():
+        try:
+            results = json.loads((directory / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(results, dict):
+            found.append((what, results, _shown(directory / name)))
+    return found
 
 
 def plots(results: dict, outdir: Path) -> tuple[dict[str, Path], str | None]:
@@ -158,7 +203,7 @@ def write(results: dict, md_path: Path = DEFAULT_MD, plot_dir: Path | None = Non
     if made and note:
         note = f"some could not be drawn: {note}"
     md_path.parent.mkdir(parents=True, exist_ok=True)
-    md_path.write_text(render(results, made, note, md_path, _shown(json_path)))
+    md_path.write_text(render(results, made, note, md_path, _shown(json_path), earlier_runs(json_path.parent)))
     return md_path
 
 

@@ -158,13 +158,15 @@ def _train_verdict(row: dict) -> bool | None:
 def section(s: dict) -> str:
     lines = ["| job | native ms/step | under libnvshare.so ms/step | **ratio** (median of pairs) | "
              "pair ratios min–max | pairs |", "|---|---:|---:|---:|---:|---:|"]
-    for name, row in (s.get("configs") or {}).items():
+    configs = s.get("configs") or {}
+    sizes = "the compute-bound size only" if list(configs) == ["large"] else f"{len(configs)} sizes"
+    for name, row in configs.items():
         lines.append(f"| {name} (`{' '.join(row.get('args') or [])}`) | {f(row.get('native_ms'), 3)} | "
                      f"{f(row.get('library_ms'), 3)} | **{f(row.get('ratio'), 4)}** | "
                      f"{f(row.get('ratio_min'), 4)}–{f(row.get('ratio_max'), 4)} | "
                      f"{len(row.get('pair_ratios') or [])} |")
     return "\n".join(lines) + (
-        "\n\nexamples/pytorch_train.py at the compute-bound size only (bench/train_steps.py), processes natively "
+        f"\n\nexamples/pytorch_train.py at {sizes} (bench/train_steps.py), processes natively "
         "and under the library alternately, scheduler in mode `off` (one job, resident). Per process: the "
         f"median step time after {s.get('warmup_steps', '?')} warm-up steps; ratio per back-to-back pair, "
         "median and range. The library only adds work: a ratio below 1.00 is noise.\n")

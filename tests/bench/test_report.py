@@ -132,3 +132,15 @@ def test_cli_rerenders_from_the_json(tmp_path: Path):
     with pytest.raises(SystemExit) as e:
         report.main(["--bogus"])
     assert e.value.code == 2
+
+
+def test_earlier_runs_next_to_the_json_are_shown_after_the_suite(tmp_path: Path):
+    src = tmp_path / "suite.json"
+    src.write_text(json.dumps(sample()))
+    earlier = {"machine": {"gpu": "NVIDIA H200"}, "train_overhead": sample()["train_overhead"]}
+    (tmp_path / next(iter(report.EARLIER))).write_text(json.dumps(earlier))
+    md_path = tmp_path / "out.md"
+    assert report.main([str(src), "--md", str(md_path), "--no-plots"]) == 0
+    md = md_path.read_text()
+    assert md.index("## Interactive client") < md.index("## Earlier run:") < md.index("### Resident training")
+    assert "- GPU: NVIDIA H200" in md
