@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""(g) An interactive high-priority client next to a batch job: its wait for the GPU, and the batch
+"""An interactive high-priority client next to a batch job: its wait for the GPU, and the batch
 job's slowdown.
 
-Two bench/jobs.py processes under libnvshare.so, scheduler in mode auto (explicit TQ 30 s: only
+Two bench/job_program.py processes under libnvshare.so, scheduler in mode auto (explicit TQ 30 s: only
 priorities matter here):
 - batch: MLP 1024x4, batch 256, a 6 GiB working set touched by every step; priority 0; it trains
   without pause for the whole measurement;
@@ -33,11 +33,11 @@ NVSHARE_IDLE_RELEASE_MS=50 for the interactive client only (the library's defaul
 batch job). An interactive client does one burst of work and then nothing until its next request;
 after the step it holds the GPU until its idle release, while the preempted batch job waits. At 250 ms
 that idle hold alone would cost the batch job an eighth of every 2 s period; 50 ms is the smallest
-value with which no training loop released during its steps in the issue-2 measurement (its step is a
+value with which no training loop released during its steps in the idle-release measurement (its step is a
 few ms with a synchronize, far from 50 ms idle). It does not change the interactive client's wait.
 --idle-release-ms 250 measures the default.
 
-Goal (issue 3): p99 wait < 100 ms + the switch time, i.e. p99_minus_switch_ms < 100. With 10 steps the
+Goal: p99 wait < 100 ms + the switch time, i.e. p99_minus_switch_ms < 100. With 10 steps the
 p99 is close to the largest wait; the samples are in the results.
 
 GPU safety: nothing starts when the GPU has less than 48 GiB free; the two jobs allocate ~8 GiB under
@@ -228,7 +228,7 @@ def interactive_results(plan: InteractivePlan, calibration: dict, batch_alone: d
 
 def measure_interactive(lib: Path | None, plan: InteractivePlan, *, simulate_ms: float | None = None,
                         mode: str = "auto", scheduler_args: tuple[str, ...] = ()) -> dict:
-    """(g). lib None with simulate_ms: a dry run without the library and without a GPU."""
+    """The interactive benchmark. lib None with simulate_ms: a dry run without the library and without a GPU."""
     estimates = [plan.batch.footprint_estimate(), plan.interactive.footprint_estimate()]
     problem = gpu_memory.library_total_problem(estimates)
     if problem:
@@ -302,7 +302,7 @@ def describe(plan: InteractivePlan, capacity: int, mode: str, result: dict) -> s
 
 def run(quick: bool = False, time_left: float | None = None, *, mode: str = "auto", dry_run: bool = False,
         **overrides) -> dict:
-    """(g) with the plan that fits time_left (seconds); overrides: InteractivePlan's fields (None: the
+    """The interactive benchmark with the plan that fits time_left (seconds); overrides: InteractivePlan's fields (None: the
     plan's value). dry_run: simulated jobs, no library, no GPU."""
     t0 = time.monotonic()
     plan = plan_interactive(quick, time_left, **overrides)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Makespans of training jobs sharing one GPU: (e) jobs whose memory fits, (f) a pair that does not.
+"""Makespans of training jobs sharing one GPU: jobs whose memory fits (the makespan_fit benchmark), and
+a pair that does not (makespan_pair).
 
-Every job is bench/jobs.py (a deterministic PyTorch MLP plus a resident working set touched by every
+Every job is bench/job_program.py (a deterministic PyTorch MLP plus a resident working set touched by every
 step); all jobs of a benchmark start their processes together, initialise (PyTorch and CUDA take 8-10 s)
 and report READY; each measured round then starts its jobs at one common instant, and its makespan runs
 from that instant to the end of the last job (time.monotonic(), system-wide, and a
@@ -9,7 +10,7 @@ torch.cuda.synchronize() after every step). The number of steps is the same in e
 benchmark: it is set from a probe (one job alone, 60 steps) so that one job alone takes --alone-s.
 Every baseline is measured in the same run, with the same processes where possible.
 
-(e) --jobs 2,4: identical jobs whose memory fits (MLP 1024x4, batch 256, 0.5 GiB working set: about
+makespan_fit, --jobs 2,4: identical jobs whose memory fits (MLP 1024x4, batch 256, 0.5 GiB working set: about
 1 GiB each). Launch-bound: the GPU is idle for much of each step, so jobs that run at once finish
 sooner than one after the other. Three ways:
   - concurrent: plain processes (no library), started together; the driver time-slices the GPU;
@@ -20,7 +21,7 @@ One group of processes does all of it: N native and N library processes, started
 sequential runs use the native ones, one at a time; then, --reps times, for each count: concurrent
 and auto, in alternating order (drift does not favour one side). Budget ~100 s (quick ~55 s).
 
-(f) --pair: two jobs that do not fit: each has a working set of 6 GiB, and the scheduler's virtual
+makespan_pair, --pair: two jobs that do not fit: each has a working set of 6 GiB, and the scheduler's virtual
 capacity (--gpu-memory) holds one of them but not both (chosen halfway between, from the footprints
 the jobs report; oversubscription is virtual: the GPU itself has room for both). Mode auto, explicit
 TQ 5 s and 30 s (set with set_tq between rounds); with NVSHARE_PREFETCH=wait ("fast": a holder whose
@@ -35,8 +36,8 @@ as such. Processes: the native pair and the fast pair start together (4 processe
 library), then the demand pair (a second start: NVSHARE_PREFETCH is read at start-up). The pair's jobs
 run with NVSHARE_IDLE_RELEASE_MS=50 (--pair-idle-release-ms): they stay alive between rounds, and a job
 that has finished should hand the GPU on about as soon as a job that exits would (at once, on
-disconnect), not after the default 250 ms; 50 ms never released during a training loop in the issue-2
-measurement, and the library does not count a prefetch or work in flight as idle. Budget ~120 s;
+disconnect), not after the default 250 ms; 50 ms never released during a training loop in the idle-release
+measurement (bench/idle_release.py), and the library does not count a prefetch or work in flight as idle. Budget ~120 s;
 quick: TQ 5 s only, 6 s jobs, ~75 s.
 
 GPU safety: nothing starts when the GPU has less than 48 GiB free; the processes under the library
@@ -45,7 +46,7 @@ started is ended when the benchmark ends, also on errors and timeouts.
 
 Results (JSON-serialisable; times in seconds unless named _ms; integer keys become strings in JSON):
 
-run_fitting(quick, time_left) -> (e)
+run_fitting(quick, time_left) -> makespan_fit
   {"jobs": {2: {"auto": s, "concurrent": s, "sequential": s, "auto_vs_concurrent": r,
                 "auto_vs_sequential": r, "concurrent_vs_sequential": r,
                 "auto_reps": [s..], "concurrent_reps": [s..], "pair_ratios": [auto/concurrent per rep],
@@ -55,7 +56,7 @@ run_fitting(quick, time_left) -> (e)
    "probe_step_ms", "alone": [job summaries], "rounds": [{"way", "count", "rep", "makespan_s",
    "jobs": [job summaries]}], "fit": {what the scheduler saw: footprints, budget, fit},
    "correctness": {"final_losses", "working_set_bad_pids", "ok"}, "notes": [...], "seconds"}
-run_pair(quick, time_left) -> (f)
+run_pair(quick, time_left) -> makespan_pair
   {"tq": {5: {"fast": s, "demand": s, "sequential": s, "fast_vs_sequential": r,
               "demand_vs_sequential": r, "switches": n (fast), "switches_demand": n,
               "fast_switch": {"count", "evicting", "reasons", "handoff_ms", "drain_ms", "evict_ms",
@@ -94,7 +95,7 @@ PREFIX = "makespan"
 FIT_SIZE = JobSize(width=1024, depth=4, batch=256, resident_gib=0.5)
 PAIR_SIZE = JobSize(width=1024, depth=4, batch=256, resident_gib=6.0)
 FIT_CAPACITY = 16 * GIB  # every fitting job fits: 4 x ~1 GiB + contexts
-FIT_TQ = 30  # nobody waits in (e): the quantum never comes into play
+FIT_TQ = 30  # nobody waits in makespan_fit: the quantum never comes into play
 FIT_GOAL = 1.02
 PAIR_GOAL = 1.10
 PAIR_IDLE_RELEASE_MS = 50  # a pair job that has finished hands the GPU on about as soon as an exiting one would
@@ -209,7 +210,7 @@ def round_record(rnd: Round, **labels: object) -> dict:
 
 
 def fitting_results(plan: FittingPlan, steps: int, alone: list[dict], rounds: list[dict]) -> dict:
-    """(e) from its measurements: `alone` = summaries of the native jobs alone, in order; `rounds` =
+    """makespan_fit from its measurements: `alone` = summaries of the native jobs alone, in order; `rounds` =
     round_record()s labelled way ("concurrent" | "auto"), count and rep."""
     table: dict[int, dict] = {}
     for count in plan.counts:
@@ -240,7 +241,7 @@ def fitting_results(plan: FittingPlan, steps: int, alone: list[dict], rounds: li
 
 
 def pair_entry(sequential: float | None, fast: dict | None, demand: dict | None) -> dict:
-    """One TQ of (f): makespans of the fast and demand rounds (round records with a "switch" total)
+    """One TQ of makespan_pair: makespans of the fast and demand rounds (round records with a "switch" total)
     against the sequential baseline."""
     fast_s = None if fast is None else fast["makespan_s"]
     demand_s = None if demand is None else demand["makespan_s"]
@@ -262,7 +263,7 @@ def pair_entry(sequential: float | None, fast: dict | None, demand: dict | None)
 
 
 def pair_results(plan: PairPlan, steps: int, alone: list[dict], rounds: list[dict]) -> dict:
-    """(f) from its measurements: `alone` = the two native jobs alone; `rounds` = round records
+    """makespan_pair from its measurements: `alone` = the two native jobs alone; `rounds` = round records
     labelled variant ("fast" | "demand") and tq, each with its "switch" totals."""
     sequential = sum(s["seconds"] for s in alone) if len(alone) == 2 else None
     table: dict[int, dict] = {}
@@ -279,7 +280,7 @@ def pair_results(plan: PairPlan, steps: int, alone: list[dict], rounds: list[dic
 # ----------------------------------------------------------------------------- measuring
 
 def _job_words(size: JobSize) -> str:
-    return (f"bench/jobs.py, MLP {size.width}x{size.depth}, batch {size.batch}, a {size.resident_gib:g} GiB "
+    return (f"bench/job_program.py, MLP {size.width}x{size.depth}, batch {size.batch}, a {size.resident_gib:g} GiB "
             f"working set touched by every step")
 
 
@@ -300,7 +301,7 @@ def _alone(group: JobGroup, names: list[str], steps: int, step_s: float) -> list
 
 def measure_fitting(lib: Path | None, plan: FittingPlan, deadline: Deadline, *, simulate_ms: float | None = None,
                     mode: str = "auto", scheduler_args: tuple[str, ...] = ()) -> dict:
-    """(e). lib None with simulate_ms: a dry run without the library and without a GPU."""
+    """makespan_fit. lib None with simulate_ms: a dry run without the library and without a GPU."""
     n = max(plan.counts)
     problem = gpu_memory.library_total_problem([plan.size.footprint_estimate()] * n)
     if problem:
@@ -371,7 +372,7 @@ def _pair_round(group: JobGroup, sched, names: list[str], steps: int, timeout: f
 
 def measure_pair(lib: Path | None, plan: PairPlan, deadline: Deadline, *, simulate_ms: float | None = None,
                  mode: str = "auto", scheduler_args: tuple[str, ...] = ()) -> dict:
-    """(f). lib None with simulate_ms: a dry run without the library and without a GPU."""
+    """makespan_pair. lib None with simulate_ms: a dry run without the library and without a GPU."""
     estimate = plan.size.footprint_estimate()
     problem = gpu_memory.library_total_problem([estimate] * 2)
     if problem:
@@ -448,7 +449,7 @@ def measure_pair(lib: Path | None, plan: PairPlan, deadline: Deadline, *, simula
 def run_fitting(quick: bool = False, time_left: float | None = None, *, counts: tuple[int, ...] = (2, 4),
                 size: JobSize = FIT_SIZE, alone_s: float | None = None, reps: int | None = None,
                 steps: int | None = None, mode: str = "auto", dry_run: bool = False) -> dict:
-    """(e) with the plan that fits time_left (seconds). dry_run: simulated jobs, no library, no GPU."""
+    """makespan_fit with the plan that fits time_left (seconds). dry_run: simulated jobs, no library, no GPU."""
     t0 = time.monotonic()
     plan = plan_fitting(quick, time_left, counts, size, alone_s, reps, steps)
     if not dry_run:
@@ -466,7 +467,7 @@ def run_pair(quick: bool = False, time_left: float | None = None, *, tqs: tuple[
              size: JobSize = PAIR_SIZE, alone_s: float | None = None, steps: int | None = None,
              capacity: int | None = None, idle_release_ms: int = PAIR_IDLE_RELEASE_MS, mode: str = "auto",
              dry_run: bool = False) -> dict:
-    """(f) with the plan that fits time_left (seconds). dry_run: simulated jobs, no library, no GPU."""
+    """makespan_pair with the plan that fits time_left (seconds). dry_run: simulated jobs, no library, no GPU."""
     t0 = time.monotonic()
     plan = plan_pair(quick, time_left, tqs, size, alone_s, steps, capacity, idle_release_ms)
     if not dry_run:
@@ -481,7 +482,7 @@ def run_pair(quick: bool = False, time_left: float | None = None, *, tqs: tuple[
 
 
 def run(quick: bool = False, time_left: float | None = None) -> dict:
-    """(e) then (f); (f) gets what (e) left of time_left. A failure of one is recorded, the other runs."""
+    """makespan_fit then makespan_pair; the pair gets what the first left of time_left. A failure of one is recorded, the other runs."""
     deadline = Deadline(time_left)
     out: dict = {}
     for key, fn, share in (("fitting", run_fitting, 0.45), ("pair", run_pair, 1.0)):
@@ -531,26 +532,26 @@ def _tqs(text: str) -> tuple[int, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--jobs", type=_counts, help="(e): job counts, e.g. 2,4 (without --pair: (e) only)")
-    p.add_argument("--pair", action="store_true", help="(f) (without --jobs: (f) only)")
+    p.add_argument("--jobs", type=_counts, help="makespan_fit: job counts, e.g. 2,4 (without --pair: makespan_fit only)")
+    p.add_argument("--pair", action="store_true", help="makespan_pair (without --jobs: makespan_pair only)")
     p.add_argument("--quick", action="store_true", help="fewer repetitions, shorter jobs")
     p.add_argument("--time-left", type=positive(float), metavar="SECONDS", help="fit the plan into this")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the results here")
     p.add_argument("--alone-s", type=positive(float), help="seconds a job takes alone (sets the steps)")
     p.add_argument("--steps", type=positive(int), help="steps a job (instead of --alone-s)")
-    p.add_argument("--reps", type=positive(int), help="(e): repetitions of concurrent and auto")
+    p.add_argument("--reps", type=positive(int), help="makespan_fit: repetitions of concurrent and auto")
     p.add_argument("--width", type=positive(int), default=FIT_SIZE.width)
     p.add_argument("--depth", type=positive(int), default=FIT_SIZE.depth)
     p.add_argument("--batch", type=positive(int), default=FIT_SIZE.batch)
     p.add_argument("--resident-gib", type=positive(float), default=FIT_SIZE.resident_gib,
-                   help="(e): working set of each job, GiB")
+                   help="makespan_fit: working set of each job, GiB")
     p.add_argument("--pair-resident-gib", type=positive(float), default=PAIR_SIZE.resident_gib,
-                   help="(f): working set of each job, GiB")
-    p.add_argument("--tq", type=_tqs, default=(5, 30), help="(f): quanta, whole seconds (default 5,30)")
+                   help="makespan_pair: working set of each job, GiB")
+    p.add_argument("--tq", type=_tqs, default=(5, 30), help="makespan_pair: quanta, whole seconds (default 5,30)")
     p.add_argument("--capacity-gib", type=positive(float),
-                   help="(f): the scheduler's virtual capacity (default: halfway between one job and two)")
+                   help="makespan_pair: the scheduler's virtual capacity (default: halfway between one job and two)")
     p.add_argument("--pair-idle-release-ms", type=int, default=PAIR_IDLE_RELEASE_MS,
-                   help=f"(f): NVSHARE_IDLE_RELEASE_MS of the pair's jobs (default {PAIR_IDLE_RELEASE_MS}; "
+                   help=f"makespan_pair: NVSHARE_IDLE_RELEASE_MS of the pair's jobs (default {PAIR_IDLE_RELEASE_MS}; "
                         "-1: the library's default)")
     p.add_argument("--mode", choices=["auto", "serial", "off"], default="auto",
                    help="the scheduler's mode for the runs under the library (default auto)")

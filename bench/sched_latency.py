@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""(c) Lock round trip and grant latency through nvshare-scheduler, against a raw socket baseline.
+"""Lock round trip and grant latency through nvshare-scheduler, against a raw socket baseline.
 
 No GPU is needed: a real scheduler subprocess (--no-nvml) and clients that speak the wire protocol
 (bench/protoclient.py) on one fake GPU.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""(d) Switch cost: how long a client whose W GiB were evicted to host takes to be back at full speed,
+"""Switch cost: how long a client whose W GiB were evicted to host takes to be back at full speed,
 with bulk prefetch (NVSHARE_PREFETCH=wait, =overlap) and with demand faults (=off).
 
 A (a PyTorch process under libnvshare.so: bench/switch_worker.py) holds W GiB in one float32 tensor
@@ -67,8 +67,9 @@ TITLE = "Switch cost: bulk prefetch vs demand faults"
 SHARE, MIN_S, GPU = 80, 35, True
 PLOTS = {"switch-cost.png": "switch cost per size: wait, overlap, demand faults",
          "switch-timeline.png": "A's passes around one switch of the largest size"}
-# Seconds, for planning within a time budget (H100/H200 figures: demand faults ~4.7 GB/s, bulk
-# prefetch ~50 GB/s, PyTorch start ~10 s).
+# Seconds, for planning within a time budget: cautious estimates of PyTorch's start, the per-size and
+# per-cycle overheads and the eviction, bulk prefetch and demand-fault rates (the measured switch times
+# are in docs/benchmarks.md).
 START_S, SIZE_OVERHEAD_S, CYCLE_OVERHEAD_S = 12.0, 1.5, 0.4
 EVICT_S_PER_GIB, BULK_S_PER_GIB, DEMAND_S_PER_GIB = 0.06, 0.03, 0.25
 

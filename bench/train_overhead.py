@@ -7,7 +7,7 @@ the GPU, its working set resident in GPU memory), --reps times each, alternating
 first, for three sizes:
 - small: launch-bound (tiny convolutions): the library's per-launch cost shows the most;
 - medium: a few ms per step;
-- large: compute-bound, ~19 ms per step on an H200: what a typical job would see.
+- large: compute-bound: what a typical job would see.
 Each process gives the median step time after warm-up of each configuration (a few hundred steps).
 Repetition i of the two sides ran back to back, so their ratio (library / native) is little affected
 by drift; the result is the median of these per-pair ratios, with their min and max, next to each
@@ -34,10 +34,10 @@ SHARE, MIN_S, GPU = 60, 30, True  # seconds of the suite's default budget; skipp
 RERUN = "python3 bench/run_all.py --only train_overhead"
 GOAL_RATIO = 1.01  # resident training under the library: at most 1% slower than native
 
-# name -> (arguments of examples/pytorch_train.py, measured steps per process). On the H200 VM: small
-# 4.2 ms/step, medium 5.7 ms/step, large 18.8 ms/step (p10-p90 within 2%, so 80 steps give a firm
-# median). A process takes about 15 s, 10 of them fixed: importing PyTorch (4 s), the first steps'
-# set-up (CUDA, cuBLAS/cuDNN, lazy imports; ~5 s) and exit.
+# name -> (arguments of examples/pytorch_train.py, measured steps per process). The step times and
+# their spread are in docs/benchmarks.md; the step counts give a firm median at each size. Most of a
+# process's time is fixed: importing PyTorch, the first steps' set-up (CUDA, cuBLAS/cuDNN, lazy
+# imports) and exit.
 CONFIGS: dict[str, tuple[list[str], int]] = {
     "small": (["--width", "32", "--batch-size", "64", "--image-size", "32"], 150),
     "medium": (["--width", "96", "--batch-size", "128", "--image-size", "64"], 120),

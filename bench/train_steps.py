@@ -2,7 +2,7 @@
 """Step times of examples/pytorch_train.py for several configurations, in one process.
 
 bench/train_overhead.py runs this natively and under libnvshare.so. One process covers every
-configuration, so starting Python, PyTorch and CUDA (about 4 s on the H200 VM) is paid once per
+configuration, so starting Python, PyTorch and CUDA (seconds) is paid once per
 repetition, not once per configuration.
 
 For each configuration the example's own train() runs WARMUP_STEPS + "steps" steps, each ending with a

@@ -1,6 +1,6 @@
-"""CPU tests of bench/jobs.py and bench/makespan.py: the job program's protocol and step loop, the
+"""CPU tests of bench/job_program.py, bench/jobs.py and bench/makespan.py: the job program's protocol and step loop, the
 process group that drives jobs, statistics, the scheduler log, the GPU memory rules, the plans, the
-result tables, and a dry run of (e) and (f) with simulated jobs against a real scheduler."""
+result tables, and a dry run of makespan_fit and makespan_pair with simulated jobs against a real scheduler."""
 
 from __future__ import annotations
 
