@@ -11,7 +11,7 @@ BENCH = REPO / "bench"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 try:
-    import xpushare  # noqa: F401
+    import xpushare  # noqa: F401  (only: is it installed?)
 except ImportError:  # a checkout without `pip install .`: the package sources are in src/
     sys.path.insert(0, str(REPO / "src"))
 

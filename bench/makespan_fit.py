@@ -5,8 +5,8 @@ measurement is in bench/makespan.py: `python3 bench/makespan.py --jobs 2,4`)."""
 from __future__ import annotations
 
 from makespan import FIT_GOAL, run_fitting
-from render import (bars, dig, error_of, error_row, extra_text, f, goal_row, num, numeric_items, seconds,
-                    yes_no)
+from render import (dig, error_of, error_row, extra_text, f, goal_row, num, numeric_items, seconds,
+                    table_bars, yes_no)
 
 NAME = "makespan_fit"
 TITLE = "Jobs that fit: auto mode vs concurrent vs one after the other"
@@ -49,14 +49,6 @@ def section(s: dict) -> str:
         + extra_text(s))
 
 
-def plot_fit(plt, s: dict):
-    rows = numeric_items(s.get("jobs"))
-    if not rows:
-        return None
-    series = {name: [num(dig(r, key)) for _, r in rows] for name, key in
-              (("concurrent, no library", "concurrent"), ("auto mode", "auto"), ("one after the other", "sequential"))}
-    return bars(plt, [f"{k} jobs" for k, _ in rows], series, "makespan s", "jobs that fit")
-
-
 def plot(s: dict, plt) -> dict:
-    return {"makespan-fit.png": plot_fit(plt, s)}
+    ways = (("concurrent, no library", "concurrent"), ("auto mode", "auto"), ("one after the other", "sequential"))
+    return {"makespan-fit.png": table_bars(plt, s.get("jobs"), ways, "{} jobs", "makespan s", "jobs that fit")}

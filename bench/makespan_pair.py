@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 
 from makespan import PAIR_GOAL, run_pair
-from render import bars, dig, error_of, error_row, extra_text, f, goal_row, num, numeric_items, seconds, yes_no
+from render import (dig, error_of, error_row, extra_text, f, goal_row, num, numeric_items, seconds, table_bars,
+                    yes_no)
 
 NAME = "makespan_pair"
 TITLE = "Two jobs that do not fit: quantum, fast switches, demand faults"
@@ -72,14 +73,7 @@ def section(s: dict) -> str:
         "quantum longer than a job gives no switch: that is the result, not a failure.\n" + extra_text(s))
 
 
-def plot_pair(plt, s: dict):
-    rows = numeric_items(s.get("tq"))
-    if not rows:
-        return None
-    series = {name: [num(dig(r, key)) for _, r in rows] for name, key in
-              (("one after the other", "sequential"), ("fast switches", "fast"), ("demand faults", "demand"))}
-    return bars(plt, [f"TQ {k} s" for k, _ in rows], series, "makespan s", "two jobs that do not fit")
-
-
 def plot(s: dict, plt) -> dict:
-    return {"makespan-pair.png": plot_pair(plt, s)}
+    ways = (("one after the other", "sequential"), ("fast switches", "fast"), ("demand faults", "demand"))
+    return {"makespan-pair.png": table_bars(plt, s.get("tq"), ways, "TQ {} s", "makespan s",
+                                            "two jobs that do not fit")}

@@ -135,3 +135,13 @@ def bars(plt, groups: list[str], series: dict[str, list[float | None]], ylabel: 
         ax.axhline(hline[0], color="grey", linestyle="--", linewidth=1, label=hline[1])
     ax.legend(fontsize=8)
     return fig
+
+
+def table_bars(plt, table: Any, ways: tuple[tuple[str, str], ...], group: str, ylabel: str, title: str):
+    """Bars of a table keyed by numbers ({2: {"auto": s, ...}, 4: ...}): one group per key (named by
+    `group`, a format with {}), one series per (label, column) of `ways`; None when it is empty."""
+    rows = numeric_items(table)
+    if not rows:
+        return None
+    series = {label: [num(dig(r, key)) for _, r in rows] for label, key in ways}
+    return bars(plt, [group.format(k) for k, _ in rows], series, ylabel, title)
