@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import run_all
+from testkit.waiting import poll
 import train_overhead
 from run_all import Bench
 
@@ -106,10 +107,7 @@ def test_a_hanging_benchmark_is_stopped_with_everything_it_started(suite, tmp_pa
     assert "was stopped" in results["fake_h"]["error"]
     assert results["fake_o"]["value"] == 1
     pid = int(pidfile.read_text())
-    deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid), "the benchmark's own child was left running"
+    poll(lambda: not _alive(pid), timeout=10, interval=0.05, what="the benchmark's own child to end")
 
 
 def _alive(pid: int) -> bool:
@@ -169,7 +167,4 @@ def test_sigterm_stops_the_running_benchmark_and_keeps_the_results(tmp_path: Pat
     assert results["fake_h"]["error"].startswith("stopped")
     assert "fake_o" not in results
     pid = int(pidfile.read_text())
-    deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid)
+    poll(lambda: not _alive(pid), timeout=10, interval=0.05, what="the hanging benchmark's child to end")

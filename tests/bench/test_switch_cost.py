@@ -13,6 +13,7 @@ import schedlog
 import switch_cost as sc
 import switch_worker as sw
 from common import harness
+from testkit.waiting import poll
 
 FAKE_A = Path(__file__).resolve().parent / "fake_switch_a.py"
 
@@ -195,23 +196,14 @@ def test_worker_follows_the_control_files(tmp_path: Path, monkeypatch):
     thread.start()
     for w in sizes:
         key = sw.size_key(w)
-        wait_for(lambda: (tmp_path / f"steady-{key}").exists())
+        poll(lambda: (tmp_path / f"steady-{key}").exists(), timeout=20.0, interval=0.005)
         progress = sc.Progress(tmp_path / "progress")
-        wait_for(lambda: (p := progress.read()) and p[0] == key and p[1] >= 3)
+        poll(lambda: (p := progress.read()) and p[0] == key and p[1] >= 3, timeout=20.0, interval=0.005)
         progress.close()
         (tmp_path / f"stop-{key}").touch()
-        wait_for(lambda: (tmp_path / f"passes-{key}.json").exists())
+        poll(lambda: (tmp_path / f"passes-{key}.json").exists(), timeout=20.0, interval=0.005)
         dump = json.loads((tmp_path / f"passes-{key}.json").read_text())
         assert dump["data_ok"] is True and dump["max"] == len(dump["passes"]) >= 3
         assert all(t0 <= t1 for t0, t1 in dump["passes"])
     thread.join(10)
     assert done == [0]
-
-
-def wait_for(cond, timeout: float = 20.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
