@@ -11,6 +11,7 @@ import pytest
 
 import schedlog
 import switch_cost as sc
+import switch_measure as sm
 import switch_worker as sw
 from common import harness
 from testkit.waiting import poll
@@ -48,9 +49,9 @@ def test_a_cycle_seen_from_the_passes():
     passes.append((0.1, 0.5))                            # interrupted by the switch
     passes += [(0.5, 0.515), (0.515, 0.525)]             # one slow pass, then full speed
     passes += steady_passes(0.525, 5)
-    steady = sc.steady_pass_s(passes, before=0.105)
+    steady = sm.steady_pass_s(passes, before=0.105)
     assert steady == pytest.approx(0.01)
-    c = sc.analyse_cycle(passes, t_req=0.105, t_rel=0.3, steady_s=steady)
+    c = sm.analyse_cycle(passes, t_req=0.105, t_rel=0.3, steady_s=steady)
     assert c["switch_ms"] == pytest.approx(200.0)
     assert c["first_pass_ms"] == pytest.approx(400.0)
     assert c["handoff_ms"] == pytest.approx(195.0)
@@ -60,7 +61,7 @@ def test_a_cycle_seen_from_the_passes():
 
 
 def test_a_cycle_without_a_pass_after_the_release_is_an_error():
-    assert "error" in sc.analyse_cycle(steady_passes(0.0, 5), 0.01, 1.0, 0.01)
+    assert "error" in sm.analyse_cycle(steady_passes(0.0, 5), 0.01, 1.0, 0.01)
 
 
 def ev(t: float, kind: str, **fields: str) -> harness.Event:
@@ -75,13 +76,13 @@ def test_log_lines_of_a_cycle():
               ev(2.41, "grant", prefetch="yes"),
               ev(5.0, "drop", reason="preempted", evict="yes"),
               ev(5.2, "release", reason="dropped", drain="2.0ms", evict="240.0ms", prefetch="95.5ms")]
-    m = sc.match_log(events, t_req=2.0, t_rel=2.4)
+    m = sm.match_log(events, t_req=2.0, t_rel=2.4)
     assert (m["drop_reason"], m["evict_flag"]) == ("preempted", "yes")
     assert (m["drain_ms"], m["evict_ms"]) == (3.0, 250.0)
     assert m["regrant_prefetch"] == "yes" and m["regrant_t"] == 2.41
-    assert sc.prefetch_of_regrant(events, m["regrant_t"]) == 95.5   # reported at the next release
-    assert sc.prefetch_of_regrant(events, None) is None
-    assert sc.match_log([], 0, 1)["evict_ms"] is None
+    assert sm.prefetch_of_regrant(events, m["regrant_t"]) == 95.5   # reported at the next release
+    assert sm.prefetch_of_regrant(events, None) is None
+    assert sm.match_log([], 0, 1)["evict_ms"] is None
 
 
 def size_row(ms: float) -> dict:
@@ -92,7 +93,7 @@ def test_headline_ratios_and_the_faster_bulk_variant():
     variants = {"wait": {"sizes": {"1": size_row(20.0), "8": size_row(200.0)}},
                 "overlap": {"sizes": {"1": size_row(25.0), "8": size_row(150.0)}},
                 "off": {"sizes": {"1": size_row(240.0), "8": size_row(1000.0)}}}
-    h = sc.headline(variants)
+    h = sm.headline(variants)
     assert h["1"]["demand_vs_wait"] == pytest.approx(12.0)
     assert h["1"]["faster_bulk"] == "wait" and h["1"]["goal_met"] is True
     assert h["8"]["faster_bulk"] == "overlap"
@@ -101,18 +102,18 @@ def test_headline_ratios_and_the_faster_bulk_variant():
 
 
 def test_headline_with_a_variant_missing():
-    h = sc.headline({"wait": {"sizes": {"1": size_row(20.0)}}, "off": {"error": "A did not start"}})
+    h = sm.headline({"wait": {"sizes": {"1": size_row(20.0)}}, "off": {"error": "A did not start"}})
     assert h["1"]["demand_vs_bulk"] is None and h["1"]["goal_met"] is None
 
 
 def test_plan_fits_the_time():
-    full = sc.plan(False, None)
+    full = sm.plan(False, None)
     assert full["sizes"] == [1.0, 4.0, 8.0] and full["cycles"] == 3
-    assert sc.plan(True, None)["cycles"] == 2
-    assert sc.plan(False, 80)["estimate_s"] <= 80
-    short = sc.plan(False, 45)
+    assert sm.plan(True, None)["cycles"] == 2
+    assert sm.plan(False, 80)["estimate_s"] <= 80
+    short = sm.plan(False, 45)
     assert short["cycles"] >= 1 and short["dropped_sizes"] and short["sizes"][0] == 1.0
-    assert sc.estimate_s([1.0], 3) < sc.estimate_s([1.0, 8.0], 3) < sc.estimate_s([1.0, 8.0], 3, ("off",)) * 3
+    assert sm.estimate_s([1.0], 3) < sm.estimate_s([1.0, 8.0], 3) < sm.estimate_s([1.0, 8.0], 3, ("off",)) * 3
 
 
 def test_arguments():
@@ -142,7 +143,7 @@ def test_the_benchmark_end_to_end_with_a_stand_in_for_a():
     from protoclient import children_can_import_xpushare
 
     children_can_import_xpushare()
-    result = sc.measure(fake_a, [1.0, 2.0], cycles=2, variants=("wait", "off"), warm_passes=10,
+    result = sm.measure(fake_a, [1.0, 2.0], cycles=2, variants=("wait", "off"), warm_passes=10,
                         scheduler_args=("--no-nvml",))
     for variant in ("wait", "off"):
         v = result["variants"][variant]
@@ -154,7 +155,7 @@ def test_the_benchmark_end_to_end_with_a_stand_in_for_a():
             assert row["regrant_prefetch"] == ["yes", "yes"]
             assert all(c["drop_reason"] == "preempted" for c in row["cycles"])
             assert row["evict_ms"] is not None and row["steady_pass_ms"] is not None
-            assert row["b_footprint_bytes"] < result["parameters"]["capacity_gib"] * sc.GIB
+            assert row["b_footprint_bytes"] < result["parameters"]["capacity_gib"] * sm.GIB
     h = result["headline"]
     # The stand-in brings 1 GiB back in 10 ms with PREFETCH and in 100 ms without.
     assert h["1"]["off_ms"] > h["1"]["wait_ms"]
@@ -168,7 +169,7 @@ def test_out_of_time_skips_the_rest_and_a_still_ends_cleanly():
     from protoclient import children_can_import_xpushare
 
     children_can_import_xpushare()
-    result = sc.measure(fake_a, [1.0, 2.0], cycles=3, variants=("wait", "off"), warm_passes=10,
+    result = sm.measure(fake_a, [1.0, 2.0], cycles=3, variants=("wait", "off"), warm_passes=10,
                         deadline=time.monotonic(), scheduler_args=("--no-nvml",))
     wait = result["variants"]["wait"]
     assert "error" not in wait, wait
@@ -197,7 +198,7 @@ def test_worker_follows_the_control_files(tmp_path: Path, monkeypatch):
     for w in sizes:
         key = sw.size_key(w)
         poll(lambda: (tmp_path / f"steady-{key}").exists(), timeout=20.0, interval=0.005)
-        progress = sc.Progress(tmp_path / "progress")
+        progress = sm.Progress(tmp_path / "progress")
         poll(lambda: (p := progress.read()) and p[0] == key and p[1] >= 3, timeout=20.0, interval=0.005)
         progress.close()
         (tmp_path / f"stop-{key}").touch()
