@@ -76,7 +76,8 @@ import jobs
 import schedlog
 import stats
 from common import harness, require_safe_gpu, say
-from job_program import GIB, positive
+from argtypes import positive
+from job_program import GIB
 from jobs import JobGroup, JobSize
 from render import bars, dig, error_of, error_row, extra_text, f, goal_row, num
 

@@ -51,6 +51,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
+from argtypes import non_negative_float, non_negative_int, positive_float, positive_int  # noqa: E402
 from stats import median  # noqa: E402
 
 GIB = 1 << 30
@@ -136,74 +137,23 @@ def parse_output_line(line: str) -> tuple[str, dict] | None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--width", type=_positive_int, default=1024, help="units of each hidden layer")
-    p.add_argument("--depth", type=_positive_int, default=4, help="hidden layers")
-    p.add_argument("--batch", type=_positive_int, default=256, help="samples per step")
-    p.add_argument("--resident-gib", type=_non_negative_float, default=0.0,
+    p.add_argument("--width", type=positive_int, default=1024, help="units of each hidden layer")
+    p.add_argument("--depth", type=positive_int, default=4, help="hidden layers")
+    p.add_argument("--batch", type=positive_int, default=256, help="samples per step")
+    p.add_argument("--resident-gib", type=non_negative_float, default=0.0,
                    help="working set touched by every step, GiB (default 0: none)")
-    p.add_argument("--warmup-steps", type=_non_negative_int, default=20)
-    p.add_argument("--probe-steps", type=_positive_int, default=20,
+    p.add_argument("--warmup-steps", type=non_negative_int, default=20)
+    p.add_argument("--probe-steps", type=positive_int, default=20,
                    help="steps timed after the warm-up; their median goes into READY")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
-    p.add_argument("--simulate", type=_positive_float, metavar="MS",
+    p.add_argument("--simulate", type=positive_float, metavar="MS",
                    help="no PyTorch: every step sleeps MS milliseconds (to test the orchestration)")
-    p.add_argument("--steps", type=_positive_int, help="standalone: one train command of N steps, then exit")
+    p.add_argument("--steps", type=positive_int, help="standalone: one train command of N steps, then exit")
     p.add_argument("--start-at", type=float, metavar="T",
                    help="standalone: start at this time.monotonic() value (default: at once)")
     return p.parse_args(argv)
-
-
-def positive(kind):
-    """An argparse type: `kind` (int or float) of the text, which must be above zero."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = 0
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive number is required")
-        return value
-    return parse
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive integer is required")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    return 0 if text.strip() == "0" else _positive_int(text)
-
-
-def _float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive number is required")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = _float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: zero or more is required")
-    return value
 
 
 class TorchJob:

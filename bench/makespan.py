@@ -88,7 +88,8 @@ import jobs
 import schedlog
 import stats
 from common import harness, require_safe_gpu, say
-from job_program import GIB, positive
+from argtypes import positive
+from job_program import GIB
 from jobs import Deadline, JobGroup, JobSize, Round
 
 PREFIX = "makespan"
