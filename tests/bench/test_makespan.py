@@ -1,4 +1,4 @@
-"""CPU tests of bench/makespan.py: the plans, the result tables, the command line, and a dry run of
+"""CPU tests of bench/makespan.py, makespan_fit.py and makespan_pair.py: the plans, the result tables, the command line, and a dry run of
 makespan_fit and makespan_pair with simulated jobs against a real scheduler."""
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ if str(BENCH) not in sys.path:
 
 import jobs  # noqa: E402
 import makespan  # noqa: E402
+import makespan_fit  # noqa: E402
+import makespan_pair  # noqa: E402
 from job_program import GIB  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -32,31 +34,31 @@ def children_find_xpushare(monkeypatch):
 # ----------------------------------------------------------------------------- plans
 
 def test_plans_fit_their_budgets():
-    assert makespan.plan_fitting(False, None).estimate_s() <= 120
-    assert makespan.plan_fitting(True, None).estimate_s() <= 65
-    assert makespan.plan_pair(False, None).estimate_s() <= 130
-    assert makespan.plan_pair(True, None).estimate_s() <= 80
+    assert makespan_fit.plan_fitting(False, None).estimate_s() <= 120
+    assert makespan_fit.plan_fitting(True, None).estimate_s() <= 65
+    assert makespan_pair.plan_pair(False, None).estimate_s() <= 130
+    assert makespan_pair.plan_pair(True, None).estimate_s() <= 80
 
 
 def test_plans_shrink_to_the_time_left_and_refuse_when_nothing_fits():
-    full = makespan.plan_fitting(False, None)
+    full = makespan_fit.plan_fitting(False, None)
     assert full.counts == (2, 4) and full.reps == 2
-    short = makespan.plan_fitting(False, full.estimate_s() - 1)
+    short = makespan_fit.plan_fitting(False, full.estimate_s() - 1)
     assert short.estimate_s() <= full.estimate_s() - 1 and short.notes
-    quick = makespan.plan_fitting(True, None)
+    quick = makespan_fit.plan_fitting(True, None)
     assert quick.reps == 1 and quick.alone_s < full.alone_s
     with pytest.raises(RuntimeError, match="not enough time"):
-        makespan.plan_fitting(False, 5)
-    pair_quick = makespan.plan_pair(True, None)
+        makespan_fit.plan_fitting(False, 5)
+    pair_quick = makespan_pair.plan_pair(True, None)
     assert pair_quick.tqs == (5,)
-    assert makespan.plan_pair(False, None).tqs == (5, 30)
+    assert makespan_pair.plan_pair(False, None).tqs == (5, 30)
     with pytest.raises(RuntimeError, match="not enough time"):
-        makespan.plan_pair(True, 10)
+        makespan_pair.plan_pair(True, 10)
 
 
 def test_pair_jobs_do_not_end_on_a_quantum_boundary():
     for quick in (False, True):
-        plan = makespan.plan_pair(quick, None)
+        plan = makespan_pair.plan_pair(quick, None)
         for tq in plan.tqs:
             fraction = (plan.alone_s / tq) % 1
             assert 0.1 < fraction < 0.9 or plan.alone_s < tq
@@ -82,11 +84,11 @@ def _round(way: str, count: int, rep: int, makespan_s: float) -> dict:
 
 
 def test_fitting_table_compares_auto_with_concurrent_and_sequential():
-    plan = makespan.FittingPlan(counts=(2, 4), reps=2)
+    plan = makespan_fit.FittingPlan(counts=(2, 4), reps=2)
     alone = [_summary(4.0), _summary(5.0), _summary(4.0), _summary(5.0)]
     rounds = [_round("concurrent", 2, 0, 5.0), _round("auto", 2, 0, 5.05), _round("auto", 2, 1, 5.15),
               _round("concurrent", 2, 1, 5.0), _round("concurrent", 4, 0, 8.0), _round("auto", 4, 0, 9.0)]
-    table = makespan.fitting_results(plan, 100, alone, rounds)
+    table = makespan_fit.fitting_results(plan, 100, alone, rounds)
     two, four = table["jobs"][2], table["jobs"][4]
     assert two["sequential"] == pytest.approx(9.0) and four["sequential"] == pytest.approx(18.0)
     assert two["auto"] == pytest.approx(5.1) and two["concurrent"] == pytest.approx(5.0)
@@ -99,8 +101,8 @@ def test_fitting_table_compares_auto_with_concurrent_and_sequential():
 
 
 def test_fitting_table_without_one_side_has_no_ratio():
-    plan = makespan.FittingPlan(counts=(2,), reps=1)
-    table = makespan.fitting_results(plan, 10, [_summary(1.0), _summary(1.0)], [_round("concurrent", 2, 0, 1.2)])
+    plan = makespan_fit.FittingPlan(counts=(2,), reps=1)
+    table = makespan_fit.fitting_results(plan, 10, [_summary(1.0), _summary(1.0)], [_round("concurrent", 2, 0, 1.2)])
     assert table["jobs"][2]["auto"] is None and table["jobs"][2]["auto_vs_concurrent"] is None
     assert table["jobs"][2]["met"] is None
 
@@ -112,11 +114,11 @@ def _pair_round(variant: str, tq: int, makespan_s: float, switches: int) -> dict
 
 
 def test_pair_table_against_one_after_the_other():
-    plan = makespan.PairPlan(tqs=(5, 30))
+    plan = makespan_pair.PairPlan(tqs=(5, 30))
     alone = [_summary(7.5), _summary(7.5)]
     rounds = [_pair_round("fast", 5, 16.0, 2), _pair_round("demand", 5, 19.5, 2),
               _pair_round("fast", 30, 15.3, 0), _pair_round("demand", 30, 15.4, 0)]
-    table = makespan.pair_results(plan, 100, alone, rounds)["tq"]
+    table = makespan_pair.pair_results(plan, 100, alone, rounds)["tq"]
     five, thirty = table[5], table[30]
     assert five["sequential"] == pytest.approx(15.0)
     assert five["fast_vs_sequential"] == pytest.approx(16.0 / 15.0) and five["met"] is True
@@ -126,8 +128,8 @@ def test_pair_table_against_one_after_the_other():
 
 
 def test_pair_table_with_a_skipped_variant():
-    plan = makespan.PairPlan(tqs=(5, 30))
-    table = makespan.pair_results(plan, 100, [_summary(7.5), _summary(7.5)],
+    plan = makespan_pair.PairPlan(tqs=(5, 30))
+    table = makespan_pair.pair_results(plan, 100, [_summary(7.5), _summary(7.5)],
                                   [_pair_round("fast", 5, 17.0, 3)])["tq"]
     assert list(table) == [5]
     assert table[5]["demand"] is None and table[5]["demand_vs_sequential"] is None
@@ -149,8 +151,8 @@ def test_cli_refuses_bad_values(argv, capsys):
                                             (["--jobs", "2", "--pair"], ["fitting", "pair"])])
 def test_cli_selects_what_to_run(argv, expected, monkeypatch, tmp_path):
     called = []
-    monkeypatch.setattr(makespan, "run_fitting", lambda quick, left, **kw: called.append(("fitting", kw)) or {})
-    monkeypatch.setattr(makespan, "run_pair", lambda quick, left, **kw: called.append(("pair", kw)) or {})
+    monkeypatch.setattr(makespan_fit, "run_fitting", lambda quick, left, **kw: called.append(("fitting", kw)) or {})
+    monkeypatch.setattr(makespan_pair, "run_pair", lambda quick, left, **kw: called.append(("pair", kw)) or {})
     out = tmp_path / "out.json"
     assert makespan.main([*argv, "--json", str(out)]) == 0
     assert [name for name, _ in called] == expected
@@ -163,8 +165,8 @@ def test_run_records_a_failing_half_and_still_runs_the_other(monkeypatch):
     def broken(quick, left):
         raise RuntimeError("no GPU here")
 
-    monkeypatch.setattr(makespan, "run_fitting", broken)
-    monkeypatch.setattr(makespan, "run_pair", lambda quick, left: {"tq": {}})
+    monkeypatch.setattr(makespan_fit, "run_fitting", broken)
+    monkeypatch.setattr(makespan_pair, "run_pair", lambda quick, left: {"tq": {}})
     out = makespan.run(True, 100.0)
     assert "no GPU here" in out["fitting"]["error"] and out["pair"] == {"tq": {}}
 
@@ -173,8 +175,8 @@ def test_run_records_a_failing_half_and_still_runs_the_other(monkeypatch):
 
 @pytest.mark.timeout(180)
 def test_dry_run_of_fitting_jobs(children_find_xpushare):
-    plan = makespan.FittingPlan(counts=(2, 3), reps=1, steps=15)
-    result = makespan.measure_fitting(None, plan, jobs.Deadline(None), simulate_ms=2.0, mode="off",
+    plan = makespan_fit.FittingPlan(counts=(2, 3), reps=1, steps=15)
+    result = makespan_fit.measure_fitting(None, plan, jobs.Deadline(None), simulate_ms=2.0, mode="off",
                                       scheduler_args=("--no-nvml",))
     json.dumps(result)
     assert result["steps"] == 15 and len(result["alone"]) == 3
@@ -196,8 +198,8 @@ def test_dry_run_of_the_pair(children_find_xpushare, monkeypatch):
     real_start = jobs.JobGroup.start
     monkeypatch.setattr(jobs.JobGroup, "start", lambda self, name, argv, env: (
         started.__setitem__(name, env), real_start(self, name, argv, env))[1])
-    plan = makespan.PairPlan(tqs=(5, 30), steps=10, capacity=12 * GIB)
-    result = makespan.measure_pair(None, plan, jobs.Deadline(None), simulate_ms=2.0, mode="off",
+    plan = makespan_pair.PairPlan(tqs=(5, 30), steps=10, capacity=12 * GIB)
+    result = makespan_pair.measure_pair(None, plan, jobs.Deadline(None), simulate_ms=2.0, mode="off",
                                    scheduler_args=("--no-nvml",))
     assert sorted(started) == ["demandA", "demandB", "fastA", "fastB", "nativeA", "nativeB"]
     assert {started[n]["NVSHARE_PREFETCH"] for n in ("fastA", "fastB")} == {"wait"}
