@@ -184,15 +184,19 @@ def measure_pair(lib: Path | None, plan: PairPlan, deadline: Deadline, *, simula
                           "idle_release_ms": plan.idle_release_ms,
                           "simulated": simulate_ms is not None},
                   probe_step_ms=step_s * 1e3, separation=separation, notes=plan.notes, skipped=skipped,
-                  method=(f"Jobs: {_job_words(plan.size)}; {steps} steps each (~{steps * step_s:.1f} s alone at the "
-                          f"probe's {step_s * 1e3:.2f} ms/step). Scheduler mode {mode}, virtual capacity "
-                          f"{capacity / GIB:.2f} GiB: one job fits, two do not. Sequential: the two jobs alone "
-                          f"without the library, one after the other. Fast: NVSHARE_PREFETCH=wait; demand: "
-                          f"NVSHARE_PREFETCH=off; both evict in bulk when they are dropped. "
-                          + (f"NVSHARE_IDLE_RELEASE_MS={plan.idle_release_ms} for the pair's jobs (they stay "
-                             f"alive between rounds; a finished job hands the GPU on about as soon as an exiting "
-                             f"one would)." if plan.idle_release_ms >= 0 else "")))
+                  method=_method(plan, steps, step_s, mode, capacity))
     return result
+
+
+def _method(plan: PairPlan, steps: int, step_s: float, mode: str, capacity: int) -> str:
+    return (f"Jobs: {_job_words(plan.size)}; {steps} steps each (~{steps * step_s:.1f} s alone at the "
+            f"probe's {step_s * 1e3:.2f} ms/step). Scheduler mode {mode}, virtual capacity "
+            f"{capacity / GIB:.2f} GiB: one job fits, two do not. Sequential: the two jobs alone "
+            f"without the library, one after the other. Fast: NVSHARE_PREFETCH=wait; demand: "
+            f"NVSHARE_PREFETCH=off; both evict in bulk when they are dropped. "
+            + (f"NVSHARE_IDLE_RELEASE_MS={plan.idle_release_ms} for the pair's jobs (they stay "
+               f"alive between rounds; a finished job hands the GPU on about as soon as an exiting "
+               f"one would)." if plan.idle_release_ms >= 0 else ""))
 
 
 def run_pair(quick: bool = False, time_left: float | None = None, *, tqs: tuple[int, ...] = (5, 30),
