@@ -3,7 +3,6 @@ with and without libnvshare.so, the GPU safety check) and a few helpers."""
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -11,16 +10,18 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+try:
+    import xpushare  # noqa: F401  (only: is it installed?)
+except ImportError:  # a checkout without `pip install .`: the package sources are in src/
+    sys.path.insert(0, str(REPO / "src"))
 
 from testkit import gpu as harness  # noqa: E402
 
-
-def median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
+MIN_FREE_GIB = 48  # GPU safety: nothing starts with less free GPU memory than this (someone else uses it)
 
 
-def ratio(ours: float, baseline: float) -> float:
-    return ours / baseline if baseline else float("nan")
+def say(prefix: str, message: str) -> None:
+    print(f"{prefix}: {message}", flush=True)
 
 
 def alternating(reps: int) -> list[tuple[int, str]]:
@@ -33,7 +34,23 @@ def alternating(reps: int) -> list[tuple[int, str]]:
     return order
 
 
-def require_safe_gpu() -> None:
-    problem = harness.gpu_headroom_problem()
+def gpu_problem(strict: bool = True) -> str | None:
+    """Why GPU work must not start now, or None. The benchmarks' rule: MIN_FREE_GIB free on the card
+    (stricter than testkit's gpu_headroom_problem(), which is checked too). strict: a GPU whose free
+    memory cannot be read (no nvidia-smi) is a problem as well; not strict, it is let through (the
+    simulated forms of the benchmarks run without a GPU)."""
+    mem = harness.gpu_memory_mib()
+    if mem is None:
+        return "cannot read the GPU's free memory with nvidia-smi" if strict else None
+    free, total = mem
+    if free < MIN_FREE_GIB * 1024:
+        return (f"only {free} MiB of {total} MiB GPU memory is free (need {MIN_FREE_GIB:g} GiB): "
+                "someone else is using the GPU")
+    return harness.gpu_headroom_problem()
+
+
+def require_safe_gpu(strict: bool = True) -> None:
+    """The one GPU safety check of the benchmarks, before any GPU work."""
+    problem = gpu_problem(strict)
     if problem:
-        raise SystemExit(f"refusing to run: {problem}")
+        raise RuntimeError(f"refusing to run: {problem}")

@@ -10,8 +10,8 @@
 #
 # Environment: OUT (where results go; default bench/results/validate-<time>), PYTHON (the interpreter
 # that has torch; default: python3 if it imports torch, else /opt/torch/.venv/bin/python3).
-# Writes to $OUT: versions.txt, nvidia-smi.txt, install.log, gpu-tests.log, bench.log, issue3.json,
-# benchmarks.md, issue3-*.png. Exits non-zero if the install, a test or a benchmark failed.
+# Writes to $OUT: versions.txt, nvidia-smi.txt, install.log, gpu-tests.log, bench.log, suite.json,
+# benchmarks.md and the plots (*.png). Exits non-zero if the install, a test or a benchmark failed.
 #
 # GPU safety: it refuses to start when the GPU has less than 48 GiB free, every process run under
 # libnvshare.so gets a virtual capacity (NVSHARE_GPU_MEMORY; oversubscription is made with a smaller
@@ -164,7 +164,7 @@ if [ "$RUN_BENCH" = 1 ]; then
     reap_strays
     log "benchmarks exit code $rc$([ "$rc" = 124 ] && echo ' (timed out)')"
     [ "$rc" = 0 ] || STATUS=1
-    cp -f docs/benchmarks.md bench/results/issue3.json bench/results/issue3-*.png "$OUT/" 2>/dev/null
+    cp -f docs/benchmarks.md bench/results/suite.json bench/results/*.png "$OUT/" 2>/dev/null
   fi
 fi
 

@@ -21,7 +21,15 @@ import json
 import tempfile
 from pathlib import Path
 
-from common import REPO, harness, median, require_safe_gpu
+from common import REPO, harness, require_safe_gpu
+from stats import median
+from render import f
+
+NAME = "idle_release"
+TITLE = "Idle release (NVSHARE_IDLE_RELEASE_MS)"
+SHARE, MIN_S, GPU = 60, 45, True
+DEFAULT = False  # run only when asked for: run_all.py --only idle_release
+RERUN = "python3 bench/run_all.py --only idle_release"
 
 VALUES_MS = [10, 50, 250, 1000]
 PIPELINE = ["--loader-workers", "2", "--data-delay-ms", "20"]
@@ -76,6 +84,24 @@ def main() -> int:
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=1))
     return 0
+
+
+# ----------------------------------------------------------------------------- in the suite
+
+def run(quick: bool, time_left: float | None) -> dict:
+    with harness.Scheduler(mode="off") as sched:
+        return measure(harness.library_path(), sched, steps=100 if quick else 150)
+
+
+# ----------------------------------------------------------------------------- its report
+
+def section(s: dict) -> str:
+    lines = ["| NVSHARE_IDLE_RELEASE_MS | releases during training | median step ms | released after idle, ms |",
+             "|---:|---:|---:|---:|"]
+    for r in s.get("rows") or []:
+        lines.append(f"| {r.get('idle_release_ms')} | {r.get('releases_during_training')} | "
+                     f"{f(r.get('median_step_ms'), 2)} | {f(r.get('release_after_idle_ms'), 0)} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

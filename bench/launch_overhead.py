@@ -30,12 +30,19 @@ import json
 import os
 import shutil
 import site
-import statistics
 import subprocess
 import tempfile
 from pathlib import Path
 
-from common import BENCH, alternating, harness, median, require_safe_gpu
+from common import BENCH, alternating, harness, require_safe_gpu
+from stats import median, percentile
+from render import dig, error_of, error_row, f, goal_row, num, signed
+
+NAME = "launch_overhead"
+TITLE = "Added cost per kernel launch"
+SHARE, MIN_S, GPU = 40, 25, True
+RERUN = "python3 bench/run_all.py --only launch_overhead"
+GOAL_NS = 100.0  # added per kernel launch
 
 METRICS = {  # name -> (mode, path in the program's JSON)
     "driver_submit_ns": ("launches", ("driver", "submit_ns")),
@@ -133,8 +140,7 @@ def _quartiles(values: list[float]) -> tuple[float, float, float]:
     if len(values) < 2:
         v = values[0] if values else float("nan")
         return v, v, v
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
+    return percentile(values, 25), percentile(values, 50), percentile(values, 75)
 
 
 def pool(summaries: list[dict]) -> dict:
@@ -309,6 +315,72 @@ def main() -> int:
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=1))
     return 0
+
+
+# ----------------------------------------------------------------------------- in the suite
+
+def run(quick: bool, time_left: float | None) -> dict:
+    """The suite's quick form: paired in one process, 2 processes, 60-100 rounds."""
+    short = time_left is not None and time_left < 35
+    with harness.Scheduler(mode="off") as sched:
+        result = measure(harness.library_path(), sched, reps=2 if short else 3, paired_runs=2, control_runs=1,
+                         gate_only_runs=1, rounds=60 if short else 100)
+    result["parameters"] = {"form": "quick", "paired_runs": 2, "rounds": 60 if short else 100}
+    return result
+
+
+# ----------------------------------------------------------------------------- its report
+
+def goals(section: dict) -> list[str]:
+    if error_of(section):
+        return [error_row("added cost per kernel launch", error_of(section))]
+    row = dig(section, "paired", "functions", "cuLaunchKernel", "submit") or {}
+    ours, control = row.get("library") or {}, row.get("control") or {}
+    delta = num(ours.get("delta_ns"))
+    if delta is None:
+        return [error_row("added cost per kernel launch", "no paired cuLaunchKernel result")]
+    return [goal_row("added cost per kernel launch, cuLaunchKernel, paired in one process",
+                 f"**{signed(delta)} ns** (IQR {signed(ours.get('delta_q1'))} .. {signed(ours.get('delta_q3'))})",
+                 f"{f(ours.get('real_ns'))} ns per launch (driver alone); A/A control "
+                 f"{signed(control.get('delta_ns'))} ns", "—", f"< {GOAL_NS:.0f} ns", delta < GOAL_NS)]
+
+
+PAIRED_LABELS = {
+    "cuLaunchKernel": "cuLaunchKernel",
+    "cuLaunchKernelEx": "cuLaunchKernelEx",
+    "cuLaunchKernel_null": "cuLaunchKernel(NULL), rejected at once (the call path alone)",
+}
+
+
+def _iqr(row: dict) -> str:
+    return f"{signed(row.get('delta_q1'))} .. {signed(row.get('delta_q3'))}"
+
+
+def section(s: dict) -> str:
+    paired = s.get("paired") or {}
+    if error_of(paired) and "functions" not in paired:
+        return f"Not measured: `{error_of(paired)}`\n"
+    lines = ["| entry point | measured | driver alone ns | through the wrapper ns | **added ns** (median) | "
+             "IQR over rounds | median per process | checkpoints off: added ns | A/A control: added ns |",
+             "|---|---|---:|---:|---:|---|---|---:|---|"]
+    for function, rows in (paired.get("functions") or {}).items():
+        for measure in ("submit", "total"):
+            r = rows.get(measure) if isinstance(rows, dict) else None
+            if not isinstance(r, dict):
+                continue
+            ours, control, gate = (r.get(k) or {} for k in ("library", "control", "gate_only"))
+            what = "time in the calls" if measure == "submit" else "incl. the sync per batch"
+            per_run = ", ".join(signed(v) for v in ours.get("per_run_delta_ns") or [])
+            lines.append(f"| {PAIRED_LABELS.get(function, function)} | {what} | {f(ours.get('real_ns'))} | "
+                         f"{f(ours.get('wrapper_ns'))} | **{signed(ours.get('delta_ns'))}** | {_iqr(ours)} | "
+                         f"{per_run or '—'} | {signed(gate.get('delta_ns'))} | {signed(control.get('delta_ns'))} |")
+    return "\n".join(lines) + (
+        f"\n\nThe {dig(s, 'parameters', 'form') or 'full'} form of bench/launch_overhead.py: one process under libnvshare.so alternates batches of "
+        f"{paired.get('batch', '?')} empty-kernel launches through the library's wrapper and through the "
+        f"driver's own function on one stream; {paired.get('rounds_per_run', '?')} rounds per process, "
+        f"{paired.get('runs', '?')} processes; the difference per round, pooled (median, IQR). The A/A control "
+        "is the same program run natively: the method's own bias. End-to-end rows and details are in the "
+        "JSON.\n")
 
 
 if __name__ == "__main__":

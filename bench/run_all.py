@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""Run the issue-3 benchmark suite and write bench/results/issue3.json, docs/benchmarks.md and plots.
+"""Run the benchmark suite and write bench/results/suite.json, docs/benchmarks.md and plots.
 
-    python3 bench/run_all.py [--budget 470] [--only a,b,c,d,e,f,g] [--quick] [--out DIR]
+    python3 bench/run_all.py [--budget 470] [--only NAME,...] [--quick] [--out DIR]
 
-  a  train_overhead   resident training step time, compute-bound size, library vs native (~60 s)
-  b  launch_overhead  added cost per kernel launch, quick form (~40 s)
-  c  sched_latency    lock round trip and grant latency vs a raw socket ping-pong (~15 s, no GPU)
-  d  switch_cost      switch back after eviction: bulk prefetch vs demand faults (~80 s)
-  e  makespan_fit     jobs that fit: auto mode vs concurrent vs one after the other (~120 s)
-  f  makespan_pair    two jobs that do not fit: TQ 5 s / 30 s, fast vs demand vs sequential (~130 s)
-  g  interactive      high-priority interactive client next to a batch job (~50 s)
-  (idle: the issue-2 idle-release benchmark, only when asked for with --only idle)
+  train_overhead   resident training step time, compute-bound size, library vs native (~60 s)
+  launch_overhead  added cost per kernel launch, quick form (~40 s)
+  sched_latency    lock round trip and grant latency vs a raw socket ping-pong (~15 s, no GPU)
+  switch_cost      switch back after eviction: bulk prefetch vs demand faults (~80 s)
+  makespan_fit     jobs that fit: auto mode vs concurrent vs one after the other (~120 s)
+  makespan_pair    two jobs that do not fit: TQ 5 s / 30 s, fast vs demand vs sequential (~130 s)
+  interactive      high-priority interactive client next to a batch job (~50 s)
+  (idle_release: the idle-release benchmark, only when asked for with --only idle_release)
 
+The benchmarks are the modules listed in bench/suite.py (their interface is described there).
 The budget is shared in proportion to those shares among the benchmarks still to run, so time one
 leaves unused goes to the next and an overrun is taken from the rest; each benchmark gets its share
 as `time_left` and fits itself to it. Each runs in a child process of its own: a failure, a crash
@@ -40,7 +41,6 @@ import sys
 import tempfile
 import time
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -50,13 +50,13 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 import report  # noqa: E402
+import suite  # noqa: E402
 
 REPO = BENCH.parent
-RESULTS_JSON = REPO / "bench" / "results" / "issue3.json"
+RESULTS_JSON = REPO / "bench" / "results" / "suite.json"
 BENCHMARKS_MD = REPO / "docs" / "benchmarks.md"
 RERUN = "bash bench/gpu_validate.sh --bench-only   # or: python3 bench/run_all.py"
 DEFAULT_BUDGET_S = 470.0
-MIN_FREE_GIB = 48
 MARKER = "XPUSHARE_BENCH_RUN"  # in the environment of every process a benchmark starts
 HANG_FACTOR, HANG_EXTRA_S = 1.5, 15.0  # a benchmark still running after this is ended
 STOP_GRACE_S = 5.0  # for its clean-up once told to stop (gpu_validate.sh's timeout kills 15 s later)
@@ -66,8 +66,7 @@ Runner = Callable[[bool, "float | None"], dict]
 
 @dataclass(frozen=True)
 class Bench:
-    key: str         # the letter of the issue (or a name)
-    name: str        # its key in the results
+    name: str        # its key in the results and its --only name
     share_s: float   # its part of the default budget
     min_s: float     # below this much time it is skipped
     gpu: bool        # needs the GPU (safety check before it)
@@ -75,20 +74,15 @@ class Bench:
     default: bool = True
 
 
-BENCHES = [
-    Bench("a", "train_overhead", 60, 30, True, "run_all:run_train"),
-    Bench("b", "launch_overhead", 40, 25, True, "run_all:run_launch"),
-    Bench("c", "sched_latency", 15, 6, False, "sched_latency"),
-    Bench("d", "switch_cost", 80, 35, True, "switch_cost"),
-    Bench("e", "makespan_fit", 120, 40, True, "makespan:run_fitting"),
-    Bench("f", "makespan_pair", 130, 50, True, "makespan:run_pair"),
-    Bench("g", "interactive", 50, 25, True, "interactive"),
-    Bench("idle", "idle_release", 60, 45, True, "run_all:run_idle", default=False),
-]
-BY_KEY = {b.key: b for b in BENCHES} | {b.name: b for b in BENCHES}
+def _bench(module) -> Bench:
+    return Bench(module.NAME, module.SHARE, module.MIN_S, module.GPU, module.__name__,
+                 getattr(module, "DEFAULT", True))
 
 
-# ----------------------------------------------------------------------------- the benchmarks
+BENCHES = [_bench(m) for m in suite.modules()]
+BY_NAME = {b.name: b for b in BENCHES}
+ALIASES = {"idle": "idle_release"}  # the short name README.md quotes
+
 
 def _harness():
     from common import harness
@@ -96,62 +90,15 @@ def _harness():
     return harness
 
 
-@contextmanager
-def _only_configs(module, names: list[str]):
-    """train_overhead.measure() runs every entry of its CONFIGS: restrict them for one call."""
-    saved = module.CONFIGS
-    module.CONFIGS = {k: v for k, v in saved.items() if k in names}
-    try:
-        yield
-    finally:
-        module.CONFIGS = saved
+def _gpu_problem() -> str | None:
+    from common import gpu_problem
 
-
-def train_reps(quick: bool, time_left: float | None) -> int:
-    """Pairs of processes (native, library): ~25 s a pair at the large size (a process ~12 s)."""
-    if quick:
-        return 2
-    if time_left is None:
-        return 3
-    return max(1, min(3, int(time_left // 25)))
-
-
-def run_train(quick: bool, time_left: float | None) -> dict:
-    import train_overhead
-
-    harness = _harness()
-    reps = train_reps(quick, time_left)
-    with harness.Scheduler(mode="off") as sched, _only_configs(train_overhead, ["large"]):
-        result = train_overhead.measure(harness.library_path(), sched, reps=reps, scale=1.0)
-    result["parameters"] = {"config": "large (compute-bound)", "pairs": reps, "scheduler_mode": "off"}
-    return result
-
-
-def run_launch(quick: bool, time_left: float | None) -> dict:
-    import launch_overhead
-
-    harness = _harness()
-    short = time_left is not None and time_left < 35
-    with harness.Scheduler(mode="off") as sched:
-        result = launch_overhead.measure(harness.library_path(), sched, reps=2 if short else 3,
-                                         paired_runs=2, control_runs=1, gate_only_runs=1,
-                                         rounds=60 if short else 100)
-    result["parameters"] = {"form": "quick", "paired_runs": 2, "rounds": 60 if short else 100}
-    return result
-
-
-def run_idle(quick: bool, time_left: float | None) -> dict:
-    import idle_release
-
-    harness = _harness()
-    with harness.Scheduler(mode="off") as sched:
-        return idle_release.measure(harness.library_path(), sched, steps=100 if quick else 150)
+    return gpu_problem(strict=True)
 
 
 def resolve(runner: str) -> Runner:
     module_name, _, function = runner.partition(":")
-    module = sys.modules[__name__] if module_name == "run_all" else importlib.import_module(module_name)
-    return getattr(module, function or "run")
+    return getattr(importlib.import_module(module_name), function or "run")
 
 
 # ----------------------------------------------------------------------------- budget and isolation
@@ -161,17 +108,6 @@ def shares(benches: list[Bench], seconds_left: float) -> float:
     still to run."""
     total = sum(b.share_s for b in benches)
     return seconds_left * benches[0].share_s / total if total else seconds_left
-
-
-def gpu_problem(min_free_gib: float = MIN_FREE_GIB) -> str | None:
-    mem = _harness().gpu_memory_mib()
-    if mem is None:
-        return "cannot read the GPU's free memory with nvidia-smi"
-    free, total = mem
-    if free < min_free_gib * 1024:
-        return (f"only {free} MiB of {total} MiB GPU memory is free (need {min_free_gib:g} GiB): "
-                "someone else is using the GPU")
-    return None
 
 
 def marked_pids(marker: str) -> list[int]:
@@ -231,7 +167,7 @@ def _child(runner: str, quick: bool, time_left: float | None, out: str, marker: 
 def run_isolated(bench: Bench, quick: bool, time_left: float | None, hard_limit: float | None) -> dict:
     """Run one benchmark in a child process; end it (and all it started) when it runs past hard_limit
     or when this process is told to stop (_Stop is raised again after the clean-up)."""
-    marker = f"{os.getpid()}-{bench.key}-{time.time_ns()}"
+    marker = f"{os.getpid()}-{bench.name}-{time.time_ns()}"
     with tempfile.TemporaryDirectory(prefix="nvs-run-") as tmp:
         out = Path(tmp) / "result.json"
         proc = multiprocessing.get_context("fork").Process(
@@ -308,13 +244,6 @@ def library() -> str | None:
 
 # ----------------------------------------------------------------------------- the suite
 
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO))
-    except ValueError:
-        return str(path)
-
-
 def write_outputs(results: dict, out: Path | None, json_path: Path = RESULTS_JSON,
                   md_path: Path = BENCHMARKS_MD, make_plots: bool = True, final: bool = True) -> None:
     """JSON and Markdown (and copies in `out`) after every benchmark; the plots at the end."""
@@ -323,12 +252,13 @@ def write_outputs(results: dict, out: Path | None, json_path: Path = RESULTS_JSO
     try:
         report.write(results, md_path, json_path.parent, make_plots and final,
                      "not drawn (--no-plots)" if not make_plots else
-                     f"drawn when the run ends (`python3 bench/report.py {_shown(json_path)}` draws them now)")
+                     f"drawn when the run ends (`python3 bench/report.py {report._shown(json_path)}` draws them now)",
+                     json_path=json_path)
     except Exception as e:  # the JSON is what matters; the report can be rendered again from it
         print(f"run_all: cannot write {md_path}: {type(e).__name__}: {e}", flush=True)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        for path in [json_path, md_path, *json_path.parent.glob("issue3-*.png")]:
+        for path in [json_path, md_path, *report.plot_files(json_path.parent)]:
             if path.exists():
                 shutil.copy(path, out / path.name)
 
@@ -338,7 +268,7 @@ def run_suite(selected: list[Bench], quick: bool, budget: float, out: Path | Non
               isolate: bool = True) -> dict:
     t_begin = time.monotonic()
     deadline = t_begin + budget
-    results: dict = {"suite": "issue3", "machine": machine(), "library": library(), "rerun": RERUN,
+    results: dict = {"machine": machine(), "library": library(), "rerun": RERUN,
                      "quick": quick, "budget_s": budget, "order": [b.name for b in selected]}
     stopped = False
     for i, bench in enumerate(selected):
@@ -349,12 +279,12 @@ def run_suite(selected: list[Bench], quick: bool, budget: float, out: Path | Non
                                             f"{bench.min_s:.0f} s"}
             print(f"run_all: {bench.name} SKIPPED ({results[bench.name]['error']})", flush=True)
             continue
-        problem = gpu_problem() if bench.gpu else None
+        problem = _gpu_problem() if bench.gpu else None
         if problem:
             results[bench.name] = {"error": f"refused: {problem}"}
             print(f"run_all: {bench.name} REFUSED: {problem}", flush=True)
         else:
-            print(f"run_all: ({bench.key}) {bench.name}: {time_left:.0f} s{' (quick)' if quick else ''} ...",
+            print(f"run_all: {bench.name}: {time_left:.0f} s{' (quick)' if quick else ''} ...",
                   flush=True)
             hard_limit = max(time_left * HANG_FACTOR, time_left + HANG_EXTRA_S)
             try:
@@ -385,27 +315,25 @@ def run_suite(selected: list[Bench], quick: bool, budget: float, out: Path | Non
 
 
 def select(only: str | None) -> list[Bench]:
-    """The benchmarks named (letters or result names, comma-separated), in suite order."""
+    """The benchmarks named (comma-separated), in suite order."""
     if not only:
         return [b for b in BENCHES if b.default]
-    names = [k.strip() for k in only.split(",") if k.strip()]
-    unknown = [n for n in names if n not in BY_KEY]
+    names = [ALIASES.get(k.strip(), k.strip()) for k in only.split(",") if k.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
     if unknown:
-        raise ValueError(f"unknown benchmark(s): {', '.join(unknown)} (known: "
-                         f"{', '.join(b.key for b in BENCHES)} or {', '.join(b.name for b in BENCHES)})")
-    wanted = {BY_KEY[n].key for n in names}
-    return [b for b in BENCHES if b.key in wanted]
+        raise ValueError(f"unknown benchmark(s): {', '.join(unknown)} (known: {', '.join(BY_NAME)})")
+    return [b for b in BENCHES if b.name in names]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                    help=f"time for the whole suite (default {DEFAULT_BUDGET_S:.0f})")
-    p.add_argument("--time-limit", type=float, dest="budget", help=argparse.SUPPRESS)  # the issue-2 name
-    p.add_argument("--only", help="comma-separated subset: letters a-g (or result names; 'idle' too)")
+    p.add_argument("--time-limit", type=float, dest="budget", help=argparse.SUPPRESS)  # the older name of --budget
+    p.add_argument("--only", help="comma-separated subset, by name: " + ", ".join(BY_NAME))
     p.add_argument("--quick", action="store_true", help="every benchmark in its quick form")
     p.add_argument("--out", type=Path, help="also copy the JSON, the Markdown and the plots here")
-    p.add_argument("--json", type=Path, default=RESULTS_JSON, help="results file (default bench/results/issue3.json)")
+    p.add_argument("--json", type=Path, default=RESULTS_JSON, help="results file (default bench/results/suite.json)")
     p.add_argument("--md", type=Path, default=BENCHMARKS_MD, help="report (default docs/benchmarks.md)")
     p.add_argument("--no-plots", action="store_true", help="do not draw the PNG plots")
     args = p.parse_args(argv)
@@ -416,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
     if any(b.gpu for b in selected):
-        problem = gpu_problem()
+        problem = _gpu_problem()
         if problem:
             print(f"run_all: refusing to run: {problem}", file=sys.stderr)
             return 3

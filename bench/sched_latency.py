@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""(c) Lock round trip and grant latency through nvshare-scheduler, against a raw socket baseline.
+"""Lock round trip and grant latency through nvshare-scheduler, against a raw socket baseline.
 
 No GPU is needed: a real scheduler subprocess (--no-nvml) and clients that speak the wire protocol
 (bench/protoclient.py) on one fake GPU.
@@ -47,31 +47,27 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 from protoclient import GIB, ProtoClient, ProtocolFailure, children_can_import_xpushare  # noqa: E402
+from stats import percentile, ratio  # noqa: E402
+from render import bars, dig, error_of, error_row, f, goal_row, num  # noqa: E402
 
 FAKE_UUID = "GPU-00000000-0000-0000-0000-00000000bec0"
 CAPACITY = 16 * GIB
 CONFIG = struct.Struct("<III")  # baseline connection set-up: request, reply, trailing bytes per cycle
 RERUN = "python3 bench/sched_latency.py"
+NAME = "sched_latency"
+TITLE = "Lock round trip and grant latency"
+SHARE, MIN_S, GPU = 15, 6, False
+PLOTS = {"sched-latency.png": "lock latency through the scheduler vs a raw socket ping-pong"}
 
 
 # ----------------------------------------------------------------------------- statistics
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """The q-quantile (0..1) of sorted values, interpolated between neighbours."""
-    if not sorted_values:
-        return float("nan")
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
 
 def summary(values: list[float]) -> dict:
     """n, p50, p90, p99, mean, min, max of samples (None for the statistics of no samples)."""
     if not values:
         return {"n": 0, "p50": None, "p90": None, "p99": None, "mean": None, "min": None, "max": None}
     s = sorted(values)
-    return {"n": len(s), "p50": percentile(s, 0.5), "p90": percentile(s, 0.9), "p99": percentile(s, 0.99),
+    return {"n": len(s), "p50": percentile(s, 50), "p90": percentile(s, 90), "p99": percentile(s, 99),
             "mean": sum(s) / len(s), "min": s[0], "max": s[-1]}
 
 
@@ -237,7 +233,7 @@ def plan(quick: bool, time_left: float | None, cycles: int | None = None,
 
 
 def ratios(ours: dict, baseline: dict) -> dict:
-    return {q: (ours[q] / baseline[q] if baseline.get(q) else None) for q in ("p50", "p99")}
+    return {q: ratio(ours.get(q), baseline.get(q)) for q in ("p50", "p99")}
 
 
 def measure(cycles: int, handoffs: int, queue_wait_s: float = 0.001, keep_samples: bool = True) -> dict:
@@ -321,6 +317,66 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0
+
+
+# ----------------------------------------------------------------------------- its report
+
+def goals(section: dict) -> list[str]:
+    if error_of(section):
+        return [error_row("lock latency", error_of(section))]
+    rows = []
+    for label, key, part in (("uncontended lock round trip REQ_LOCK → LOCK_OK", "round_trip", "uncontended"),
+                             ("grant latency: LOCK_RELEASED → the waiter's LOCK_OK", "grant", "contended")):
+        ours = dig(section, part, f"{key}_us") or {}
+        base = dig(section, "baseline", f"{key}_us") or {}
+        ratio = dig(section, "ratios", key) or {}
+        rows.append(goal_row(label, f"p50 {f(ours.get('p50'))} µs, p99 {f(ours.get('p99'))} µs",
+                         f"p50 {f(base.get('p50'))} µs, p99 {f(base.get('p99'))} µs (raw socket ping-pong)",
+                         f"{f(ratio.get('p50'), 2)}x / {f(ratio.get('p99'), 2)}x", "—", None))
+    return rows
+
+
+def section(s: dict) -> str:
+    lines = ["| measured | through the scheduler p50 / p90 / p99 µs | raw socket baseline p50 / p90 / p99 µs "
+             "| ratio p50 | ratio p99 | samples |", "|---|---|---|---:|---:|---:|"]
+    for label, part, key in (("REQ_LOCK → LOCK_OK, uncontended (mode auto)", "uncontended", "round_trip"),
+                             ("whole cycle REQ_LOCK → LOCK_OK → LOCK_RELEASED", "uncontended", "cycle"),
+                             ("LOCK_RELEASED → waiter's LOCK_OK (mode serial)", "contended", "grant")):
+        ours = dig(s, part, f"{key}_us") or {}
+        base = dig(s, "baseline", f"{key}_us") or {}
+        ratio = dig(s, "ratios", key) or {}
+        lines.append(f"| {label} | {f(ours.get('p50'))} / {f(ours.get('p90'))} / {f(ours.get('p99'))} | "
+                     f"{f(base.get('p50'))} / {f(base.get('p90'))} / {f(base.get('p99'))} | "
+                     f"{f(ratio.get('p50'), 2)}x | {f(ratio.get('p99'), 2)}x | {ours.get('n', '—')} |")
+    sizes = dig(s, "parameters", "frame_bytes") or {}
+    return "\n".join(lines) + (
+        "\n\nA real `nvshare-scheduler` (no GPU: `--no-nvml`, one fake GPU attached by the clients) and clients "
+        "of the wire protocol (bench/protoclient.py). Uncontended: one client, MEM_UPDATE + REQ_LOCK in one "
+        "write (as libnvshare.so sends them), LOCK_OK, LOCK_RELEASED. Contended: two clients, mode serial; the "
+        "holder releases at t0, the waiter reads its LOCK_OK at t1 (both in one process, one clock); the "
+        "roles alternate and each request is queued before the release it waits for. Baseline: a raw "
+        "Unix-socket ping-pong with a second process that reads exactly the request's bytes and writes the "
+        f"reply's bytes (request {sizes.get('request', '?')} bytes, reply {sizes.get('reply', '?')}, then "
+        f"{sizes.get('trailing', '?')} bytes without answer; {sizes.get('trailing', '?')} → "
+        f"{sizes.get('reply', '?')} bytes for the grant): what two Python processes and the kernel cost at "
+        "the least. The ratio is what frame decoding, the policy and the scheduler's log lines add.\n")
+
+
+def plot_latency(plt, s: dict):
+    groups, ours, base = [], [], []
+    for label, part, key in (("round trip p50", "uncontended", "round_trip"),
+                             ("round trip p99", "uncontended", "round_trip"),
+                             ("grant p50", "contended", "grant"), ("grant p99", "contended", "grant")):
+        q = label.split()[-1]
+        groups.append(label)
+        ours.append(num(dig(s, part, f"{key}_us", q)))
+        base.append(num(dig(s, "baseline", f"{key}_us", q)))
+    return bars(plt, groups, {"through nvshare-scheduler": ours, "raw socket ping-pong": base}, "µs",
+                 "lock latency vs a raw Unix-socket ping-pong")
+
+
+def plot(s: dict, plt) -> dict:
+    return {"sched-latency.png": plot_latency(plt, s)}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ the GPU, its working set resident in GPU memory), --reps times each, alternating
 first, for three sizes:
 - small: launch-bound (tiny convolutions): the library's per-launch cost shows the most;
 - medium: a few ms per step;
-- large: compute-bound, ~19 ms per step on an H200: what a typical job would see.
+- large: compute-bound: what a typical job would see.
 Each process gives the median step time after warm-up of each configuration (a few hundred steps).
 Repetition i of the two sides ran back to back, so their ratio (library / native) is little affected
 by drift; the result is the median of these per-pair ratios, with their min and max, next to each
@@ -21,14 +21,23 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
-from common import BENCH, alternating, harness, median, ratio, require_safe_gpu
+from common import BENCH, alternating, harness, require_safe_gpu
+from stats import median, ratio
+from render import dig, error_of, error_row, f, goal_row, num
 
-# name -> (arguments of examples/pytorch_train.py, measured steps per process). On the H200 VM: small
-# 4.2 ms/step, medium 5.7 ms/step, large 18.8 ms/step (p10-p90 within 2%, so 80 steps give a firm
-# median). A process takes about 15 s, 10 of them fixed: importing PyTorch (4 s), the first steps'
-# set-up (CUDA, cuBLAS/cuDNN, lazy imports; ~5 s) and exit.
+NAME = "train_overhead"  # its key in the results
+TITLE = "Resident training step time"
+SHARE, MIN_S, GPU = 60, 30, True  # seconds of the suite's default budget; skipped below MIN_S; needs the GPU
+RERUN = "python3 bench/run_all.py --only train_overhead"
+GOAL_RATIO = 1.01  # resident training under the library: at most 1% slower than native
+
+# name -> (arguments of examples/pytorch_train.py, measured steps per process). The step times and
+# their spread are in docs/benchmarks.md; the step counts give a firm median at each size. Most of a
+# process's time is fixed: importing PyTorch, the first steps' set-up (CUDA, cuBLAS/cuDNN, lazy
+# imports) and exit.
 CONFIGS: dict[str, tuple[list[str], int]] = {
     "small": (["--width", "32", "--batch-size", "64", "--image-size", "32"], 150),
     "medium": (["--width", "96", "--batch-size", "128", "--image-size", "64"], 120),
@@ -87,6 +96,80 @@ def main() -> int:
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=1))
     return 0
+
+
+# ----------------------------------------------------------------------------- in the suite
+
+@contextmanager
+def _only_configs(names: list[str]):
+    """measure() runs every entry of CONFIGS: restrict them for one call."""
+    global CONFIGS
+    saved = CONFIGS
+    CONFIGS = {k: v for k, v in saved.items() if k in names}
+    try:
+        yield
+    finally:
+        CONFIGS = saved
+
+
+def train_reps(quick: bool, time_left: float | None) -> int:
+    """Pairs of processes (native, library): ~25 s a pair at the large size (a process ~12 s)."""
+    if quick:
+        return 2
+    if time_left is None:
+        return 3
+    return max(1, min(3, int(time_left // 25)))
+
+
+def run(quick: bool, time_left: float | None) -> dict:
+    """The suite's form: the compute-bound size only, 2-3 back-to-back pairs."""
+    reps = train_reps(quick, time_left)
+    with harness.Scheduler(mode="off") as sched, _only_configs(["large"]):
+        result = measure(harness.library_path(), sched, reps=reps, scale=1.0)
+    result["parameters"] = {"config": "large (compute-bound)", "pairs": reps, "scheduler_mode": "off"}
+    return result
+
+
+# ----------------------------------------------------------------------------- its report
+
+def goals(section: dict) -> list[str]:
+    if error_of(section):
+        return [error_row("resident training step time", error_of(section))]
+    rows = []
+    for name, row in (dig(section, "configs") or {}).items():
+        r = num(row.get("ratio"))
+        rows.append(goal_row(f"resident training step, {name}",
+                         f"{f(row.get('library_ms'), 2)} ms/step", f"{f(row.get('native_ms'), 2)} ms/step (native)",
+                         f"**{f(r, 4)}x** (pairs {f(row.get('ratio_min'), 4)}–{f(row.get('ratio_max'), 4)})",
+                         f"≤ {GOAL_RATIO}x", _train_verdict(row)))
+    return rows
+
+
+def _train_verdict(row: dict) -> bool | None:
+    """None (not resolved) when the pairs spread more than twice the goal's margin."""
+    r, lo, hi = num(row.get("ratio")), num(row.get("ratio_min")), num(row.get("ratio_max"))
+    if r is None:
+        return None
+    if lo is not None and hi is not None and (hi - lo) / 2 > 2 * (GOAL_RATIO - 1):
+        return None
+    return r <= GOAL_RATIO
+
+
+def section(s: dict) -> str:
+    lines = ["| job | native ms/step | under libnvshare.so ms/step | **ratio** (median of pairs) | "
+             "pair ratios min–max | pairs |", "|---|---:|---:|---:|---:|---:|"]
+    configs = s.get("configs") or {}
+    sizes = "the compute-bound size only" if list(configs) == ["large"] else f"{len(configs)} sizes"
+    for name, row in configs.items():
+        lines.append(f"| {name} (`{' '.join(row.get('args') or [])}`) | {f(row.get('native_ms'), 3)} | "
+                     f"{f(row.get('library_ms'), 3)} | **{f(row.get('ratio'), 4)}** | "
+                     f"{f(row.get('ratio_min'), 4)}–{f(row.get('ratio_max'), 4)} | "
+                     f"{len(row.get('pair_ratios') or [])} |")
+    return "\n".join(lines) + (
+        f"\n\nexamples/pytorch_train.py at {sizes} (bench/train_steps.py), processes natively "
+        "and under the library alternately, scheduler in mode `off` (one job, resident). Per process: the "
+        f"median step time after {s.get('warmup_steps', '?')} warm-up steps; ratio per back-to-back pair, "
+        "median and range. The library only adds work: a ratio below 1.00 is noise.\n")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 """Step times of examples/pytorch_train.py for several configurations, in one process.
 
 bench/train_overhead.py runs this natively and under libnvshare.so. One process covers every
-configuration, so starting Python, PyTorch and CUDA (about 4 s on the H200 VM) is paid once per
+configuration, so starting Python, PyTorch and CUDA (seconds) is paid once per
 repetition, not once per configuration.
 
 For each configuration the example's own train() runs WARMUP_STEPS + "steps" steps, each ending with a
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import pytorch_train  # noqa: E402  (first: it sets CUBLAS_WORKSPACE_CONFIG before CUDA starts)
 import torch  # noqa: E402
+from stats import median, percentile  # noqa: E402  (bench/, the script's directory)
 
 WARMUP_STEPS = 20
 
@@ -37,18 +37,14 @@ def step_times(args: list[str], steps: int) -> list[float]:
     return result["step_times_s"]
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
 def one_config(args: list[str], steps: int) -> dict:
     t0 = time.monotonic()
     times = sorted(step_times(args, WARMUP_STEPS + steps)[WARMUP_STEPS:])
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the next configuration starts from an empty cache too
-    return {"steps": steps, "warmup_steps": WARMUP_STEPS, "median_s": statistics.median(times),
-            "p10_s": percentile(times, 0.1), "p90_s": percentile(times, 0.9),
+    return {"steps": steps, "warmup_steps": WARMUP_STEPS, "median_s": median(times),
+            "p10_s": percentile(times, 10), "p90_s": percentile(times, 90),
             "wall_s": round(time.monotonic() - t0, 3)}
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from protoclient import GIB, ProtoClient, prefetch_requested  # noqa: E402
-from switch_cost import PROGRESS_BYTES, size_key  # noqa: E402
+from switch_worker import PROGRESS_BYTES, size_key  # noqa: E402
 from xpushare.protocol import DROP_EVICT, MessageType  # noqa: E402
 
 PASS_S = 0.002

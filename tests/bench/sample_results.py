@@ -19,7 +19,6 @@ def _switch_size(switch_ms: float, steady: float = 6.0) -> dict:
 
 
 SAMPLE = {
-    "suite": "issue3",
     "machine": {"gpu": "NVIDIA H100 80GB HBM3, 580.1, 81559 MiB", "torch": "2.11.0", "torch_cuda": "13.0",
                 "python": "3.12.3", "nvcc": "Build cuda_13.0", "commit": "abc1234", "date": "2026-11-23 10:00 UTC"},
     "library": "/x/libnvshare.so", "rerun": "python3 bench/run_all.py", "quick": False, "budget_s": 470,

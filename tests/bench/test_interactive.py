@@ -16,9 +16,11 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 import interactive  # noqa: E402
+import gpu_memory  # noqa: E402
 import jobs  # noqa: E402
+import stats  # noqa: E402
 from common import harness  # noqa: E402
-from jobs import GIB  # noqa: E402
+from job_program import GIB  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 BATCH, INTER = 100, 200
@@ -49,9 +51,9 @@ def test_plan_overrides_apply_and_none_keeps_the_default():
 
 def test_the_two_jobs_do_not_fit_together_and_stay_within_the_safety_limit():
     sizes = [interactive.BATCH_SIZE.footprint_estimate(), interactive.INTERACTIVE_SIZE.footprint_estimate()]
-    assert jobs.library_total_problem(sizes) is None
-    capacity = jobs.separating_capacity(sizes)
-    assert jobs.separates(sizes, jobs.budget_of(capacity))
+    assert gpu_memory.library_total_problem(sizes) is None
+    capacity = gpu_memory.separating_capacity(sizes)
+    assert gpu_memory.separates(sizes, gpu_memory.budget_of(capacity))
 
 
 # ----------------------------------------------------------------------------- throughput
@@ -133,7 +135,7 @@ def test_waits_percentiles_switch_and_goal():
     result = interactive.interactive_results(*_measurements(waits), BATCH, INTER)
     w = result["wait_ms"]
     assert w["n"] == 10 and w["p50"] == pytest.approx(200.0)
-    assert w["p99"] == pytest.approx(jobs.percentile([200.0] * 9 + [250.0], 99))
+    assert w["p99"] == pytest.approx(stats.percentile([200.0] * 9 + [250.0], 99))
     assert w["max"] == pytest.approx(250.0)
     assert result["interactive_alone_ms"] == pytest.approx(10.0)
     assert result["switch_ms"] == pytest.approx(190.0)
@@ -175,7 +177,7 @@ def test_cli_passes_its_settings_to_the_plan(monkeypatch, tmp_path):
         raise SystemExit(0)
 
     monkeypatch.setattr(interactive, "measure_interactive", fake_measure)
-    monkeypatch.setattr(interactive.jobs, "require_safe_gpu", lambda h: None)
+    monkeypatch.setattr(interactive, "require_safe_gpu", lambda strict=True: None)
     monkeypatch.setattr(interactive.harness, "library_path", lambda: tmp_path / "libnvshare.so")
     with pytest.raises(SystemExit):
         interactive.main(["--count", "4", "--idle-release-ms", "-1", "--priority", "7", "--capacity-gib", "9",

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from protoclient import GIB, ProtoClient, ProtocolFailure, client_gpus, ctl, footprint, prefetch_requested
+from testkit.waiting import poll
 from xpushare.protocol import DropReason
 
 UUID = "GPU-00000000-0000-0000-0000-0000000000b1"
-
-
-def wait_until(cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not (value := cond()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-    return value
 
 
 def test_hello_attach_and_status(start_scheduler):
@@ -28,7 +19,7 @@ def test_hello_attach_and_status(start_scheduler):
         assert attached.device == 0
         assert attached.capacity == 8 * GIB  # the scheduler's own setting wins
         c.mem_update(3 * GIB, 1 * GIB)
-        status = wait_until(lambda: (s := ctl(sched.socket, "status")) and
+        status = poll(lambda: (s := ctl(sched.socket, "status")) and
                             any(footprint(g) == 4 * GIB for g in client_gpus(s, c_pid(s, c.client_id))) and s)
         me = next(x for x in status["clients"] if x["client_id"] == c.client_id)
         assert me["priority"] == 7

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+import render
 import report
+import suite
 from tests.bench.sample_results import sample
 
 
@@ -17,25 +19,25 @@ def headline_line(md: str, start: str) -> str:
 
 def test_headline_judges_each_goal():
     md = report.render(sample())
-    assert "| (e) 2 jobs" in md and "**1.011x**" in headline_line(md, "(e) 2 jobs")
-    assert headline_line(md, "(e) 2 jobs").endswith("**yes** |")
-    assert headline_line(md, "(e) 4 jobs").endswith("**no** |")       # 1.05 > 1.02
-    pair = headline_line(md, "(f) two jobs that do not fit, TQ 5 s")
+    assert "| 2 jobs" in md and "**1.011x**" in headline_line(md, "2 jobs")
+    assert headline_line(md, "2 jobs").endswith("**yes** |")
+    assert headline_line(md, "4 jobs").endswith("**no** |")       # 1.05 > 1.02
+    pair = headline_line(md, "two jobs that do not fit, TQ 5 s")
     assert "**1.077x**" in pair and pair.endswith("**yes** |")       # 1.077 <= 1.10
-    d1 = headline_line(md, "(d) switch back of 1 GiB")
+    d1 = headline_line(md, "switch back of 1 GiB")
     assert "**9.2x** faster" in d1 and "NVSHARE_PREFETCH=wait" in d1 and d1.endswith("**yes** |")
-    d8 = headline_line(md, "(d) switch back of 8 GiB")
+    d8 = headline_line(md, "switch back of 8 GiB")
     assert "NVSHARE_PREFETCH=overlap" in d8                         # the faster bulk variant is named
-    g = headline_line(md, "(g) interactive client")
+    g = headline_line(md, "interactive client")
     assert "p99 − switch = **80.0 ms**" in g and g.endswith("**yes** |")  # 290 < 210 + 100
 
 
-def test_issue3_goals_come_first_then_the_other_measurements():
+def test_goals_come_first_then_the_other_measurements():
     md = report.render(sample())
-    assert md.index("## Headline") < md.index("| (e) 2 jobs") < md.index("| (c) uncontended") \
-        < md.index("## (a)")
-    assert "| (b) added cost per kernel launch" in md
-    assert "| (a) resident training step, large" in md
+    assert md.index("## Headline") < md.index("| 2 jobs") < md.index("| uncontended") \
+        < md.index("## Resident training step time")
+    assert "| added cost per kernel launch" in md
+    assert "| resident training step, large" in md
 
 
 def test_missed_goals_say_no():
@@ -44,7 +46,7 @@ def test_missed_goals_say_no():
     results["interactive"]["wait_ms"]["p99"] = 400.0
     results["switch_cost"]["headline"]["1"]["demand_vs_bulk"] = 3.0
     md = report.render(results)
-    for start in ("(f) two jobs that do not fit, TQ 5 s", "(g) interactive client", "(d) switch back of 1 GiB"):
+    for start in ("two jobs that do not fit, TQ 5 s", "interactive client", "switch back of 1 GiB"):
         assert headline_line(md, start).endswith("**no** |"), start
 
 
@@ -55,12 +57,12 @@ def test_failed_and_missing_benchmarks_get_error_rows_and_the_rest_renders():
     results["makespan_pair"] = {"tq": {30: {"fast": 1.0}}}  # no TQ 5 s
     results["switch_cost"]["variants"]["off"] = {"error": "TimeoutError: A did not start"}
     md = report.render(results)
-    assert "not measured: `RuntimeError: job 3 died`" in headline_line(md, "(e) jobs that fit")
-    assert "not measured: `not run`" in headline_line(md, "(g) interactive p99 wait")
+    assert "not measured: `RuntimeError: job 3 died`" in headline_line(md, "jobs that fit")
+    assert "not measured: `not run`" in headline_line(md, "interactive p99 wait")
     assert "not measured: `no TQ 5 s in the result`" in md
-    assert "## (e) Jobs that fit" in md and "Not measured: `RuntimeError: job 3 died`" in md
+    assert "## Jobs that fit" in md and "Not measured: `RuntimeError: job 3 died`" in md
     assert "| 1 | off | not measured: `TimeoutError: A did not start`" in md
-    assert "## (c) Lock round trip" in md                           # the others still render
+    assert "## Lock round trip" in md                           # the others still render
 
 
 def test_missing_keys_render_as_dashes_not_exceptions():
@@ -69,7 +71,7 @@ def test_missing_keys_render_as_dashes_not_exceptions():
     results["makespan_fit"] = {"jobs": {2: {"auto": None}}}
     results["sched_latency"] = {"uncontended": {}}
     md = report.render(results)
-    assert "| (e) 2 jobs" in md and "—" in headline_line(md, "(e) 2 jobs")
+    assert "| 2 jobs" in md and "—" in headline_line(md, "2 jobs")
     assert "p99 − switch = **— ms**" in md
 
 
@@ -86,10 +88,10 @@ def test_machine_and_rerun_lines():
 
 
 def test_helpers():
-    assert report.num(float("nan")) is None and report.num(True) is None and report.num("1") is None
-    assert report.dig({"a": {"2": 5}}, "a", 2) == 5 and report.dig({"a": 1}, "a", "b") is None
-    assert [k for k, _ in report.numeric_items({"10": 0, "2": 0, "x": 0})] == ["2", "10", "x"]
-    assert report.error_of(None) == "not run" and report.error_of({"error": "a\nb"}) == "a"
+    assert render.num(float("nan")) is None and render.num(True) is None and render.num("1") is None
+    assert render.dig({"a": {"2": 5}}, "a", 2) == 5 and render.dig({"a": 1}, "a", "b") is None
+    assert [k for k, _ in render.numeric_items({"10": 0, "2": 0, "x": 0})] == ["2", "10", "x"]
+    assert render.error_of(None) == "not run" and render.error_of({"error": "a\nb"}) == "a"
 
 
 def test_plots_are_written_and_linked(tmp_path: Path):
@@ -97,9 +99,9 @@ def test_plots_are_written_and_linked(tmp_path: Path):
     md_path = tmp_path / "docs" / "benchmarks.md"
     report.write(sample(), md_path, tmp_path / "results")
     pngs = sorted(p.name for p in (tmp_path / "results").glob("*.png"))
-    assert pngs == sorted(report.PLOT_FILES.values())
+    assert pngs == sorted(name for bench in suite.modules() for name in getattr(bench, "PLOTS", {}))
     md = md_path.read_text()
-    assert "](../results/issue3-switch.png)" in md
+    assert "](../results/switch-cost.png)" in md
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in (tmp_path / "results").glob("*.png"))
 
 
@@ -121,7 +123,7 @@ def test_without_matplotlib_the_report_says_so(tmp_path: Path, monkeypatch):
 
 
 def test_cli_rerenders_from_the_json(tmp_path: Path):
-    src = tmp_path / "issue3.json"
+    src = tmp_path / "suite.json"
     src.write_text(json.dumps(sample()))
     md_path = tmp_path / "out.md"
     assert report.main([str(src), "--md", str(md_path), "--no-plots"]) == 0
@@ -130,3 +132,15 @@ def test_cli_rerenders_from_the_json(tmp_path: Path):
     with pytest.raises(SystemExit) as e:
         report.main(["--bogus"])
     assert e.value.code == 2
+
+
+def test_earlier_runs_next_to_the_json_are_shown_after_the_suite(tmp_path: Path):
+    src = tmp_path / "suite.json"
+    src.write_text(json.dumps(sample()))
+    earlier = {"machine": {"gpu": "NVIDIA H200"}, "train_overhead": sample()["train_overhead"]}
+    (tmp_path / next(iter(report.EARLIER))).write_text(json.dumps(earlier))
+    md_path = tmp_path / "out.md"
+    assert report.main([str(src), "--md", str(md_path), "--no-plots"]) == 0
+    md = md_path.read_text()
+    assert md.index("## Interactive client") < md.index("## Earlier run:") < md.index("### Resident training")
+    assert "- GPU: NVIDIA H200" in md

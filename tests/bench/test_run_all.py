@@ -11,18 +11,28 @@ from pathlib import Path
 import pytest
 
 import run_all
+from testkit.waiting import poll
+import train_overhead
 from run_all import Bench
 
 
-def test_default_selection_is_a_to_g_in_order():
-    assert [b.key for b in run_all.select(None)] == list("abcdefg")
+SUITE = ["train_overhead", "launch_overhead", "sched_latency", "switch_cost", "makespan_fit", "makespan_pair",
+         "interactive"]
 
 
-def test_only_accepts_letters_and_names_and_keeps_suite_order():
-    assert [b.key for b in run_all.select("switch_cost, a,c")] == ["a", "c", "d"]
-    assert [b.key for b in run_all.select("idle")] == ["idle"]
+def test_default_selection_is_the_suite_in_order():
+    assert [b.name for b in run_all.select(None)] == SUITE
+
+
+def test_only_accepts_names_and_keeps_suite_order():
+    assert [b.name for b in run_all.select("switch_cost, train_overhead,sched_latency")] == \
+        ["train_overhead", "sched_latency", "switch_cost"]
+    assert [b.name for b in run_all.select("idle_release")] == ["idle_release"]
+    assert [b.name for b in run_all.select("idle")] == ["idle_release"]
     with pytest.raises(ValueError, match="unknown benchmark"):
-        run_all.select("a,zz")
+        run_all.select("train_overhead,zz")
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        run_all.select("a")
 
 
 def test_cli_rejects_bad_arguments():
@@ -42,14 +52,14 @@ def test_budget_is_shared_in_proportion_to_the_shares_of_what_is_left():
 
 
 def test_train_pairs_fit_the_time():
-    assert run_all.train_reps(True, 100) == 2
-    assert run_all.train_reps(False, 57) == 2
-    assert run_all.train_reps(False, 80) == 3
-    assert run_all.train_reps(False, 10) == 1
+    assert train_overhead.train_reps(True, 100) == 2
+    assert train_overhead.train_reps(False, 57) == 2
+    assert train_overhead.train_reps(False, 80) == 3
+    assert train_overhead.train_reps(False, 10) == 1
 
 
 def fake(key: str, fn: str, share: float = 10, min_s: float = 0) -> Bench:
-    return Bench(key, f"fake_{key}", share, min_s, False, f"tests.bench.fake_benches:{fn}")
+    return Bench(f"fake_{key}", share, min_s, False, f"tests.bench.fake_benches:{fn}")
 
 
 @pytest.fixture
@@ -58,7 +68,7 @@ def suite(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(run_all, "library", lambda: None)
 
     def run(benches: list[Bench], budget: float = 100, quick: bool = False) -> dict:
-        json_path, md_path = tmp_path / "issue3.json", tmp_path / "benchmarks.md"
+        json_path, md_path = tmp_path / "suite.json", tmp_path / "benchmarks.md"
         results = run_all.run_suite(benches, quick, budget, None, json_path, md_path, make_plots=False)
         assert json.loads(json_path.read_text()) == json.loads(json.dumps(results, default=str))
         assert md_path.read_text().startswith("# Benchmarks")
@@ -97,10 +107,7 @@ def test_a_hanging_benchmark_is_stopped_with_everything_it_started(suite, tmp_pa
     assert "was stopped" in results["fake_h"]["error"]
     assert results["fake_o"]["value"] == 1
     pid = int(pidfile.read_text())
-    deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid), "the benchmark's own child was left running"
+    poll(lambda: not _alive(pid), timeout=10, interval=0.05, what="the benchmark's own child to end")
 
 
 def _alive(pid: int) -> bool:
@@ -145,8 +152,8 @@ def test_sigterm_stops_the_running_benchmark_and_keeps_the_results(tmp_path: Pat
         run_all.library = lambda: None
         signal.signal(signal.SIGTERM, run_all._raise_stop)
         threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
-        benches = [Bench("h", "fake_h", 10, 0, False, "tests.bench.fake_benches:hangs"),
-                   Bench("o", "fake_o", 10, 0, False, "tests.bench.fake_benches:ok")]
+        benches = [Bench("fake_h", 10, 0, False, "tests.bench.fake_benches:hangs"),
+                   Bench("fake_o", 10, 0, False, "tests.bench.fake_benches:ok")]
         try:
             run_all.run_suite(benches, False, 100, None, Path({str(tmp_path / "r.json")!r}),
                               Path({str(tmp_path / "r.md")!r}), make_plots=False)
@@ -160,7 +167,4 @@ def test_sigterm_stops_the_running_benchmark_and_keeps_the_results(tmp_path: Pat
     assert results["fake_h"]["error"].startswith("stopped")
     assert "fake_o" not in results
     pid = int(pidfile.read_text())
-    deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid)
+    poll(lambda: not _alive(pid), timeout=10, interval=0.05, what="the hanging benchmark's child to end")

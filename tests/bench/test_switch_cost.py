@@ -9,27 +9,35 @@ from pathlib import Path
 
 import pytest
 
+import schedlog
 import switch_cost as sc
+import switch_measure as sm
+import switch_worker as sw
 from common import harness
+from testkit.waiting import poll
 
 FAKE_A = Path(__file__).resolve().parent / "fake_switch_a.py"
 
 
 def test_progress_lines_round_trip_and_torn_lines_are_ignored():
-    line = f"{sc.size_key(4.0)} 17 123.456789".ljust(sc.PROGRESS_BYTES - 1).encode() + b"\n"
-    assert sc.parse_progress(line) == ("4", 17, 123.456789)
-    assert sc.parse_progress(b"") is None
-    assert sc.parse_progress(b"4 17") is None
-    assert sc.parse_progress(b"4 x 1.0") is None
+    line = f"{sw.size_key(4.0)} 17 123.456789".ljust(sw.PROGRESS_BYTES - 1).encode() + b"\n"
+    assert sw.parse_progress(line) == ("4", 17, 123.456789)
+    assert sw.parse_progress(b"") is None
+    assert sw.parse_progress(b"4 17") is None
+    assert sw.parse_progress(b"4 x 1.0") is None
+
+
+def ms_of(text):
+    return schedlog.ms(schedlog.duration_s(text))
 
 
 def test_durations_from_log_fields():
-    assert sc.parse_duration_ms("170.0ms") == 170.0
-    assert sc.parse_duration_ms("1.23s") == pytest.approx(1230.0)
-    assert sc.parse_duration_ms("500us") == pytest.approx(0.5)
-    assert sc.parse_duration_ms(None) is None
-    assert sc.parse_duration_ms("yes") is None
-    assert sc.parse_duration_ms("fastms") is None
+    assert ms_of("170.0ms") == 170.0
+    assert ms_of("1.23s") == pytest.approx(1230.0)
+    assert ms_of("500us") == pytest.approx(0.5)
+    assert ms_of(None) is None
+    assert ms_of("yes") is None
+    assert ms_of("fastms") is None
 
 
 def steady_passes(start: float, n: int, step: float = 0.01) -> list[tuple[float, float]]:
@@ -41,9 +49,9 @@ def test_a_cycle_seen_from_the_passes():
     passes.append((0.1, 0.5))                            # interrupted by the switch
     passes += [(0.5, 0.515), (0.515, 0.525)]             # one slow pass, then full speed
     passes += steady_passes(0.525, 5)
-    steady = sc.steady_pass_s(passes, before=0.105)
+    steady = sm.steady_pass_s(passes, before=0.105)
     assert steady == pytest.approx(0.01)
-    c = sc.analyse_cycle(passes, t_req=0.105, t_rel=0.3, steady_s=steady)
+    c = sm.analyse_cycle(passes, t_req=0.105, t_rel=0.3, steady_s=steady)
     assert c["switch_ms"] == pytest.approx(200.0)
     assert c["first_pass_ms"] == pytest.approx(400.0)
     assert c["handoff_ms"] == pytest.approx(195.0)
@@ -53,7 +61,7 @@ def test_a_cycle_seen_from_the_passes():
 
 
 def test_a_cycle_without_a_pass_after_the_release_is_an_error():
-    assert "error" in sc.analyse_cycle(steady_passes(0.0, 5), 0.01, 1.0, 0.01)
+    assert "error" in sm.analyse_cycle(steady_passes(0.0, 5), 0.01, 1.0, 0.01)
 
 
 def ev(t: float, kind: str, **fields: str) -> harness.Event:
@@ -68,13 +76,13 @@ def test_log_lines_of_a_cycle():
               ev(2.41, "grant", prefetch="yes"),
               ev(5.0, "drop", reason="preempted", evict="yes"),
               ev(5.2, "release", reason="dropped", drain="2.0ms", evict="240.0ms", prefetch="95.5ms")]
-    m = sc.match_log(events, t_req=2.0, t_rel=2.4)
+    m = sm.match_log(events, t_req=2.0, t_rel=2.4)
     assert (m["drop_reason"], m["evict_flag"]) == ("preempted", "yes")
     assert (m["drain_ms"], m["evict_ms"]) == (3.0, 250.0)
     assert m["regrant_prefetch"] == "yes" and m["regrant_t"] == 2.41
-    assert sc.prefetch_of_regrant(events, m["regrant_t"]) == 95.5   # reported at the next release
-    assert sc.prefetch_of_regrant(events, None) is None
-    assert sc.match_log([], 0, 1)["evict_ms"] is None
+    assert sm.prefetch_of_regrant(events, m["regrant_t"]) == 95.5   # reported at the next release
+    assert sm.prefetch_of_regrant(events, None) is None
+    assert sm.match_log([], 0, 1)["evict_ms"] is None
 
 
 def size_row(ms: float) -> dict:
@@ -85,7 +93,7 @@ def test_headline_ratios_and_the_faster_bulk_variant():
     variants = {"wait": {"sizes": {"1": size_row(20.0), "8": size_row(200.0)}},
                 "overlap": {"sizes": {"1": size_row(25.0), "8": size_row(150.0)}},
                 "off": {"sizes": {"1": size_row(240.0), "8": size_row(1000.0)}}}
-    h = sc.headline(variants)
+    h = sm.headline(variants)
     assert h["1"]["demand_vs_wait"] == pytest.approx(12.0)
     assert h["1"]["faster_bulk"] == "wait" and h["1"]["goal_met"] is True
     assert h["8"]["faster_bulk"] == "overlap"
@@ -94,18 +102,18 @@ def test_headline_ratios_and_the_faster_bulk_variant():
 
 
 def test_headline_with_a_variant_missing():
-    h = sc.headline({"wait": {"sizes": {"1": size_row(20.0)}}, "off": {"error": "A did not start"}})
+    h = sm.headline({"wait": {"sizes": {"1": size_row(20.0)}}, "off": {"error": "A did not start"}})
     assert h["1"]["demand_vs_bulk"] is None and h["1"]["goal_met"] is None
 
 
 def test_plan_fits_the_time():
-    full = sc.plan(False, None)
+    full = sm.plan(False, None)
     assert full["sizes"] == [1.0, 4.0, 8.0] and full["cycles"] == 3
-    assert sc.plan(True, None)["cycles"] == 2
-    assert sc.plan(False, 80)["estimate_s"] <= 80
-    short = sc.plan(False, 45)
+    assert sm.plan(True, None)["cycles"] == 2
+    assert sm.plan(False, 80)["estimate_s"] <= 80
+    short = sm.plan(False, 45)
     assert short["cycles"] >= 1 and short["dropped_sizes"] and short["sizes"][0] == 1.0
-    assert sc.estimate_s([1.0], 3) < sc.estimate_s([1.0, 8.0], 3) < sc.estimate_s([1.0, 8.0], 3, ("off",)) * 3
+    assert sm.estimate_s([1.0], 3) < sm.estimate_s([1.0, 8.0], 3) < sm.estimate_s([1.0, 8.0], 3, ("off",)) * 3
 
 
 def test_arguments():
@@ -116,14 +124,14 @@ def test_arguments():
     assert sc.parse_variants("off,wait") == ("off", "wait")
     with pytest.raises(Exception):
         sc.parse_variants("bulk")
-    for argv in (["--sizes", "20"], ["--cycles", "0"], ["--worker"], ["--variants", "x"]):
+    for argv in (["--sizes", "20"], ["--cycles", "0"], ["--variants", "x"]):
         with pytest.raises(SystemExit) as e:
             sc.main(argv)
         assert e.value.code == 2
 
 
 def fake_a(variant, sizes, ctrl, warm_passes, sock, capacity):
-    argv = [sys.executable, str(FAKE_A), "--sizes", ",".join(sc.size_key(w) for w in sizes), "--control", str(ctrl),
+    argv = [sys.executable, str(FAKE_A), "--sizes", ",".join(sw.size_key(w) for w in sizes), "--control", str(ctrl),
             "--warm-passes", str(warm_passes), "--socket", str(sock), "--capacity", str(capacity),
             "--uuid", "GPU-00000000-0000-0000-0000-0000000000fa"]
     return argv, {**os.environ, "NVSHARE_PREFETCH": variant}
@@ -135,7 +143,7 @@ def test_the_benchmark_end_to_end_with_a_stand_in_for_a():
     from protoclient import children_can_import_xpushare
 
     children_can_import_xpushare()
-    result = sc.measure(fake_a, [1.0, 2.0], cycles=2, variants=("wait", "off"), warm_passes=10,
+    result = sm.measure(fake_a, [1.0, 2.0], cycles=2, variants=("wait", "off"), warm_passes=10,
                         scheduler_args=("--no-nvml",))
     for variant in ("wait", "off"):
         v = result["variants"][variant]
@@ -147,7 +155,7 @@ def test_the_benchmark_end_to_end_with_a_stand_in_for_a():
             assert row["regrant_prefetch"] == ["yes", "yes"]
             assert all(c["drop_reason"] == "preempted" for c in row["cycles"])
             assert row["evict_ms"] is not None and row["steady_pass_ms"] is not None
-            assert row["b_footprint_bytes"] < result["parameters"]["capacity_gib"] * sc.GIB
+            assert row["b_footprint_bytes"] < result["parameters"]["capacity_gib"] * sm.GIB
     h = result["headline"]
     # The stand-in brings 1 GiB back in 10 ms with PREFETCH and in 100 ms without.
     assert h["1"]["off_ms"] > h["1"]["wait_ms"]
@@ -161,7 +169,7 @@ def test_out_of_time_skips_the_rest_and_a_still_ends_cleanly():
     from protoclient import children_can_import_xpushare
 
     children_can_import_xpushare()
-    result = sc.measure(fake_a, [1.0, 2.0], cycles=3, variants=("wait", "off"), warm_passes=10,
+    result = sm.measure(fake_a, [1.0, 2.0], cycles=3, variants=("wait", "off"), warm_passes=10,
                         deadline=time.monotonic(), scheduler_args=("--no-nvml",))
     wait = result["variants"]["wait"]
     assert "error" not in wait, wait
@@ -185,27 +193,18 @@ def test_worker_follows_the_control_files(tmp_path: Path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", fake)
     sizes = [0.001, 0.002]
     done = []
-    thread = threading.Thread(target=lambda: done.append(sc.worker(sizes, tmp_path, warm_passes=3)), daemon=True)
+    thread = threading.Thread(target=lambda: done.append(sw.worker(sizes, tmp_path, warm_passes=3)), daemon=True)
     thread.start()
     for w in sizes:
-        key = sc.size_key(w)
-        wait_for(lambda: (tmp_path / f"steady-{key}").exists())
-        progress = sc.Progress(tmp_path / "progress")
-        wait_for(lambda: (p := progress.read()) and p[0] == key and p[1] >= 3)
+        key = sw.size_key(w)
+        poll(lambda: (tmp_path / f"steady-{key}").exists(), timeout=20.0, interval=0.005)
+        progress = sm.Progress(tmp_path / "progress")
+        poll(lambda: (p := progress.read()) and p[0] == key and p[1] >= 3, timeout=20.0, interval=0.005)
         progress.close()
         (tmp_path / f"stop-{key}").touch()
-        wait_for(lambda: (tmp_path / f"passes-{key}.json").exists())
+        poll(lambda: (tmp_path / f"passes-{key}.json").exists(), timeout=20.0, interval=0.005)
         dump = json.loads((tmp_path / f"passes-{key}.json").read_text())
         assert dump["data_ok"] is True and dump["max"] == len(dump["passes"]) >= 3
         assert all(t0 <= t1 for t0, t1 in dump["passes"])
     thread.join(10)
     assert done == [0]
-
-
-def wait_for(cond, timeout: float = 20.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
