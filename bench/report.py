@@ -28,6 +28,8 @@ DEFAULT_RERUN_ALL = "bash bench/gpu_validate.sh --bench-only   # or: python3 ben
 # Results of other runs shown after the suite's, when they are next to its JSON: file -> what it holds.
 EARLIER = {"launch-training-idle.json": "the full forms of launch overhead, training step time (three sizes) "
                                         "and idle release"}
+# Facts measured once outside the suite, which defaults and design rest on: shown last.
+FACTS = "facts.json"
 
 
 def _goal_rows(bench: ModuleType, results: dict) -> list[str]:
@@ -115,8 +117,9 @@ def earlier_part(results: dict, what: str, json_name: str, md_dir: Path) -> str:
 
 def render(results: dict, plots: dict[str, Path] | None = None, plot_note: str | None = None,
            md_path: Path = DEFAULT_MD, json_name: str = "bench/results/suite.json",
-           earlier: list[tuple[str, dict, str]] | None = None) -> str:
-    """The Markdown of the suite's results, then of `earlier` runs: (what, results, JSON shown)."""
+           earlier: list[tuple[str, dict, str]] | None = None, facts: dict | None = None) -> str:
+    """The Markdown of the suite's results, then of `earlier` runs: (what, results, JSON shown), then
+    the `facts` measured outside the suite."""
     plots = plots or {}
     parts = [
         "# Benchmarks\n",
@@ -132,7 +135,27 @@ def render(results: dict, plots: dict[str, Path] | None = None, plot_note: str |
             parts.append(section(bench, results[bench.NAME], plots, md_path.parent))
     for what, other, name in earlier or []:
         parts.append(earlier_part(other, what, name, md_path.parent))
+    if facts:
+        parts.append(facts_part(facts, json_name))
     return "\n".join(parts)
+
+
+def facts_part(facts: dict, json_name: str) -> str:
+    """The table of facts measured outside the suite (bench/results/facts.json)."""
+    shown = str(Path(json_name).with_name(FACTS))
+    lines = [f"## {facts.get('title', 'Measured facts')}\n", f"{facts.get('note', '')} Source: `{shown}`.\n",
+             "| what | measured | where, when | what depends on it |", "|---|---|---|---|"]
+    for fact in facts.get("facts", []):
+        lines.append("| " + " | ".join(str(fact.get(k, "")) for k in ("what", "measured", "where", "used_by")) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def read_facts(directory: Path) -> dict | None:
+    try:
+        facts = json.loads((directory / FACTS).read_text())
+    except (OSError, ValueError):
+        return None
+    return facts if isinstance(facts, dict) else None
 
 
 def earlier_runs(directory: Path) -> list[tuple[str, dict, str]]:
@@ -203,7 +226,8 @@ def write(results: dict, md_path: Path = DEFAULT_MD, plot_dir: Path | None = Non
     if made and note:
         note = f"some could not be drawn: {note}"
     md_path.parent.mkdir(parents=True, exist_ok=True)
-    md_path.write_text(render(results, made, note, md_path, _shown(json_path), earlier_runs(json_path.parent)))
+    md_path.write_text(render(results, made, note, md_path, _shown(json_path), earlier_runs(json_path.parent),
+                              read_facts(json_path.parent)))
     return md_path
 
 

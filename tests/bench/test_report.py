@@ -144,3 +144,23 @@ def test_earlier_runs_next_to_the_json_are_shown_after_the_suite(tmp_path: Path)
     md = md_path.read_text()
     assert md.index("## Interactive client") < md.index("## Earlier run:") < md.index("### Resident training")
     assert "- GPU: NVIDIA H200" in md
+
+
+def test_facts_measured_outside_the_suite_come_last_as_a_table(tmp_path: Path):
+    src = tmp_path / "suite.json"
+    src.write_text(json.dumps(sample()))
+    facts = {"title": "Measured facts", "note": "Once.",
+             "facts": [{"what": "context size", "measured": "747 MiB", "where": "H200",
+                        "used_by": "NVSHARE_CONTEXT_RESERVE"}]}
+    (tmp_path / report.FACTS).write_text(json.dumps(facts))
+    md_path = tmp_path / "out.md"
+    assert report.main([str(src), "--md", str(md_path), "--no-plots"]) == 0
+    md = md_path.read_text()
+    assert md.index("## Interactive client") < md.index("## Measured facts")
+    assert "| context size | 747 MiB | H200 | NVSHARE_CONTEXT_RESERVE |" in md
+
+
+def test_the_repository_facts_render(tmp_path: Path):
+    facts = report.read_facts(Path(report.DEFAULT_JSON).parent)
+    assert facts and facts["facts"], "bench/results/facts.json is missing or empty"
+    assert all({"what", "measured", "where", "used_by"} <= set(f) for f in facts["facts"])
