@@ -81,7 +81,7 @@ def _bench(module) -> Bench:
 
 BENCHES = [_bench(m) for m in suite.modules()]
 BY_NAME = {b.name: b for b in BENCHES}
-ALIASES = {"idle": "idle_release"}  # the short name README.md quotes
+ALIASES = {"idle": "idle_release"}  # the short name earlier versions documented
 
 
 def _harness():
