@@ -133,8 +133,6 @@ def _cost(mode: str, kind: str, n: int) -> float:
     return sum(scene.measure(kind, i) for i in range(REPEAT)) / REPEAT
 
 
-@pytest.mark.xfail(POLICY is product, strict=True,
-                   reason="the policy still rescans its waiters (and holders) at every event")
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("mode", ["auto", "serial", "off"])
 def test_an_event_costs_about_the_same_at_1000_clients_as_at_10(mode, kind):
