@@ -5,8 +5,10 @@ the same records of holders and waiters, the same next deadline and the same sta
 
 The sequences mix every event the scheduler sends (request, release with and without a switch
 report, disconnect, tick, set_priority, set_footprint, set_capacity, set_mode, set_tq), few or many
-clients, varied priorities and footprints, silent clients that get evicted, and time that mostly
-advances (by nothing, a little, or several quanta) and now and then steps back a little.
+clients, varied priorities and footprints, silent clients that get evicted, busy clients that ask
+again as soon as they release (long queues that keep moving, preempted clients resuming their
+wait), and time that mostly advances (by nothing, a little, or several quanta) and now and then
+steps back a little.
 """
 
 from __future__ import annotations
@@ -59,7 +61,10 @@ class Pair:
 
     def __init__(self, seed: int):
         self.rng = rng = random.Random(seed)
-        self.clients = [f"c{i}" for i in range(rng.choice([2, 4, 7, 12, 25, 60]))]
+        self.clients = [f"c{i}" for i in range(rng.choice([2, 4, 7, 12, 25, 60, 120]))]
+        self.busy = rng.random() < 0.4   # released clients ask again at once
+        self.weights = rng.choice([[34, 22, 7, 14, 8, 3, 6, 1.5, 1.5, 1, 1],
+                                   [30, 20, 5, 10, 25, 2, 6, 0.5, 0.5, 0.5, 0.5]])
         self.prios = rng.choice([[0], [0, 1], [-2, 0, 3], list(range(-3, 6))])
         self.capacity = rng.choice([0, 8 * GiB, 16 * GiB, 40 * GiB])
         kw = dict(tq=rng.choice([None, None, 0.05, 0.5, 3.0]), capacity=self.capacity,
@@ -71,6 +76,23 @@ class Pair:
         self.now = rng.choice([0.0, 1000.0])
         self.silent: set = set()
         self.steps = 0
+        if rng.random() < 0.25:
+            self.crowd()
+
+    def crowd(self):
+        """Everyone asks at the start, with footprints that do not all fit: a long queue."""
+        rng = self.rng
+        self.busy = True
+        if self.capacity == 0:
+            self.capacity = 16 * GiB
+            self.call("set_capacity", self.capacity)
+        for c in self.clients:
+            self.call("set_footprint", c, rng.randrange(0, self.capacity // 2, GiB // 4))
+            if rng.random() < 0.5:
+                self.call("set_priority", c, rng.choice(self.prios))
+        for c in self.clients:
+            self.now += rng.choice([0.0, 0.001, 0.1])
+            self.call("request", c)
 
     def call(self, op, *args, **kw):
         self.steps += 1
@@ -106,15 +128,15 @@ class Pair:
         kind = rng.choices(
             ["request", "release_dropped", "release_idle", "footprint", "priority", "disconnect",
              "tick", "mode", "tq", "capacity", "go_silent"],
-            weights=[34, 22, 7, 14, 8, 3, 6, 1.5, 1.5, 1, 1])[0]
+            weights=self.weights)[0]
         if kind == "request":
             self.call("request", c)
         elif kind == "release_dropped" and draining:
             report = rng.choice([None, SwitchReport(drain=0.01, evict=rng.choice([0.0, 0.1]),
                                                     prefetch=rng.choice([0.0, 0.05, 0.4]))])
-            self.call("release", rng.choice(draining), report=report)
+            self.release(rng.choice(draining), report=report)
         elif kind == "release_idle":
-            self.call("release", rng.choice(list(arb.holders) or [c]))
+            self.release(rng.choice(list(arb.holders) or [c]))
         elif kind == "footprint":
             top = max(self.capacity, 8 * GiB)
             self.call("set_footprint", c, rng.randrange(0, top // 2 + 1, GiB // 4))
@@ -134,6 +156,11 @@ class Pair:
             self.call("set_capacity", self.capacity)
         elif kind == "go_silent":
             self.silent.add(c)
+
+    def release(self, client, report=None):
+        self.call("release", client, report=report)
+        if self.busy and self.rng.random() < 0.8:
+            self.call("request", client)
 
 
 def _reference_kw(kw):

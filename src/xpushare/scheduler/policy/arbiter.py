@@ -317,10 +317,14 @@ class Arbiter:
     def _rearm_expired(self, head: Client | None, now: float) -> None:
         """Expired holders left running: no timer, unless `head` (the next waiter) waits for aging
         to reach a holder's priority; then that holder is looked at again a quantum later."""
-        eff = None if head is None else self.effective_priority(head, now)
-        for client in self._held.expired:
+        if head is None:  # every expired holder loses its timer: those that have one
+            for client in list(self._held.rearmed):
+                self._held.arm(client, self.holders[client], None)
+            return
+        eff = self.effective_priority(head, now)
+        for client in list(self._held.expired):
             h = self.holders[client]
-            if eff is not None and eff < self.priority(client):
+            if eff < self.priority(client):
                 if h.deadline is None or h.deadline <= now:
                     self._held.arm(client, h, now + self.tq)
             else:

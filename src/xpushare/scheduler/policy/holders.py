@@ -1,9 +1,9 @@
 """The holders of one GPU, with what the policy asks of them at every event kept ready.
 
 - `records` (client -> Holding, grant order) is what the arbiter shows as `holders`.
-- `live` (the holders not draining, grant order) and `expired` (live holders whose quantum ran out
-  and that were not dropped) are kept as holders change state, so a step never filters all
-  holders for them.
+- `live` (the holders not draining, grant order), `expired` (live holders whose quantum ran out
+  and that were not dropped) and `rearmed` (the expired ones with a deadline) are kept as holders
+  change state, so a step never filters all holders for them.
 - The footprints of all holders and of the live ones are running sums (raw bytes; the arbiter
   adds its per-client overhead), kept as holders come, drain, go and change footprint.
 - Deadlines sit in a heap with lazy deletion: an entry counts while its holder still holds with
@@ -29,6 +29,7 @@ class HolderIndex:
         self.records: dict[Client, Holding] = {}
         self.live: dict[Client, None] = {}
         self.expired: dict[Client, None] = {}
+        self.rearmed: dict[Client, None] = {}
         self.footprint_all = 0     # raw bytes of every holder
         self.footprint_live = 0    # raw bytes of the live ones
         self._footprints = footprints
@@ -53,6 +54,7 @@ class HolderIndex:
                 del self.live[client]
                 self.footprint_live -= fp
             self.expired.pop(client, None)
+            self.rearmed.pop(client, None)
         return h
 
     def draining(self, client: Client) -> None:
@@ -61,6 +63,7 @@ class HolderIndex:
             del self.live[client]
             self.footprint_live -= self._footprints.get(client, 0)
         self.expired.pop(client, None)
+        self.rearmed.pop(client, None)
 
     def resize(self, client: Client, old: int, new: int) -> None:
         """The client's footprint is changing from `old` to `new` raw bytes."""
@@ -71,6 +74,10 @@ class HolderIndex:
 
     def arm(self, client: Client, h: Holding, deadline: float | None) -> None:
         h.deadline = deadline
+        if deadline is not None and client in self.expired:
+            self.rearmed[client] = None
+        else:
+            self.rearmed.pop(client, None)
         if deadline is None:
             return
         heapq.heappush(self._timers, (deadline, next(self._ties), client, h))
@@ -83,8 +90,11 @@ class HolderIndex:
         h.expired = expired
         if expired:
             self.expired[client] = None
+            if h.deadline is not None:
+                self.rearmed[client] = None
         else:
             self.expired.pop(client, None)
+            self.rearmed.pop(client, None)
 
     def _valid(self, entry: tuple[float, int, Client, Holding]) -> bool:
         deadline, _, client, h = entry

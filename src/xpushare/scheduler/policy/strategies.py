@@ -76,6 +76,9 @@ class SerialStrategy(Strategy):
     expired, with no timer: the first request that arrives after that drops it at once. The drop
     carries EVICT only when the capacity is known and the two do not fit together. The next waiter
     is granted when the GPU is free.
+
+    Cost: the next waiter is the head of the queue, O(P + r log r) (queue.py), and one holder runs
+    at a time; expiries and overdue drops come from the deadline heap.
     """
     mode = Mode.SERIAL
 
@@ -147,6 +150,10 @@ class AutoStrategy(Strategy):
        them would not make it fit, nobody is dropped yet.
     5. Expired holders not dropped get no timer, unless the first blocked waiter waits for aging
        to reach their priority: then they are looked at again a quantum later.
+
+    Cost: step 1 from the deadline heap, O(d log h); steps 2 and 4 from running sums, reading the
+    running holders only when they must drop some; step 3 as _admit says; step 5 reads the expired
+    holders only while a waiter is blocked (else only those that still have a timer).
     """
     mode = Mode.AUTO
 
@@ -276,7 +283,8 @@ class AutoStrategy(Strategy):
 class OffStrategy(Strategy):
     """Everyone runs at once: every request is granted immediately with no quantum.
 
-    Priorities and footprints are ignored; draining holders are never evicted.
+    Priorities and footprints are ignored; draining holders are never evicted. Cost: O(g) for the
+    g waiters granted (only a change of mode leaves any), and holders have no deadlines.
     """
     mode = Mode.OFF
 
