@@ -35,6 +35,24 @@ every grant, and it would never age enough to keep one).
 
 The quantum (docs/protocol.md "The quantum") is explicit, or dynamic: QUANTA_PER_SWITCH times the
 measured switch cost, so that switching takes at most about 5% of the GPU's time.
+
+Cost. No event rescans or sorts the queue (tests/scheduler/test_policy_cost.py counts the work at 10
+and at 1000 clients). With n waiters, P distinct base priorities among them (a handful), r "odd"
+waiters (queue.py: resumed preempted waits and the like, few), h holders, d holders whose deadline
+has passed and g grants, an event costs:
+- keeping the records: O(log n) for the waiter it touches (queue.py), O(log h) for each holder
+  whose deadline changes (holders.py); next_deadline() O(log h) amortised;
+- OFF: O(g), granting every waiter;
+- SERIAL: O(P + r log r) to find the next waiter, plus O(d log h) (one holder runs at a time);
+- AUTO: the same, plus admission, which reads the waiters in serving order lazily and stops as soon
+  as nobody further can be granted: O(P + r log r) to start, O(P log n) per waiter it reads, and it
+  reads the g it grants and the s it passes over because they do not fit while a waiter further on
+  that is not outranked would (strategies.py AutoStrategy._admit); each grant past those gives them
+  a skip, so such a waiter is read at most MAX_SKIP times with a grant behind it before, as a
+  barrier, it ends every walk. Dropping holders to make room, and fitting them when they grow,
+  read the running holders, which fit in the budget beside each other: a few (about capacity /
+  CLIENT_OVERHEAD at most), as are the expired ones rearmed for aging.
+set_mode and set_tq give every holder a fresh deadline: O(h log h).
 """
 
 from .arbiter import Arbiter

@@ -1,5 +1,12 @@
 """The Arbiter: the lock of one GPU. It keeps the holders, the waiters and what it was told of each
-client, hands every event to its mode's Strategy, and answers queries through snapshot()."""
+client, hands every event to its mode's Strategy, and answers queries through snapshot().
+
+The holders live in a HolderIndex (holders.py) and the waiters in a WaitQueue (queue.py), so that no
+event rescans or sorts them: an event costs O(log n) in the waiters (O(P) in the priorities they
+wait at) plus O(k) in the clients whose state it changes, as the strategies' docstrings detail.
+The public dicts `holders` and `waiting` are those indexes' records: read them, change them only
+through events.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,8 @@ from .model import (
     QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS, TQ_CEILING, TQ_FLOOR, Action, Client, Drop,
     Evict, Grant, Holding, Mode, Overdue, SwitchReport, Waiting, _check_bytes, check_tq,
 )
+from .holders import HolderIndex
+from .queue import WaitQueue
 from .snapshot import GpuSnapshot, HolderView, WaiterView
 from .strategies import STRATEGIES, Strategy
 
@@ -36,9 +45,11 @@ class Arbiter:
         self.reserve_explicit = None if reserve is None else _check_bytes(reserve, "reserve")
         self.client_overhead = _check_bytes(client_overhead, "client overhead")
         self.strategy: Strategy = STRATEGIES[Mode(mode)]()
-        self.holders: dict[Client, Holding] = {}   # insertion order = grant order
-        self.waiting: dict[Client, Waiting] = {}   # insertion order = arrival order
         self._footprints: dict[Client, int] = {}
+        self._held = HolderIndex(self._footprints)
+        self._queue = WaitQueue(self._footprints)
+        self.holders: dict[Client, Holding] = self._held.records   # grant order
+        self.waiting: dict[Client, Waiting] = self._queue.records  # arrival order
         self._priorities: dict[Client, int] = {}
         self._evicted: set[Client] = set()         # last drop carried EVICT: grant with PREFETCH
         self._preempted: dict[Client, float] = {}  # wait a preempted client resumes at its request
@@ -117,13 +128,28 @@ class Arbiter:
 
     def order(self, now: float) -> list[Client]:
         """The waiters in the order they are served: effective priority (highest first), then
-        arrival."""
-        return sorted(self.waiting,
-                      key=lambda c: (-self.effective_priority(c, now), self.waiting[c].seq))
+        arrival (O(n log P): for reading; events use _head or the lazy _ordered)."""
+        return [c for _, _, c in self._ordered(now)]
 
     def live_holders(self) -> list[Client]:
         """Holders not draining, in grant order."""
-        return [c for c, h in self.holders.items() if h.drop_sent is None]
+        return list(self._held.live)
+
+    def _ordered(self, now: float):
+        """(-effective priority, seq, client) of the waiters in serving order, lazily."""
+        return self._queue.ordered(now, AGING_QUANTA * self.tq)
+
+    def _head(self, now: float) -> Client | None:
+        """The first waiter in serving order: O(P + r log r) (queue.py)."""
+        return self._queue.head(now, AGING_QUANTA * self.tq)
+
+    def _used(self) -> int:
+        """footprints(holders), from the running sum."""
+        return self._held.footprint_all + len(self.holders) * self.client_overhead
+
+    def _live_used(self) -> int:
+        """footprints(live_holders()), from the running sum."""
+        return self._held.footprint_live + len(self._held.live) * self.client_overhead
 
     # -- events -----------------------------------------------------------------------------
     def request(self, client: Client, now: float) -> list[Action]:
@@ -131,12 +157,13 @@ class Arbiter:
             return []
         # A preempted client did not get its turn: it goes on aging from the wait it had.
         since = now - self._preempted.pop(client, 0.0)
-        self.waiting[client] = Waiting(since=since, seq=next(self._arrivals))
+        self._queue.add(client, Waiting(since=since, seq=next(self._arrivals)),
+                        self.priority(client))
         return self._step(now)
 
     def release(self, client: Client, now: float, report: SwitchReport | None = None) -> list[Action]:
         """The client gave the GPU up; `report` is what it measured of the switch (LOCK_RELEASED)."""
-        h = self.holders.pop(client, None)
+        h = self._held.remove(client)
         if h is None:
             return []
         if h.drop_sent is not None and h.drop_reason in SWITCH_REASONS:
@@ -146,8 +173,8 @@ class Arbiter:
         return self._step(now)
 
     def disconnect(self, client: Client, now: float) -> list[Action]:
-        held = self.holders.pop(client, None) is not None
-        queued = self.waiting.pop(client, None) is not None
+        held = self._held.remove(client) is not None
+        queued = self._queue.remove(client) is not None
         self._footprints.pop(client, None)
         self._priorities.pop(client, None)
         self._evicted.discard(client)
@@ -177,19 +204,22 @@ class Arbiter:
     def set_footprint(self, client: Client, nbytes: int, now: float) -> list[Action]:
         """The client's device memory (managed plus other bytes) on this GPU, its context not
         included."""
-        self._footprints[client] = _check_bytes(nbytes, "footprint")
+        nbytes = _check_bytes(nbytes, "footprint")
+        self._held.resize(client, self._footprints.get(client, 0), nbytes)
+        self._footprints[client] = nbytes
+        self._queue.resize(client)
         return self._step(now)
 
     def set_priority(self, client: Client, priority: int, now: float) -> list[Action]:
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ValueError(f"invalid priority {priority!r}: an integer is required")
         self._priorities[client] = priority
+        self._queue.reprioritize(client, priority)
         return self._step(now)
 
     # -- queries ----------------------------------------------------------------------------
     def next_deadline(self) -> float | None:
-        deadlines = [h.deadline for h in self.holders.values() if h.deadline is not None]
-        return min(deadlines, default=None)
+        return self._held.next_deadline()
 
     def state_of(self, client: Client) -> str:
         if client in self.holders:
@@ -218,7 +248,7 @@ class Arbiter:
         return GpuSnapshot(
             mode=self.mode, operation=operation, why=why, holders=holders, waiters=waiters,
             queue=tuple(self.waiting), capacity=self.capacity, budget=self.budget,
-            used=self.footprints(self.holders), tq=self.tq,
+            used=self._used(), tq=self.tq,
             tq_source="explicit" if self._tq_explicit is not None else "dynamic",
             switch_cost=self.switch_cost, next_deadline=self.next_deadline())
 
@@ -238,18 +268,19 @@ class Arbiter:
     def _grant(self, client: Client, now: float, quantum: float) -> Grant:
         assert client not in self.holders, "double grant"
         bonus = self.effective_priority(client, now) - self.priority(client)
-        w = self.waiting.pop(client, None)
+        w = self._queue.remove(client)
         prefetch = client in self._evicted
         self._evicted.discard(client)
-        self.holders[client] = Holding(since=now, seq=next(self._grants), bonus=bonus,
+        self._held.add(client, Holding(since=now, seq=next(self._grants), bonus=bonus,
                                        waited=max(0.0, now - w.since) if w else 0.0,
-                                       deadline=(now + quantum) if quantum else None)
+                                       deadline=(now + quantum) if quantum else None))
         return Grant(client, quantum, prefetch)
 
     def _drop(self, client: Client, now: float, reason: DropReason, evict: bool = False) -> Drop:
         h = self.holders[client]
         h.drop_sent, h.drop_reason, h.expired = now, reason, False
-        h.deadline = now + self.tq  # when to report it Overdue
+        self._held.draining(client)
+        self._held.arm(client, h, now + self.tq)  # when to report it Overdue
         if reason == DropReason.PREEMPTED:
             self._preempted[client] = h.waited
         if evict:
@@ -258,34 +289,43 @@ class Arbiter:
             self._evicted.discard(client)
         return Drop(client, reason, evict)
 
-    def _check_draining(self, now: float) -> list[Action]:
-        """Overdue, then Evict, for draining holders silent past their deadline."""
+    def _arm(self, client: Client, deadline: float | None) -> None:
+        """Set a holder's deadline (strategies set deadlines only through this)."""
+        self._held.arm(client, self.holders[client], deadline)
+
+    def _set_expired(self, client: Client, expired: bool) -> None:
+        self._held.set_expired(client, self.holders[client], expired)
+
+    def _expire(self, now: float) -> list[Action]:
+        """Holders whose deadline passed, from the deadline heap (O(d log h), d of them): draining
+        ones silent too long are reported Overdue, then evicted; the others' quantum expired."""
         actions: list[Action] = []
-        for client, h in list(self.holders.items()):  # eviction removes holders
-            if h.drop_sent is None or h.deadline is None or h.deadline > now:
+        for client, h in self._held.due(now):
+            if h.drop_sent is None:
+                self._held.arm(client, h, None)
+                self._held.set_expired(client, h, True)
                 continue
             evict_at = h.drop_sent + EVICT_AFTER_QUANTA * self.tq
             if now >= evict_at:
-                del self.holders[client]
+                self._held.remove(client)
                 actions.append(Evict(client, now - h.drop_sent))
             else:
-                h.deadline = evict_at
+                self._held.arm(client, h, evict_at)
                 actions.append(Overdue(client, now - h.drop_sent))
         return actions
-
-    def _mark_expired(self, now: float) -> None:
-        for h in self.holders.values():
-            if h.drop_sent is None and h.deadline is not None and h.deadline <= now:
-                h.expired, h.deadline = True, None
 
     def _rearm_expired(self, head: Client | None, now: float) -> None:
         """Expired holders left running: no timer, unless `head` (the next waiter) waits for aging
         to reach a holder's priority; then that holder is looked at again a quantum later."""
-        for client, h in self.holders.items():
-            if h.drop_sent is not None or not h.expired:
-                continue
-            if head is not None and self.effective_priority(head, now) < self.priority(client):
+        if head is None:  # every expired holder loses its timer: those that have one
+            for client in list(self._held.rearmed):
+                self._held.arm(client, self.holders[client], None)
+            return
+        eff = self.effective_priority(head, now)
+        for client in list(self._held.expired):
+            h = self.holders[client]
+            if eff < self.priority(client):
                 if h.deadline is None or h.deadline <= now:
-                    h.deadline = now + self.tq
+                    self._held.arm(client, h, now + self.tq)
             else:
-                h.deadline = None
+                self._held.arm(client, h, None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...protocol import DropReason
-from .model import MAX_SKIP, Action, Client, Mode
+from .model import AGING_QUANTA, MAX_SKIP, Action, Client, Mode
 
 if TYPE_CHECKING:
     from .arbiter import Arbiter
@@ -17,13 +17,28 @@ def _operation(arb: Arbiter) -> str:
     changing hands) while others wait their turn; exclusive: one runs and nobody waits."""
     if not arb.holders:
         return "idle"
-    if len(arb.live_holders()) > 1:
+    if len(arb._held.live) > 1:
         return "concurrent"
     return "serialised" if arb.waiting else "exclusive"
 
 
 def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.1f} GiB"
+
+
+def _room_for_any(arb: Arbiter, now: float, room: int, max_base: int | None,
+                  tops: dict[int, int]) -> bool:
+    """Whether some waiter not granted yet by this step and not outranked by `max_base` (effective
+    priority at least max_base) could fit in `room` bytes: O(P log n) (queue.py). A group is looked
+    at while its highest effective priority (`tops`, from the start of the step) reaches
+    max_base."""
+    q = AGING_QUANTA * arb.tq
+    for priority, top in tops.items():
+        if max_base is not None and top < max_base:
+            continue
+        if arb._queue.min_footprint(priority, max_base, now, q) + arb.client_overhead <= room:
+            return True
+    return False
 
 
 class Strategy:
@@ -41,9 +56,9 @@ class Strategy:
     def retune(self, arb: Arbiter, now: float) -> list[Action]:
         """The quantum was set: a fresh quantum of the new length, counted from the change. A holder
         that has already had its quantum (expired) or is draining keeps that state."""
-        for h in arb.holders.values():
+        for client, h in arb.holders.items():
             if h.drop_sent is None and not h.expired:
-                h.deadline = now + arb.tq
+                arb._arm(client, now + arb.tq)
         return []
 
     def describe(self, arb: Arbiter, now: float) -> tuple[str, str]:
@@ -61,16 +76,17 @@ class SerialStrategy(Strategy):
     expired, with no timer: the first request that arrives after that drops it at once. The drop
     carries EVICT only when the capacity is known and the two do not fit together. The next waiter
     is granted when the GPU is free.
+
+    Cost: the next waiter is the head of the queue, O(P + r log r) (queue.py), and one holder runs
+    at a time; expiries and overdue drops come from the deadline heap.
     """
     mode = Mode.SERIAL
 
     def step(self, arb, now):
-        actions = arb._check_draining(now)
-        arb._mark_expired(now)
-        order = arb.order(now)
-        head = order[0] if order else None
+        actions = arb._expire(now)
+        head = arb._head(now)
         if head is not None:
-            for client in arb.live_holders():
+            for client in list(arb._held.live):
                 h = arb.holders[client]
                 if h.expired and arb.effective_priority(head, now) >= arb.priority(client):
                     reason = DropReason.QUANTUM
@@ -96,9 +112,11 @@ class SerialStrategy(Strategy):
         kept = None
         for client, h in arb.holders.items():
             if h.drop_sent is not None:  # already draining: look at it again in a quantum
-                h.deadline = now + arb.tq
+                arb._arm(client, now + arb.tq)
             elif kept is None:
-                kept, h.deadline, h.expired = client, now + arb.tq, False
+                kept = client
+                arb._arm(client, now + arb.tq)
+                arb._set_expired(client, False)
             else:
                 evict = self._evict(arb, client, kept)
                 actions.append(arb._drop(client, now, DropReason.ADMIN, evict))
@@ -132,16 +150,18 @@ class AutoStrategy(Strategy):
        them would not make it fit, nobody is dropped yet.
     5. Expired holders not dropped get no timer, unless the first blocked waiter waits for aging
        to reach their priority: then they are looked at again a quantum later.
+
+    Cost: step 1 from the deadline heap, O(d log h); steps 2 and 4 from running sums, reading the
+    running holders only when they must drop some; step 3 as _admit says; step 5 reads the expired
+    holders only while a waiter is blocked (else only those that still have a timer).
     """
     mode = Mode.AUTO
 
     def step(self, arb, now):
-        actions = arb._check_draining(now)
-        arb._mark_expired(now)
+        actions = arb._expire(now)
         actions += self._fit_holders(arb, now)
-        grants, blocked = self._admit(arb, now)
+        grants, head = self._admit(arb, now)
         actions += grants
-        head = blocked[0] if blocked else None
         if head is not None:
             actions += self._make_room(arb, head, now)
         arb._rearm_expired(head, now)
@@ -149,12 +169,14 @@ class AutoStrategy(Strategy):
 
     @staticmethod
     def _fit_holders(arb: Arbiter, now: float) -> list[Action]:
-        budget, live = arb.budget, arb.live_holders()
-        total = arb.footprints(live)
-        if budget is None or len(live) <= 1 or total <= budget:
+        budget = arb.budget
+        if budget is None or len(arb._held.live) <= 1:
+            return []
+        total = arb._live_used()
+        if total <= budget:
             return []
         actions: list[Action] = []
-        victims = sorted(live, key=lambda c: (arb.rank(c), -arb.holders[c].seq))[:-1]
+        victims = sorted(arb._held.live, key=lambda c: (arb.rank(c), -arb.holders[c].seq))[:-1]
         for client in victims:
             actions.append(arb._drop(client, now, DropReason.MEMORY, evict=True))
             total -= arb.footprint(client)
@@ -163,50 +185,69 @@ class AutoStrategy(Strategy):
         return actions
 
     @staticmethod
-    def _admit(arb: Arbiter, now: float) -> tuple[list[Action], list[Client]]:
+    def _admit(arb: Arbiter, now: float) -> tuple[list[Action], Client | None]:
+        """Admission (step 3): the grants, and the first blocked waiter (None if none is left).
+
+        The waiters are read lazily in serving order, and the walk stops as soon as nobody further
+        can be granted: at a barrier, at a waiter outranked by a blocked one (all further ones are:
+        their effective priority is no higher), or when no waiter left that is not outranked could
+        fit in the room left (_room_for_any). So it reads the waiters it grants and those it passes
+        that do not fit while one further does fit; each of those gains a skip, and after MAX_SKIP
+        of them is a barrier. Skips are added once, at the end (a waiter blocked before g of the
+        pass's grants gains g).
+        """
         budget = arb.budget
-        used = arb.footprints(arb.holders)
-        grants: list[Action] = []
-        blocked: list[Client] = []
-        barrier = False  # a blocked waiter that nobody may pass any more
-        for client in arb.order(now):
+        used, held = arb._used(), bool(arb.holders)
+        granted: list[Client] = []
+        blocked: list[tuple[Client, int]] = []   # (waiter, grants before it was blocked)
+        max_base: int | None = None              # the highest base priority blocked
+        stopped, tops = None, None
+        for neg_eff, _, client in arb._ordered(now):
+            holding = held or bool(granted)
+            if max_base is not None and max_base > -neg_eff:
+                stopped = client
+                break
+            if holding and budget is not None:
+                tops = tops or arb._queue.top_priorities(now, AGING_QUANTA * arb.tq)
+                if not _room_for_any(arb, now, budget - used, max_base, tops):
+                    stopped = client
+                    break
             need = arb.footprint(client)
-            # Passing a blocked waiter that could preempt this one would only grant it to drop it.
-            outranked = any(arb.priority(b) > arb.effective_priority(client, now) for b in blocked)
-            if not (barrier or outranked) and (not arb.holders or budget is None
-                                               or used + need <= budget):
-                for b in blocked:
-                    arb.waiting[b].skips += 1
-                grants.append(arb._grant(client, now, arb.tq))
+            if not holding or budget is None or used + need <= budget:
+                granted.append(client)
+                arb._queue.hide(client)
                 used += need
                 continue
-            blocked.append(client)
+            blocked.append((client, len(granted)))
+            base = arb.priority(client)
+            max_base = base if max_base is None else max(max_base, base)
             w = arb.waiting[client]
-            barrier = barrier or w.reserved or w.skips >= MAX_SKIP
-        return grants, blocked
+            if w.reserved or w.skips >= MAX_SKIP:   # a barrier: nobody behind it is granted
+                break
+        for client, before in blocked:
+            arb.waiting[client].skips += len(granted) - before
+        head = blocked[0][0] if blocked else stopped
+        return [arb._grant(c, now, arb.tq) for c in granted], head
 
     @staticmethod
     def _make_room(arb: Arbiter, head: Client, now: float) -> list[Action]:
         budget = arb.budget
         if budget is None:
             return []
-        need, live = arb.footprint(head), arb.live_holders()
-
-        def fits(rest: list[Client]) -> bool:  # draining holders count as gone
-            return not rest or arb.footprints(rest) + need <= budget
-
-        if fits(live):
-            return []  # room comes when the draining holders release
+        need, live = arb.footprint(head), arb._held.live
+        left, used = len(live), arb._live_used()   # what stays once the planned drops are gone
+        if not left or used + need <= budget:
+            return []  # room comes when the draining holders release (they count as gone)
         eff, base = arb.effective_priority(head, now), arb.priority(head)
         expired = [c for c in live if arb.holders[c].expired and eff >= arb.priority(c)]
         preemptable = sorted((c for c in live if c not in expired and base > arb.rank(c)),
                              key=lambda c: (arb.rank(c), -arb.holders[c].seq))
-        rest, plan = list(live), []
+        plan = []
         for client, reason in ([(c, DropReason.QUANTUM) for c in expired]
                                + [(c, DropReason.PREEMPTED) for c in preemptable]):
-            rest.remove(client)
+            left, used = left - 1, used - arb.footprint(client)
             plan.append((client, reason))
-            if fits(rest):
+            if not left or used + need <= budget:
                 arb.waiting[head].reserved = True
                 return [arb._drop(c, now, r, evict=True) for c, r in plan]
         return []
@@ -214,18 +255,18 @@ class AutoStrategy(Strategy):
     def enter(self, arb, now):
         # Holders keep running. Those granted without a quantum (mode off) get one from now, and
         # draining ones a deadline to be reported overdue or evicted.
-        for h in arb.holders.values():
+        for client, h in arb.holders.items():
             if h.deadline is None and (h.drop_sent is not None or not h.expired):
-                h.deadline = now + arb.tq
+                arb._arm(client, now + arb.tq)
         return []
 
     def describe(self, arb, now):
-        budget, used = arb.budget, arb.footprints(arb.holders)
+        budget, used = arb.budget, arb._used()
         if not arb.holders:
             return "idle", "auto mode: nobody holds the GPU"
         if budget is None:
             return _operation(arb), "auto mode: capacity unknown, every request runs at once"
-        live = len(arb.live_holders())
+        live = len(arb._held.live)
         if live > 1:
             why = f"auto mode: {live} clients fit together ({_gib(used)} of {_gib(budget)})"
         elif used > budget:
@@ -233,7 +274,7 @@ class AutoStrategy(Strategy):
         else:
             why = f"auto mode: one client runs; it fits ({_gib(used)} of {_gib(budget)})"
         if arb.waiting:
-            head = arb.order(now)[0]
+            head = arb._head(now)
             why += (f"; {len(arb.waiting)} waiting: the next needs {_gib(arb.footprint(head))}, "
                     f"which does not fit in the {_gib(max(0, budget - used))} left")
         return _operation(arb), why
@@ -242,7 +283,8 @@ class AutoStrategy(Strategy):
 class OffStrategy(Strategy):
     """Everyone runs at once: every request is granted immediately with no quantum.
 
-    Priorities and footprints are ignored; draining holders are never evicted.
+    Priorities and footprints are ignored; draining holders are never evicted. Cost: O(g) for the
+    g waiters granted (only a change of mode leaves any), and holders have no deadlines.
     """
     mode = Mode.OFF
 
@@ -250,9 +292,10 @@ class OffStrategy(Strategy):
         return [arb._grant(c, now, 0.0) for c in list(arb.waiting)]
 
     def enter(self, arb, now):
-        for h in arb.holders.values():
+        for client in arb.holders:
             # no quanta, and no Overdue reports or evictions for holders still draining
-            h.deadline, h.expired = None, False
+            arb._arm(client, None)
+            arb._set_expired(client, False)
         return []
 
     def retune(self, arb, now):

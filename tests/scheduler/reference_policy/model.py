@@ -1,0 +1,115 @@
+"""The policy's vocabulary: its constants, the modes, the actions an arbiter returns, and the records
+it keeps of holders and waiters. Pure data; the rules live in strategies.py and arbiter.py."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from enum import Enum
+
+from xpushare.protocol import DropReason
+
+Client = Hashable
+
+TQ_MIN = 0.001            # seconds: a quantum under 1 ms would be sent as 0 = "no quantum"
+TQ_MAX = 4_294_967.0      # seconds: the largest whole second whose milliseconds fit a u32
+EVICT_AFTER_QUANTA = 2    # a dropped holder silent this many quanta after DROP_LOCK is evicted
+
+TQ_FLOOR = 2.0            # seconds: the dynamic quantum never goes below ...
+TQ_CEILING = 120.0        # ... nor above these
+DEFAULT_DYNAMIC_TQ = 5.0  # seconds: the dynamic quantum until a switch has been measured
+QUANTA_PER_SWITCH = 19    # quantum = 19 x switch cost: switching is cost / (quantum + cost) = 5%
+EWMA_ALPHA = 0.3          # weight of the newest sample in the switch-cost averages
+
+MAX_SKIP = 3              # times later waiters may start before a waiter that does not fit
+AGING_QUANTA = 2          # a waiter's priority rises by one for every this many quanta waited
+CLIENT_OVERHEAD = 768 * 2**20  # bytes a client's CUDA context takes beyond its footprint
+                               # (measured: 747 MiB for PyTorch with cuBLAS and cuDNN)
+RESERVE_FRACTION = 0.05   # default memory kept free in AUTO admission, a share of the capacity
+
+# Drops whose handoff time is a context switch (an ADMIN drop is a mode change, not a switch).
+SWITCH_REASONS = frozenset({DropReason.QUANTUM, DropReason.PREEMPTED, DropReason.MEMORY})
+
+
+def check_tq(tq: float) -> float:
+    """`tq` as a float; ValueError unless it is a number of seconds in [TQ_MIN, TQ_MAX]."""
+    try:
+        value = float(tq)
+    except (TypeError, ValueError):
+        raise ValueError(f"invalid quantum {tq!r}: a number of seconds is required") from None
+    if not TQ_MIN <= value <= TQ_MAX:  # also refuses nan and inf
+        raise ValueError(f"invalid quantum {tq!r}: it must lie between {TQ_MIN:g} and {TQ_MAX:.0f} "
+                         "seconds (it is sent in milliseconds as a 32-bit number)")
+    return value
+
+
+def _check_bytes(value: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"invalid {what} {value!r}: a number of bytes (integer >= 0) is required")
+    return value
+
+
+class Mode(str, Enum):
+    AUTO = "auto"      # memory-aware: run together what fits, take turns otherwise
+    SERIAL = "serial"  # nvshare's anti-thrash on: one holder, priority then FCFS, time quantum
+    OFF = "off"        # everyone runs at once, no quantum
+
+
+@dataclass(frozen=True)
+class Grant:
+    client: Client
+    quantum: float          # seconds; 0 = no quantum (keep it until released)
+    prefetch: bool = False  # its allocations were evicted at its last drop: bring them back in bulk
+
+
+@dataclass(frozen=True)
+class Drop:
+    client: Client
+    reason: DropReason
+    evict: bool = False     # the next holder needs the room: move the allocations to host in bulk
+
+
+@dataclass(frozen=True)
+class Overdue:
+    """A holder told to drop `waited` seconds ago has not released yet (informational)."""
+    client: Client
+    waited: float
+
+
+@dataclass(frozen=True)
+class Evict:
+    """A holder silent `waited` seconds after DROP_LOCK lost the lock: close its connection."""
+    client: Client
+    waited: float
+
+
+Action = Grant | Drop | Overdue | Evict
+
+
+@dataclass(frozen=True)
+class SwitchReport:
+    """What a client measured of a switch, from LOCK_RELEASED (seconds)."""
+    drain: float = 0.0     # finishing its outstanding work
+    evict: float = 0.0     # the bulk move to host after DROP_LOCK with EVICT
+    prefetch: float = 0.0  # the bulk move back at the grant it now releases
+
+
+@dataclass
+class Holding:
+    since: float                        # when the lock was granted
+    seq: int = 0                        # grant order (higher = newer)
+    deadline: float | None = None       # next time the strategy looks at this holder
+    drop_sent: float | None = None      # when DROP_LOCK was sent, if it was
+    drop_reason: DropReason | None = None
+    expired: bool = False               # its quantum ran out and it was not dropped
+    bonus: int = 0                      # the aging it had when granted (part of its rank)
+    waited: float = 0.0                 # how long it had waited for this grant
+
+
+@dataclass
+class Waiting:
+    since: float                        # when it asked
+    seq: int                            # arrival order
+    skips: int = 0                      # later waiters granted before it
+    reserved: bool = False              # holders were dropped to make room for it
+

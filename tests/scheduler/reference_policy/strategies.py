@@ -1,0 +1,268 @@
+"""What each mode does: one Strategy class per mode (STRATEGIES), each a set of decisions taken on an
+Arbiter at every event. The rules they share (draining, expiry, grants and drops) are the arbiter's."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xpushare.protocol import DropReason
+from .model import MAX_SKIP, Action, Client, Mode
+
+if TYPE_CHECKING:
+    from .arbiter import Arbiter
+
+
+def _operation(arb: Arbiter) -> str:
+    """idle: nobody holds; concurrent: several run at once; serialised: one runs (or the GPU is
+    changing hands) while others wait their turn; exclusive: one runs and nobody waits."""
+    if not arb.holders:
+        return "idle"
+    if len(arb.live_holders()) > 1:
+        return "concurrent"
+    return "serialised" if arb.waiting else "exclusive"
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB"
+
+
+class Strategy:
+    """What a mode does. step() makes the decisions; it mutates the arbiter and returns actions."""
+    mode: Mode
+
+    def step(self, arb: Arbiter, now: float) -> list[Action]:
+        raise NotImplementedError
+
+    def enter(self, arb: Arbiter, now: float) -> list[Action]:
+        """The arbiter has just switched to this mode (holders and waiters as the old mode left
+        them)."""
+        return []
+
+    def retune(self, arb: Arbiter, now: float) -> list[Action]:
+        """The quantum was set: a fresh quantum of the new length, counted from the change. A holder
+        that has already had its quantum (expired) or is draining keeps that state."""
+        for h in arb.holders.values():
+            if h.drop_sent is None and not h.expired:
+                h.deadline = now + arb.tq
+        return []
+
+    def describe(self, arb: Arbiter, now: float) -> tuple[str, str]:
+        """(operation, why) for Arbiter.describe."""
+        raise NotImplementedError
+
+
+class SerialStrategy(Strategy):
+    """One holder at a time, for a quantum of `arb.tq` seconds, waiters in priority order.
+
+    The next waiter preempts the holder at once when its base priority is higher than the holder's
+    rank. At expiry the holder is asked to drop (reason QUANTUM) if the next waiter's effective
+    priority is at least the holder's base priority; if a waiter of lower priority waits, it is
+    looked at again a quantum later (aging catches up). If nobody waits it keeps the GPU, marked
+    expired, with no timer: the first request that arrives after that drops it at once. The drop
+    carries EVICT only when the capacity is known and the two do not fit together. The next waiter
+    is granted when the GPU is free.
+    """
+    mode = Mode.SERIAL
+
+    def step(self, arb, now):
+        actions = arb._check_draining(now)
+        arb._mark_expired(now)
+        order = arb.order(now)
+        head = order[0] if order else None
+        if head is not None:
+            for client in arb.live_holders():
+                h = arb.holders[client]
+                if h.expired and arb.effective_priority(head, now) >= arb.priority(client):
+                    reason = DropReason.QUANTUM
+                elif arb.priority(head) > arb.rank(client):
+                    reason = DropReason.PREEMPTED
+                else:
+                    continue
+                actions.append(arb._drop(client, now, reason, self._evict(arb, client, head)))
+        if not arb.holders and head is not None:
+            actions.append(arb._grant(head, now, arb.tq))
+        arb._rearm_expired(head, now)
+        return actions
+
+    @staticmethod
+    def _evict(arb: Arbiter, leaving: Client, coming: Client) -> bool:
+        budget = arb.budget
+        return budget is not None and arb.footprint(leaving) + arb.footprint(coming) > budget
+
+    def enter(self, arb, now):
+        # Keep the first holder (with a fresh quantum); ask the others to give the GPU up. They stay
+        # holders until they release; after that they queue again with their next request.
+        actions: list[Action] = []
+        kept = None
+        for client, h in arb.holders.items():
+            if h.drop_sent is not None:  # already draining: look at it again in a quantum
+                h.deadline = now + arb.tq
+            elif kept is None:
+                kept, h.deadline, h.expired = client, now + arb.tq, False
+            else:
+                evict = self._evict(arb, client, kept)
+                actions.append(arb._drop(client, now, DropReason.ADMIN, evict))
+        return actions
+
+    def describe(self, arb, now):
+        if not arb.holders:
+            return "idle", "serial mode: nobody holds the GPU"
+        waiting = f"{len(arb.waiting)} waiting" if arb.waiting else "nobody waiting"
+        return _operation(arb), f"serial mode: one client at a time, {waiting}"
+
+
+class AutoStrategy(Strategy):
+    """Memory-aware: run together the waiters that fit, serialise the others.
+
+    Each step, in order:
+    1. Draining holders silent too long are reported Overdue, then evicted.
+    2. Growth: when the non-draining holders no longer fit in the budget, the lowest-ranked (then
+       newest) are dropped (MEMORY, EVICT) until the rest fit; the highest-ranked, oldest holder is
+       always kept.
+    3. Admission: waiters in priority order are granted while they fit beside the holders (draining
+       ones included) and those granted before them. A waiter that does not fit is blocked; each
+       later waiter granted past it counts a skip, and once it has MAX_SKIP skips, or holders were
+       dropped to make room for it, nobody behind it is granted until it has run. Nor is a waiter
+       granted past a blocked one that could preempt it. With no holder at all, the first waiter is
+       granted even when it does not fit (it runs alone).
+    4. Making room for the first blocked waiter: holders whose quantum expired and whose base
+       priority its effective priority reaches (QUANTUM, oldest grant first), then holders ranked
+       below its base priority (PREEMPTED, lowest rank then newest first), are dropped with EVICT,
+       as few as make it fit once they (and holders already draining) are gone. When even all of
+       them would not make it fit, nobody is dropped yet.
+    5. Expired holders not dropped get no timer, unless the first blocked waiter waits for aging
+       to reach their priority: then they are looked at again a quantum later.
+    """
+    mode = Mode.AUTO
+
+    def step(self, arb, now):
+        actions = arb._check_draining(now)
+        arb._mark_expired(now)
+        actions += self._fit_holders(arb, now)
+        grants, blocked = self._admit(arb, now)
+        actions += grants
+        head = blocked[0] if blocked else None
+        if head is not None:
+            actions += self._make_room(arb, head, now)
+        arb._rearm_expired(head, now)
+        return actions
+
+    @staticmethod
+    def _fit_holders(arb: Arbiter, now: float) -> list[Action]:
+        budget, live = arb.budget, arb.live_holders()
+        total = arb.footprints(live)
+        if budget is None or len(live) <= 1 or total <= budget:
+            return []
+        actions: list[Action] = []
+        victims = sorted(live, key=lambda c: (arb.rank(c), -arb.holders[c].seq))[:-1]
+        for client in victims:
+            actions.append(arb._drop(client, now, DropReason.MEMORY, evict=True))
+            total -= arb.footprint(client)
+            if total <= budget:
+                break
+        return actions
+
+    @staticmethod
+    def _admit(arb: Arbiter, now: float) -> tuple[list[Action], list[Client]]:
+        budget = arb.budget
+        used = arb.footprints(arb.holders)
+        grants: list[Action] = []
+        blocked: list[Client] = []
+        barrier = False  # a blocked waiter that nobody may pass any more
+        for client in arb.order(now):
+            need = arb.footprint(client)
+            # Passing a blocked waiter that could preempt this one would only grant it to drop it.
+            outranked = any(arb.priority(b) > arb.effective_priority(client, now) for b in blocked)
+            if not (barrier or outranked) and (not arb.holders or budget is None
+                                               or used + need <= budget):
+                for b in blocked:
+                    arb.waiting[b].skips += 1
+                grants.append(arb._grant(client, now, arb.tq))
+                used += need
+                continue
+            blocked.append(client)
+            w = arb.waiting[client]
+            barrier = barrier or w.reserved or w.skips >= MAX_SKIP
+        return grants, blocked
+
+    @staticmethod
+    def _make_room(arb: Arbiter, head: Client, now: float) -> list[Action]:
+        budget = arb.budget
+        if budget is None:
+            return []
+        need, live = arb.footprint(head), arb.live_holders()
+
+        def fits(rest: list[Client]) -> bool:  # draining holders count as gone
+            return not rest or arb.footprints(rest) + need <= budget
+
+        if fits(live):
+            return []  # room comes when the draining holders release
+        eff, base = arb.effective_priority(head, now), arb.priority(head)
+        expired = [c for c in live if arb.holders[c].expired and eff >= arb.priority(c)]
+        preemptable = sorted((c for c in live if c not in expired and base > arb.rank(c)),
+                             key=lambda c: (arb.rank(c), -arb.holders[c].seq))
+        rest, plan = list(live), []
+        for client, reason in ([(c, DropReason.QUANTUM) for c in expired]
+                               + [(c, DropReason.PREEMPTED) for c in preemptable]):
+            rest.remove(client)
+            plan.append((client, reason))
+            if fits(rest):
+                arb.waiting[head].reserved = True
+                return [arb._drop(c, now, r, evict=True) for c, r in plan]
+        return []
+
+    def enter(self, arb, now):
+        # Holders keep running. Those granted without a quantum (mode off) get one from now, and
+        # draining ones a deadline to be reported overdue or evicted.
+        for h in arb.holders.values():
+            if h.deadline is None and (h.drop_sent is not None or not h.expired):
+                h.deadline = now + arb.tq
+        return []
+
+    def describe(self, arb, now):
+        budget, used = arb.budget, arb.footprints(arb.holders)
+        if not arb.holders:
+            return "idle", "auto mode: nobody holds the GPU"
+        if budget is None:
+            return _operation(arb), "auto mode: capacity unknown, every request runs at once"
+        live = len(arb.live_holders())
+        if live > 1:
+            why = f"auto mode: {live} clients fit together ({_gib(used)} of {_gib(budget)})"
+        elif used > budget:
+            why = f"auto mode: one client runs alone; {_gib(used)} do not fit in {_gib(budget)}"
+        else:
+            why = f"auto mode: one client runs; it fits ({_gib(used)} of {_gib(budget)})"
+        if arb.waiting:
+            head = arb.order(now)[0]
+            why += (f"; {len(arb.waiting)} waiting: the next needs {_gib(arb.footprint(head))}, "
+                    f"which does not fit in the {_gib(max(0, budget - used))} left")
+        return _operation(arb), why
+
+
+class OffStrategy(Strategy):
+    """Everyone runs at once: every request is granted immediately with no quantum.
+
+    Priorities and footprints are ignored; draining holders are never evicted.
+    """
+    mode = Mode.OFF
+
+    def step(self, arb, now):
+        return [arb._grant(c, now, 0.0) for c in list(arb.waiting)]
+
+    def enter(self, arb, now):
+        for h in arb.holders.values():
+            # no quanta, and no Overdue reports or evictions for holders still draining
+            h.deadline, h.expired = None, False
+        return []
+
+    def retune(self, arb, now):
+        return []
+
+    def describe(self, arb, now):
+        return _operation(arb), "mode off: every request runs at once, with no quantum"
+
+
+STRATEGIES: dict[Mode, type[Strategy]] = {
+    Mode.AUTO: AutoStrategy, Mode.SERIAL: SerialStrategy, Mode.OFF: OffStrategy,
+}
+
