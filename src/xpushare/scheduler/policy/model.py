@@ -24,7 +24,7 @@ EWMA_ALPHA = 0.3          # weight of the newest sample in the switch-cost avera
 MAX_SKIP = 3              # times later waiters may start before a waiter that does not fit
 AGING_QUANTA = 2          # a waiter's priority rises by one for every this many quanta waited
 CLIENT_OVERHEAD = 768 * 2**20  # bytes a client's CUDA context takes beyond its footprint
-                               # (measured: 747 MiB for PyTorch with cuBLAS and cuDNN)
+                               # (measured context sizes: docs/benchmarks.md, "Measured facts")
 RESERVE_FRACTION = 0.05   # default memory kept free in AUTO admission, a share of the capacity
 
 # Drops whose handoff time is a context switch (an ADMIN drop is a mode change, not a switch).
