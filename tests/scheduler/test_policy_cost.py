@@ -8,8 +8,9 @@ of the work at 10 (a log factor allowed); so too in auto mode with the capacity 
 1000 run at once and their quanta have run out. The policy keeps its waiters in structures it does not
 rescan, so an event costs O(log n), or O(k) in the clients it changes, not O(n) or O(n^2).
 
-POLICY_COST_AGAINST=reference runs the same checks against reference_policy, the policy as it stood
-before (it fails them: its auto mode rescanned the blocked waiters once per waiter).
+POLICY_COST_AGAINST=reference runs the same checks against the policy as it stood before
+(policy_reference.py, read from git history); it fails them: its auto mode rescanned the blocked
+waiters once per waiter.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-import reference_policy
+import policy_reference
 from xpushare.scheduler import policy as product
 
-POLICY = reference_policy if os.environ.get("POLICY_COST_AGAINST") == "reference" else product
+POLICY = policy_reference.load() if os.environ.get("POLICY_COST_AGAINST") == "reference" else product
 GiB = 2**30
 SMALL, LARGE = 10, 1000
 REPEAT = 6                    # events of each kind measured, averaged

@@ -1,5 +1,6 @@
 """The policy against its frozen oracle: seeded random event sequences are played on the product's
-Arbiter and on reference_policy's (the policy as it stood before its data structures were reworked),
+Arbiter and on the reference's (policy_reference.py: the policy as it stood before its data structures
+were reworked, read from git history),
 and after every event both must have returned the same actions and must show the same snapshot,
 the same records of holders and waiters, the same next deadline and the same state of every client.
 
@@ -21,7 +22,9 @@ import pytest
 from xpushare.scheduler import policy as product
 from xpushare.scheduler.policy import SwitchReport
 
-import reference_policy as reference
+import policy_reference
+
+reference = policy_reference.load()
 
 GiB = 2**30
 CHUNKS = 24
