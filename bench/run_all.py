@@ -221,8 +221,12 @@ def machine() -> dict:
     except (RuntimeError, ImportError):
         nvcc = None
     # XPUSHARE_COMMIT first: a copy of the tree (as on a lent GPU machine) may carry a stale .git
-    commit = os.environ.get("XPUSHARE_COMMIT") or _cmd(["git", "rev-parse", "--short", "HEAD"])
-    dirty = bool(_cmd(["git", "status", "--porcelain", "--untracked-files=no"]))
+    # (and then its status says nothing about the tree either).
+    commit = os.environ.get("XPUSHARE_COMMIT")
+    dirty = False
+    if not commit:
+        commit = _cmd(["git", "rev-parse", "--short", "HEAD"])
+        dirty = bool(_cmd(["git", "status", "--porcelain", "--untracked-files=no"]))
     index = _harness().visible_gpu_index()
     gpus = gpu.splitlines() if gpu else None
     return {
