@@ -17,6 +17,7 @@ from typing import ClassVar, NamedTuple
 MAGIC = 0x4853564E  # the bytes "NVSH" read as a little-endian u32
 VERSION = 2
 MAX_PAYLOAD = 65536
+MAX_JSON_DEPTH = 32  # nesting of a CTL_* payload: requests are flat, replies a few levels deep
 
 HEADER = struct.Struct("<IHHI")  # magic, version, type, length
 HEADER_FIELDS = (("magic", "I"), ("version", "H"), ("type", "H"), ("length", "I"))
@@ -253,13 +254,30 @@ def encode_error(text: str) -> bytes:
 
 
 def decode_json(payload: bytes) -> dict:
+    """A CTL_* payload: a JSON object nested at most MAX_JSON_DEPTH deep; ProtocolError otherwise."""
     try:
         obj = json.loads(payload.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except RecursionError:  # deeper than the parser's own limit: refused below at any depth
+        raise ProtocolError(f"JSON payload nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as e:  # bad UTF-8 or JSON, or an integer of more digits than int() takes
         raise ProtocolError(f"invalid JSON payload: {e}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("JSON payload is not an object")
+    if _json_depth(obj) > MAX_JSON_DEPTH:
+        raise ProtocolError(f"JSON payload nested deeper than {MAX_JSON_DEPTH} levels")
     return obj
+
+
+def _json_depth(obj) -> int:
+    """How deep objects and arrays nest in `obj` (1 for a flat object), counted without recursion;
+    stops counting once past MAX_JSON_DEPTH."""
+    deepest, todo = 0, [(obj, 1)]
+    while todo and deepest <= MAX_JSON_DEPTH:
+        value, depth = todo.pop()
+        deepest = max(deepest, depth)
+        items = value.values() if isinstance(value, dict) else value
+        todo.extend((v, depth + 1) for v in items if isinstance(v, (dict, list)))
+    return deepest
 
 
 class FrameDecoder:

@@ -1,6 +1,8 @@
-"""Control operations (nvsharectl): one table, OPS, of op name -> handler and whether it changes
-settings. Changing settings is for root, the scheduler's own uid and --admin-group members; GPU
-selection (an index, a UUID or a unique UUID prefix) is shared by every op that takes a `gpu`."""
+"""Control operations (nvsharectl): one table, OPS, of op name -> handler, whether it changes
+settings, and the schema of its fields (ctlschema.py). Changing settings is for root, the scheduler's
+own uid and --admin-group members; GPU selection (an index, a UUID or a unique UUID prefix) is shared
+by every op that takes a `gpu`. A request is checked against its op's schema before the handler
+runs, so handlers see only fields of the right type and range."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..protocol import PRIORITY_LIMIT, MessageType, ProtocolError, encode_json
+from ..protocol import (
+    PRIORITY_LIMIT, Attach, Attached, MessageType, ProtocolError, encode_json,
+)
 from . import peer, status
+from .ctlschema import Choice, Field, GpuSelector, Int, Invalid, Schema, show, unsigned_max, validate
 from .policy import TQ_MAX, Mode
 from .registry import Gpu
 from .state import SchedulerState
@@ -29,22 +34,27 @@ class CtlError(Exception):
 
 @dataclass(frozen=True)
 class Op:
-    run: Callable[[SchedulerState, dict], dict | None]
+    run: Callable[[SchedulerState, dict], dict | None]  # gets the fields validate() returned
     admin: bool  # changes settings: checked with is_admin, and logged
+    schema: Schema = Schema()
 
 
 def handle(state: SchedulerState, conn: Conn, msg: dict) -> bytes:
-    """The CTL_REPLY frame answering one control request."""
-    name = msg.get("op")
+    """The CTL_REPLY frame answering one control request (any JSON value: the frame decoder only
+    passes objects, but nothing here relies on it)."""
+    name = msg.get("op") if isinstance(msg, dict) else None
     op = OPS.get(name) if isinstance(name, str) else None
     try:
+        if not isinstance(msg, dict):
+            raise CtlError("a control request is a JSON object")
         if op is None:
-            raise CtlError(f"unknown op {name!r}")
+            raise CtlError(f"unknown op {show(name)}")
         if op.admin and not is_admin(state, conn):
             raise CtlError(f"permission denied: uid {conn.uid} may not change scheduler settings "
                            "(root, the scheduler's own uid or --admin-group members only)")
-        reply = {"ok": True, **(op.run(state, msg) or {})}
-    except CtlError as e:
+        fields = validate(name, op.schema, msg)
+        reply = {"ok": True, **(op.run(state, fields) or {})}
+    except (CtlError, Invalid) as e:
         reply = {"ok": False, "error": str(e)}
     if op is not None and op.admin:
         log.info("ctl %s from pid=%d uid=%d: %s", name, conn.pid, conn.uid,
@@ -64,17 +74,17 @@ def is_admin(state: SchedulerState, conn: Conn) -> bool:
 
 
 def select_gpus(state: SchedulerState, sel) -> list[Gpu]:
-    """Every GPU for None; else the one GPU an index, a UUID or a unique UUID prefix names."""
+    """Every GPU for None; else the one GPU an index, a UUID or a unique UUID prefix names (`sel`
+    is what GPU_SELECTOR accepted, or None)."""
     gpus = list(state.registry.gpus.values())
     if sel is None:
         return gpus
-    if isinstance(sel, bool) or not isinstance(sel, (int, str)):
-        raise CtlError(f"invalid gpu {sel!r}: give an index or a UUID")
     found = [g for g in gpus if g.matches(sel)]
     if not found and isinstance(sel, str) and not sel.isdigit():  # a unique UUID prefix
         found = [g for g in gpus if g.uuid.lower().startswith(sel.lower())]
     if len(found) != 1:
-        raise CtlError(f"no GPU matches {sel!r}" if not found else f"{sel!r} matches several GPUs")
+        raise CtlError(f"no GPU matches {show(sel)}" if not found
+                       else f"{show(sel)} matches several GPUs")
     return found
 
 
@@ -83,17 +93,7 @@ def op_ping(state: SchedulerState, msg: dict) -> dict:
 
 
 def op_set_tq(state: SchedulerState, msg: dict) -> None:
-    seconds = msg.get("seconds")
-    if seconds == "auto":
-        tq = None
-    elif isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
-        raise CtlError(f"invalid seconds {seconds!r}: a positive integer, or \"auto\" for the "
-                       "dynamic quantum")
-    elif seconds > TQ_MAX:
-        raise CtlError(f"invalid seconds {seconds}: at most {TQ_MAX:.0f} (the quantum is sent to "
-                       "clients in milliseconds as a 32-bit number)")
-    else:
-        tq = float(seconds)
+    tq = None if msg["seconds"] == "auto" else float(msg["seconds"])
     gpus = select_gpus(state, msg.get("gpu"))
     if msg.get("gpu") is None:
         state.registry.default_tq = tq
@@ -102,10 +102,7 @@ def op_set_tq(state: SchedulerState, msg: dict) -> None:
 
 
 def op_set_mode(state: SchedulerState, msg: dict) -> None:
-    try:
-        mode = Mode(msg.get("mode"))
-    except ValueError:
-        raise CtlError(f"invalid mode {msg.get('mode')!r}: auto, serial or off") from None
+    mode = Mode(msg["mode"])
     gpus = select_gpus(state, msg.get("gpu"))
     if msg.get("gpu") is None:
         state.registry.default_mode = mode
@@ -114,25 +111,15 @@ def op_set_mode(state: SchedulerState, msg: dict) -> None:
 
 
 def op_set_gpu_memory(state: SchedulerState, msg: dict) -> None:
-    size = msg.get("bytes")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise CtlError(f"invalid bytes {size!r}: a positive integer, or 0 to clear")
-    if msg.get("gpu") is None:
-        raise CtlError("set_gpu_memory needs a gpu")
     for gpu in select_gpus(state, msg["gpu"]):
-        gpu.capacity_override = size
+        gpu.capacity_override = msg["bytes"]
         state.registry.capacity_changed(gpu)
 
 
 def op_set_priority(state: SchedulerState, msg: dict) -> dict:
-    prio = msg.get("priority")
-    if isinstance(prio, bool) or not isinstance(prio, int) or abs(prio) > PRIORITY_LIMIT:
-        raise CtlError(f"invalid priority {prio!r}: an integer from {-PRIORITY_LIMIT} to "
-                       f"{PRIORITY_LIMIT}")
-    key = "pid" if "pid" in msg else "client_id" if "client_id" in msg else None
-    value = msg.get(key)
-    if key is None or isinstance(value, bool) or not isinstance(value, int):
-        raise CtlError("set_priority needs a pid or a client_id (an integer)")
+    prio = msg["priority"]
+    key = "pid" if "pid" in msg else "client_id"
+    value = msg[key]
     targets = [c for c in state.clients() if (c.pid if key == "pid" else c.id) == value]
     if not targets:
         raise CtlError(f"no client with {key} {value}")
@@ -144,11 +131,32 @@ def op_set_priority(state: SchedulerState, msg: dict) -> dict:
     return {"clients": len(targets)}
 
 
+# -- the schema of each op's fields: bounded by what the protocol carries --------------------------
+
+# An NVML index (an unsigned 32-bit number), or a UUID (prefix) no longer than ATTACH's uuid field.
+GPU_SELECTOR = GpuSelector(max_index=2**32 - 1, max_len=Attach.layout()["uuid"][1])
+SECONDS = Int(1, int(TQ_MAX), 'a positive integer, or "auto" for the dynamic quantum', words=("auto",),
+              high=f"at most {TQ_MAX:.0f} (the quantum is sent to clients in milliseconds as a "
+                   "32-bit number)")
+CAPACITY_MAX = unsigned_max(Attached, "capacity")  # ATTACHED tells clients the capacity
+BYTES = Int(0, CAPACITY_MAX, "a positive integer, or 0 to clear",
+            high=f"at most {CAPACITY_MAX} (ATTACHED carries the capacity as a 64-bit number)")
+PRIORITY = Int(-PRIORITY_LIMIT, PRIORITY_LIMIT,
+               f"an integer from {-PRIORITY_LIMIT} to {PRIORITY_LIMIT}")
+PID = Int(1, 2**31 - 1, "a process id (a positive integer)")  # pid_t is a signed 32-bit number
+CLIENT_ID = Int(1, 2**63 - 1, "a client id (a positive integer)")  # WELCOME's, counted from 1
+
 OPS: dict[str, Op] = {
     "ping": Op(op_ping, admin=False),
     "status": Op(status.build, admin=False),
-    "set_tq": Op(op_set_tq, admin=True),
-    "set_mode": Op(op_set_mode, admin=True),
-    "set_gpu_memory": Op(op_set_gpu_memory, admin=True),
-    "set_priority": Op(op_set_priority, admin=True),
+    "set_tq": Op(op_set_tq, admin=True, schema=Schema((
+        Field("seconds", SECONDS, required=True), Field("gpu", GPU_SELECTOR)))),
+    "set_mode": Op(op_set_mode, admin=True, schema=Schema((
+        Field("mode", Choice(tuple(m.value for m in Mode)), required=True),
+        Field("gpu", GPU_SELECTOR)))),
+    "set_gpu_memory": Op(op_set_gpu_memory, admin=True, schema=Schema((
+        Field("bytes", BYTES, required=True), Field("gpu", GPU_SELECTOR, required=True)))),
+    "set_priority": Op(op_set_priority, admin=True, schema=Schema((
+        Field("priority", PRIORITY, required=True), Field("pid", PID),
+        Field("client_id", CLIENT_ID)), one_of=("pid", "client_id"))),
 }

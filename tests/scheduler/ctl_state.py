@@ -1,0 +1,74 @@
+"""An in-process SchedulerState for control.handle(): two GPUs from NVML, two registered clients,
+and a snapshot of everything a control op may change (to show that a refused one changed nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from sched_harness import GiB, uuid
+from xpushare.protocol import FrameDecoder, Hello, MessageType
+from xpushare.scheduler import control
+from xpushare.scheduler.connection import Conn
+from xpushare.scheduler.gpus import GpuInfo
+from xpushare.scheduler.state import Config, SchedulerState
+
+
+class FakeTransport:
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def abort(self) -> None:
+        pass
+
+
+class FakeWriter:
+    def __init__(self):
+        self.data, self.closed, self.transport = b"", False, FakeTransport()
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def build_state(loop: asyncio.AbstractEventLoop) -> SchedulerState:
+    state = SchedulerState(Config(socket_path=Path("/nonexistent/s.sock"), tq=30),
+                           [GpuInfo(0, uuid(0), "A", 16 * GiB), GpuInfo(1, uuid(1), "B", 16 * GiB)])
+    state.registry.start(loop)  # only its clock and call_at are used
+    gpus = state.registry.in_order()
+    for cid in (1, 2):
+        c = Conn(cid, FakeWriter(), 1000 + cid, os.getuid(), os.getgid())
+        c.hello = Hello()
+        c.devices[0] = gpus[cid - 1]
+        state.conns.add(c)
+        state.registry.apply(gpus[cid - 1], gpus[cid - 1].arbiter.set_priority, c, 0)
+    return state
+
+
+def ctl_conn() -> Conn:
+    """An nvsharectl connection of our own uid (an admin)."""
+    return Conn(99, FakeWriter(), os.getpid(), os.getuid(), os.getgid())
+
+
+def ask(state: SchedulerState, msg) -> dict:
+    """control.handle's reply to `msg`, decoded."""
+    d = FrameDecoder()
+    d.feed(control.handle(state, ctl_conn(), msg))
+    (frame,) = d.frames()
+    assert frame.type == MessageType.CTL_REPLY
+    return frame.decode()
+
+
+def snapshot(state: SchedulerState) -> tuple:
+    """Everything a control op may change."""
+    r = state.registry
+    return (r.default_mode, r.default_tq,
+            [(g.uuid, g.arbiter.mode, g.arbiter.tq_explicit, g.capacity_override, g.capacity)
+             for g in r.in_order()],
+            [(c.id, c.priority) for c in state.clients()])

@@ -1,0 +1,157 @@
+"""Fuzzing control requests: a property test of control.handle in-process (hypothesis), and a
+bounded run against the real daemon with fuzzed control requests and malformed frames over many
+connections, after which the daemon must be alive, its log free of tracebacks, and a well-behaved
+client must still get the lock. Also the daemon's side of the hardening issue's attacks."""
+
+import asyncio
+import json
+import os
+import random
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctl_state import ask, build_state, snapshot
+from sched_harness import FakeClient, GiB, registered, uuid
+from xpushare.protocol import (
+    Attach, Attached, FrameDecoder, Hello, LockRequest, MemUpdate, MessageType, Released, encode,
+    encode_frame, encode_json,
+)
+from xpushare.scheduler import control
+
+FIELDS = ("seconds", "gpu", "mode", "bytes", "priority", "pid", "client_id")
+SCALAR = (st.none() | st.booleans() | st.integers() | st.integers(-2**80, 2**80) | st.floats()
+          | st.text(max_size=60) | st.sampled_from(["auto", "serial", "off", uuid(0), "GPU-", "0"]))
+VALUE = st.recursive(SCALAR, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5),
+                                                                                c, max_size=3),
+                     max_leaves=8)
+REQUEST = (st.fixed_dictionaries({"op": st.sampled_from(sorted(control.OPS)) | VALUE},
+                                 optional={f: VALUE for f in (*FIELDS, "x")})
+           | st.dictionaries(st.text(max_size=8), VALUE, max_size=4) | VALUE)
+
+
+@settings(max_examples=600, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(REQUEST)
+def test_any_request_gets_a_reply_and_a_refused_one_changes_nothing(msg):
+    loop = asyncio.new_event_loop()
+    try:
+        state = build_state(loop)
+        before = snapshot(state)
+        reply = ask(state, msg)  # raises on anything but a CTL_REPLY frame
+        if reply["ok"] is not True:
+            assert reply["ok"] is False and isinstance(reply["error"], str) and reply["error"]
+            assert snapshot(state) == before
+        for gpu in state.registry.gpus.values():  # whatever was accepted, ATTACHED can carry it
+            encode(Attached(0, 0, gpu.capacity))
+    finally:
+        loop.close()
+
+
+# -- the daemon ---------------------------------------------------------------------------------
+
+def _clean_log(scheduler) -> None:
+    log = scheduler.log()
+    assert "Traceback" not in log and "internal error" not in log, log[-4000:]
+
+
+def test_attack_gpu_memory_beyond_attached_then_attach_live(scheduler):
+    """set_gpu_memory 2**64 was accepted, and every later ATTACH of that GPU got an internal error."""
+    with registered(scheduler.sock) as c:
+        reply = c.ctl("set_gpu_memory", bytes=2**64, gpu=uuid(0))
+        assert not reply["ok"] and "at most 18446744073709551615" in reply["error"]
+        assert c.ctl("set_gpu_memory", bytes=2**64 - 1, gpu=uuid(0)) == {"ok": True}
+    with registered(scheduler.sock, devices=()) as c:
+        assert c.attach(0).capacity == 2**64 - 1
+    _clean_log(scheduler)
+
+
+def test_attack_deeply_nested_request_live(scheduler):
+    """A request of 60000 '[' was a RecursionError, logged with a traceback as an internal error."""
+    for payload in (b"[" * 60000, b'{"op":' * 10000, b'{"op":"set_tq","seconds":' + b"9" * 5000 + b"}"):
+        with FakeClient(scheduler.sock) as c:
+            c.send(MessageType.CTL_REQUEST, payload)
+            assert "protocol error" in c.expect(MessageType.ERROR)
+            assert c.closed_by_peer()
+    assert scheduler.ctl("ping")["ok"]
+    _clean_log(scheduler)
+
+
+# The live run: fixed seed and counts, so that it is bounded and repeatable.
+REQUESTS, REQUEST_CONNS, FRAMES, WORKERS = 2000, 50, 2000, 8
+JUNK = [0, 1, -1, 2**31, 2**63, 2**64 - 1, 2**64, 10**30, True, False, None, 1.5, -0.0, 1e308,
+        float("nan"), float("inf"), "", "auto", "serial", "off", "²", "9" * 40, "x" * 100, uuid(0),
+        uuid(0)[:12], "GPU-", "\ud800", "\u0000", [], {}, [1, [2, [3]]], {"a": {"b": None}}]
+OPS = [*control.OPS, "", "PING", "set_tq ", None, 1, [], {}]
+
+
+def _fuzz_request(rng: random.Random) -> dict:
+    msg = {"op": rng.choice(OPS)} if rng.random() < 0.9 else {}
+    for name in rng.sample([*FIELDS, "x", "op"], rng.randint(0, 4)):
+        msg[name] = rng.choice(JUNK) if rng.random() < 0.7 else rng.randint(-2**70, 2**70)
+    return msg
+
+
+def _requests_on_one_connection(sock, msgs) -> int:
+    with FakeClient(sock, timeout=10) as c:
+        c.send_raw(b"".join(encode_json(MessageType.CTL_REQUEST, m) for m in msgs))
+        for _ in msgs:
+            reply = c.expect(MessageType.CTL_REPLY, timeout=10)
+            assert reply["ok"] is True or (reply["ok"] is False and reply["error"]), reply
+    return len(msgs)
+
+
+VALID = [encode(Hello(0, 3, "p", "n")), encode(Attach(0, 0, uuid(0), "Mock", 16 * GiB, 16 * GiB)),
+         encode(LockRequest(0, 0)), encode(Released(0, 0, 1, 2, 3)), encode(MemUpdate(0, 0, GiB, 0)),
+         encode_json(MessageType.CTL_REQUEST, {"op": "status"})]
+
+
+def _malformed_frame(rng: random.Random) -> bytes:
+    kind = rng.randrange(5)
+    if kind == 0:  # random bytes
+        return os.urandom(rng.randint(1, 200))
+    if kind == 1:  # JSON that is no request: deep, not an object, not UTF-8, not JSON
+        return encode_frame(MessageType.CTL_REQUEST, rng.choice(
+            [b"[" * rng.randint(33, 60000), b"[1]", b"\xff\xfe", b"{", b"1" * 5000, b"nul"]))
+    data = bytearray(rng.choice(VALID))
+    for _ in range(rng.randint(1, 4)):  # a valid frame with bytes changed, cut or grown
+        data[rng.randrange(len(data))] = rng.randrange(256)
+    return bytes(data[:rng.randint(1, len(data))] if kind == 3 else data + os.urandom(kind))
+
+
+def _malformed_on_one_connection(sock, data: bytes, hello: bool) -> None:
+    with FakeClient(sock, timeout=10) as c:
+        c.send_raw((VALID[0] + VALID[1] if hello else b"") + data)
+        c.sock.shutdown(socket.SHUT_WR)
+        while c.sock.recv(65536):  # until the daemon closes it
+            pass
+
+
+def test_live_fuzz_leaves_the_daemon_serving(scheduler):
+    rng = random.Random(20261123)
+    holder = registered(scheduler.sock)
+    t0 = time.monotonic()
+    msgs = [_fuzz_request(rng) for _ in range(REQUESTS)]
+    frames = [(_malformed_frame(rng), rng.random() < 0.5) for _ in range(FRAMES)]
+    per = REQUESTS // REQUEST_CONNS
+    with ThreadPoolExecutor(WORKERS) as pool:
+        answered = sum(pool.map(lambda i: _requests_on_one_connection(
+            scheduler.sock, msgs[i:i + per]), range(0, REQUESTS, per)))
+        list(pool.map(lambda f: _malformed_on_one_connection(scheduler.sock, *f), frames))
+    elapsed = time.monotonic() - t0
+    assert answered == REQUESTS and elapsed < 60, elapsed
+    assert scheduler.alive()
+    _clean_log(scheduler)
+    # Put back what fuzzed admin requests may have changed, then a well-behaved client is served.
+    for op, fields in (("set_mode", {"mode": "serial"}), ("set_tq", {"seconds": 30}),
+                       ("set_gpu_memory", {"bytes": 0, "gpu": uuid(0)})):
+        assert scheduler.ctl(op, **fields) == {"ok": True}
+    holder.close()
+    with registered(scheduler.sock) as c:
+        c.request()
+        assert c.expect(MessageType.LOCK_OK).device == 0
+    print(f"live fuzz: {REQUESTS} requests on {REQUEST_CONNS} connections, {FRAMES} malformed "
+          f"frames on as many connections, {elapsed:.1f} s")
