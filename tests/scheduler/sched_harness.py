@@ -194,3 +194,79 @@ def registered(sock: Path, devices=(0,), **hello) -> FakeClient:
         c.attach(d)
     return c
 
+
+
+class LimitedScheduler(SchedulerProcess):
+    """The scheduler started with RLIMIT_NOFILE = nofile, soft and hard (so it cannot raise it)."""
+
+    def __init__(self, sock: Path, nofile: int, args=(), env: dict | None = None):
+        super().__init__(sock, args, env)
+        self.nofile = nofile
+
+    def start(self, wait: bool = True, timeout: float = 20.0) -> "LimitedScheduler":
+        import resource
+        import subprocess
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "xpushare.scheduler", *self.args],
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=self.env, preexec_fn=limit)
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+
+def vm_rss(pid: int) -> int:
+    """The process's resident set size in bytes (/proc/PID/status VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+class HeldAsUser:
+    """Like as_user, but the child keeps running, holding what fn returned second, until the with
+    block ends: `with HeldAsUser(uid, gid, fn, *args) as result:`; fn returns (result, kept)."""
+
+    def __init__(self, uid: int, gid: int, fn, *args):
+        self.uid, self.gid, self.fn, self.args = uid, gid, fn, args
+        self.pid = None
+
+    def __enter__(self):
+        import ast
+        import traceback
+        r, w = os.pipe()
+        self._hold_r, self._hold_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # child
+            try:
+                os.close(r)
+                os.close(self._hold_w)
+                os.setgroups([])
+                os.setgid(self.gid)
+                os.setuid(self.uid)
+                result, kept = self.fn(*self.args)
+                out = repr(("ok", result))
+            except BaseException:
+                kept, out = None, repr(("error", traceback.format_exc()))
+            os.write(w, out.encode())
+            os.close(w)
+            os.read(self._hold_r, 1)  # until the parent's with block ends
+            os._exit(0)
+        os.close(w)
+        os.close(self._hold_r)
+        data = b""
+        while chunk := os.read(r, 65536):
+            data += chunk
+        os.close(r)
+        kind, value = ast.literal_eval(data.decode())
+        if kind != "ok":
+            self.__exit__()
+            raise AssertionError(f"child failed:\n{value}")
+        return value
+
+    def __exit__(self, *exc):
+        os.close(self._hold_w)
+        os.waitpid(self.pid, 0)

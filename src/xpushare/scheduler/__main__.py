@@ -11,6 +11,7 @@ import sys
 from .. import __version__
 from ..paths import default_socket_path, socket_override
 from ..sizes import parse_size
+from .limits import FRAME_TIMEOUT, HELLO_TIMEOUT, MAX_CONNECTIONS_PER_UID
 from .policy import Mode, check_tq
 
 log = logging.getLogger("nvshare.scheduler")
@@ -38,6 +39,22 @@ def _size(text: str) -> int:
         return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
+    return value
 
 
 def _group(text: str) -> int:
@@ -76,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not discover GPUs with NVML; learn them from clients")
     p.add_argument("--admin-group", type=_group, metavar="GROUP",
                    help="members of this group (name or gid) may change settings too")
+    p.add_argument("--max-connections-per-uid", type=_count, default=MAX_CONNECTIONS_PER_UID,
+                   metavar="N",
+                   help="open connections one user may have; more are refused with an error. "
+                        "Root and the scheduler's own user are exempt; 0: no cap "
+                        f"(default: {MAX_CONNECTIONS_PER_UID})")
+    # How long a connection may take to send its first message, and to complete a frame (tests).
+    p.add_argument("--hello-timeout", type=_seconds, default=HELLO_TIMEOUT, help=argparse.SUPPRESS)
+    p.add_argument("--frame-timeout", type=_seconds, default=FRAME_TIMEOUT, help=argparse.SUPPRESS)
     p.add_argument("--debug", action="store_true", help="log every message")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
@@ -91,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
     config = Config(socket_path=socket_override(args.socket) or default_socket_path(),
                     tq=args.tq, mode=Mode(args.mode), reserve=args.reserve,
-                    admin_gid=args.admin_group)
+                    admin_gid=args.admin_group, max_conns_per_uid=args.max_connections_per_uid,
+                    hello_timeout=args.hello_timeout, frame_timeout=args.frame_timeout)
     for sel, size in args.gpu_memory:
         if sel is None:
             config.gpu_memory = size

@@ -20,6 +20,7 @@ from pathlib import Path
 from .. import __version__
 from ..paths import ensure_socket_dir
 from ..protocol import socket_answers
+from . import limits
 from .connection import serve_connection
 from .gpus import GpuInfo
 from .state import Config, SchedulerState
@@ -53,7 +54,10 @@ class Server:
             await self.shutdown()
 
     async def startup(self) -> None:
-        self.state.registry.start(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self.state.registry.start(loop)
+        fd_limit = limits.raise_fd_limit()
+        limits.quiet_accept_errors(loop, self.state.warnings, fd_limit)
         path = Path(self.config.socket_path)
         ensure_socket_dir(path)
         _remove_stale_socket(path)
@@ -61,6 +65,10 @@ class Server:
             functools.partial(serve_connection, self.state), path=str(path))
         os.chmod(path, 0o666)  # anyone may be scheduled; settings are checked per request
         self._socket_ino = path.stat().st_ino
+        # What is open now (stdio, the loop, the socket, NVML) stays open; connections get the rest
+        # but the reserve (limits.py).
+        self.state.fd_limit = fd_limit
+        self.state.conn_room = max(0, fd_limit - limits.open_fds() - limits.FD_RESERVE)
         registry = self.state.registry
         log.info("nvshare-scheduler %s listening on %s (mode %s, tq %s, %d gpu(s) known)",
                  __version__, path, registry.default_mode.value,

@@ -1,14 +1,16 @@
 """What the running scheduler knows, in one place: its settings, the GPU registry, the open
-connections and the pod lookup. Connection handlers, control operations and the status view all
+connections (and how many each uid has), the pod lookup and the admission of new connections. Connection handlers, control operations and the status view all
 work on a SchedulerState; server.py only creates it and serves."""
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import limits
 from .gpus import GpuInfo
 from .peer import PodLookup
 from .policy import Mode
@@ -27,6 +29,9 @@ class Config:
     gpu_memory: int = 0                                   # --gpu-memory SIZE: every GPU
     gpu_memory_for: dict[str, int] = field(default_factory=dict)  # --gpu-memory SEL=SIZE
     admin_gid: int | None = None                          # --admin-group
+    max_conns_per_uid: int = limits.MAX_CONNECTIONS_PER_UID  # --max-connections-per-uid; 0 = none
+    hello_timeout: float = limits.HELLO_TIMEOUT           # hidden --hello-timeout
+    frame_timeout: float = limits.FRAME_TIMEOUT           # hidden --frame-timeout
 
 
 class SchedulerState:
@@ -34,6 +39,10 @@ class SchedulerState:
         self.config = config
         self.registry = GpuRegistry(config)
         self.conns: set[Conn] = set()
+        self.uid_conns: Counter[int] = Counter()          # uid -> open connections
+        self.fd_limit = 0                                 # the open-file limit, set when serving
+        self.conn_room = 1 << 62                          # connections before the fd reserve
+        self.warnings = limits.LogLimiter()               # refusals, keyed by uid; accept errors
         self.pods = PodLookup()
         self._ids = itertools.count(1)
         for info in gpus:
@@ -41,6 +50,30 @@ class SchedulerState:
 
     def next_id(self) -> int:
         return next(self._ids)
+
+    def admission(self, uid: int) -> str | None:
+        """Why a new connection of `uid` is refused (its ERROR text), or None to admit it."""
+        if limits.privileged(uid):
+            return None
+        if len(self.conns) >= self.conn_room:
+            return (f"the scheduler is at its open-file limit ({len(self.conns)} connections, "
+                    f"limit {self.fd_limit}); only root is served now")
+        cap = self.config.max_conns_per_uid
+        if cap and self.uid_conns[uid] >= cap:
+            return (f"too many connections from uid {uid}: {self.uid_conns[uid]} open, at most "
+                    f"{cap} (--max-connections-per-uid)")
+        return None
+
+    def connected(self, conn: Conn) -> None:
+        self.conns.add(conn)
+        self.uid_conns[conn.uid] += 1
+
+    def disconnected(self, conn: Conn) -> None:
+        if conn in self.conns:
+            self.conns.discard(conn)
+            self.uid_conns[conn.uid] -= 1
+            if not self.uid_conns[conn.uid]:
+                del self.uid_conns[conn.uid]
 
     def clients(self) -> list[Conn]:
         """Connections of client processes (after HELLO), oldest first."""
