@@ -85,7 +85,7 @@ class SchedulerProcess:
 
     # -- the control protocol ------------------------------------------------------------------
     def ctl(self, op: str, **fields) -> dict:
-        from xpushare.protocol import CtlClient
+        from xpushare.client import CtlClient
         with CtlClient(self.sock, timeout=5.0) as c:
             return c.request(op, **fields)
 

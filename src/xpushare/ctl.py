@@ -13,7 +13,8 @@ import json
 import sys
 
 from .paths import client_socket_candidates
-from .protocol import PRIORITY_LIMIT, CtlClient, ProtocolError, SchedulerUnavailable
+from .client import CtlClient, SchedulerUnavailable
+from .protocol import PRIORITY_LIMIT, ProtocolError
 from .scheduler.policy import TQ_MAX, Mode
 from .sizes import format_size, size_argument
 

@@ -8,7 +8,6 @@ native/src/protocol.h mirrors this module; tests/test_protocol_agreement.py chec
 from __future__ import annotations
 
 import json
-import socket
 import struct
 from dataclasses import astuple, dataclass
 from enum import IntEnum
@@ -332,74 +331,3 @@ class FrameDecoder:
     def frames(self):
         while (frame := self.next_frame()) is not None:
             yield frame
-
-
-# ---------------------------------------------------------------------------------------------
-# A small blocking client (nvsharectl, nvshare-run, tests).
-
-class SchedulerUnavailable(Exception):
-    """No scheduler answers at the socket."""
-
-
-def connect(path, timeout: float = 5.0) -> socket.socket:
-    """Connect to a scheduler socket; SchedulerUnavailable if nobody listens there.
-
-    PermissionError (the socket or its directory is not accessible) is passed through.
-    """
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    try:
-        s.connect(str(path))
-    except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError) as e:
-        s.close()
-        raise SchedulerUnavailable(f"no scheduler at {path}: {e.strerror}") from None
-    except BaseException:
-        s.close()
-        raise
-    return s
-
-
-def socket_answers(path, timeout: float = 1.0) -> bool:
-    try:
-        connect(path, timeout).close()
-        return True
-    except (SchedulerUnavailable, OSError):
-        return False
-
-
-def read_frame(sock: socket.socket, decoder: FrameDecoder | None = None) -> Frame:
-    """Read one frame from a blocking socket; ConnectionError on EOF."""
-    decoder = decoder or FrameDecoder()
-    while (frame := decoder.next_frame()) is None:
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError("scheduler closed the connection")
-        decoder.feed(data)
-    return frame
-
-
-class CtlClient:
-    """Blocking CTL_REQUEST/CTL_REPLY exchanges over one connection."""
-
-    def __init__(self, path, timeout: float = 5.0):
-        self.path = path
-        self.sock = connect(path, timeout)
-        self._decoder = FrameDecoder()
-
-    def request(self, op: str, **fields) -> dict:
-        self.sock.sendall(encode_json(MessageType.CTL_REQUEST, {"op": op, **fields}))
-        frame = read_frame(self.sock, self._decoder)
-        if frame.type == MessageType.ERROR:
-            return {"ok": False, "error": frame.decode()}
-        if frame.type != MessageType.CTL_REPLY:
-            raise ProtocolError(f"expected CTL_REPLY, got {frame.type.name}")
-        return frame.decode()
-
-    def close(self):
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -19,7 +19,7 @@ from .paths import (
     LIBRARY_NAME, can_create_dir, client_socket_candidates, default_socket_path, ensure_socket_dir,
     library_path, socket_override,
 )
-from .protocol import socket_answers
+from .client import socket_answers
 from .sizes import size_argument
 
 START_TIMEOUT = 5.0

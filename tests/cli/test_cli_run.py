@@ -11,7 +11,7 @@ import pytest
 
 from sched_harness import child_env
 from testkit.waiting import poll
-from xpushare.protocol import CtlClient, socket_answers
+from xpushare.client import CtlClient, socket_answers
 
 PRINT_ENV = [sys.executable, "-c", "import os, json; print(json.dumps(dict(os.environ)))"]
 

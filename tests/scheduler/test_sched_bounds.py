@@ -17,8 +17,9 @@ from sched_harness import (
     FakeClient, HeldAsUser, LimitedScheduler, as_user, make_socket_dir, registered, vm_rss,
 )
 from testkit.waiting import poll
+from xpushare.client import CtlClient
 from xpushare.protocol import (
-    CtlClient, Hello, LockRequest, MessageType, encode, encode_json,
+    Hello, LockRequest, MessageType, encode, encode_json,
 )
 
 NOBODY = 65534

@@ -15,9 +15,9 @@ from sched_harness import (
     GiB, FakeClient, SchedulerProcess, as_user, child_env, registered, uuid,
 )
 from xpushare import __version__
+from xpushare.client import socket_answers
 from xpushare.protocol import (
     HEADER, MAGIC, MAX_PAYLOAD, VERSION, DropReason, LockRequest, MessageType, encode, encode_frame,
-    socket_answers,
 )
 
 CLIENT_PROC = Path(__file__).resolve().parent / "client_proc.py"

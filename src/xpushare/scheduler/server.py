@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..paths import ensure_socket_dir
-from ..protocol import socket_answers
+from ..client import socket_answers
 from . import limits
 from .connection import serve_connection
 from .gpus import GpuInfo
