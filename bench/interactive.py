@@ -2,6 +2,9 @@
 """An interactive high-priority client next to a batch job: its wait for the GPU, and the batch
 job's slowdown.
 
+(long: one benchmark, its method written out below and the code that carries it out, per the
+interface of bench/suite.py; the rendering is the last 70 lines.)
+
 Two bench/job_program.py processes under libnvshare.so, scheduler in mode auto (explicit TQ 30 s: only
 priorities matter here):
 - batch: MLP 1024x4, batch 256, a 6 GiB working set touched by every step; priority 0; it trains

@@ -2,6 +2,9 @@
 were evicted to host takes to be back at full speed, with bulk prefetch (NVSHARE_PREFETCH=wait,
 =overlap) and with demand faults (=off).
 
+(long: one measurement with its method written out here; the benchmark's report lives in
+switch_cost.py and A's process in switch_worker.py already.)
+
 A (a PyTorch process under libnvshare.so: bench/switch_worker.py) holds W GiB in one float32 tensor
 and loops passes `x.add_(1.0); torch.cuda.synchronize()`, recording (t_start, t_end) of every pass
 with time.monotonic() (CLOCK_MONOTONIC: one clock for every process of the machine). Scheduler: mode
