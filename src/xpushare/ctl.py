@@ -3,15 +3,18 @@
 nvshare-compatible flags: -T/--set-tq N, -S/--anti-thrash on|off; plus --mode auto|serial|off,
 -T auto (the dynamic quantum), --gpu SEL (one GPU), --set-gpu-memory SIZE, --set-priority N with
 --pid PID or --client ID, `status [--json]` and `ping` (a cheap liveness check). Exit codes: 0 ok,
-1 no scheduler / refused / failed, 2 bad usage.
+1 no scheduler / permission denied / failed, 2 bad usage or a bad value (a setting the scheduler
+refuses other than for permission, e.g. an unknown --gpu or --pid), 141 when stdout is a closed pipe.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
+from . import __version__
 from .paths import client_socket_candidates
 from .client import CtlClient, SchedulerUnavailable
 from .protocol import PRIORITY_LIMIT, ProtocolError
@@ -83,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "that attach afterwards get it, running ones keep what they were told")
     p.add_argument("--socket", metavar="PATH", help="scheduler socket (default: $NVSHARE_SOCK_PATH, "
                    "else the per-user socket, then /var/run/nvshare/scheduler.sock)")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     st = sub.add_parser("status", help="show GPUs, lock holders, queues and clients")
     st.add_argument("--json", action="store_true", help="print the scheduler's reply as JSON")
@@ -101,7 +105,33 @@ def _connect(explicit) -> CtlClient:
                                "nvshare-scheduler or nvshare-run")
 
 
+SETTINGS_OPS = ("set_tq", "set_mode", "set_gpu_memory", "set_priority")
+PERMISSION_PREFIX = "permission denied"
+EXIT_BAD_VALUE = 2
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a writer killed by SIGPIPE
+
+
+def refusal_exit_code(op: str, error: str) -> int:
+    """The exit code for a scheduler's `ok: false` answer. The one rule: a settings request that is
+    refused for any reason but permission named a value the scheduler does not accept (no such GPU,
+    client or value), so it is a bad value (2); everything else is a failure (1)."""
+    if op in SETTINGS_OPS and not error.startswith(PERMISSION_PREFIX):
+        return EXIT_BAD_VALUE
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`nvsharectl status | head -1`): stop quietly, as coreutils tools do
+        # when SIGPIPE ends them, and keep Python from complaining again when it flushes at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
@@ -140,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
             for op, fields in requests:
                 reply = client.request(op, **fields)
                 if not reply.get("ok"):
-                    print(f"nvsharectl: {op}: {reply.get('error', 'failed')}", file=sys.stderr)
-                    return 1
+                    error = str(reply.get("error", "failed"))
+                    print(f"nvsharectl: {op}: {error}", file=sys.stderr)
+                    return refusal_exit_code(op, error)
                 if op == "ping":
                     print(f"nvshare-scheduler {reply.get('version', '?')} answers on {client.path}")
                 elif op == "status":
@@ -150,9 +181,12 @@ def main(argv: list[str] | None = None) -> int:
                         print()
                     else:
                         render_status(reply)
+                    sys.stdout.flush()  # a closed pipe shows here, inside the BrokenPipeError catch
     except SchedulerUnavailable as e:
         print(f"nvsharectl: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # an OSError, but main() answers it
+        raise
     except PermissionError as e:
         print(f"nvsharectl: permission denied: {e.filename or args.socket}", file=sys.stderr)
         return 1
@@ -182,6 +216,10 @@ def _tq_cell(g: dict) -> str:
     return text
 
 
+def _reader_gone() -> None:
+    raise BrokenPipeError("stdout is closed")
+
+
 def render_status(status: dict, file=None) -> None:
     """Two tables (GPUs, clients) with rich."""
     from rich.console import Console
@@ -189,6 +227,7 @@ def render_status(status: dict, file=None) -> None:
 
     out = file or sys.stdout
     console = Console(file=out, width=None if out.isatty() else 200, highlight=False)
+    console.on_broken_pipe = _reader_gone  # rich would exit 1 itself; main() answers a closed pipe
     sched = status.get("scheduler", {})
     console.print(f"nvshare-scheduler {sched.get('version', '?')} (pid {sched.get('pid', '?')}) on "
                   f"{sched.get('socket', '?')}")

@@ -108,7 +108,7 @@ def test_set_priority_by_pid_shows_in_status(busy):
     assert sorted(c["priority"] for c in st["clients"]) == [7, 7]  # both connections are this pid
     assert st["gpus"][0]["holders"][0]["priority"] == 7
     r = ctl("--set-priority", "1", "--pid", "999999999", sock=s.sock)
-    assert r.returncode == 1 and "no client with pid 999999999" in r.stderr
+    assert r.returncode == 2 and "no client with pid 999999999" in r.stderr
 
 
 def test_set_gpu_memory(busy):
@@ -179,10 +179,10 @@ def test_bad_values_exit_2_with_usage(scheduler, args):
     assert json.loads(ctl("status", "--json", sock=scheduler.sock).stdout)["scheduler"]["tq"] == 30
 
 
-def test_scheduler_refusal_exits_1(busy):
+def test_scheduler_refusal_of_a_value_exits_2(busy):
     s, _, _ = busy
     r = ctl("-T", "5", "--gpu", "GPU-nope", sock=s.sock)
-    assert r.returncode == 1 and "no GPU matches" in r.stderr
+    assert r.returncode == 2 and "no GPU matches" in r.stderr
 
 
 def test_no_arguments_prints_help():
