@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+from . import __version__
 from .paths import (
     LIBRARY_NAME, can_create_dir, client_socket_candidates, default_socket_path, ensure_socket_dir,
     library_path, socket_override,
@@ -42,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not start a per-user scheduler when none answers")
     p.add_argument("--socket", metavar="PATH", help="scheduler socket (sets NVSHARE_SOCK_PATH)")
     p.add_argument("--print-lib", action="store_true", help="print the path of libnvshare.so and exit")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                   help="print the version and exit (before --; after it, --version is CMD's)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
 

@@ -1,4 +1,4 @@
-"""Small usability promises of nvsharectl: --version, exit codes, closed pipes."""
+"""Small usability promises of nvsharectl and nvshare-run: --version, exit codes, closed pipes."""
 
 import json
 import os
@@ -18,11 +18,25 @@ def tool(module, *args, env=None):
 
 
 @pytest.mark.parametrize("module,prog", [("xpushare.ctl", "nvsharectl"),
+                                         ("xpushare.run", "nvshare-run"),
                                          ("xpushare.scheduler", "nvshare-scheduler")])
 def test_version(module, prog):
     r = tool(module, "--version")
     assert r.returncode == 0, r.stderr
     assert r.stdout == f"{prog} {__version__}\n"
+
+
+def test_run_version_among_other_options_before_the_separator():
+    r = tool("xpushare.run", "--no-start", "--version", "--", "false")
+    assert r.returncode == 0 and r.stdout == f"nvshare-run {__version__}\n"
+
+
+def test_run_version_after_the_separator_belongs_to_the_command(tmp_path):
+    # The command's own --version: nvshare-run does not answer it (here it fails for want of the
+    # library, which shows it went on to run the command instead of printing its version).
+    r = tool("xpushare.run", "--no-start", "--", "python3", "--version",
+             env={"NVSHARE_LIBRARY": str(tmp_path / "missing.so")})
+    assert "nvshare-run 0" not in r.stdout and r.returncode == 1 and "not found" in r.stderr
 
 
 @pytest.fixture
