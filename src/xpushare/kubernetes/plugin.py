@@ -32,14 +32,23 @@ import threading
 import time
 from typing import List, Optional
 
-import grpc
-
+from .. import __version__
 from . import devices as dev
 from .health import DEFAULT_IGNORED_XIDS, FileHealthSource, HealthBoard, HealthSource, NvmlHealthMonitor
 from .libinstall import clean_stale_temps, default_library_source, install_library
-from .proto import deviceplugin_pb2 as pb
-from .proto import deviceplugin_pb2_grpc as pb_grpc
-from .service import AllocateConfig, DevicePluginService, DeviceState
+
+EXTRA_HINT = "python3 -m pip install 'xpushare[kubernetes]'"
+_missing_extra: Optional[ImportError] = None
+try:  # grpcio and protobuf come with the kubernetes extra; main() names it when they are missing
+    import grpc
+
+    from .proto import deviceplugin_pb2 as pb
+    from .proto import deviceplugin_pb2_grpc as pb_grpc
+    from .service import AllocateConfig, DevicePluginService, DeviceState
+except ImportError as e:
+    if (e.name or "").split(".")[0] not in ("grpc", "google"):
+        raise
+    _missing_extra = e
 
 log = logging.getLogger("nvshare-device-plugin")
 
@@ -271,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nvshare-device-plugin",
         description="Kubelet device plugin advertising nvshare.com/gpu (N shared units per physical GPU).")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--virtual-devices", type=_positive_int,
                    default=_env("NVSHARE_VIRTUAL_DEVICES", str(DEFAULT_VIRTUAL_DEVICES)),
                    help="units advertised per physical GPU (env NVSHARE_VIRTUAL_DEVICES; default 10)")
@@ -333,6 +343,10 @@ def _nvml_usable() -> bool:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if _missing_extra is not None:
+        print(f"nvshare-device-plugin: {_missing_extra.name} is not installed; the device plugin needs "
+              f"the kubernetes extra: {EXTRA_HINT}", file=sys.stderr)
+        return 1
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
