@@ -4,7 +4,6 @@ connections, after which the daemon must be alive, its log free of tracebacks, a
 client must still get the lock. Also the daemon's side of the hardening issue's attacks."""
 
 import asyncio
-import json
 import os
 import random
 import socket
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 from ctl_state import ask, build_state, snapshot
 from sched_harness import FakeClient, GiB, registered, uuid
 from xpushare.protocol import (
-    Attach, Attached, FrameDecoder, Hello, LockRequest, MemUpdate, MessageType, Released, encode,
+    Attach, Attached, Hello, LockRequest, MemUpdate, MessageType, Released, encode,
     encode_frame, encode_json,
 )
 from xpushare.scheduler import control
