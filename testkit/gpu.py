@@ -282,7 +282,7 @@ class Scheduler:
         self.lines: list[tuple[float, str]] = []
         self._lock = threading.Lock()
         argv = [sys.executable, "-m", "xpushare.scheduler", "--socket", str(self.socket),
-                "--mode", mode, "--tq", f"{tq:g}", *extra_args]
+                "--mode", mode, "--tq", f"{tq:g}", "--log-locks", *extra_args]
         self.proc = subprocess.Popen(argv, env=native_env(), cwd=workdir, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)

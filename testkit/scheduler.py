@@ -18,9 +18,10 @@ from testkit.waiting import poll
 
 class SchedulerProcess:
     def __init__(self, sock: Path, args=(), env: dict | None = None, log_path: Path | None = None):
-        """args: scheduler options besides --socket; env: its whole environment (None: ours)."""
+        """args: scheduler options besides --socket; env: its whole environment (None: ours).
+        Grants and releases are logged (--log-locks): tests read them as the scheduler's events."""
         self.sock = Path(sock)
-        self.args = ["--socket", str(self.sock), *map(str, args)]
+        self.args = ["--socket", str(self.sock), "--log-locks", *map(str, args)]
         self.env = env
         self.log_path = Path(log_path) if log_path else self.sock.parent / f"{self.sock.name}.log"
         self.proc: subprocess.Popen | None = None

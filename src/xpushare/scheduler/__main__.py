@@ -101,7 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     # How long a connection may take to send its first message, and to complete a frame (tests).
     p.add_argument("--hello-timeout", type=_seconds, default=HELLO_TIMEOUT, help=argparse.SUPPRESS)
     p.add_argument("--frame-timeout", type=_seconds, default=FRAME_TIMEOUT, help=argparse.SUPPRESS)
-    p.add_argument("--debug", action="store_true", help="log every message")
+    p.add_argument("--log-locks", action="store_true",
+                   help="log every grant and release (one line each; drops and evictions are "
+                        "always logged)")
+    p.add_argument("--debug", action="store_true", help="log every message (implies --log-locks)")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
@@ -110,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s nvshare-scheduler %(levelname)s %(message)s")
+    if not (args.log_locks or args.debug):
+        logging.getLogger("nvshare.scheduler.locks").setLevel(logging.WARNING)
 
     from .gpus import discover
     from .server import Config, Server, SocketInUse

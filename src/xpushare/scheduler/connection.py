@@ -1,9 +1,8 @@
 """One connection to the scheduler: a client process (after HELLO) or an nvsharectl session.
 
 serve_connection() reads the peer's pid/uid/gid with SO_PEERCRED, decodes frames incrementally and
-dispatches them through HANDLERS (message type -> handler). Lock messages become events on the GPU's
-arbiter (registry.apply); control requests go to control.py. A malformed frame, or a message that
-breaks the protocol's order, gets an ERROR and closes this connection only.
+dispatches them through handlers.HANDLERS (message type -> handler). A malformed frame, or a message
+that breaks the protocol's order, gets an ERROR and closes this connection only.
 
 The bounds of limits.py are kept here: admission (the per-uid cap, the fd reserve) before anything
 else, the deadlines of the first message and of a partial frame, the cap on queued output, and one
@@ -16,12 +15,8 @@ import asyncio
 import contextlib
 import logging
 
-from ..protocol import (
-    PRIORITY_LIMIT, VERSION, Attach, Attached, Frame, FrameDecoder, Hello, LockRequest, MemUpdate,
-    MessageType, ProtocolError, Released, ReleaseReason, Welcome, encode, encode_error,
-)
-from . import control, limits, peer
-from .policy import SwitchReport
+from ..protocol import Frame, FrameDecoder, Hello, ProtocolError, encode_error
+from . import handlers, limits, peer
 from .registry import Gpu
 from .state import SchedulerState
 
@@ -166,101 +161,8 @@ def forget(state: SchedulerState, conn: Conn) -> None:
 
 
 def dispatch(state: SchedulerState, conn: Conn, frame: Frame) -> None:
-    handler = HANDLERS.get(frame.type)
+    handler = handlers.HANDLERS.get(frame.type)
     if handler is None:
         raise ProtocolError(f"unexpected {frame.type.name} from a client")
     log.debug("pid=%d -> %s", conn.pid, frame.type.name)
     handler(state, conn, frame.decode())
-
-
-def _require_hello(conn: Conn) -> None:
-    if conn.hello is None:
-        raise ProtocolError("HELLO must come first")
-
-
-def _attached_gpu(conn: Conn, dev: int) -> Gpu | None:
-    gpu = conn.devices.get(dev)
-    if gpu is None:
-        conn.warnings.warning("unattached", "pid=%d: device %d was never attached; ignored",
-                              conn.pid, dev)
-        conn.send(encode_error(f"device {dev} is not attached"))
-    return gpu
-
-
-def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
-    if conn.hello is not None or conn.ctl:
-        raise ProtocolError("HELLO sent twice, or on a control connection")
-    conn.hello = msg
-    conn.priority = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
-    conn.send(encode(Welcome(conn.id, VERSION, 0)))
-    log.info("client pid=%d uid=%d client=%d priority=%d: %s", conn.pid, conn.uid, conn.id,
-             msg.priority, conn.command[:120])
-
-
-def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
-    _require_hello(conn)
-    registry = state.registry
-    reported = msg.capacity or msg.physical_memory
-    gpu = registry.get(msg.uuid)
-    if gpu is None:
-        gpu = registry.add(msg.uuid, None, msg.name, 0, reported)
-    gpu.name = gpu.name or msg.name
-    if not gpu.reported_capacity:
-        gpu.reported_capacity = reported
-        registry.capacity_changed(gpu)
-    old = conn.devices.get(msg.device)
-    conn.devices[msg.device] = gpu
-    if old is not None and old not in conn.devices.values():  # the ordinal now names another GPU
-        registry.apply(old, old.arbiter.disconnect, conn)
-    registry.apply(gpu, gpu.arbiter.set_priority, conn, conn.priority)
-    conn.send(encode(Attached(msg.device, 0, gpu.capacity)))
-    log.info("attach pid=%d device=%d gpu=%s%s capacity=%d", conn.pid, msg.device, gpu.label,
-             f" ({gpu.uuid})" if gpu.index is not None else "", gpu.capacity)
-
-
-def on_req_lock(state: SchedulerState, conn: Conn, msg: LockRequest) -> None:
-    _require_hello(conn)
-    if gpu := _attached_gpu(conn, msg.device):
-        log.debug("request pid=%d gpu=%s", conn.pid, gpu.label)
-        state.registry.apply(gpu, gpu.arbiter.request, conn)
-
-
-def on_lock_released(state: SchedulerState, conn: Conn, msg: Released) -> None:
-    _require_hello(conn)
-    gpu = _attached_gpu(conn, msg.device)
-    if gpu is None:
-        return
-    since = gpu.arbiter.held_since(conn)
-    if since is None:
-        log.debug("pid=%d released gpu %s it does not hold; ignored", conn.pid, gpu.label)
-        return
-    reason = "idle" if msg.reason == ReleaseReason.IDLE else "dropped"
-    report = SwitchReport(drain=msg.drain_us / 1e6, evict=msg.evict_us / 1e6,
-                          prefetch=msg.prefetch_us / 1e6)
-    log.info("release pid=%d gpu=%s reason=%s held=%.2fs drain=%.1fms evict=%.1fms "
-             "prefetch=%.1fms", conn.pid, gpu.label, reason, state.registry.now() - since,
-             report.drain * 1e3, report.evict * 1e3, report.prefetch * 1e3)
-    state.registry.apply(gpu, gpu.arbiter.release, conn, report=report)
-
-
-def on_mem_update(state: SchedulerState, conn: Conn, msg: MemUpdate) -> None:
-    _require_hello(conn)
-    if gpu := _attached_gpu(conn, msg.device):
-        conn.memory[gpu.uuid] = (msg.managed_bytes, msg.other_bytes)
-        state.registry.apply(gpu, gpu.arbiter.set_footprint, conn,
-                             msg.managed_bytes + msg.other_bytes)
-
-
-def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:
-    conn.ctl = conn.hello is None
-    conn.send(control.handle(state, conn, msg))
-
-
-HANDLERS = {
-    MessageType.HELLO: on_hello,
-    MessageType.ATTACH: on_attach,
-    MessageType.REQ_LOCK: on_req_lock,
-    MessageType.LOCK_RELEASED: on_lock_released,
-    MessageType.MEM_UPDATE: on_mem_update,
-    MessageType.CTL_REQUEST: on_ctl,
-}

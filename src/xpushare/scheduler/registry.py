@@ -17,6 +17,9 @@ from . import policy
 from .policy import Arbiter, Mode, check_tq
 
 log = logging.getLogger("nvshare.scheduler")
+# Grants and releases, one line per lock cycle: off by default (nvshare-scheduler --log-locks), so
+# that a busy GPU does not write a log line per message; drops and evictions stay in `log`.
+lock_log = logging.getLogger("nvshare.scheduler.locks")
 
 
 class Gpu:
@@ -125,7 +128,7 @@ def _carry_out(gpu: Gpu, a: policy.Action) -> None:
     if isinstance(a, policy.Grant):
         conn.send(encode(Grant(conn.ordinal(gpu), int(round(a.quantum * 1000)),
                                GRANT_PREFETCH if a.prefetch else 0)))
-        log.info("grant pid=%d gpu=%s quantum=%s prefetch=%s", conn.pid, gpu.label,
+        lock_log.info("grant pid=%d gpu=%s quantum=%s prefetch=%s", conn.pid, gpu.label,
                  f"{a.quantum:g}s" if a.quantum else "none", _yes(a.prefetch))
     elif isinstance(a, policy.Drop):
         conn.send(encode(DropLock(conn.ordinal(gpu), int(a.reason), DROP_EVICT if a.evict else 0)))
