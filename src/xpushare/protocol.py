@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar, NamedTuple
 
@@ -93,21 +93,28 @@ class _Payload:
         super().__init_subclass__(**kw)
         cls.STRUCT = struct.Struct("<" + "".join(fmt for _, fmt in cls.FIELDS))
         cls.SIZE = cls.STRUCT.size
+        # Read once here, not per message: pack and unpack are on the lock round trip.
+        cls._NAMES = tuple(name for name, _ in cls.FIELDS)
+        cls._TEXT = tuple(struct.calcsize(fmt) if fmt.endswith("s") else 0 for _, fmt in cls.FIELDS)
 
     @classmethod
     def layout(cls) -> dict[str, tuple[int, int]]:
         return _layout(cls.FIELDS)
 
     def pack(self) -> bytes:
-        values = [(_fixed(v, struct.calcsize(fmt)) if isinstance(v, str) else v)
-                  for v, (_, fmt) in zip(astuple(self), self.FIELDS)]
+        values = [getattr(self, name) for name in self._NAMES]
+        if any(self._TEXT):
+            values = [_fixed(v, size) if size and isinstance(v, str) else v
+                      for v, size in zip(values, self._TEXT)]
         return self.STRUCT.pack(*values)
 
     @classmethod
     def unpack(cls, data: bytes):
         if len(data) != cls.SIZE:
             raise ProtocolError(f"{cls.__name__} payload is {len(data)} bytes, expected {cls.SIZE}")
-        values = [(_cstr(v) if isinstance(v, bytes) else v) for v in cls.STRUCT.unpack(data)]
+        values = cls.STRUCT.unpack(data)
+        if any(cls._TEXT):
+            values = [(_cstr(v) if isinstance(v, bytes) else v) for v in values]
         return cls(*values)
 
 
