@@ -16,19 +16,17 @@ from xpushare.scheduler.state import Config, SchedulerState
 
 
 class FakeTransport:
+    def __init__(self):
+        self.data, self.closed = b"", False
+
+    def is_closing(self) -> bool:
+        return self.closed
+
     def get_write_buffer_size(self) -> int:
         return 0
 
     def abort(self) -> None:
-        pass
-
-
-class FakeWriter:
-    def __init__(self):
-        self.data, self.closed, self.transport = b"", False, FakeTransport()
-
-    def is_closing(self) -> bool:
-        return self.closed
+        self.closed = True
 
     def write(self, data: bytes) -> None:
         self.data += data
@@ -40,10 +38,10 @@ class FakeWriter:
 def build_state(loop: asyncio.AbstractEventLoop) -> SchedulerState:
     state = SchedulerState(Config(socket_path=Path("/nonexistent/s.sock"), tq=30),
                            [GpuInfo(0, uuid(0), "A", 16 * GiB), GpuInfo(1, uuid(1), "B", 16 * GiB)])
-    state.registry.start(loop)  # only its clock and call_at are used
+    state.registry.start(loop)  # only its timers are used
     gpus = state.registry.in_order()
     for cid in (1, 2):
-        c = Conn(cid, FakeWriter(), 1000 + cid, os.getuid(), os.getgid())
+        c = Conn(cid, FakeTransport(), 1000 + cid, os.getuid(), os.getgid())
         c.hello = Hello()
         c.devices[0] = gpus[cid - 1]
         state.conns.add(c)
@@ -53,7 +51,7 @@ def build_state(loop: asyncio.AbstractEventLoop) -> SchedulerState:
 
 def ctl_conn() -> Conn:
     """An nvsharectl connection of our own uid (an admin)."""
-    return Conn(99, FakeWriter(), os.getpid(), os.getuid(), os.getgid())
+    return Conn(99, FakeTransport(), os.getpid(), os.getuid(), os.getgid())
 
 
 def ask(state: SchedulerState, msg) -> dict:

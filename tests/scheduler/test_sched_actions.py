@@ -16,25 +16,19 @@ from xpushare.scheduler.state import Config
 
 
 class FakeTransport:
-    def __init__(self):
-        self.aborted = False
+    """What Conn needs of an asyncio transport; `fail` makes every write raise."""
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.data, self.closed = fail, b"", False
+
+    def is_closing(self) -> bool:
+        return self.closed
 
     def get_write_buffer_size(self) -> int:
         return 0
 
     def abort(self) -> None:
-        self.aborted = True
-
-
-class FakeWriter:
-    """What Conn needs of an asyncio.StreamWriter; `fail` makes every write raise."""
-
-    def __init__(self, fail: bool = False):
-        self.fail, self.data, self.closed = fail, b"", False
-        self.transport = FakeTransport()
-
-    def is_closing(self) -> bool:
-        return self.closed
+        self.closed = True
 
     def write(self, data: bytes) -> None:
         if self.fail:
@@ -54,13 +48,13 @@ class FakeWriter:
 def registry():
     loop = asyncio.new_event_loop()
     r = GpuRegistry(Config(socket_path=Path("/nonexistent/s.sock"), tq=30))
-    r.start(loop)  # only its clock and call_at are used
+    r.start(loop)  # only its timers are used
     yield r
     loop.close()
 
 
 def conn(cid, gpu, fail=False) -> Conn:
-    c = Conn(cid, FakeWriter(fail), os.getpid(), os.getuid(), os.getgid())
+    c = Conn(cid, FakeTransport(fail), os.getpid(), os.getuid(), os.getgid())
     c.devices[0] = gpu
     return c
 
@@ -72,10 +66,10 @@ def test_a_failing_action_does_not_skip_the_others(registry, caplog):
         registry.apply(gpu, gpu.arbiter.request, c)
     caplog.set_level(logging.INFO, "nvshare.scheduler")
     registry.apply(gpu, gpu.arbiter.set_mode, Mode.OFF)  # one call, two grants: broken's, then good's
-    assert good.writer.frame_types() == [MessageType.LOCK_OK]
+    assert good.transport.frame_types() == [MessageType.LOCK_OK]
     assert "grant pid=" in caplog.text
     # broken could not be told it holds the GPU: its connection goes (which hands the lock on)
-    assert broken.writer.closed
+    assert broken.transport.closed
     assert "cannot carry out grant" in caplog.text
 
 
@@ -83,5 +77,5 @@ def test_the_timer_is_armed_even_when_an_action_fails(registry):
     gpu = registry.add(uuid(0), 0, "Fake", GiB)
     broken = conn(1, gpu, fail=True)
     registry.apply(gpu, gpu.arbiter.request, broken)
-    assert broken.writer.closed
-    assert gpu.timer is not None and gpu.timer.when() == gpu.arbiter.next_deadline()
+    assert broken.transport.closed
+    assert gpu.timer is not None and gpu.timer_at == gpu.arbiter.next_deadline()

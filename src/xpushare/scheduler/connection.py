@@ -1,19 +1,26 @@
 """One connection to the scheduler: a client process (after HELLO) or an nvsharectl session.
 
-serve_connection() reads the peer's pid/uid/gid with SO_PEERCRED, decodes frames incrementally and
-dispatches them through handlers.HANDLERS (message type -> handler). A malformed frame, or a message
-that breaks the protocol's order, gets an ERROR and closes this connection only.
+Connection is the asyncio protocol of one accepted socket: it reads the peer's pid/uid/gid with
+SO_PEERCRED and a pidfd of the peer process when it is made, decodes frames as bytes arrive and
+dispatches each through handlers.HANDLERS (message type -> handler), directly from the loop's read
+callback: a lock request is answered without a task switch or a stream buffer in between. A
+malformed frame, or a message that breaks the protocol's order, gets an ERROR and closes this
+connection only.
 
 The bounds of limits.py are kept here: admission (the per-uid cap, the fd reserve) before anything
 else, the deadlines of the first message and of a partial frame, the cap on queued output, and one
 LogLimiter per connection for the warnings its messages can trigger again and again.
+
+Identity is fixed when the peer connects (peer.py): pid, uid, gid, command line and pod. The
+connection ends when the process that made it exits, even if a child it forked still holds the
+socket, so a dead pid is never shown as a holder and a reused pid never inherits a connection.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import os
 
 from ..protocol import Frame, FrameDecoder, Hello, ProtocolError, encode_error
 from . import handlers, limits, peer
@@ -22,20 +29,26 @@ from .state import SchedulerState
 
 log = logging.getLogger("nvshare.scheduler")
 
-READ_CHUNK = 1 << 17
+# After the connecting process exits, how long its socket may stay open before the scheduler
+# closes it: the kernel closes the socket before the pidfd turns readable, but the two events may
+# reach the loop in either order, so the peer's own EOF gets this long to arrive first.
+EXITED_GRACE = 0.5
 
 
 class Conn:
-    """One connection and what its peer told the scheduler."""
+    """One connection and what its peer told the scheduler. `transport` is the asyncio transport
+    (write, close, abort, is_closing, get_write_buffer_size)."""
 
-    def __init__(self, cid: int, writer: asyncio.StreamWriter, pid: int, uid: int, gid: int):
-        self.id, self.writer, self.pid, self.uid, self.gid = cid, writer, pid, uid, gid
+    def __init__(self, cid: int, transport: asyncio.Transport, pid: int, uid: int, gid: int,
+                 pod=None):
+        self.id, self.transport, self.pid, self.uid, self.gid = cid, transport, pid, uid, gid
         self.hello: Hello | None = None
         self.priority = 0                         # HELLO's, until set_priority changes it
         self.ctl = False
         self.devices: dict[int, Gpu] = {}         # client ordinal -> GPU
         self.memory: dict[str, tuple[int, int]] = {}  # uuid -> (managed_bytes, other_bytes)
         self.command = peer.cmdline(pid)
+        self.pod = pod                            # peer.PodLookup's answer at connect
         self.closed = False                       # by the scheduler: close() was called
         self.warnings = limits.LogLimiter()
 
@@ -48,103 +61,139 @@ class Conn:
     def send(self, data: bytes) -> None:
         """Queue a frame; a peer with more than MAX_QUEUED bytes unread is disconnected instead.
         Never blocks or raises: registry.apply carries out the policy's actions through here."""
-        if self.writer.is_closing():
+        transport = self.transport
+        if transport.is_closing():
             return
-        queued = self.writer.transport.get_write_buffer_size()
+        queued = transport.get_write_buffer_size()
         if queued + len(data) > limits.MAX_QUEUED:
             log.warning("pid=%d uid=%d client=%d does not read what it is sent: %d bytes queued "
                         "for it (at most %d); closing its connection", self.pid, self.uid, self.id,
                         queued, limits.MAX_QUEUED)
             self.close()
             return
-        self.writer.write(data)
+        transport.write(data)
 
     def close(self) -> None:
-        """End the connection; its read loop then sees EOF and the scheduler forgets the client.
+        """End the connection; the scheduler then forgets the client (Connection.connection_lost).
 
         Data the peer does not read (a stopped process) must not hold the connection open, so a
         transport with unsent data is aborted rather than closed.
         """
         self.closed = True
-        transport = self.writer.transport
-        if transport.get_write_buffer_size():
-            transport.abort()
+        if self.transport.get_write_buffer_size():
+            self.transport.abort()
         else:
-            self.writer.close()
+            self.transport.close()
 
     def __repr__(self):
         return f"<client {self.id} pid {self.pid}>"
 
 
-async def serve_connection(state: SchedulerState, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter) -> None:
-    pid, uid, gid = peer.credentials(writer.get_extra_info("socket"))
-    refused = state.admission(uid)
-    if refused is not None:
-        state.warnings.warning(("refused", uid), "refusing a connection of pid=%d uid=%d: %s",
-                               pid, uid, refused)
-        writer.write(encode_error(refused))
-        writer.close()
-        return
-    conn = Conn(state.next_id(), writer, pid, uid, gid)
-    state.connected(conn)
-    log.debug("connect pid=%d uid=%d client=%d", pid, uid, conn.id)
-    try:
-        await _read_frames(state, conn, reader)
-    except ProtocolError as e:
-        log.warning("pid=%d: protocol error: %s; closing its connection", pid, e)
-        conn.send(encode_error(f"protocol error: {e}"))
-    except (ConnectionError, OSError) as e:
-        log.debug("pid=%d: connection error: %s", pid, e)
-    except Exception:  # a bug of ours: lose this connection, not the daemon
-        log.exception("pid=%d: internal error; closing its connection", pid)
-        conn.send(encode_error("internal scheduler error"))
-    finally:
-        forget(state, conn)
-        writer.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(writer.wait_closed(), 1.0)
-
-
-async def _read_frames(state: SchedulerState, conn: Conn, reader: asyncio.StreamReader) -> None:
-    """Read and dispatch frames until EOF or until the scheduler closes the connection.
+class Connection(asyncio.Protocol):
+    """The life of one accepted socket: admission, frames in, deadlines, the peer's exit, the end.
 
     One Deadline: until the first message is complete, HELLO_TIMEOUT from the connect; afterwards,
     FRAME_TIMEOUT from the start of a partial frame, re-armed as frames complete and cancelled at a
     frame boundary (where an idle client waits for as long as it likes)."""
-    decoder = FrameDecoder()
-    deadline = limits.Deadline(lambda what, seconds: _timed_out(conn, what, seconds))
-    deadline.arm(state.config.hello_timeout, "sent no HELLO or control request")
-    try:
-        while True:
-            data = await reader.read(READ_CHUNK)
-            if not data:
-                if decoder.pending and not conn.closed:
-                    log.warning("pid=%d: connection closed inside a frame (%d bytes pending)",
-                                conn.pid, decoder.pending)
+
+    def __init__(self, state: SchedulerState):
+        self.state = state
+        self.conn: Conn | None = None             # None: refused at admission
+        self.decoder = FrameDecoder()
+        self.deadline = limits.Deadline(self._timed_out)
+        self.pidfd: int | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        state = self.state
+        sock = transport.get_extra_info("socket")
+        pid, uid, gid = peer.credentials(sock)
+        refused = state.admission(uid)
+        if refused is not None:
+            state.warnings.warning(("refused", uid), "refusing a connection of pid=%d uid=%d: %s",
+                                   pid, uid, refused)
+            transport.write(encode_error(refused))
+            transport.close()
+            return
+        self.conn = Conn(state.next_id(), transport, pid, uid, gid, pod=state.pods(pid))
+        state.connected(self.conn)
+        self.deadline.arm(state.config.hello_timeout, "sent no HELLO or control request")
+        self.pidfd = peer.process_handle(sock, pid)
+        if self.pidfd is not None:
+            asyncio.get_running_loop().add_reader(self.pidfd, self._process_exited)
+        log.debug("connect pid=%d uid=%d client=%d", pid, uid, self.conn.id)
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is None or conn.closed:
+            return
+        try:
+            self._frames_in(conn, data)
+        except ProtocolError as e:
+            log.warning("pid=%d: protocol error: %s; closing its connection", conn.pid, e)
+            self._end(conn, f"protocol error: {e}")
+        except Exception:  # a bug of ours: lose this connection, not the daemon
+            log.exception("pid=%d: internal error; closing its connection", conn.pid)
+            self._end(conn, "internal scheduler error")
+
+    def _frames_in(self, conn: Conn, data: bytes) -> None:
+        decoder = self.decoder
+        decoder.feed(data)
+        completed = 0
+        for frame in decoder.frames():
+            dispatch(self.state, conn, frame)
+            completed += 1
+            if conn.closed:
                 return
-            decoder.feed(data)
-            completed = 0
-            for frame in decoder.frames():
-                dispatch(state, conn, frame)
-                completed += 1
-                if conn.closed:
-                    return
-            if conn.hello is None and not conn.ctl:
-                continue  # the first message's deadline runs on
-            if not decoder.pending:
-                deadline.cancel()
-            elif completed or not deadline.armed:
-                deadline.arm(state.config.frame_timeout, "did not complete a frame")
-    finally:
-        deadline.cancel()
+        if conn.hello is None and not conn.ctl:
+            return  # the first message's deadline runs on
+        if not decoder.pending:
+            self.deadline.cancel()
+        elif completed or not self.deadline.armed:
+            self.deadline.arm(self.state.config.frame_timeout, "did not complete a frame")
 
+    def eof_received(self) -> bool:
+        conn = self.conn
+        if conn is not None and self.decoder.pending and not conn.closed:
+            log.warning("pid=%d: connection closed inside a frame (%d bytes pending)", conn.pid,
+                        self.decoder.pending)
+        return False  # close the transport: connection_lost follows
 
-def _timed_out(conn: Conn, what: str, seconds: float) -> None:
-    log.warning("pid=%d uid=%d client=%d %s within %gs; closing its connection", conn.pid,
-                conn.uid, conn.id, what, seconds)
-    conn.send(encode_error(f"{what} within {seconds:g}s"))
-    conn.close()
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.deadline.cancel()
+        if self.pidfd is not None:
+            asyncio.get_running_loop().remove_reader(self.pidfd)
+            os.close(self.pidfd)
+            self.pidfd = None
+        if self.conn is not None:
+            if exc is not None:
+                log.debug("pid=%d: connection error: %s", self.conn.pid, exc)
+            forget(self.state, self.conn)
+
+    def _end(self, conn: Conn, error: str) -> None:
+        conn.send(encode_error(error))
+        conn.close()
+
+    def _timed_out(self, what: str, seconds: float) -> None:
+        conn = self.conn
+        log.warning("pid=%d uid=%d client=%d %s within %gs; closing its connection", conn.pid,
+                    conn.uid, conn.id, what, seconds)
+        self._end(conn, f"{what} within {seconds:g}s")
+
+    def _process_exited(self) -> None:
+        """The process that connected has exited; its own close of the socket comes first, unless
+        another process (a child it forked) still holds the socket: that one is not who the
+        scheduler knows, so after a grace period the connection ends."""
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.pidfd)
+        loop.call_later(EXITED_GRACE, self._exited_but_open)
+
+    def _exited_but_open(self) -> None:
+        conn = self.conn
+        if conn.closed or conn.transport.is_closing():
+            return
+        log.warning("pid=%d uid=%d client=%d has exited but its connection is still open (held "
+                    "by a process it forked?); closing it", conn.pid, conn.uid, conn.id)
+        self._end(conn, f"pid {conn.pid}, which made this connection, has exited")
 
 
 def forget(state: SchedulerState, conn: Conn) -> None:
@@ -156,8 +205,6 @@ def forget(state: SchedulerState, conn: Conn) -> None:
                  f" (held gpu {','.join(held)})" if held else "")
     for gpu in conn.gpus():
         state.registry.apply(gpu, gpu.arbiter.disconnect, conn)
-    if not any(c.pid == conn.pid for c in state.conns):
-        state.pods.forget(conn.pid)
 
 
 def dispatch(state: SchedulerState, conn: Conn, frame: Frame) -> None:

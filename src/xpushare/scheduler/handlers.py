@@ -99,7 +99,10 @@ def on_lock_released(state: SchedulerState, conn: Conn, msg: Released) -> None:
 def on_mem_update(state: SchedulerState, conn: Conn, msg: MemUpdate) -> None:
     _require_hello(conn)
     if gpu := _attached_gpu(conn, msg.device):
-        conn.memory[gpu.uuid] = (msg.managed_bytes, msg.other_bytes)
+        memory = (msg.managed_bytes, msg.other_bytes)
+        if conn.memory.get(gpu.uuid) == memory:
+            return  # the library sends one with every lock request; unchanged, it is no event
+        conn.memory[gpu.uuid] = memory
         state.registry.apply(gpu, gpu.arbiter.set_footprint, conn,
                              msg.managed_bytes + msg.other_bytes)
 

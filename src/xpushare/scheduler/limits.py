@@ -9,7 +9,8 @@ without bound, hold a file descriptor forever or flood its log:
   within it. FRAME_TIMEOUT: a connection may sit inside one partial frame that long. A client that
   has completed HELLO and sends nothing is never timed out: clients hold idle connections for hours.
 - MAX_CONNECTIONS_PER_UID (--max-connections-per-uid): open connections per uid.
-- FD_RESERVE: when the open connections reach the open-file limit less this reserve, only
+- FD_RESERVE: when the open connections (FDS_PER_CONNECTION descriptors each) reach the
+  open-file limit less this reserve, only
   privileged peers (root and the scheduler's own uid, who may also change settings) are admitted; the
   others are answered with an ERROR and closed at once. The reserve keeps `nvsharectl ping` (the
   chart's health probe, run as root) and root's clients served when everybody else has used up the
@@ -35,6 +36,7 @@ HELLO_TIMEOUT = 10.0              # seconds to complete the first message
 FRAME_TIMEOUT = 10.0              # seconds inside one partial frame
 MAX_CONNECTIONS_PER_UID = 256     # default of --max-connections-per-uid (0: no cap)
 FD_RESERVE = 32                   # file descriptors kept for privileged peers
+FDS_PER_CONNECTION = 2            # its socket and the pidfd of its process (connection.py)
 WARN_INTERVAL = 60.0              # seconds between two lines of one repeated warning
 
 _OUT_OF_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -140,7 +142,8 @@ def quiet_accept_errors(loop, limiter: LogLimiter, fd_limit: int) -> None:
     """Out of file descriptors, asyncio's accept loop reports every failed accept() with a
     traceback (about a thousand a second: it retries each in a second, once per attempt). Report
     them as one WARNING line per interval instead; every other loop error goes to the handler that
-    was there."""
+    was there. (uvloop reports none: libuv accepts a connection it has no descriptor for with a
+    spare one and closes it at once, so such a peer sees EOF.)"""
     previous = loop.get_exception_handler()
 
     def handler(loop, context):

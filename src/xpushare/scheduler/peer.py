@@ -1,11 +1,13 @@
 """What the kernel tells about the process at the other end of a connection: its credentials
-(SO_PEERCRED), command line, supplementary groups and, on Kubernetes, its pod. Identity never comes
-from what a client says about itself."""
+(SO_PEERCRED), a handle on its lifetime (a pidfd), its command line, supplementary groups and, on
+Kubernetes, its pod. Identity never comes from what a client says about itself, and it is read when
+the process connects: a pid looked up later may already name another process."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import struct
 from pathlib import Path
@@ -13,11 +15,31 @@ from pathlib import Path
 log = logging.getLogger("nvshare.scheduler")
 
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)  # Linux 6.5; Python names it from 3.13 on
 
 
 def credentials(sock: socket.socket) -> tuple[int, int, int]:
     """(pid, uid, gid) of the peer of a connected Unix socket."""
     return _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+
+
+def process_handle(sock: socket.socket, pid: int) -> int | None:
+    """A pidfd of the peer process (readable once it has exited), or None where there is none.
+
+    SO_PEERPIDFD names the very process that connected. Older kernels: pidfd_open(pid) right after
+    accept, which could only name another process if the peer exited and its pid was reused in
+    between. None for pid 0 (a peer in a pid namespace the scheduler cannot see) or when neither
+    call works (no pidfd support, or no file descriptor left)."""
+    if pid <= 0:
+        return None
+    with contextlib.suppress(OSError):
+        fd = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+        if fd >= 0:
+            return fd
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
 
 
 def cmdline(pid: int) -> str:
@@ -41,12 +63,13 @@ def groups(pid: int, gid: int) -> set[int]:
 
 
 class PodLookup:
-    """pid -> pod identity through xpushare.kubernetes.podidentity, when that module is there."""
+    """pid -> pod identity through xpushare.kubernetes.podidentity, when that module is there.
+    Called once per connection, when it is made (Conn.pod); never cached by pid, which the kernel
+    reuses."""
 
     def __init__(self):
         self._fn = None
         self._loaded = False
-        self._cache: dict[int, object] = {}
 
     def __call__(self, pid: int):
         if not self._loaded:
@@ -56,15 +79,10 @@ class PodLookup:
                 self._fn = pod_identity
             except ImportError:
                 log.debug("pod identity: xpushare.kubernetes.podidentity not available")
-        if self._fn is None:
+        if self._fn is None or pid <= 0:
             return None
-        if pid not in self._cache:
-            try:
-                self._cache[pid] = self._fn(pid)
-            except Exception as e:  # never let a lookup take the daemon down
-                log.debug("pod identity of pid %d failed: %s", pid, e)
-                self._cache[pid] = None
-        return self._cache[pid]
-
-    def forget(self, pid: int) -> None:
-        self._cache.pop(pid, None)
+        try:
+            return self._fn(pid)
+        except Exception as e:  # never let a lookup take the daemon down
+            log.debug("pod identity of pid %d failed: %s", pid, e)
+            return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from ..protocol import DROP_EVICT, GRANT_PREFETCH, DropLock, Grant, encode, encode_error
@@ -32,6 +33,7 @@ class Gpu:
         self.reported_capacity = 0  # the first capacity a client reported
         self.arbiter = arbiter
         self.timer: asyncio.TimerHandle | None = None
+        self.timer_at: float | None = None  # the deadline `timer` was armed for
 
     @property
     def capacity(self) -> int:
@@ -63,7 +65,9 @@ class GpuRegistry:
         self._loop = loop
 
     def now(self) -> float:
-        return self._loop.time()
+        # Not loop.time(): uvloop's is libuv's cached, millisecond, coarse clock, which would
+        # measure a sub-millisecond handoff as 0. Timers convert back to a delay (_arm).
+        return time.monotonic()
 
     def get(self, uuid: str) -> Gpu | None:
         return self.gpus.get(uuid)
@@ -114,12 +118,21 @@ class GpuRegistry:
             self._arm(gpu)
 
     def _arm(self, gpu: Gpu) -> None:
+        deadline = gpu.arbiter.next_deadline()
         if gpu.timer is not None:
+            if gpu.timer_at == deadline:
+                return  # most events leave the next deadline where it was
             gpu.timer.cancel()
             gpu.timer = None
-        deadline = gpu.arbiter.next_deadline()
         if deadline is not None:
-            gpu.timer = self._loop.call_at(deadline, self.apply, gpu, gpu.arbiter.tick)
+            gpu.timer_at = deadline
+            gpu.timer = self._loop.call_later(max(0.0, deadline - self.now()), self._fire, gpu)
+
+    def _fire(self, gpu: Gpu) -> None:
+        # A fired timer is gone: _arm must arm a new one even for the same deadline (the loop may
+        # run a timer a clock tick early, before the arbiter counts its deadline as passed).
+        gpu.timer = None
+        self.apply(gpu, gpu.arbiter.tick)
 
 
 def _carry_out(gpu: Gpu, a: policy.Action) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -21,7 +20,7 @@ from .. import __version__
 from ..paths import ensure_socket_dir
 from ..client import socket_answers
 from . import limits
-from .connection import serve_connection
+from .connection import Connection
 from .gpus import GpuInfo
 from .state import Config, SchedulerState
 
@@ -61,14 +60,15 @@ class Server:
         path = Path(self.config.socket_path)
         ensure_socket_dir(path)
         _remove_stale_socket(path)
-        self._server = await asyncio.start_unix_server(
-            functools.partial(serve_connection, self.state), path=str(path))
+        self._server = await loop.create_unix_server(lambda: Connection(self.state),
+                                                     path=str(path))
         os.chmod(path, 0o666)  # anyone may be scheduled; settings are checked per request
         self._socket_ino = path.stat().st_ino
         # What is open now (stdio, the loop, the socket, NVML) stays open; connections get the rest
         # but the reserve (limits.py).
         self.state.fd_limit = fd_limit
-        self.state.conn_room = max(0, fd_limit - limits.open_fds() - limits.FD_RESERVE)
+        room = fd_limit - limits.open_fds() - limits.FD_RESERVE
+        self.state.conn_room = max(0, room // limits.FDS_PER_CONNECTION)
         registry = self.state.registry
         log.info("nvshare-scheduler %s listening on %s (mode %s, tq %s, %d gpu(s) known)",
                  __version__, path, registry.default_mode.value,
@@ -79,7 +79,7 @@ class Server:
         log.info("shutting down")
         self._server.close()
         for conn in list(self.state.conns):
-            conn.writer.close()
+            conn.transport.close()
         path = Path(self.config.socket_path)
         with contextlib.suppress(OSError):
             if path.stat().st_ino == self._socket_ino:  # never remove a successor's socket

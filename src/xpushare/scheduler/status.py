@@ -53,7 +53,7 @@ def gpu_status(g: Gpu, now: float) -> dict:
 
 def client_status(state: SchedulerState, c: Conn) -> dict:
     states = {g.uuid: g.arbiter.state_of(c) for g in c.gpus()}
-    pod = state.pods(c.pid)
+    pod = c.pod
     hint = {"namespace": c.hello.pod_namespace, "name": c.hello.pod_name}
     return {
         "client_id": c.id, "pid": c.pid, "uid": c.uid, "command": c.command[:COMMAND_MAX],
