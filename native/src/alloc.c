@@ -12,8 +12,9 @@
  *
  * Cap per process and device: NVSHARE_GPU_MEMORY_LIMIT if set, else the capacity
  * (min(NVSHARE_GPU_MEMORY or physical, the scheduler's ATTACHED capacity)); past it an allocation
- * returns CUDA_ERROR_OUT_OF_MEMORY without calling the driver. NVSHARE_ENABLE_SINGLE_OVERSUB=1
- * lifts the capacity cap; an explicit limit always applies (device.c, nvs_dev_limit).
+ * returns CUDA_ERROR_OUT_OF_MEMORY without calling the driver (the first time with a warning).
+ * NVSHARE_ENABLE_SINGLE_OVERSUB=1 lifts the capacity cap; an explicit limit always applies
+ * (device.c, nvs_dev_limit).
  */
 #include "alloc.h"
 
@@ -26,8 +27,33 @@ void nvs_mark_dirty(nvs_dev *d)
     if (!atomic_exchange(&d->mem_dirty, 1)) nvs_client_wake();
 }
 
+/* The first refusal of the process is said on stderr whatever NVSHARE_DEBUG says (an
+ * out-of-memory error that the driver did not raise is otherwise hard to explain); the next ones
+ * only in the debug log, since a framework may probe the limit with many failing allocations. */
+static _Atomic int refusal_warned;
+
+static void refused(const nvs_dev *d, const char *what, uint64_t size, uint64_t held,
+                    uint64_t limit)
+{
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (atomic_exchange(&refusal_warned, 1)) {
+        NVS_DEBUG("%s(%llu) on device %d: over the limit (%llu of %llu bytes held) -> "
+                  "CUDA_ERROR_OUT_OF_MEMORY",
+                  what, (unsigned long long)size, d->ordinal, (unsigned long long)held,
+                  (unsigned long long)limit);
+        return;
+    }
+    nvs_warn("%s of %llu bytes (%.2f GiB) on device %d refused with CUDA_ERROR_OUT_OF_MEMORY: "
+             "this process holds %.2f GiB there and may hold %.2f GiB (%s). Further refusals are "
+             "logged only with NVSHARE_DEBUG=1",
+             what, (unsigned long long)size, size / gib, d->ordinal, held / gib, limit / gib,
+             nvs_cfg.limit_set
+                 ? "NVSHARE_GPU_MEMORY_LIMIT; raise it to allow more"
+                 : "the GPU's capacity; NVSHARE_ENABLE_SINGLE_OVERSUB=1 lets it go past it");
+}
+
 /* Check the cap and count `size` (managed or other) for d, atomically w.r.t. other allocations.
- * Over the cap: logs it (as `what`) and returns -1. */
+ * Over the cap: says so (as `what`, see refused()) and returns -1. */
 static int reserve(nvs_dev *d, uint64_t size, int other, const char *what)
 {
     int capped;
@@ -36,10 +62,7 @@ static int reserve(nvs_dev *d, uint64_t size, int other, const char *what)
     uint64_t held = atomic_load(&d->managed_bytes) + atomic_load(&d->other_bytes);
     if (capped && (size > limit || held > limit - size)) {
         pthread_mutex_unlock(&nvs_amu);
-        NVS_DEBUG("%s(%llu) on device %d: over the limit (%llu of %llu bytes held) -> "
-                  "CUDA_ERROR_OUT_OF_MEMORY",
-                  what, (unsigned long long)size, d->ordinal, (unsigned long long)held,
-                  (unsigned long long)limit);
+        refused(d, what, size, held, limit);
         return -1;
     }
     atomic_fetch_add(other ? &d->other_bytes : &d->managed_bytes, size);
