@@ -16,6 +16,8 @@
  * NVSHARE_ENABLE_SINGLE_OVERSUB=1 lifts the capacity cap; an explicit limit always applies
  * (device.c, nvs_dev_limit).
  */
+#include <stdio.h>
+
 #include "alloc.h"
 
 pthread_mutex_t nvs_amu = PTHREAD_MUTEX_INITIALIZER;
@@ -32,10 +34,21 @@ void nvs_mark_dirty(nvs_dev *d)
  * only in the debug log, since a framework may probe the limit with many failing allocations. */
 static _Atomic int refusal_warned;
 
+/* "1.50 GiB", "512.00 MiB" or "4096 bytes": readable in a one-line warning. */
+static const char *human(char *buf, size_t cap, uint64_t b)
+{
+    if (b >= (1ull << 30))
+        snprintf(buf, cap, "%.2f GiB", (double)b / (1ull << 30));
+    else if (b >= (1ull << 20))
+        snprintf(buf, cap, "%.2f MiB", (double)b / (1ull << 20));
+    else
+        snprintf(buf, cap, "%llu bytes", (unsigned long long)b);
+    return buf;
+}
+
 static void refused(const nvs_dev *d, const char *what, uint64_t size, uint64_t held,
                     uint64_t limit)
 {
-    const double gib = 1024.0 * 1024.0 * 1024.0;
     if (atomic_exchange(&refusal_warned, 1)) {
         NVS_DEBUG("%s(%llu) on device %d: over the limit (%llu of %llu bytes held) -> "
                   "CUDA_ERROR_OUT_OF_MEMORY",
@@ -43,10 +56,12 @@ static void refused(const nvs_dev *d, const char *what, uint64_t size, uint64_t 
                   (unsigned long long)limit);
         return;
     }
-    nvs_warn("%s of %llu bytes (%.2f GiB) on device %d refused with CUDA_ERROR_OUT_OF_MEMORY: "
-             "this process holds %.2f GiB there and may hold %.2f GiB (%s). Further refusals are "
-             "logged only with NVSHARE_DEBUG=1",
-             what, (unsigned long long)size, size / gib, d->ordinal, held / gib, limit / gib,
+    char s[32], h[32], l[32];
+    nvs_warn("%s of %llu bytes (%s) on device %d refused with CUDA_ERROR_OUT_OF_MEMORY: this "
+             "process holds %s there and may hold %s (%s). Further refusals are logged only with "
+             "NVSHARE_DEBUG=1",
+             what, (unsigned long long)size, human(s, sizeof(s), size), d->ordinal,
+             human(h, sizeof(h), held), human(l, sizeof(l), limit),
              nvs_cfg.limit_set
                  ? "NVSHARE_GPU_MEMORY_LIMIT; raise it to allow more"
                  : "the GPU's capacity; NVSHARE_ENABLE_SINGLE_OVERSUB=1 lets it go past it");
