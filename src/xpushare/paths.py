@@ -152,10 +152,12 @@ def ensure_socket_dir(socket_path: Path) -> None:
     if st is not None:
         why = _dir_problem(parent, st)
         if why:
+            planted = (" (another user may have created it to see and stall your GPU programs)"
+                       if not _trusted_owner(st.st_uid) else "")
             raise PermissionError(
                 f"cannot use the socket directory {parent}: {why.removeprefix('its directory ')}; "
-                f"clients would not trust a scheduler there (another user may have created it to "
-                f"see and stall your GPU programs). {TRUST_FIX[0].upper()}{TRUST_FIX[1:]}")
+                f"clients would not trust a scheduler there{planted}. "
+                f"{TRUST_FIX[0].upper()}{TRUST_FIX[1:]}")
         return
     missing = []
     p = parent
