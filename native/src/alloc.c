@@ -12,9 +12,12 @@
  *
  * Cap per process and device: NVSHARE_GPU_MEMORY_LIMIT if set, else the capacity
  * (min(NVSHARE_GPU_MEMORY or physical, the scheduler's ATTACHED capacity)); past it an allocation
- * returns CUDA_ERROR_OUT_OF_MEMORY without calling the driver. NVSHARE_ENABLE_SINGLE_OVERSUB=1
- * lifts the capacity cap; an explicit limit always applies (device.c, nvs_dev_limit).
+ * returns CUDA_ERROR_OUT_OF_MEMORY without calling the driver (the first time with a warning).
+ * NVSHARE_ENABLE_SINGLE_OVERSUB=1 lifts the capacity cap; an explicit limit always applies
+ * (device.c, nvs_dev_limit).
  */
+#include <stdio.h>
+
 #include "alloc.h"
 
 pthread_mutex_t nvs_amu = PTHREAD_MUTEX_INITIALIZER;
@@ -26,8 +29,46 @@ void nvs_mark_dirty(nvs_dev *d)
     if (!atomic_exchange(&d->mem_dirty, 1)) nvs_client_wake();
 }
 
+/* The first refusal of the process is said on stderr whatever NVSHARE_DEBUG says (an
+ * out-of-memory error that the driver did not raise is otherwise hard to explain); the next ones
+ * only in the debug log, since a framework may probe the limit with many failing allocations. */
+static _Atomic int refusal_warned;
+
+/* "1.50 GiB", "512.00 MiB" or "4096 bytes": readable in a one-line warning. */
+static const char *human(char *buf, size_t cap, uint64_t b)
+{
+    if (b >= (1ull << 30))
+        snprintf(buf, cap, "%.2f GiB", (double)b / (1ull << 30));
+    else if (b >= (1ull << 20))
+        snprintf(buf, cap, "%.2f MiB", (double)b / (1ull << 20));
+    else
+        snprintf(buf, cap, "%llu bytes", (unsigned long long)b);
+    return buf;
+}
+
+static void refused(const nvs_dev *d, const char *what, uint64_t size, uint64_t held,
+                    uint64_t limit)
+{
+    if (atomic_exchange(&refusal_warned, 1)) {
+        NVS_DEBUG("%s(%llu) on device %d: over the limit (%llu of %llu bytes held) -> "
+                  "CUDA_ERROR_OUT_OF_MEMORY",
+                  what, (unsigned long long)size, d->ordinal, (unsigned long long)held,
+                  (unsigned long long)limit);
+        return;
+    }
+    char s[32], h[32], l[32];
+    nvs_warn("%s of %llu bytes (%s) on device %d refused with CUDA_ERROR_OUT_OF_MEMORY: this "
+             "process holds %s there and may hold %s (%s). Further refusals are logged only with "
+             "NVSHARE_DEBUG=1",
+             what, (unsigned long long)size, human(s, sizeof(s), size), d->ordinal,
+             human(h, sizeof(h), held), human(l, sizeof(l), limit),
+             nvs_cfg.limit_set
+                 ? "NVSHARE_GPU_MEMORY_LIMIT; raise it to allow more"
+                 : "the GPU's capacity; NVSHARE_ENABLE_SINGLE_OVERSUB=1 lets it go past it");
+}
+
 /* Check the cap and count `size` (managed or other) for d, atomically w.r.t. other allocations.
- * Over the cap: logs it (as `what`) and returns -1. */
+ * Over the cap: says so (as `what`, see refused()) and returns -1. */
 static int reserve(nvs_dev *d, uint64_t size, int other, const char *what)
 {
     int capped;
@@ -36,10 +77,7 @@ static int reserve(nvs_dev *d, uint64_t size, int other, const char *what)
     uint64_t held = atomic_load(&d->managed_bytes) + atomic_load(&d->other_bytes);
     if (capped && (size > limit || held > limit - size)) {
         pthread_mutex_unlock(&nvs_amu);
-        NVS_DEBUG("%s(%llu) on device %d: over the limit (%llu of %llu bytes held) -> "
-                  "CUDA_ERROR_OUT_OF_MEMORY",
-                  what, (unsigned long long)size, d->ordinal, (unsigned long long)held,
-                  (unsigned long long)limit);
+        refused(d, what, size, held, limit);
         return -1;
     }
     atomic_fetch_add(other ? &d->other_bytes : &d->managed_bytes, size);

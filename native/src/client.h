@@ -1,6 +1,7 @@
 /*
  * client.h - what the two halves of the scheduler client tell each other (internal to them):
  *   transport.c  the client thread, the socket: connect, backoff, HELLO, framing, sends;
+ *   socktrust.c  which socket to connect to: each candidate is checked before the connect;
  *   session.c    what the messages mean: the per-type handlers, the per-device reset, and the
  *                outgoing work of each round (ATTACH, REQ_LOCK, MEM_UPDATE, prefetch, drain,
  *                LOCK_RELEASED).
@@ -37,6 +38,14 @@ int nvs_tx_connected(void) NVS_HIDDEN;
 int nvs_tx_send(const nvs_outbox *o) NVS_HIDDEN;
 /* A WELCOME arrived: the outage (if any) is over. Returns 1 when we had registered before. */
 int nvs_tx_registered(void) NVS_HIDDEN;
+
+/* ---------------------------------------------------------------- socktrust.c */
+#define NVS_WHY_LEN 768
+/* The first candidate socket that is trusted and accepts a connection: its fd (its path in
+ * *path), or -1 (why: the first failure, e.g. "No such file or directory" or "not trusted: it is
+ * a symbolic link"). distrust: "PATH: reason" for the first candidate skipped as not trusted, ""
+ * when none. Both buffers hold NVS_WHY_LEN bytes. */
+int nvs_sock_open_first(const char **path, char *why, char *distrust) NVS_HIDDEN;
 
 /* ---------------------------------------------------------------- session.c */
 /* nvs_g.mu held. No scheduler: every device may run iff `run`; nobody waits for a lock. */

@@ -6,7 +6,7 @@
  * NVSHARE_SOCK_PATH             (candidates)      scheduler socket; else per-user path, then
  *                                                 /var/run/nvshare/scheduler.sock (root: only it)
  * NVSHARE_REQUIRE_SCHEDULER     0                 1: wait for a scheduler instead of running ungated
- * NVSHARE_PRIORITY              0                 sent in HELLO
+ * NVSHARE_PRIORITY              0                 sent in HELLO; -1000 to 1000
  * NVSHARE_POD_NAME/_NAMESPACE   ""                hints sent in HELLO
  * NVSHARE_GPU_MEMORY            physical          virtual capacity of every device (size)
  * NVSHARE_GPU_MEMORY_LIMIT      capacity          per-process, per-device cap (size); always applies
@@ -30,7 +30,7 @@
  * Sizes (the project's grammar, as in the Python tools): a plain integer is bytes; a number (decimals
  * allowed) may be followed by a case-insensitive unit K, M, G or T with an optional "i" and/or "B"
  * (8G, 8GB, 8GiB, 8Gi, 512mib), or B alone; every unit is binary (1024-based); fractions round down.
- * A malformed value is reported (warning) and ignored.
+ * A malformed or out-of-range value is reported (warning) and ignored: the default applies.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -170,7 +170,9 @@ void nvs_config_load(void)
     /* NVSHARE_DEBUG first, so that warnings below carry the right prefix. */
     c->debug = (int)env_long("NVSHARE_DEBUG", 0, 0, 9);
     c->require_scheduler = env_bool("NVSHARE_REQUIRE_SCHEDULER");
-    c->priority = (int)env_long("NVSHARE_PRIORITY", 0, -1000000, 1000000);
+    /* The scheduler's range (PRIORITY_LIMIT, src/xpushare/protocol.py): a value past it is reported
+     * and ignored here, like any other bad value, instead of being clamped there silently. */
+    c->priority = (int)env_long("NVSHARE_PRIORITY", 0, -1000, 1000);
     c->single_oversub = env_bool("NVSHARE_ENABLE_SINGLE_OVERSUB");
     uint64_t v;
     if (env_size("NVSHARE_GPU_MEMORY", &v)) c->gpu_memory = v;

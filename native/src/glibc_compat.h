@@ -20,6 +20,14 @@ __asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
 __asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.2.5");
 __asm__(".symver pthread_condattr_setclock,pthread_condattr_setclock@GLIBC_2.3.3");
 __asm__(".symver pthread_setname_np,pthread_setname_np@GLIBC_2.12");
+/* lstat is a symbol of its own only since glibc 2.33; before, <sys/stat.h> made it a call of
+ * __lxstat (version 1 of struct stat), which newer glibc still exports under its old version. */
+#include <sys/stat.h>
+extern int __lxstat(int ver, const char *path, struct stat *st);
+__asm__(".symver __lxstat,__lxstat@GLIBC_2.2.5");
+#define nvs_lstat(path, st) __lxstat(1, (path), (st))
+#else
+#define nvs_lstat(path, st) lstat((path), (st))
 #endif
 
 #endif /* NVSHARE_GLIBC_COMPAT_H */

@@ -3,7 +3,8 @@
  * started lazily at the first device use. It owns all socket I/O; application threads only set
  * flags under nvs_g.mu and wake it through an eventfd. What the messages mean is session.c's.
  *
- *   connect (NVSHARE_SOCK_PATH or the default candidates) -> HELLO -> WELCOME (session.c)
+ *   connect (NVSHARE_SOCK_PATH or the default candidates; only to a socket socktrust.c trusts)
+ *   -> HELLO -> WELCOME (session.c)
  *   then, each round: session work (nvs_session_work), poll(eventfd, socket, next deadline),
  *   read and frame incoming messages (nvs_session_handle, under nvs_g.mu).
  *
@@ -20,7 +21,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -40,6 +40,7 @@ static struct {
     uint64_t handshake_deadline;
     int warned;     /* the warning of the current outage was printed */
     int registered; /* a WELCOME was ever received */
+    int trust_warned; /* an untrusted socket was reported */
     size_t rlen;
     unsigned char rbuf[sizeof(struct nvs_header) + NVS_MAX_PAYLOAD];
 } C = {.fd = -1, .backoff_ms = BACKOFF_MIN_MS};
@@ -138,38 +139,34 @@ int nvs_tx_registered(void)
 }
 
 /* ------------------------------------------------------------------ connecting */
-/* The first socket path that accepts a connection: its fd (path in *path), or -1 (*err: the
- * first failure's errno). */
-static int open_first_socket(const char **path, int *err)
+/* A socket not trusted: said ONCE per process, whatever the retries find (debug log after). */
+static void distrusted(const char *distrust, const char *used)
 {
-    *err = 0;
-    for (int i = 0; i < nvs_cfg.n_sock_paths; i++) {
-        struct sockaddr_un sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sun_family = AF_UNIX;
-        nvs_copy_field(sa.sun_path, sizeof(sa.sun_path) - 1, nvs_cfg.sock_paths[i]);
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-            *path = nvs_cfg.sock_paths[i];
-            return fd;
-        }
-        if (!*err) *err = errno;
-        if (fd >= 0) close(fd);
+    if (C.trust_warned) {
+        NVS_DEBUG("not using the scheduler socket %s", distrust);
+        return;
     }
-    return -1;
+    C.trust_warned = 1;
+    char then[NVS_WHY_LEN];
+    if (used) {
+        snprintf(then, sizeof(then), "connected to %s instead", used);
+    } else {
+        snprintf(then, sizeof(then), "%s", down_consequence());
+        C.warned = 1; /* this is the outage's warning: unreachable() adds none */
+    }
+    nvs_warn("not using the scheduler socket %s; %s. To be scheduled, use a socket in a directory "
+             "you own: set XDG_RUNTIME_DIR, or NVSHARE_SOCK_PATH", distrust, then);
 }
 
-static void unreachable(int err)
+static void unreachable(const char *why)
 {
     const char *where = nvs_cfg.n_sock_paths ? nvs_cfg.sock_paths[0] : "(no socket path)";
     if (!C.warned) { /* before go_down(), as in conn_lost() */
         nvs_warn("cannot reach the scheduler at %s%s (%s); %s", where,
-                 nvs_cfg.n_sock_paths > 1 ? " or the system socket" : "", strerror(err),
-                 down_consequence());
+                 nvs_cfg.n_sock_paths > 1 ? " or the system socket" : "", why, down_consequence());
         C.warned = 1;
     } else {
-        NVS_DEBUG("reconnect to %s failed (%s); next try in %u ms", where, strerror(err),
-                  C.backoff_ms);
+        NVS_DEBUG("reconnect to %s failed (%s); next try in %u ms", where, why, C.backoff_ms);
     }
     go_down();
     schedule_retry();
@@ -178,10 +175,11 @@ static void unreachable(int err)
 static void try_connect(void)
 {
     const char *path = NULL;
-    int err;
-    int fd = open_first_socket(&path, &err);
+    char why[NVS_WHY_LEN], distrust[NVS_WHY_LEN];
+    int fd = nvs_sock_open_first(&path, why, distrust);
+    if (distrust[0]) distrusted(distrust, fd >= 0 ? path : NULL);
     if (fd < 0) {
-        unreachable(err);
+        unreachable(why);
         return;
     }
     struct timeval tv = {2, 0};
@@ -369,6 +367,7 @@ void nvs_client_reset_after_fork(void)
     C.fd = -1;
     C.rlen = 0;
     C.warned = 0;
+    C.trust_warned = 0;
     C.registered = 0;
     C.backoff_ms = BACKOFF_MIN_MS;
     C.next_connect_ns = 0;

@@ -6,17 +6,26 @@ Socket paths (docs/protocol.md, "Transport"):
   XDG_RUNTIME_DIR is unset (a per-user scheduler);
 - NVSHARE_SOCK_PATH (or a --socket flag) overrides both.
 A client that is not root and has no override tries its per-user path first, then the system path.
+
+Trust (socket_trusted; the library applies the same rule in native/src/socktrust.c): a client uses a
+socket only when its directory is a real directory (not a symbolic link) owned by root or by the
+client's real or effective uid and not writable by group or others unless sticky, and the socket is
+a socket (not a symbolic link) owned by root or by that uid. Otherwise another local user could
+plant the socket (e.g. pre-create /tmp/nvshare-$UID) and see and stall the client's GPU work.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 SOCKET_ENV = "NVSHARE_SOCK_PATH"
 LIBRARY_ENV = "NVSHARE_LIBRARY"
 SYSTEM_SOCKET = Path("/var/run/nvshare/scheduler.sock")
 SOCKET_NAME = "scheduler.sock"
+TRUST_FIX = ("use a socket in a directory you own: set XDG_RUNTIME_DIR, or NVSHARE_SOCK_PATH "
+             "(--socket)")
 LIBRARY_NAME = "libnvshare.so"
 
 
@@ -82,17 +91,73 @@ def socket_dir_mode() -> int:
     return 0o755 if _euid() == 0 else 0o700
 
 
+def _trusted_owner(uid: int) -> bool:
+    return uid in (0, os.getuid(), _euid())
+
+
+def _dir_problem(d: Path, st: os.stat_result) -> str | None:
+    """Why the socket directory `d` (lstat result `st`) cannot be trusted, or None."""
+    if stat.S_ISLNK(st.st_mode):
+        return f"its directory {d} is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{d} is not a directory"
+    if not _trusted_owner(st.st_uid):
+        return f"its directory {d} is owned by uid {st.st_uid}, not by you (uid {_euid()}) or root"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        return (f"its directory {d} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}) "
+                "without the sticky bit")
+    return None
+
+
+def socket_trusted(path: str | os.PathLike) -> str | None:
+    """Why a client must not use the scheduler socket at `path`, or None when it may.
+
+    The rule is in the module docstring; the wording is the library's (native/src/socktrust.c). A
+    path that cannot be checked (missing, not searchable) is None: there is nothing to trust yet,
+    and connecting to it fails anyway.
+    """
+    path = Path(path)
+    try:
+        st = os.lstat(path.parent)
+    except OSError:
+        return None
+    why = _dir_problem(path.parent, st)
+    if why:
+        return why
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISSOCK(st.st_mode):
+        return "it is not a socket"
+    if not _trusted_owner(st.st_uid):
+        return f"it is owned by uid {st.st_uid}, not by you (uid {_euid()}) or root"
+    return None
+
+
 def ensure_socket_dir(socket_path: Path) -> None:
     """Create the socket's directory (and missing parents) with socket_dir_mode() if missing.
 
-    Refuses (PermissionError) an existing directory owned by another non-root user: a per-user
-    directory under /tmp could have been planted by someone else.
+    Refuses (PermissionError) an existing directory that clients would not trust (socket_trusted):
+    one owned by another non-root user (a per-user directory under /tmp could have been planted by
+    someone else), a symbolic link, or one writable by others without the sticky bit.
     """
     parent = Path(socket_path).parent
-    if parent.exists():
-        owner = parent.stat().st_uid
-        if owner not in (0, _euid()):
-            raise PermissionError(f"{parent} is owned by uid {owner}, not by uid {_euid()} or root")
+    try:
+        st = os.lstat(parent)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        why = _dir_problem(parent, st)
+        if why:
+            planted = (" (another user may have created it to see and stall your GPU programs)"
+                       if not _trusted_owner(st.st_uid) else "")
+            raise PermissionError(
+                f"cannot use the socket directory {parent}: {why.removeprefix('its directory ')}; "
+                f"clients would not trust a scheduler there{planted}. "
+                f"{TRUST_FIX[0].upper()}{TRUST_FIX[1:]}")
         return
     missing = []
     p = parent

@@ -3,7 +3,8 @@
 Sets LD_PRELOAD (ours first, no duplicate), NVSHARE_* from the flags and the allocator recipes that
 keep frameworks off VMM allocations (which cannot be made managed), starts a per-user scheduler when
 none answers (unless --no-start), then execs the command. A scheduler that cannot be started is a
-warning, never a reason not to run the command: the library then runs it ungated.
+warning, never a reason not to run the command: the library then runs it ungated. A socket that is
+not trusted (paths.socket_trusted: planted by another user) is neither probed nor started on.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import time
 
 from . import __version__
 from .paths import (
-    LIBRARY_NAME, can_create_dir, client_socket_candidates, default_socket_path, ensure_socket_dir,
-    library_path, socket_override,
+    LIBRARY_NAME, TRUST_FIX, can_create_dir, client_socket_candidates, default_socket_path,
+    ensure_socket_dir, library_path, socket_override, socket_trusted,
 )
 from .client import socket_answers
 from .sizes import size_argument
@@ -87,12 +88,22 @@ def child_env(args, lib: str, base: dict[str, str]) -> tuple[dict[str, str], lis
 
 
 def ensure_scheduler(explicit: str | None, no_start: bool) -> None:
-    """Start a per-user scheduler in the background if none answers; warn if that fails."""
+    """Start a per-user scheduler in the background if none answers; warn if that fails.
+
+    Sockets that are not trusted are skipped; when no trusted one answers and the socket to start on
+    is not trusted either, one warning says why and the command runs without a scheduler (its
+    library refuses that socket too, and says so once).
+    """
     candidates = client_socket_candidates(explicit)
-    if any(socket_answers(p) for p in candidates):
+    distrust = {p: why for p in candidates if (why := socket_trusted(p))}
+    if any(socket_answers(p) for p in candidates if p not in distrust):
         return
     target = socket_override(explicit) or default_socket_path()
     if no_start:
+        return
+    if why := distrust.get(target) or socket_trusted(target):
+        _warn(f"warning: not using the scheduler socket {target}: {why}; running the command without "
+              f"a scheduler (GPU work is not scheduled). To be scheduled, {TRUST_FIX}")
         return
     if not can_create_dir(target.parent):
         _warn(f"no scheduler answers at {', '.join(map(str, candidates))} and {target.parent} is not "

@@ -162,12 +162,22 @@ def test_no_start_does_not_start_one(fake_lib, sockdir):
 
 
 def test_scheduler_that_cannot_start_is_a_warning_and_the_command_still_runs(fake_lib, sockdir):
+    sock = sockdir / ("x" * 120) / "s.sock"  # too long for a Unix socket address: cannot listen
+    r = run("--socket", sock, "--", "sh", "-c", "echo ran; exit 3", lib=fake_lib)
+    assert r.returncode == 3 and r.stdout == "ran\n"  # the command ran, its status passes through
+    assert "warning: the scheduler did not start" in r.stderr and "without one" in r.stderr
+    assert "cannot listen" in (sock.parent / "scheduler.log").read_text()
+
+
+def test_a_path_that_is_not_a_socket_is_a_warning_and_the_command_still_runs(fake_lib, sockdir):
     sock = sockdir / "s.sock"
     sock.write_text("a regular file in the way")
     r = run("--socket", sock, "--", "sh", "-c", "echo ran; exit 3", lib=fake_lib)
     assert r.returncode == 3 and r.stdout == "ran\n"  # the command ran, its status passes through
-    assert "warning: the scheduler did not start" in r.stderr and "without one" in r.stderr
-    assert "not a socket" in (sockdir / "scheduler.log").read_text()
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(f"nvshare-run: warning: not using the scheduler socket {sock}: it is not "
+                           "a socket; running the command without a scheduler"), line
+    assert not (sockdir / "scheduler.log").exists(), "no scheduler is started on it"
     assert sock.read_text() == "a regular file in the way"
 
 

@@ -146,6 +146,11 @@ class RecordingScheduler:
     def summary(self) -> list[str]:
         return [f"{r.type.name}({r.device})" for r in self.messages()]
 
+    def connections(self) -> int:
+        """How many clients connected so far."""
+        with self._mu:
+            return len(self._conns)
+
     def close(self):
         self._stop.set()
         for t in self._threads:

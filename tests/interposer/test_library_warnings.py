@@ -1,0 +1,69 @@
+"""What the library says on stderr without NVSHARE_DEBUG: a bad NVSHARE_PRIORITY, and an allocation
+refused by the per-process cap (once; the next ones only with NVSHARE_DEBUG). The README quotes
+these lines; the texts checked here are those quotes."""
+
+import pytest
+from xpushare.protocol import MessageType
+
+OOM = 2
+
+
+def _lines(app):
+    return app.stderr().splitlines()
+
+
+@pytest.mark.parametrize("value", ["1001", "-1001", "99999999999999999999"])
+def test_out_of_range_priority_is_reported_and_ignored(world, recorder, value):
+    app = world.run("init", "ctx", 0, "launch", 1, env={"NVSHARE_PRIORITY": value})
+    assert _lines(app) == [f'nvshare[{app.pid}]: warning: ignoring NVSHARE_PRIORITY="{value}": '
+                           "expected an integer in [-1000, 1000]"]
+    (hello,) = recorder.messages(MessageType.HELLO)
+    assert hello.msg.priority == 0, "the default, as for any other bad value"
+
+
+@pytest.mark.parametrize("value", [1000, -1000, 7])
+def test_priority_in_range_is_sent_quietly(world, recorder, value):
+    app = world.run("init", "ctx", 0, "launch", 1, env={"NVSHARE_PRIORITY": value})
+    assert _lines(app) == []
+    (hello,) = recorder.messages(MessageType.HELLO)
+    assert hello.msg.priority == value
+
+
+@pytest.fixture
+def sched(world):
+    return world.scheduler(mode="off")
+
+
+def _allocs(app):
+    return [s["ret"] for s in app.steps("alloc")]
+
+
+def test_first_refusal_by_the_limit_is_said_once(world, sched):
+    app = world.run("init", "ctx", 0, "alloc", "3G", "alloc", "2G", "alloc", "1536M", "alloc", "512M",
+                    env={"NVSHARE_GPU_MEMORY_LIMIT": "4G", "NVSHARE_CONTEXT_RESERVE": 0})
+    assert _allocs(app) == [0, OOM, OOM, 0]
+    assert _lines(app) == [
+        f"nvshare[{app.pid}]: warning: cuMemAlloc_v2 of 2147483648 bytes (2.00 GiB) on device 0 "
+        "refused with CUDA_ERROR_OUT_OF_MEMORY: this process holds 3.00 GiB there and may hold "
+        "4.00 GiB (NVSHARE_GPU_MEMORY_LIMIT; raise it to allow more). Further refusals are logged "
+        "only with NVSHARE_DEBUG=1"]
+
+
+def test_refusal_at_the_capacity_names_single_oversub(world, sched):
+    app = world.run("init", "ctx", 0, "alloc", "6G", "alloc", "3G",
+                    env={"NVSHARE_GPU_MEMORY": "8G", "NVSHARE_CONTEXT_RESERVE": 0})
+    assert _allocs(app) == [0, OOM]
+    (line,) = _lines(app)
+    assert line.endswith("this process holds 6.00 GiB there and may hold 8.00 GiB (the GPU's "
+                         "capacity; NVSHARE_ENABLE_SINGLE_OVERSUB=1 lets it go past it). Further "
+                         "refusals are logged only with NVSHARE_DEBUG=1"), line
+
+
+def test_further_refusals_are_in_the_debug_log(world, sched):
+    app = world.run("init", "ctx", 0, "alloc", "3G", "alloc", "2G", "alloc", "5M",
+                    env={"NVSHARE_GPU_MEMORY_LIMIT": "3G", "NVSHARE_CONTEXT_RESERVE": 0,
+                         "NVSHARE_DEBUG": 1})
+    assert _allocs(app) == [0, OOM, OOM]
+    lines = _lines(app)
+    assert len([ln for ln in lines if ": warning: " in ln]) == 1, lines
+    assert [ln for ln in lines if "cuMemAlloc_v2(5242880) on device 0: over the limit" in ln], lines
