@@ -59,12 +59,12 @@ def _clean_log(scheduler) -> None:
 
 def test_attack_gpu_memory_beyond_attached_then_attach_live(scheduler):
     """set_gpu_memory 2**64 was accepted, and every later ATTACH of that GPU got an internal error."""
-    with registered(scheduler.sock) as c:
+    with registered(scheduler.sock) as c:  # keeps the client-made GPU, and its setting, known
         reply = c.ctl("set_gpu_memory", bytes=2**64, gpu=uuid(0))
         assert not reply["ok"] and "at most 18446744073709551615" in reply["error"]
         assert c.ctl("set_gpu_memory", bytes=2**64 - 1, gpu=uuid(0)) == {"ok": True}
-    with registered(scheduler.sock, devices=()) as c:
-        assert c.attach(0).capacity == 2**64 - 1
+        with registered(scheduler.sock, devices=()) as d:
+            assert d.attach(0).capacity == 2**64 - 1
     _clean_log(scheduler)
 
 

@@ -74,6 +74,11 @@ class Scene:
             arb.request(f"c{i}", self.now)
         self.now += 3.0
         arb.tick(self.now)
+        # Every client has a prefetch average, as n clients' reports would leave them (the
+        # product's median of them, policy/median.py; the reference kept one average).
+        if hasattr(arb, "_prefetches"):
+            for i in range(n + 1):
+                arb._prefetches.set(f"c{i}", 0.01 * (i % 97))
 
     def event(self, op, *args, **kw):
         return _work(lambda: (getattr(self.arb, op)(*args, self.now, **kw),
@@ -104,9 +109,13 @@ class Scene:
         if kind == "request":
             self.fresh += 1
             return self.event("request", f"new{self.fresh}")
-        if kind == "release":
+        if kind in ("release", "release_report"):
             c = self.running()
-            work = self.event("release", c)
+            report = None
+            if kind == "release_report":  # a grant with PREFETCH, whose prefetch counts
+                report = POLICY.SwitchReport(prefetch=0.01 * (i + 1))
+                getattr(arb, "_prefetching", set()).add(c)
+            work = self.event("release", c, report=report)
             arb.request(c, self.now)
             return work
         if kind == "tick":
@@ -129,7 +138,8 @@ class Scene:
         raise AssertionError(kind)
 
 
-KINDS = ["request", "release", "tick", "disconnect", "set_priority", "set_footprint"]
+KINDS = ["request", "release", "release_report", "tick", "disconnect", "set_priority",
+         "set_footprint"]
 
 
 def _cost(mode: str, kind: str, n: int) -> float:

@@ -4,6 +4,13 @@ were reworked, read from git history),
 and after every event both must have returned the same actions and must show the same snapshot,
 the same records of holders and waiters, the same next deadline and the same state of every client.
 
+One rule changed since that commit, on purpose: how clients' prefetch reports enter the dynamic
+quantum (a report counts only for a grant with PREFETCH, cut to a plausible time, into the client's
+own average; the quantum takes the lower median of the averages once two clients have one). The
+oracle is the reference with that rule added the plain way (Reference below: a dict of averages
+and statistics.median_low, recomputed at each change), so the sequences still cover prefetch reports,
+huge ones included; everything else is the reference as it was.
+
 The sequences mix every event the scheduler sends (request, release with and without a switch
 report, disconnect, tick, set_priority, set_footprint, set_capacity, set_mode, set_tq), few or many
 clients, varied priorities and footprints, silent clients that get evicted, busy clients that ask
@@ -15,7 +22,9 @@ steps back a little.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
+import statistics
 
 import pytest
 
@@ -26,10 +35,51 @@ import policy_reference
 
 reference = policy_reference.load()
 
+
+class Reference(reference.Arbiter):
+    """The reference policy with the prefetch rule of the product (model.py, arbiter.release),
+    written without its data structures."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._averages: dict = {}          # client -> its average prefetch
+        self._with_prefetch: set = set()   # holders granted with PREFETCH
+
+    def _grant(self, client, now, quantum):
+        grant = super()._grant(client, now, quantum)
+        (self._with_prefetch.add if grant.prefetch else self._with_prefetch.discard)(client)
+        return grant
+
+    def release(self, client, now, report=None):
+        if client in self.holders and client in self._with_prefetch:
+            self._with_prefetch.discard(client)
+            seconds = report.prefetch if report is not None else 0.0
+            if math.isfinite(seconds) and seconds > 0:
+                sample = min(seconds, product.SWITCH_REPORT_MAX,
+                             self._footprints.get(client, 0) / product.PREFETCH_FLOOR_RATE)
+                if sample > 0:
+                    old = self._averages.get(client)
+                    self._averages[client] = sample if old is None else \
+                        product.EWMA_ALPHA * sample + (1 - product.EWMA_ALPHA) * old
+                    self._median()
+        return super().release(client, now)  # the reference's own prefetch average stays unused
+
+    def disconnect(self, client, now):
+        self._with_prefetch.discard(client)
+        if self._averages.pop(client, None) is not None:
+            self._median()
+        return super().disconnect(client, now)
+
+    def _median(self):
+        enough = len(self._averages) >= product.PREFETCH_REPORTERS
+        self._prefetch = statistics.median_low(self._averages.values()) if enough else None
+
 GiB = 2**30
 CHUNKS = 24
 SEQUENCES_PER_CHUNK = 100   # 2400 sequences in all
 EVENTS = 120
+SWITCHY_CHUNKS = 4          # 400 sequences more, of prefetch reports
+PREFETCHES = [0.0, 0.05, 0.4, 3.0, 4294.967295]  # seconds; the last is LOCK_RELEASED's largest
 
 
 def _plain(value):
@@ -62,7 +112,7 @@ def _state(arb, now, clients):
 class Pair:
     """One event sequence played on both arbiters."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, switchy: bool = False):
         self.rng = rng = random.Random(seed)
         self.clients = [f"c{i}" for i in range(rng.choice([2, 4, 7, 12, 25, 60, 120]))]
         self.busy = rng.random() < 0.4   # released clients ask again at once
@@ -74,23 +124,30 @@ class Pair:
                   reserve=rng.choice([None, 0, GiB]),
                   client_overhead=rng.choice([0, 0, 768 * 2**20]))
         mode = rng.choice(["auto", "auto", "serial", "off"])
+        if switchy:  # few clients that switch often under the dynamic quantum, reporting prefetches
+            self.clients = self.clients[:rng.choice([2, 3, 5, 7])]
+            self.weights = [10, 40, 3, 1, 3, 0.5, 25, 0.3, 0.3, 0, 0.2]
+            self.capacity = kw["capacity"] = 16 * GiB
+            kw["tq"], mode = None, rng.choice(["auto", "serial"])
         self.new = product.Arbiter(product.Mode(mode), **kw)
-        self.old = reference.Arbiter(reference.Mode(mode), **kw)
+        self.old = Reference(reference.Mode(mode), **kw)
         self.now = rng.choice([0.0, 1000.0])
         self.silent: set = set()
         self.steps = 0
-        if rng.random() < 0.25:
-            self.crowd()
+        if switchy or rng.random() < 0.25:
+            self.crowd(heavy=switchy)
 
-    def crowd(self):
-        """Everyone asks at the start, with footprints that do not all fit: a long queue."""
+    def crowd(self, heavy=False):
+        """Everyone asks at the start, with footprints that do not all fit: a long queue. Heavy: no
+        two fit together, so that every switch evicts and grants come with PREFETCH."""
         rng = self.rng
         self.busy = True
         if self.capacity == 0:
             self.capacity = 16 * GiB
             self.call("set_capacity", self.capacity)
+        low, high = (self.capacity // 2 + GiB, self.capacity) if heavy else (0, self.capacity // 2)
         for c in self.clients:
-            self.call("set_footprint", c, rng.randrange(0, self.capacity // 2, GiB // 4))
+            self.call("set_footprint", c, rng.randrange(low, high, GiB // 4))
             if rng.random() < 0.5:
                 self.call("set_priority", c, rng.choice(self.prios))
         for c in self.clients:
@@ -135,11 +192,12 @@ class Pair:
         if kind == "request":
             self.call("request", c)
         elif kind == "release_dropped" and draining:
-            report = rng.choice([None, SwitchReport(drain=0.01, evict=rng.choice([0.0, 0.1]),
-                                                    prefetch=rng.choice([0.0, 0.05, 0.4]))])
+            report = None if rng.random() < 0.2 else SwitchReport(
+                drain=0.01, evict=rng.choice([0.0, 0.1]), prefetch=rng.choice(PREFETCHES))
             self.release(rng.choice(draining), report=report)
         elif kind == "release_idle":
-            self.release(rng.choice(list(arb.holders) or [c]))
+            self.release(rng.choice(list(arb.holders) or [c]),
+                         report=rng.choice([None, SwitchReport(prefetch=rng.choice(PREFETCHES))]))
         elif kind == "footprint":
             top = max(self.capacity, 8 * GiB)
             self.call("set_footprint", c, rng.randrange(0, top // 2 + 1, GiB // 4))
@@ -167,9 +225,7 @@ class Pair:
 
 
 def _reference_kw(kw):
-    """A SwitchReport for the reference is its own class."""
-    if kw.get("report") is not None:
-        return {**kw, "report": reference.SwitchReport(**dataclasses.asdict(kw["report"]))}
+    """The reference takes the product's SwitchReport (Reference.release reads its prefetch)."""
     return kw
 
 
@@ -178,5 +234,16 @@ def _reference_kw(kw):
 def test_the_policy_decides_exactly_as_its_frozen_reference(chunk):
     for i in range(SEQUENCES_PER_CHUNK):
         pair = Pair(chunk * SEQUENCES_PER_CHUNK + i)
+        for _ in range(EVENTS):
+            pair.event()
+
+
+@pytest.mark.parametrize("chunk", range(SWITCHY_CHUNKS))
+def test_prefetch_reports_move_the_quantum_exactly_as_the_plain_rule_says(chunk):
+    """Sequences of few clients that switch often under the dynamic quantum, each switch evicting
+    and each grant after it carrying PREFETCH, so that prefetch reports (huge ones too) and
+    disconnects keep changing the clients' averages and their median."""
+    for i in range(SEQUENCES_PER_CHUNK):
+        pair = Pair(10**6 + chunk * SEQUENCES_PER_CHUNK + i, switchy=True)
         for _ in range(EVENTS):
             pair.event()

@@ -1,4 +1,5 @@
-"""The dynamic quantum: measured from handoffs and prefetch reports, between a floor and a ceiling;
+"""The dynamic quantum: measured from handoffs and prefetch reports (which no client moves alone:
+test_policy_prefetch.py), between a floor and a ceiling;
 an explicit quantum overrides it and "back to dynamic" restores it.
 """
 
@@ -66,22 +67,37 @@ def test_handoffs_are_averaged_with_a_weight_of_0_3_for_the_newest():
 
 
 def test_prefetch_reports_add_the_bulk_move_back_to_the_switch_cost():
-    r = dynamic()
-    now = one_switch(r, 0, handoff=0.2)
-    r(now + 1, "request", "C")
-    r(now + 2, "release", "C", report=SwitchReport(prefetch=0.3))   # an idle release still reports it
-    assert r.arb.switch_cost == pytest.approx(0.5)
-    r(now + 3, "request", "C")
-    r(now + 4, "release", "C", report=SwitchReport(drain=0.01, prefetch=0.0))  # no prefetch: no sample
-    assert r.arb.switch_cost == pytest.approx(0.5)
+    """Two clients granted with PREFETCH report it; the cost adds the lower median of their averages
+    (test_policy_prefetch.py has the rules in full)."""
+    r = dynamic(capacity=10 * GiB, reserve=0, client_overhead=0)
+    with_footprints(r, 0, A=6, B=6)
+    r(0, "request", "A")
+    r(0, "request", "B")
+    assert r(5, "tick") == [Drop("A", Q, evict=True)]
+    assert r(5.2, "release", "A") == [Grant("B", pytest.approx(3.8))]  # 19 x the 0.2 s handoff
+    r(5.2, "request", "A")
+    drop_at = r.arb.next_deadline()
+    assert r(drop_at, "tick") == [Drop("B", Q, evict=True)]
+    assert r(drop_at + 0.2, "release", "B") == [Grant("A", pytest.approx(3.8), prefetch=True)]
+    assert r.arb.switch_cost == pytest.approx(0.2)
+    r(drop_at + 0.2, "request", "B")
+    drop_at = r.arb.next_deadline()
+    assert r(drop_at, "tick") == [Drop("A", Q, evict=True)]
+    r(drop_at + 0.2, "release", "A", report=SwitchReport(prefetch=0.3))  # ...and reports it: alone,
+    assert r.arb.switch_cost == pytest.approx(0.2)                      # not yet a measurement
+    r(drop_at + 0.2, "request", "A")
+    drop_at = r.arb.next_deadline()
+    assert r(drop_at, "tick") == [Drop("B", Q, evict=True)]
+    r(drop_at + 0.2, "release", "B", report=SwitchReport(prefetch=0.5))  # B had PREFETCH too
+    assert r.arb.switch_cost == pytest.approx(0.2 + 0.3)                 # the lower of 0.3, 0.5
     assert r.arb.tq == pytest.approx(9.5)
 
 
-def test_a_prefetch_report_alone_is_a_measurement():
+def test_a_prefetch_report_alone_is_not_a_measurement():
     r = dynamic()
     r(0, "request", "A")
     r(1, "release", "A", report=SwitchReport(prefetch=0.5))
-    assert r.arb.switch_cost == pytest.approx(0.5) and r.arb.tq == pytest.approx(9.5)
+    assert r.arb.switch_cost is None and r.arb.tq == DEFAULT_DYNAMIC_TQ
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
@@ -177,7 +193,7 @@ def test_aging_counts_in_effective_quanta():
 
 def test_release_takes_an_optional_report():
     for kw, cost in (({}, None), ({"report": None}, None),
-                     ({"report": SwitchReport(prefetch=0.2)}, pytest.approx(0.2))):
+                     ({"report": SwitchReport(prefetch=0.2)}, None)):  # no PREFETCH: no sample
         arb = Arbiter(Mode.SERIAL, None)
         arb.request("A", 0.0)
         arb.release("A", 5.0, **kw)

@@ -42,16 +42,17 @@ def test_hello_gets_a_welcome_with_a_distinct_client_id(scheduler):
         assert wa.client_id != wb.client_id and wa.client_id > 0
 
 
-def test_attach_of_an_unknown_gpu_creates_it_with_the_client_reported_capacity(scheduler):
+def test_attach_of_an_unknown_gpu_makes_it_up_and_each_client_keeps_its_own_capacity(scheduler):
     assert scheduler.status()["gpus"] == []
     with registered(scheduler.sock, devices=()) as a, registered(scheduler.sock, devices=()) as b:
         att = a.attach(3, uuid(7), name="Mock GPU 7", physical=16 * GiB, capacity=12 * GiB)
         assert (att.device, att.capacity) == (3, 12 * GiB)
-        # The first report wins; a later client's own figure does not change it.
-        assert b.attach(0, uuid(7), capacity=4 * GiB).capacity == 12 * GiB
+        # A client's report applies to that client only: the GPU's capacity stays unknown.
+        assert b.attach(0, uuid(7), capacity=4 * GiB).capacity == 4 * GiB
         (gpu,) = scheduler.status()["gpus"]
-        assert (gpu["uuid"], gpu["name"], gpu["index"], gpu["capacity"], gpu["memory_total"]) == \
-            (uuid(7), "Mock GPU 7", None, 12 * GiB, 0)
+        assert (gpu["uuid"], gpu["name"], gpu["index"], gpu["capacity"], gpu["capacity_source"],
+                gpu["memory_total"]) == (uuid(7), "Mock GPU 7", None, 0, "unknown", 0)
+    assert scheduler.status()["gpus"] == []  # forgotten with its last client
 
 
 def test_capacity_from_nvml_beats_the_client_report(start_scheduler):
@@ -89,7 +90,7 @@ def test_set_gpu_memory_changes_later_attaches_and_zero_clears(scheduler):
         assert c.ctl("set_gpu_memory", gpu=uuid(0), bytes=2 * GiB) == {"ok": True}
         assert c.attach(0, uuid(0)).capacity == 2 * GiB
         assert c.ctl("set_gpu_memory", gpu=uuid(0), bytes=0) == {"ok": True}
-        assert c.attach(0, uuid(0)).capacity == 8 * GiB
+        assert c.attach(0, uuid(0), capacity=8 * GiB).capacity == 8 * GiB  # its own again
         assert not c.ctl("set_gpu_memory", bytes=GiB)["ok"]  # gpu is required
 
 
@@ -399,7 +400,7 @@ def test_status_reports_gpus_holders_queue_and_clients(scheduler):
         assert st["scheduler"]["pid"] == scheduler.proc.pid
         (gpu,) = st["gpus"]
         assert gpu["uuid"] == uuid(0) and gpu["mode"] == "serial" and gpu["tq"] == 30
-        assert gpu["capacity"] == 16 * GiB
+        assert (gpu["capacity"], gpu["capacity_source"]) == (0, "unknown")  # no NVML, no setting
         (h,) = gpu["holders"]
         # held at least from the grant (before granted_by) to the status request (after asked[-1])
         assert h["pid"] == holder.pid and 0.2 <= h["held_for"] < 30
@@ -485,16 +486,15 @@ def _ctl_as(sock, uid, gid, op, **fields):
 
 @needs_root
 def test_admin_ops_are_refused_to_another_uid(scheduler):
-    with registered(scheduler.sock):
-        pass
-    for op, fields in (("set_tq", {"seconds": 1}), ("set_mode", {"mode": "off"}),
-                       ("set_gpu_memory", {"bytes": 1, "gpu": uuid(0)})):
-        reply = _ctl_as(scheduler.sock, NOBODY, NOBODY, op, **fields)
-        assert not reply["ok"] and "permission denied" in reply["error"], reply
-    assert _ctl_as(scheduler.sock, NOBODY, NOBODY, "status")["ok"]  # reading is allowed
-    assert _ctl_as(scheduler.sock, NOBODY, NOBODY, "ping")["ok"]
-    (gpu,) = scheduler.status()["gpus"]
-    assert (gpu["tq"], gpu["mode"]) == (30, "serial")
+    with registered(scheduler.sock):  # keeps the client-made GPU known
+        for op, fields in (("set_tq", {"seconds": 1}), ("set_mode", {"mode": "off"}),
+                           ("set_gpu_memory", {"bytes": 1, "gpu": uuid(0)})):
+            reply = _ctl_as(scheduler.sock, NOBODY, NOBODY, op, **fields)
+            assert not reply["ok"] and "permission denied" in reply["error"], reply
+        assert _ctl_as(scheduler.sock, NOBODY, NOBODY, "status")["ok"]  # reading is allowed
+        assert _ctl_as(scheduler.sock, NOBODY, NOBODY, "ping")["ok"]
+        (gpu,) = scheduler.status()["gpus"]
+        assert (gpu["tq"], gpu["mode"], gpu["capacity"]) == (30, "serial", 0)
     assert "permission denied" in scheduler.log()
 
 

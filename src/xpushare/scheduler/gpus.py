@@ -1,12 +1,29 @@
-"""GPU discovery through NVML (nvidia-ml-py). Tolerant: without NVML the scheduler still works and
-learns GPUs from its clients' ATTACH messages."""
+"""GPU discovery through NVML (nvidia-ml-py), and the syntax of a GPU UUID. Tolerant: without NVML
+the scheduler still works and learns GPUs from its clients' ATTACH messages (client-made GPUs:
+registry.py)."""
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 
 log = logging.getLogger("nvshare.scheduler")
+
+# A GPU's UUID as NVML prints it and libnvshare.so formats CUDA's 16 bytes: "GPU-" and the 8-4-4-4-12
+# hex form; a MIG device's as NVML prints it since driver R470 ("MIG-" and the same form; the older
+# "MIG-GPU-<uuid>/<gi>/<ci>" names are not accepted). Hex digits of either case.
+_UUID = re.compile(r"(GPU|MIG)-[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
+
+
+def valid_uuid(uuid: str) -> bool:
+    """Whether `uuid` has the syntax of a GPU or MIG device UUID (what ATTACH may name)."""
+    return _UUID.fullmatch(uuid) is not None
+
+
+def uuid_key(uuid: str) -> str:
+    """The registry's key for a UUID: hex digits of either case name the same device."""
+    return uuid.lower()
 
 
 @dataclass(frozen=True)

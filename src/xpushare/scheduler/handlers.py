@@ -17,7 +17,7 @@ from ..protocol import (
 )
 from . import control
 from .policy import SwitchReport
-from .registry import Gpu, lock_log
+from .registry import Gpu, Refused, lock_log
 from .state import SchedulerState
 
 if TYPE_CHECKING:
@@ -51,24 +51,33 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
 
 
 def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
+    """Attach the GPU msg.uuid names (registry.attach: a UUID of bad syntax is a protocol error; one
+    too many made up by this uid is refused like a connection past the per-uid cap, with ERROR and
+    the connection closed: a client left waiting for ATTACHED would hang, a closed one runs
+    ungated). ATTACHED carries the scheduler's capacity, else the client's own report, which
+    applies to that client only."""
     _require_hello(conn)
     registry = state.registry
-    reported = msg.capacity or msg.physical_memory
-    gpu = registry.get(msg.uuid)
-    if gpu is None:
-        gpu = registry.add(msg.uuid, None, msg.name, 0, reported)
+    try:
+        gpu = registry.attach(conn, msg.uuid, msg.name)
+    except Refused as e:
+        state.warnings.warning(("attach", conn.uid), "refusing ATTACH of pid=%d uid=%d: %s; "
+                               "closing its connection", conn.pid, conn.uid, e)
+        conn.send(encode_error(str(e)))
+        conn.close()
+        return
     gpu.name = gpu.name or msg.name
-    if not gpu.reported_capacity:
-        gpu.reported_capacity = reported
-        registry.capacity_changed(gpu)
     old = conn.devices.get(msg.device)
     conn.devices[msg.device] = gpu
     if old is not None and old not in conn.devices.values():  # the ordinal now names another GPU
+        conn.memory.pop(old.uuid, None)
         registry.apply(old, old.arbiter.disconnect, conn)
     registry.apply(gpu, gpu.arbiter.set_priority, conn, conn.priority)
-    conn.send(encode(Attached(msg.device, 0, gpu.capacity)))
-    log.info("attach pid=%d device=%d gpu=%s%s capacity=%d", conn.pid, msg.device, gpu.label,
-             f" ({gpu.uuid})" if gpu.index is not None else "", gpu.capacity)
+    capacity = gpu.capacity or msg.capacity or msg.physical_memory
+    conn.send(encode(Attached(msg.device, 0, capacity)))
+    log.info("attach pid=%d device=%d gpu=%s%s capacity=%d%s", conn.pid, msg.device, gpu.label,
+             f" ({gpu.uuid})" if gpu.index is not None else "", capacity,
+             "" if gpu.capacity else " (its own)")
 
 
 def on_req_lock(state: SchedulerState, conn: Conn, msg: LockRequest) -> None:
@@ -88,8 +97,7 @@ def on_lock_released(state: SchedulerState, conn: Conn, msg: Released) -> None:
         log.debug("pid=%d released gpu %s it does not hold; ignored", conn.pid, gpu.label)
         return
     reason = "idle" if msg.reason == ReleaseReason.IDLE else "dropped"
-    report = SwitchReport(drain=msg.drain_us / 1e6, evict=msg.evict_us / 1e6,
-                          prefetch=msg.prefetch_us / 1e6)
+    report = SwitchReport.from_us(msg.drain_us, msg.evict_us, msg.prefetch_us)  # clamped
     lock_log.info("release pid=%d gpu=%s reason=%s held=%.2fs drain=%.1fms evict=%.1fms "
              "prefetch=%.1fms", conn.pid, gpu.label, reason, state.registry.now() - since,
              report.drain * 1e3, report.evict * 1e3, report.prefetch * 1e3)

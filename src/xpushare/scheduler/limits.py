@@ -9,6 +9,9 @@ without bound, hold a file descriptor forever or flood its log:
   within it. FRAME_TIMEOUT: a connection may sit inside one partial frame that long. A client that
   has completed HELLO and sends nothing is never timed out: clients hold idle connections for hours.
 - MAX_CONNECTIONS_PER_UID (--max-connections-per-uid): open connections per uid.
+- MAX_MADE_UP_GPUS_PER_UID: GPUs NVML did not report that one uid's clients made known by attaching
+  them (registry.py); each is forgotten when its last client leaves, and ATTACH of one more is
+  refused with an ERROR and the connection is closed.
 - FD_RESERVE: when the open connections (FDS_PER_CONNECTION descriptors each) reach the
   open-file limit less this reserve, only
   privileged peers (root and the scheduler's own uid, who may also change settings) are admitted; the
@@ -35,6 +38,7 @@ MAX_QUEUED = 4 << 20              # bytes queued to one peer
 HELLO_TIMEOUT = 10.0              # seconds to complete the first message
 FRAME_TIMEOUT = 10.0              # seconds inside one partial frame
 MAX_CONNECTIONS_PER_UID = 256     # default of --max-connections-per-uid (0: no cap)
+MAX_MADE_UP_GPUS_PER_UID = 16     # client-made GPUs one uid may have known at once (root exempt)
 FD_RESERVE = 32                   # file descriptors kept for privileged peers
 FDS_PER_CONNECTION = 2            # its socket and the pidfd of its process (connection.py)
 WARN_INTERVAL = 60.0              # seconds between two lines of one repeated warning
@@ -43,7 +47,7 @@ _OUT_OF_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 def privileged(uid: int) -> bool:
-    """Root and the scheduler's own uid: exempt from the per-uid cap, admitted into the reserve."""
+    """Root and the scheduler's own uid: exempt from the per-uid caps, admitted into the reserve."""
     return uid in (0, os.geteuid())
 
 

@@ -3,6 +3,13 @@
 Every event reaches a GPU's policy through GpuRegistry.apply(): it calls an Arbiter method with the
 current time, carries out the actions it returns (LOCK_OK and DROP_LOCK frames, evictions, log
 lines) and re-arms the GPU's timer for the arbiter's next deadline.
+
+GPUs come from NVML at start and are never forgotten. A client may ATTACH a GPU NVML did not report
+(no NVML, or a device it cannot see): that makes up a client-made GPU, if its UUID has the syntax of
+one (gpus.valid_uuid) and its uid has made up fewer than limits.MAX_MADE_UP_GPUS_PER_UID that are
+still known (root and the scheduler's uid exempt). A client-made GPU is forgotten, timer and all,
+when its last client leaves; what --gpu-memory gives it by selector comes back with it, a live
+nvsharectl setting for that one GPU does not. No client's report sets a GPU's capacity (Gpu.capacity).
 """
 
 from __future__ import annotations
@@ -11,10 +18,14 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 
-from ..protocol import DROP_EVICT, GRANT_PREFETCH, DropLock, Grant, encode, encode_error
-from . import policy
+from ..protocol import (
+    DROP_EVICT, GRANT_PREFETCH, DropLock, Grant, ProtocolError, encode, encode_error,
+)
+from . import limits, policy
+from .gpus import uuid_key, valid_uuid
 from .policy import Arbiter, Mode, check_tq
 
 log = logging.getLogger("nvshare.scheduler")
@@ -23,22 +34,32 @@ log = logging.getLogger("nvshare.scheduler")
 lock_log = logging.getLogger("nvshare.scheduler.locks")
 
 
+class Refused(Exception):
+    """An ATTACH the scheduler will not serve; the text goes back as ERROR."""
+
+
 class Gpu:
     """One GPU: what is known of it and its arbiter."""
 
     def __init__(self, uuid: str, index: int | None, name: str, memory_total: int,
-                 arbiter: Arbiter):
+                 arbiter: Arbiter, made_by: int | None = None):
         self.uuid, self.index, self.name, self.memory_total = uuid, index, name, memory_total
         self.capacity_override = 0  # --gpu-memory / set_gpu_memory; 0 = none
-        self.reported_capacity = 0  # the first capacity a client reported
+        self.made_by = made_by      # the uid whose client made it up; None: from NVML
+        self.clients: set = set()   # the connections attached to a client-made GPU
         self.arbiter = arbiter
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at: float | None = None  # the deadline `timer` was armed for
 
     @property
     def capacity(self) -> int:
-        """Own setting, else the NVML total, else the first client report (docs/protocol.md)."""
-        return self.capacity_override or self.memory_total or self.reported_capacity
+        """Own setting, else the NVML total; 0 = unknown. Never what a client reported: that
+        applies to that client only (ATTACHED, docs/protocol.md)."""
+        return self.capacity_override or self.memory_total
+
+    @property
+    def capacity_source(self) -> str:
+        return "setting" if self.capacity_override else "nvml" if self.memory_total else "unknown"
 
     @property
     def label(self) -> str:
@@ -57,7 +78,8 @@ class GpuRegistry:
         self.config = config
         self.default_mode = Mode(config.mode)
         self.default_tq = None if config.tq is None else check_tq(config.tq)
-        self.gpus: dict[str, Gpu] = {}
+        self.gpus: dict[str, Gpu] = {}            # by uuid_key
+        self.made: Counter[int] = Counter()       # uid -> client-made GPUs it made, still known
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -70,25 +92,60 @@ class GpuRegistry:
         return time.monotonic()
 
     def get(self, uuid: str) -> Gpu | None:
-        return self.gpus.get(uuid)
+        return self.gpus.get(uuid_key(uuid))
 
     def in_order(self) -> list[Gpu]:
         """NVML's order first, then GPUs learnt from clients."""
         return sorted(self.gpus.values(), key=lambda g: (g.index is None, g.index or 0))
 
     def add(self, uuid: str, index: int | None, name: str, memory_total: int,
-            reported_capacity: int = 0) -> Gpu:
+            made_by: int | None = None) -> Gpu:
         gpu = Gpu(uuid, index, name, memory_total,
-                  Arbiter(self.default_mode, self.default_tq, reserve=self.config.reserve))
+                  Arbiter(self.default_mode, self.default_tq, reserve=self.config.reserve), made_by)
         gpu.capacity_override = next((size for sel, size in self.config.gpu_memory_for.items()
                                       if gpu.matches(sel)), self.config.gpu_memory)
-        gpu.reported_capacity = reported_capacity
-        self.gpus[uuid] = gpu
+        self.gpus[uuid_key(uuid)] = gpu
+        if made_by is not None:
+            self.made[made_by] += 1
         self.capacity_changed(gpu)
-        log.info("gpu %s: %s, %s, capacity %d bytes, mode %s, tq %s",
-                 gpu.label if index is not None else "(from a client)", uuid, name or "?",
-                 gpu.capacity, gpu.arbiter.mode.value, _tq_text(gpu.arbiter))
+        log.info("gpu %s: %s, %s, capacity %s, mode %s, tq %s",
+                 gpu.label if made_by is None else f"(made up by a client of uid {made_by})", uuid,
+                 name or "?", f"{gpu.capacity} bytes ({gpu.capacity_source})" if gpu.capacity
+                 else "unknown", gpu.arbiter.mode.value, _tq_text(gpu.arbiter))
         return gpu
+
+    def attach(self, conn, uuid: str, name: str) -> Gpu:
+        """The GPU conn's ATTACH names, made up when it is not known. ProtocolError for a UUID
+        without the syntax of one; Refused when conn's uid has made up too many."""
+        gpu = self.get(uuid)
+        if gpu is None:
+            if not valid_uuid(uuid):
+                raise ProtocolError(f"ATTACH of {uuid[:48]!r}: not a GPU UUID "
+                                    "(GPU- or MIG- and the 8-4-4-4-12 hex form)")
+            cap = limits.MAX_MADE_UP_GPUS_PER_UID
+            if self.made[conn.uid] >= cap and not limits.privileged(conn.uid):
+                raise Refused(f"uid {conn.uid} already has {self.made[conn.uid]} GPUs the "
+                              f"scheduler does not know attached (at most {cap}): not attaching "
+                              f"{uuid}")
+            gpu = self.add(uuid, None, name, 0, made_by=conn.uid)
+        if gpu.made_by is not None:
+            gpu.clients.add(conn)
+        return gpu
+
+    def _left(self, gpu: Gpu, conn) -> None:
+        """`conn` is no longer attached to the client-made `gpu`: forget it with its last client."""
+        gpu.clients.discard(conn)
+        if gpu.clients or self.gpus.get(uuid_key(gpu.uuid)) is not gpu:
+            return
+        del self.gpus[uuid_key(gpu.uuid)]
+        if gpu.timer is not None:
+            gpu.timer.cancel()
+            gpu.timer = None
+        self.made[gpu.made_by] -= 1
+        if not self.made[gpu.made_by]:
+            del self.made[gpu.made_by]
+        log.info("gpu %s (made up by a client of uid %d): forgotten, its last client left",
+                 gpu.uuid, gpu.made_by)
 
     def capacity_changed(self, gpu: Gpu) -> None:
         """Tell the arbiter the GPU's capacity (auto admission and eviction decisions use it)."""
@@ -103,7 +160,8 @@ class GpuRegistry:
         The arbiter has already recorded every action it returns, so each one is carried out even
         when another fails; a client that could not be told what the arbiter decided (e.g. a grant
         it never received) loses its connection, which hands its lock on instead of leaving it
-        stuck. The timer is re-armed whatever happens.
+        stuck. The timer is re-armed whatever happens. Every departure of a client from a GPU
+        comes through here (a disconnect event), so here a client-made GPU goes with its last one.
         """
         try:
             for action in event(*args, self.now(), **kw):
@@ -116,6 +174,8 @@ class GpuRegistry:
                         action.client.close()
         finally:
             self._arm(gpu)
+            if gpu.made_by is not None and getattr(event, "__func__", None) is Arbiter.disconnect:
+                self._left(gpu, args[0])
 
     def _arm(self, gpu: Gpu) -> None:
         deadline = gpu.arbiter.next_deadline()

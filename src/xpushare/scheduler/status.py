@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 COMMAND_MAX = 256  # characters of a client's command line in status (a reply is one 64 KiB frame)
 COMMAND_SHORT = 32  # ... when the reply would not fit otherwise
+REPLY_MAX = MAX_PAYLOAD - 256  # what status fills of a frame, kept below it: the "ok" field, and
+                               # the counts of GPUs not listed added after the sizes are taken
 
 
 def build(state: SchedulerState, msg: dict | None = None) -> dict:
@@ -29,18 +31,55 @@ def build(state: SchedulerState, msg: dict | None = None) -> dict:
         "gpus": [gpu_status(g, now) for g in registry.in_order()],
         "clients": [client_status(state, c) for c in state.clients()],
     }
-    # A reply is one frame (MAX_PAYLOAD): with very many clients, shorten the command lines.
-    if len(json.dumps(reply, separators=(",", ":"))) > MAX_PAYLOAD - 256:
+    # A reply is one frame (MAX_PAYLOAD): with very many clients, shorten the command lines; with
+    # very many client-made GPUs, list only those that fit.
+    if _size(reply) > REPLY_MAX:
         for c in reply["clients"]:
             c["command"] = c["command"][:COMMAND_SHORT]
+    if _size(reply) > REPLY_MAX:
+        _list_made_up_gpus_that_fit(reply)
     return reply
+
+
+def _size(value) -> int:
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+def _list_made_up_gpus_that_fit(reply: dict) -> None:
+    """Keep NVML's GPUs, and the client-made ones (index null) in order while they fit in the
+    frame with the clients' entries for them; say how many are left out (`gpus_not_listed`, in the
+    reply and in each client). The counts start at their largest, so the reply only shrinks."""
+    made = [g for g in reply["gpus"] if g["index"] is None]
+    reply["gpus"] = [g for g in reply["gpus"] if g["index"] is not None]
+    reply["gpus_not_listed"] = len(made)
+    entries: dict[str, list[tuple[dict, dict]]] = {}   # uuid -> (client, its entry for the GPU)
+    for c in reply["clients"]:
+        mine = [d for d in c["gpus"] if d["index"] is None]
+        for d in mine:
+            entries.setdefault(d["uuid"], []).append((c, d))
+        c["gpus"] = [d for d in c["gpus"] if d["index"] is not None]
+        c["gpus_not_listed"] = len(mine)
+    room = REPLY_MAX - _size(reply)
+    for g in made:
+        pairs = entries.get(g["uuid"], [])
+        cost = _size(g) + 1 + sum(_size(d) + 1 for _, d in pairs)
+        if cost > room:
+            break
+        room -= cost
+        reply["gpus"].append(g)
+        reply["gpus_not_listed"] -= 1
+        for c, d in pairs:
+            c["gpus"].append(d)
+            c["gpus_not_listed"] -= 1
+    for c in reply["clients"]:
+        c["gpus"].sort(key=lambda d: d["device"])
 
 
 def gpu_status(g: Gpu, now: float) -> dict:
     s = g.arbiter.snapshot(now)
     return {
         "index": g.index, "uuid": g.uuid, "name": g.name, "memory_total": g.memory_total,
-        "capacity": g.capacity, "mode": s.mode.value,
+        "capacity": g.capacity, "capacity_source": g.capacity_source, "mode": s.mode.value,
         "operation": s.operation, "why": s.why, "used": s.used, "budget": s.budget,
         "tq": s.tq, "tq_source": s.tq_source, "switch_cost": s.switch_cost,
         "holders": [{"pid": h.client.pid, "client_id": h.client.id, "priority": h.client.priority,

@@ -34,14 +34,20 @@ it goes on aging from the wait it had (otherwise a busy higher-priority client c
 every grant, and it would never age enough to keep one).
 
 The quantum (docs/protocol.md "The quantum") is explicit, or dynamic: QUANTA_PER_SWITCH times the
-measured switch cost, so that switching takes at most about 5% of the GPU's time.
+measured switch cost, so that switching takes at most about 5% of the GPU's time. The switch cost is
+the arbiter's own measure of handoffs (DROP_LOCK to release) plus the prefetch time clients report,
+which no client can raise on its own: a report counts only for a grant that carried PREFETCH, is cut
+to a plausible time (model.plausible_prefetch), goes into that client's own average (forgotten at
+its disconnect), and the cost takes the lower median of those averages once PREFETCH_REPORTERS
+clients have one (median.py).
 
 Cost. No event rescans or sorts the queue (tests/scheduler/test_policy_cost.py counts the work at 10
 and at 1000 clients). With n waiters, P distinct base priorities among them (a handful), r "odd"
 waiters (queue.py: resumed preempted waits and the like, few), h holders, d holders whose deadline
 has passed and g grants, an event costs:
 - keeping the records: O(log n) for the waiter it touches (queue.py), O(log h) for each holder
-  whose deadline changes (holders.py); next_deadline() O(log h) amortised;
+  whose deadline changes (holders.py); next_deadline() O(log h) amortised; a release or disconnect
+  O(log m) amortised for the m clients with a prefetch average (median.py);
 - OFF: O(g), granting every waiter;
 - SERIAL: O(P + r log r) to find the next waiter, plus O(d log h) (one holder runs at a time);
 - AUTO: the same, plus admission, which reads the waiters in serving order lazily and stops as soon
@@ -56,18 +62,21 @@ set_mode and set_tq give every holder a fresh deadline: O(h log h).
 """
 
 from .arbiter import Arbiter
+from .median import LowerMedian
 from .model import (
     AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, EVICT_AFTER_QUANTA, EWMA_ALPHA, MAX_SKIP,
-    QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS, TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN,
-    Action, Client, Drop, Evict, Grant, Holding, Mode, Overdue, SwitchReport, Waiting, check_tq,
+    PREFETCH_FLOOR_RATE, PREFETCH_REPORTERS, QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS,
+    SWITCH_REPORT_MAX, TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN, Action, Client, Drop, Evict, Grant,
+    Holding, Mode, Overdue, SwitchReport, Waiting, check_tq, plausible_prefetch,
 )
 from .snapshot import GpuSnapshot, HolderView, WaiterView
 from .strategies import STRATEGIES, AutoStrategy, OffStrategy, SerialStrategy, Strategy
 
 __all__ = [
     "AGING_QUANTA", "CLIENT_OVERHEAD", "DEFAULT_DYNAMIC_TQ", "EVICT_AFTER_QUANTA", "EWMA_ALPHA",
-    "MAX_SKIP", "QUANTA_PER_SWITCH", "RESERVE_FRACTION", "STRATEGIES", "SWITCH_REASONS", "TQ_CEILING",
-    "TQ_FLOOR", "TQ_MAX", "TQ_MIN", "Action", "Arbiter", "AutoStrategy", "Client", "Drop", "Evict",
-    "GpuSnapshot", "Grant", "HolderView", "Holding", "Mode", "OffStrategy", "Overdue",
-    "SerialStrategy", "Strategy", "SwitchReport", "WaiterView", "Waiting", "check_tq",
+    "MAX_SKIP", "PREFETCH_FLOOR_RATE", "PREFETCH_REPORTERS", "QUANTA_PER_SWITCH", "RESERVE_FRACTION",
+    "STRATEGIES", "SWITCH_REASONS", "SWITCH_REPORT_MAX", "TQ_CEILING", "TQ_FLOOR", "TQ_MAX", "TQ_MIN",
+    "Action", "Arbiter", "AutoStrategy", "Client", "Drop", "Evict", "GpuSnapshot", "Grant",
+    "HolderView", "Holding", "LowerMedian", "Mode", "OffStrategy", "Overdue", "SerialStrategy",
+    "Strategy", "SwitchReport", "WaiterView", "Waiting", "check_tq", "plausible_prefetch",
 ]

@@ -17,10 +17,12 @@ from collections.abc import Iterable
 from ...protocol import DropReason
 from .model import (
     AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, EVICT_AFTER_QUANTA, EWMA_ALPHA,
-    QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS, TQ_CEILING, TQ_FLOOR, Action, Client, Drop,
-    Evict, Grant, Holding, Mode, Overdue, SwitchReport, Waiting, _check_bytes, check_tq,
+    PREFETCH_REPORTERS, QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS, TQ_CEILING, TQ_FLOOR,
+    Action, Client, Drop, Evict, Grant, Holding, Mode, Overdue, SwitchReport, Waiting, _check_bytes,
+    check_tq, plausible_prefetch,
 )
 from .holders import HolderIndex
+from .median import LowerMedian
 from .queue import WaitQueue
 from .snapshot import GpuSnapshot, HolderView, WaiterView
 from .strategies import STRATEGIES, Strategy
@@ -54,7 +56,8 @@ class Arbiter:
         self._evicted: set[Client] = set()         # last drop carried EVICT: grant with PREFETCH
         self._preempted: dict[Client, float] = {}  # wait a preempted client resumes at its request
         self._handoff: float | None = None         # average DROP_LOCK -> LOCK_RELEASED, seconds
-        self._prefetch: float | None = None        # average bulk prefetch at a grant, seconds
+        self._prefetching: set[Client] = set()     # holders granted with PREFETCH
+        self._prefetches = LowerMedian()           # each client's average bulk prefetch, seconds
         self._arrivals = itertools.count()
         self._grants = itertools.count()
 
@@ -69,11 +72,20 @@ class Arbiter:
         return self._tq_explicit
 
     @property
+    def prefetch_cost(self) -> float | None:
+        """The prefetch time a switch adds (seconds): the lower median of the clients' averages,
+        once PREFETCH_REPORTERS clients have one; None before."""
+        if len(self._prefetches) < PREFETCH_REPORTERS:
+            return None
+        return self._prefetches.median()
+
+    @property
     def switch_cost(self) -> float | None:
         """Average measured cost of a switch (seconds), None before any was measured."""
-        if self._handoff is None and self._prefetch is None:
+        prefetch = self.prefetch_cost
+        if self._handoff is None and prefetch is None:
             return None
-        return (self._handoff or 0.0) + (self._prefetch or 0.0)
+        return (self._handoff or 0.0) + (prefetch or 0.0)
 
     @property
     def tq(self) -> float:
@@ -162,14 +174,22 @@ class Arbiter:
         return self._step(now)
 
     def release(self, client: Client, now: float, report: SwitchReport | None = None) -> list[Action]:
-        """The client gave the GPU up; `report` is what it measured of the switch (LOCK_RELEASED)."""
+        """The client gave the GPU up; `report` is what it measured of the switch (LOCK_RELEASED).
+
+        The handoff (DROP_LOCK to LOCK_RELEASED) is the arbiter's own measure. The client's
+        prefetch time counts only when this grant carried PREFETCH, cut to what is plausible for
+        its footprint (plausible_prefetch), and only into its own average."""
         h = self._held.remove(client)
         if h is None:
             return []
         if h.drop_sent is not None and h.drop_reason in SWITCH_REASONS:
             self._handoff = _ewma(self._handoff, max(0.0, now - h.drop_sent))
-        if report is not None and math.isfinite(report.prefetch) and report.prefetch > 0:
-            self._prefetch = _ewma(self._prefetch, report.prefetch)
+        if client in self._prefetching:
+            self._prefetching.discard(client)
+            sample = plausible_prefetch(report.prefetch if report else 0.0,
+                                        self._footprints.get(client, 0))
+            if sample > 0:
+                self._prefetches.set(client, _ewma(self._prefetches.get(client), sample))
         return self._step(now)
 
     def disconnect(self, client: Client, now: float) -> list[Action]:
@@ -179,6 +199,8 @@ class Arbiter:
         self._priorities.pop(client, None)
         self._evicted.discard(client)
         self._preempted.pop(client, None)
+        self._prefetching.discard(client)
+        self._prefetches.discard(client)
         return self._step(now) if (held or queued) else []
 
     def tick(self, now: float) -> list[Action]:
@@ -271,6 +293,10 @@ class Arbiter:
         w = self._queue.remove(client)
         prefetch = client in self._evicted
         self._evicted.discard(client)
+        if prefetch:
+            self._prefetching.add(client)
+        else:
+            self._prefetching.discard(client)
         self._held.add(client, Holding(since=now, seq=next(self._grants), bonus=bonus,
                                        waited=max(0.0, now - w.since) if w else 0.0,
                                        deadline=(now + quantum) if quantum else None))

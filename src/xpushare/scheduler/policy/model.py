@@ -3,6 +3,7 @@ it keeps of holders and waiters. Pure data; the rules live in strategies.py and 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import Enum
@@ -20,6 +21,15 @@ TQ_CEILING = 120.0        # ... nor above these
 DEFAULT_DYNAMIC_TQ = 5.0  # seconds: the dynamic quantum until a switch has been measured
 QUANTA_PER_SWITCH = 19    # quantum = 19 x switch cost: switching is cost / (quantum + cost) = 5%
 EWMA_ALPHA = 0.3          # weight of the newest sample in the switch-cost averages
+# What clients report of a switch (LOCK_RELEASED) is theirs to make up, so it is bounded: no phase
+# counts for more than SWITCH_REPORT_MAX, and a prefetch for no more than moving the client's whole
+# footprint at PREFETCH_FLOOR_RATE. That rate is well under the slowest migration measured (demand
+# faults, 4.7 GB/s; a bulk prefetch ran at 46-50 GB/s: docs/benchmarks.md, "Measured facts").
+SWITCH_REPORT_MAX = 60.0  # seconds
+PREFETCH_FLOOR_RATE = 1e9  # bytes per second
+# The dynamic quantum counts the prefetch time as the lower median of the clients' own averages,
+# and only once this many clients have reported one: one client alone cannot raise it.
+PREFETCH_REPORTERS = 2
 
 MAX_SKIP = 3              # times later waiters may start before a waiter that does not fit
 AGING_QUANTA = 2          # a waiter's priority rises by one for every this many quanta waited
@@ -92,6 +102,20 @@ class SwitchReport:
     drain: float = 0.0     # finishing its outstanding work
     evict: float = 0.0     # the bulk move to host after DROP_LOCK with EVICT
     prefetch: float = 0.0  # the bulk move back at the grant it now releases
+
+    @classmethod
+    def from_us(cls, drain_us: int, evict_us: int, prefetch_us: int) -> SwitchReport:
+        """LOCK_RELEASED's microseconds, each cut to SWITCH_REPORT_MAX."""
+        return cls(*(min(us / 1e6, SWITCH_REPORT_MAX) for us in (drain_us, evict_us, prefetch_us)))
+
+
+def plausible_prefetch(seconds: float, footprint: int) -> float:
+    """A reported prefetch time cut to what is plausible for a client of `footprint` bytes: at
+    most SWITCH_REPORT_MAX, and at most the time to move the footprint at PREFETCH_FLOOR_RATE;
+    0.0 for a time that is not a positive number."""
+    if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
+        return 0.0
+    return min(float(seconds), SWITCH_REPORT_MAX, max(0, footprint) / PREFETCH_FLOOR_RATE)
 
 
 @dataclass
