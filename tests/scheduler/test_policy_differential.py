@@ -4,12 +4,14 @@ were reworked, read from git history),
 and after every event both must have returned the same actions and must show the same snapshot,
 the same records of holders and waiters, the same next deadline and the same state of every client.
 
-One rule changed since that commit, on purpose: how clients' prefetch reports enter the dynamic
-quantum (a report counts only for a grant with PREFETCH, cut to a plausible time, into the client's
-own average; the quantum takes the lower median of the averages once two clients have one). The
-oracle is the reference with that rule added the plain way (Reference below: a dict of averages
-and statistics.median_low, recomputed at each change), so the sequences still cover prefetch reports,
-huge ones included; everything else is the reference as it was.
+Two rules changed since that commit, on purpose: how clients' prefetch reports and handoff times
+enter the dynamic quantum (a prefetch report counts only for a grant with PREFETCH, cut to a
+plausible time, into the client's own average; a handoff into the client's own average too; the
+quantum takes the lower median of the handoff averages, and of the prefetch averages once two
+clients have one). The oracle is
+the reference with those rules added the plain way (Reference below: dicts of averages and
+statistics.median_low, recomputed at each change), so the sequences still cover prefetch reports,
+huge ones included, and late releases; everything else is the reference as it was.
 
 The sequences mix every event the scheduler sends (request, release with and without a switch
 report, disconnect, tick, set_priority, set_footprint, set_capacity, set_mode, set_tq), few or many
@@ -40,10 +42,33 @@ class Reference(reference.Arbiter):
     """The reference policy with the prefetch rule of the product (model.py, arbiter.release),
     written without its data structures."""
 
+    _handoff_median = None
+
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         self._averages: dict = {}          # client -> its average prefetch
+        self._handoffs: dict = {}          # client -> its average handoff
         self._with_prefetch: set = set()   # holders granted with PREFETCH
+
+    # The reference keeps one handoff average (it assigns self._handoff in release); the rule of the
+    # product replaces it with the lower median of the clients' own averages.
+    @property
+    def _handoff(self):
+        return self._handoff_median
+
+    @_handoff.setter
+    def _handoff(self, value):
+        pass
+
+    def _note_handoff(self, client, now):
+        h = self.holders.get(client)
+        if h is None or h.drop_sent is None or h.drop_reason not in product.SWITCH_REASONS:
+            return
+        sample = max(0.0, now - h.drop_sent)
+        old = self._handoffs.get(client)
+        self._handoffs[client] = sample if old is None else \
+            product.EWMA_ALPHA * sample + (1 - product.EWMA_ALPHA) * old
+        self._handoff_median = _median_low(self._handoffs, 1)
 
     def _grant(self, client, now, quantum):
         grant = super()._grant(client, now, quantum)
@@ -51,6 +76,7 @@ class Reference(reference.Arbiter):
         return grant
 
     def release(self, client, now, report=None):
+        self._note_handoff(client, now)
         if client in self.holders and client in self._with_prefetch:
             self._with_prefetch.discard(client)
             seconds = report.prefetch if report is not None else 0.0
@@ -68,11 +94,16 @@ class Reference(reference.Arbiter):
         self._with_prefetch.discard(client)
         if self._averages.pop(client, None) is not None:
             self._median()
+        if self._handoffs.pop(client, None) is not None:
+            self._handoff_median = _median_low(self._handoffs, 1)
         return super().disconnect(client, now)
 
     def _median(self):
-        enough = len(self._averages) >= product.PREFETCH_REPORTERS
-        self._prefetch = statistics.median_low(self._averages.values()) if enough else None
+        self._prefetch = _median_low(self._averages)
+
+
+def _median_low(averages: dict, enough: int = product.SWITCH_REPORTERS):
+    return statistics.median_low(averages.values()) if len(averages) >= enough else None
 
 GiB = 2**30
 CHUNKS = 24

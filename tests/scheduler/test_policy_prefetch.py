@@ -5,7 +5,7 @@ can move the quantum on its own (docs/protocol.md "The quantum").
   moved at PREFETCH_FLOOR_RATE (model.plausible_prefetch); LOCK_RELEASED's microseconds are cut to
   SWITCH_REPORT_MAX on the way in (SwitchReport.from_us).
 - It counts only for a grant that carried PREFETCH, into that client's own average.
-- The switch cost adds the lower median of those averages, once PREFETCH_REPORTERS (2) clients have
+- The switch cost adds the lower median of those averages, once SWITCH_REPORTERS (2) clients have
   one; a client's average goes with its disconnect.
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 from xpushare.protocol import DropReason
 from xpushare.scheduler.policy import (
-    DEFAULT_DYNAMIC_TQ, PREFETCH_FLOOR_RATE, PREFETCH_REPORTERS, QUANTA_PER_SWITCH,
+    DEFAULT_DYNAMIC_TQ, PREFETCH_FLOOR_RATE, SWITCH_REPORTERS, QUANTA_PER_SWITCH,
     SWITCH_REPORT_MAX, TQ_CEILING, Arbiter, Drop, Grant, LowerMedian, Mode, SwitchReport,
     plausible_prefetch,
 )
@@ -27,7 +27,7 @@ HANDOFF = 0.001            # every release in rotate() comes this long after its
 
 
 def test_the_bounds_are_as_documented():
-    assert (SWITCH_REPORT_MAX, PREFETCH_FLOOR_RATE, PREFETCH_REPORTERS) == (60.0, 1e9, 2)
+    assert (SWITCH_REPORT_MAX, PREFETCH_FLOOR_RATE, SWITCH_REPORTERS) == (60.0, 1e9, 2)
 
 
 @pytest.mark.parametrize("seconds, footprint, expected", [
@@ -97,6 +97,26 @@ def test_the_prefetch_cost_is_the_lower_median_of_the_clients_averages(reports, 
     cost = HANDOFF + (expected or 0.0)
     assert arb.switch_cost == pytest.approx(cost)
     assert arb.tq == pytest.approx(min(TQ_CEILING, max(2.0, QUANTA_PER_SWITCH * cost)))
+
+
+@pytest.mark.parametrize("late", [0.0, 1.0, 3.9])
+def test_a_client_that_releases_late_does_not_move_the_quantum(late):
+    """Serial, A and B take turns; B answers every DROP_LOCK `late` seconds after HANDOFF (short
+    of being evicted). The handoff is each client's own average, and the lower median of the two
+    is A's: the quantum stays what A's handoffs make it."""
+    arb = Arbiter(Mode.SERIAL, None, capacity=10 * GiB, reserve=0, client_overhead=0)
+    for c in "AB":
+        arb.set_footprint(c, GiB, 0.0)
+        arb.request(c, 0.0)
+    now = 0.0
+    for _ in range(20):
+        now = arb.next_deadline()
+        (drop,) = arb.tick(now)
+        now += HANDOFF + (late if drop.client == "B" else 0.0)
+        arb.release(drop.client, now)
+        arb.request(drop.client, now)
+    assert arb.handoff_cost == pytest.approx(HANDOFF)
+    assert arb.tq == pytest.approx(max(2.0, QUANTA_PER_SWITCH * HANDOFF))
 
 
 def _alone_with_prefetch(report: float) -> Arbiter:

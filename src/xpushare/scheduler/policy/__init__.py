@@ -38,7 +38,7 @@ measured switch cost, so that switching takes at most about 5% of the GPU's time
 the arbiter's own measure of handoffs (DROP_LOCK to release) plus the prefetch time clients report,
 which no client can raise on its own: a report counts only for a grant that carried PREFETCH, is cut
 to a plausible time (model.plausible_prefetch), goes into that client's own average (forgotten at
-its disconnect), and the cost takes the lower median of those averages once PREFETCH_REPORTERS
+its disconnect), and the cost takes the lower median of those averages once SWITCH_REPORTERS
 clients have one (median.py).
 
 Cost. No event rescans or sorts the queue (tests/scheduler/test_policy_cost.py counts the work at 10
@@ -65,7 +65,7 @@ from .arbiter import Arbiter
 from .median import LowerMedian
 from .model import (
     AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, EVICT_AFTER_QUANTA, EWMA_ALPHA, MAX_SKIP,
-    PREFETCH_FLOOR_RATE, PREFETCH_REPORTERS, QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS,
+    PREFETCH_FLOOR_RATE, SWITCH_REPORTERS, QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS,
     SWITCH_REPORT_MAX, TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN, Action, Client, Drop, Evict, Grant,
     Holding, Mode, Overdue, SwitchReport, Waiting, check_tq, plausible_prefetch,
 )
@@ -74,7 +74,7 @@ from .strategies import STRATEGIES, AutoStrategy, OffStrategy, SerialStrategy, S
 
 __all__ = [
     "AGING_QUANTA", "CLIENT_OVERHEAD", "DEFAULT_DYNAMIC_TQ", "EVICT_AFTER_QUANTA", "EWMA_ALPHA",
-    "MAX_SKIP", "PREFETCH_FLOOR_RATE", "PREFETCH_REPORTERS", "QUANTA_PER_SWITCH", "RESERVE_FRACTION",
+    "MAX_SKIP", "PREFETCH_FLOOR_RATE", "SWITCH_REPORTERS", "QUANTA_PER_SWITCH", "RESERVE_FRACTION",
     "STRATEGIES", "SWITCH_REASONS", "SWITCH_REPORT_MAX", "TQ_CEILING", "TQ_FLOOR", "TQ_MAX", "TQ_MIN",
     "Action", "Arbiter", "AutoStrategy", "Client", "Drop", "Evict", "GpuSnapshot", "Grant",
     "HolderView", "Holding", "LowerMedian", "Mode", "OffStrategy", "Overdue", "SerialStrategy",

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from ...protocol import DropReason
 from .model import (
     AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, EVICT_AFTER_QUANTA, EWMA_ALPHA,
-    PREFETCH_REPORTERS, QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS, TQ_CEILING, TQ_FLOOR,
+    SWITCH_REPORTERS, QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS, TQ_CEILING, TQ_FLOOR,
     Action, Client, Drop, Evict, Grant, Holding, Mode, Overdue, SwitchReport, Waiting, _check_bytes,
     check_tq, plausible_prefetch,
 )
@@ -55,7 +55,7 @@ class Arbiter:
         self._priorities: dict[Client, int] = {}
         self._evicted: set[Client] = set()         # last drop carried EVICT: grant with PREFETCH
         self._preempted: dict[Client, float] = {}  # wait a preempted client resumes at its request
-        self._handoff: float | None = None         # average DROP_LOCK -> LOCK_RELEASED, seconds
+        self._handoffs = LowerMedian()             # each client's average DROP_LOCK -> RELEASED
         self._prefetching: set[Client] = set()     # holders granted with PREFETCH
         self._prefetches = LowerMedian()           # each client's average bulk prefetch, seconds
         self._arrivals = itertools.count()
@@ -74,18 +74,24 @@ class Arbiter:
     @property
     def prefetch_cost(self) -> float | None:
         """The prefetch time a switch adds (seconds): the lower median of the clients' averages,
-        once PREFETCH_REPORTERS clients have one; None before."""
-        if len(self._prefetches) < PREFETCH_REPORTERS:
+        once SWITCH_REPORTERS clients have one; None before."""
+        if len(self._prefetches) < SWITCH_REPORTERS:
             return None
         return self._prefetches.median()
 
     @property
+    def handoff_cost(self) -> float | None:
+        """The handoff time a switch takes (seconds), from DROP_LOCK sent to LOCK_RELEASED: the
+        lower median of the clients' averages (the scheduler measures it: one client's counts)."""
+        return self._handoffs.median()
+
+    @property
     def switch_cost(self) -> float | None:
         """Average measured cost of a switch (seconds), None before any was measured."""
-        prefetch = self.prefetch_cost
-        if self._handoff is None and prefetch is None:
+        prefetch, handoff = self.prefetch_cost, self.handoff_cost
+        if handoff is None and prefetch is None:
             return None
-        return (self._handoff or 0.0) + (prefetch or 0.0)
+        return (handoff or 0.0) + (prefetch or 0.0)
 
     @property
     def tq(self) -> float:
@@ -176,14 +182,16 @@ class Arbiter:
     def release(self, client: Client, now: float, report: SwitchReport | None = None) -> list[Action]:
         """The client gave the GPU up; `report` is what it measured of the switch (LOCK_RELEASED).
 
-        The handoff (DROP_LOCK to LOCK_RELEASED) is the arbiter's own measure. The client's
+        The handoff (DROP_LOCK to LOCK_RELEASED) is the arbiter's own measure, kept per client
+        (a client that releases late stretches only its own average). The client's
         prefetch time counts only when this grant carried PREFETCH, cut to what is plausible for
         its footprint (plausible_prefetch), and only into its own average."""
         h = self._held.remove(client)
         if h is None:
             return []
         if h.drop_sent is not None and h.drop_reason in SWITCH_REASONS:
-            self._handoff = _ewma(self._handoff, max(0.0, now - h.drop_sent))
+            sample = max(0.0, now - h.drop_sent)
+            self._handoffs.set(client, _ewma(self._handoffs.get(client), sample))
         if client in self._prefetching:
             self._prefetching.discard(client)
             sample = plausible_prefetch(report.prefetch if report else 0.0,
@@ -201,6 +209,7 @@ class Arbiter:
         self._preempted.pop(client, None)
         self._prefetching.discard(client)
         self._prefetches.discard(client)
+        self._handoffs.discard(client)
         return self._step(now) if (held or queued) else []
 
     def tick(self, now: float) -> list[Action]:

@@ -27,9 +27,11 @@ EWMA_ALPHA = 0.3          # weight of the newest sample in the switch-cost avera
 # faults, 4.7 GB/s; a bulk prefetch ran at 46-50 GB/s: docs/benchmarks.md, "Measured facts").
 SWITCH_REPORT_MAX = 60.0  # seconds
 PREFETCH_FLOOR_RATE = 1e9  # bytes per second
-# The dynamic quantum counts the prefetch time as the lower median of the clients' own averages,
-# and only once this many clients have reported one: one client alone cannot raise it.
-PREFETCH_REPORTERS = 2
+# The dynamic quantum counts the handoff (DROP_LOCK -> LOCK_RELEASED, which a client stretches by
+# releasing late) and the prefetch time each as the lower median of the clients' own averages, so
+# that among clients taking turns one alone cannot raise it. A prefetch time, which the client
+# reports, counts only once this many clients have one.
+SWITCH_REPORTERS = 2
 
 MAX_SKIP = 3              # times later waiters may start before a waiter that does not fit
 AGING_QUANTA = 2          # a waiter's priority rises by one for every this many quanta waited
