@@ -57,7 +57,7 @@ class Client:
         self.waiting = False
 
 
-def _read_frame(sock: socket.socket) -> tuple[int, bytes]:
+def read_frame(sock: socket.socket) -> tuple[int, bytes]:
     """One frame from a blocking socket: (type, payload)."""
     head = _read_exactly(sock, HEADER.size)
     magic, _version, mtype, length = HEADER.unpack(head)
@@ -77,7 +77,7 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
 
 
 def _expect(sock: socket.socket, mtype: MessageType) -> None:
-    got, payload = _read_frame(sock)
+    got, payload = read_frame(sock)
     if got != mtype:
         raise LoadFailure(f"expected {mtype.name}, got {MessageType(got).name}: {payload[:200]!r}")
 
