@@ -105,7 +105,7 @@ def bursts(clients, frames, mode: str, rounds: int) -> dict:
         drops += b["drops"]
     return {"rounds": rounds, "held_together": together, "handoff_us": summary(hand) if hand else None,
             "wait_us": summary(waits), "serve_all_ms": [round(v, 2) for v in serve],
-            "serve_all_ms_max": max(serve), "drops": drops}
+            "serve_all_ms_max": max(serve), "per_grant_us": min(serve) * 1e3 / len(clients), "drops": drops}
 
 
 def measure_one(mode: str, n: int, p: dict) -> dict:

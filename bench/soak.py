@@ -160,7 +160,7 @@ def measure(p: dict) -> dict:
     with Daemon(p["mode"]) as daemon:
         sampler = RssSampler(daemon)
         pr = Probe(daemon.socket)
-        time.sleep(QUIET_S)
+        time.sleep(p["quiet_s"])
         t_fuzz = time.monotonic()
         rss_start = sampler.sample()
         sampler.start()
