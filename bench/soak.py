@@ -156,7 +156,7 @@ def _phase(samples: list, t0: float, t1: float) -> list[float]:
 
 def measure(p: dict) -> dict:
     t_begin = time.monotonic()
-    nofile = raise_nofile()
+    nofile, load_start = raise_nofile(), os.getloadavg()
     with Daemon(p["mode"]) as daemon:
         sampler = RssSampler(daemon)
         pr = Probe(daemon.socket)
@@ -185,11 +185,14 @@ def measure(p: dict) -> dict:
                     "samples": [[round(t - t_fuzz, 1), kib] for t, kib in sampler.samples]},
         "probe": {"round_trip_us": summary(fuzz_rtt), "quiet_us": summary(_phase(samples, 0, t_fuzz)),
                   "after_us": summary(_phase(samples, t_fuzzed, float("inf"))), "cycles": len(samples),
-                  "over_10ms": sum(v > 10_000 for v in fuzz_rtt), "failures": failures},
+                  "over_10ms": sum(v > 10_000 for v in fuzz_rtt), "failures": failures,
+                  # when the slow ones came (s from the fuzz's start), to line them up with RSS and log
+                  "slow": [[round(t - t_fuzz, 2), round(v)] for t, v in samples if v > 10_000]},
         "log": {"Traceback": log.count("Traceback"), "internal error": log.count("internal error"),
                 "lines": log.count("\n"), "bytes": len(log)},
         "alive_at_end": alive, "restored": restored, "gpus_known_at_end": gpus,
-        "load_average_end": [round(v, 2) for v in os.getloadavg()],
+        "load_average": {"start": [round(v, 2) for v in load_start],
+                         "end": [round(v, 2) for v in os.getloadavg()]},
         "seconds": round(time.monotonic() - t_begin, 1)}
 
 

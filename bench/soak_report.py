@@ -62,6 +62,8 @@ def section(s: dict) -> str:
             f"{f(dig(pr, 'quiet_us', 'p99'))} / {f(dig(pr, 'quiet_us', 'max'))} µs |",
             f"| probe after the fuzz and the restore p50 / max | {f(dig(pr, 'after_us', 'p50'))} / "
             f"{f(dig(pr, 'after_us', 'max'))} µs ({dig(pr, 'after_us', 'n')} cycles) |",
+            f"| probe cycles over 10 ms: when (s after the fuzz began), how long (µs) | "
+            f"{', '.join(f'{t} s: {v}' for t, v in (pr.get('slow') or [])[:20]) or 'none'} |",
             f"| probe failures | {len(pr.get('failures') or [])} {'; '.join(pr.get('failures') or [])[:300]} |",
             f"| \"Traceback\" / \"internal error\" in the log | {dig(s, 'log', 'Traceback')} / "
             f"{dig(s, 'log', 'internal error')} ({dig(s, 'log', 'lines')} lines) |",
@@ -79,5 +81,5 @@ def section(s: dict) -> str:
         "capacity are put back at the end, and the probe is served after that too. RSS: VmRSS every second, "
         f"start just before the fuzz, end after a {f(p.get('settle_s'), 0)} s pause after it. The probe's "
         f"baseline is its own round trip in the {f(p.get('quiet_s'), 0)} s before the fuzz. Both processes share "
-        "the machine's cores with the scheduler, as clients do. Load average at the end "
-        f"(1/5/15 min): {s.get('load_average_end')}.\n")
+        "the machine's cores with the scheduler, as clients do. Load average of the machine (1/5/15 min) at "
+        f"start {dig(s, 'load_average', 'start')}, at end {dig(s, 'load_average', 'end')}.\n")
