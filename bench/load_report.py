@@ -142,6 +142,8 @@ def section(s: dict) -> str:
         "run as the scheduler's own uid, which the cap exempts anyway); RLIMIT_NOFILE soft raised to hard "
         f"({'/'.join(map(str, p.get('rlimit_nofile') or []))}) in the generator and, before exec, in the scheduler. "
         "Garbage collection is off in the generator during the timed phases. Load average of the machine "
-        f"(1/5/15 min) at start {loads.get('start')}, at end {loads.get('end')}.\n")
+        f"(1/5/15 min) at start {loads.get('start')}, at end {loads.get('end')}: near or above the number of "
+        "cores, other processes competed with the scheduler and the generator for them, which shows most in the "
+        "tails (p99, max) and in the baseline's.\n")
     notes = _notes(s)
     return text + ("\nNotes:\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else "")

@@ -150,6 +150,18 @@ def known_gpus(sock: Path) -> int | str:
     return len(reply["gpus"]) if reply.get("ok") else str(reply.get("error"))
 
 
+def halves(samples: list[tuple[float, int]], t0: float, t1: float) -> list[int | None]:
+    """RSS growth (KiB) in the first and in the second half of [t0, t1]: growth that goes on in the
+    second half is not a start-up cost settling."""
+    mid = (t0 + t1) / 2
+
+    def at(t: float) -> int | None:
+        before = [kib for ts, kib in samples if ts <= t]
+        return before[-1] if before else None
+    points = [at(t0), at(mid), at(t1)]
+    return [None if a is None or b is None else b - a for a, b in zip(points, points[1:])]
+
+
 def _phase(samples: list, t0: float, t1: float) -> list[float]:
     return [rtt for t, rtt in samples if t0 <= t < t1]
 
@@ -182,6 +194,7 @@ def measure(p: dict) -> dict:
         "parameters": {**p, "probe_uuid": PROBE_UUID, "rlimit_nofile": list(nofile)},
         "sent": sent, "fuzz_seconds": round(t_fuzzed - t_fuzz, 1),
         "rss_kib": {"start": rss_start, "max": max(rss), "end": rss_end, "delta": rss_end - rss_start,
+                    "growth_by_half": halves(sampler.samples, t_fuzz, t_fuzzed),
                     "samples": [[round(t - t_fuzz, 1), kib] for t, kib in sampler.samples]},
         "probe": {"round_trip_us": summary(fuzz_rtt), "quiet_us": summary(_phase(samples, 0, t_fuzz)),
                   "after_us": summary(_phase(samples, t_fuzzed, float("inf"))), "cycles": len(samples),

@@ -55,6 +55,8 @@ def section(s: dict) -> str:
             f"| fuzz duration | {f(s.get('fuzz_seconds'))} s |",
             f"| daemon RSS start / max / end (delta) | {_mb(rss.get('start'))} / {_mb(rss.get('max'))} / "
             f"{_mb(rss.get('end'))} ({_mb(rss.get('delta'))}) |",
+            f"| daemon RSS growth in the first / second half of the fuzz | "
+            f"{' / '.join(_mb(v) for v in rss.get('growth_by_half') or [None, None])} |",
             f"| probe round trip during the fuzz p50 / p99 / max | {f(dig(pr, 'round_trip_us', 'p50'))} / "
             f"{f(dig(pr, 'round_trip_us', 'p99'))} / {f(dig(pr, 'round_trip_us', 'max'))} µs "
             f"({dig(pr, 'round_trip_us', 'n')} cycles, {pr.get('over_10ms')} over 10 ms) |",
@@ -82,4 +84,5 @@ def section(s: dict) -> str:
         f"start just before the fuzz, end after a {f(p.get('settle_s'), 0)} s pause after it. The probe's "
         f"baseline is its own round trip in the {f(p.get('quiet_s'), 0)} s before the fuzz. Both processes share "
         "the machine's cores with the scheduler, as clients do. Load average of the machine (1/5/15 min) at "
-        f"start {dig(s, 'load_average', 'start')}, at end {dig(s, 'load_average', 'end')}.\n")
+        f"start {dig(s, 'load_average', 'start')}, at end {dig(s, 'load_average', 'end')}: near or above the "
+        "number of cores, other processes competed for them, which shows most in the tails.\n")

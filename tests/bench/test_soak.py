@@ -28,7 +28,7 @@ def test_a_short_soak():
     assert sent["requests"] == sent["answered"] == 200 and sent["bad_replies"] == 0
     rss = r["rss_kib"]
     assert all(rss[k] > 0 for k in ("start", "max", "end")) and rss["max"] >= rss["start"]
-    assert rss["delta"] == rss["end"] - rss["start"] and rss["samples"]
+    assert rss["delta"] == rss["end"] - rss["start"] and rss["samples"] and len(rss["growth_by_half"]) == 2
     probe = r["probe"]
     assert probe["cycles"] > 0 and probe["failures"] == [] and probe["quiet_us"]["n"] > 0
     assert probe["after_us"]["n"] > 0                                # served after the restore too
