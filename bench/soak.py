@@ -173,8 +173,8 @@ def measure(p: dict) -> dict:
         sampler = RssSampler(daemon)
         pr = Probe(daemon.socket)
         time.sleep(p["quiet_s"])
-        t_fuzz = time.monotonic()
         rss_start = sampler.sample()
+        t_fuzz = time.monotonic()
         sampler.start()
         sent = send_all(daemon.socket, p, random.Random(p["seed"]))
         t_fuzzed = time.monotonic()
@@ -202,7 +202,9 @@ def measure(p: dict) -> dict:
                   # when the slow ones came (s from the fuzz's start), to line them up with RSS and log
                   "slow": [[round(t - t_fuzz, 2), round(v)] for t, v in samples if v > 10_000]},
         "log": {"Traceback": log.count("Traceback"), "internal error": log.count("internal error"),
-                "lines": log.count("\n"), "bytes": len(log)},
+                "lines": log.count("\n"), "bytes": len(log),
+                # GPUs it learnt from ATTACH (the probe's, the fuzz's and those of mutated UUIDs)
+                "gpus_learnt": log.count("gpu (from a client): ")},
         "alive_at_end": alive, "restored": restored, "gpus_known_at_end": gpus,
         "load_average": {"start": [round(v, 2) for v in load_start],
                          "end": [round(v, 2) for v in os.getloadavg()]},

@@ -70,7 +70,8 @@ def section(s: dict) -> str:
             f"| \"Traceback\" / \"internal error\" in the log | {dig(s, 'log', 'Traceback')} / "
             f"{dig(s, 'log', 'internal error')} ({dig(s, 'log', 'lines')} lines) |",
             f"| daemon alive at the end; settings restored | {s.get('alive_at_end')}; {s.get('restored')} |",
-            f"| GPUs the daemon knows at the end | {s.get('gpus_known_at_end')} |"]
+            f"| GPUs the daemon learnt from clients' ATTACH (its log); its status reply at the end | "
+            f"{dig(s, 'log', 'gpus_learnt')}; {s.get('gpus_known_at_end')} |"]
     return "\n".join(rows) + (
         "\n\nOne `nvshare-scheduler` (`--no-nvml --gpu-memory 16GiB`, mode auto, no `--log-locks`). The fuzz "
         "(testkit/fuzz.py, seed " f"{p.get('seed')}) is sent by {p.get('workers')} threads of one process: each "

@@ -33,7 +33,8 @@ def test_a_short_soak():
     assert probe["cycles"] > 0 and probe["failures"] == [] and probe["quiet_us"]["n"] > 0
     assert probe["after_us"]["n"] > 0                                # served after the restore too
     assert r["alive_at_end"] and r["restored"] == {"set_mode": True, "set_tq": True, "set_gpu_memory": True}
-    assert r["log"]["Traceback"] == 0 and r["log"]["internal error"] == 0
+    assert r["log"]["Traceback"] == 0 and r["log"]["internal error"] == 0 and r["log"]["gpus_learnt"] >= 1
+    assert None not in rss["growth_by_half"]
     json.dumps(r)
     rows = soak_report.goals(r)
     assert len(rows) == 3 and "not measured" not in "".join(rows)
