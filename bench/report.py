@@ -28,6 +28,8 @@ DEFAULT_RERUN_ALL = "bash bench/gpu_validate.sh --bench-only   # or: python3 ben
 # Results of other runs shown after the suite's, when they are next to its JSON: file -> what it holds.
 EARLIER = {"launch-training-idle.json": "the full forms of launch overhead, training step time (three sizes) "
                                         "and idle release"}
+# Runs of the benchmarks without a GPU (suite.CPU), next to the suite's JSON: file -> their part's title.
+SEPARATE = {"cpu.json": "Without a GPU: many clients and soak"}
 # Facts measured once outside the suite, which defaults and design rest on: shown last.
 FACTS = "facts.json"
 
@@ -87,20 +89,42 @@ def section(bench: ModuleType, s, plots: dict[str, Path], md_dir: Path, level: s
     return "\n".join(parts)
 
 
+def _machine_lines(m: dict) -> list[str]:
+    """The GPU and software lines; a run on a machine without a GPU names its CPU instead."""
+    if m.get("gpu") or not m.get("cpu"):
+        lines = [f"- GPU: {m.get('gpu') or 'unknown'} (name, driver, memory)"]
+        if m.get("cpu"):
+            lines.append(f"- CPU: {m['cpu']}")
+        return lines + [f"- PyTorch {m.get('torch')} (CUDA {m.get('torch_cuda')}), Python {m.get('python')}, "
+                        f"nvcc: {m.get('nvcc')}"]
+    return [f"- Machine: {m['cpu']}, no GPU", f"- Python {m.get('python')}"]
+
+
 def _run_lines(results: dict, json_name: str) -> list[str]:
     m = results.get("machine") or {}
     quick = " (--quick: fewer repetitions)" if results.get("quick") else ""
     budget = (f"- Budget: {f(results.get('budget_s'), 0)} s, took {f(results.get('seconds'), 0)} s"
               if "budget_s" in results else None)
     lines = [
-        f"- GPU: {m.get('gpu') or 'unknown'} (name, driver, memory)",
-        f"- PyTorch {m.get('torch')} (CUDA {m.get('torch_cuda')}), Python {m.get('python')}, nvcc: {m.get('nvcc')}",
+        *_machine_lines(m),
         f"- Date: {m.get('date')}; commit {m.get('commit')}{quick}",
         budget,
         f"- Rerun: `{results.get('rerun') or DEFAULT_RERUN_ALL}`",
         f"- Raw results: {json_name}\n",
     ]
     return [line for line in lines if line is not None]
+
+
+def separate_part(results: dict, title: str, json_name: str, md_dir: Path) -> str:
+    """A run of the benchmarks without a GPU: its machine, its goal rows and its sections."""
+    parts = [f"## {title}\n", *_run_lines(results, json_name)]
+    rows = [row for bench in suite.modules(suite.CPU) if bench.NAME in results for row in _goal_rows(bench, results)]
+    if rows:
+        parts += [*GOAL_HEAD, *rows, ""]
+    for bench in suite.modules(suite.CPU):
+        if bench.NAME in results:
+            parts.append(section(bench, results[bench.NAME], {}, md_dir, level="###"))
+    return "\n".join(parts)
 
 
 def earlier_part(results: dict, what: str, json_name: str, md_dir: Path) -> str:
@@ -117,9 +141,10 @@ def earlier_part(results: dict, what: str, json_name: str, md_dir: Path) -> str:
 
 def render(results: dict, plots: dict[str, Path] | None = None, plot_note: str | None = None,
            md_path: Path = DEFAULT_MD, json_name: str = "bench/results/suite.json",
-           earlier: list[tuple[str, dict, str]] | None = None, facts: dict | None = None) -> str:
-    """The Markdown of the suite's results, then of `earlier` runs: (what, results, JSON shown), then
-    the `facts` measured outside the suite."""
+           earlier: list[tuple[str, dict, str]] | None = None, facts: dict | None = None,
+           separate: list[tuple[str, dict, str]] | None = None) -> str:
+    """The Markdown of the suite's results, then of the `separate` runs without a GPU and of `earlier`
+    runs: (title or what, results, JSON shown), then the `facts` measured outside the suite."""
     plots = plots or {}
     parts = [
         "# Benchmarks\n",
@@ -131,8 +156,10 @@ def render(results: dict, plots: dict[str, Path] | None = None, plot_note: str |
         parts.append(f"Plots: {plot_note}\n")
     parts.append(headline(results))
     for bench in suite.modules():
-        if bench.NAME in results:
+        if bench.NAME in results and bench.NAME not in suite.CPU:
             parts.append(section(bench, results[bench.NAME], plots, md_path.parent))
+    for title, other, name in separate or []:
+        parts.append(separate_part(other, title, name, md_path.parent))
     for what, other, name in earlier or []:
         parts.append(earlier_part(other, what, name, md_path.parent))
     if facts:
@@ -158,15 +185,21 @@ def read_facts(directory: Path) -> dict | None:
     return facts if isinstance(facts, dict) else None
 
 
-def earlier_runs(directory: Path) -> list[tuple[str, dict, str]]:
-    """The EARLIER results found in `directory` (unreadable ones are left out)."""
+def read(path: Path) -> dict | None:
+    """A results file, or None when it is missing, unreadable or not an object."""
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return results if isinstance(results, dict) else None
+
+
+def earlier_runs(directory: Path, files: dict[str, str] = EARLIER) -> list[tuple[str, dict, str]]:
+    """The results of `files` (EARLIER, or SEPARATE) found in `directory` (unreadable ones are left out)."""
     found = []
-    for name, what in EARLIER.items():
-        try:
-            results = json.loads((directory / name).read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(results, dict):
+    for name, what in files.items():
+        results = read(directory / name)
+        if results is not None:
             found.append((what, results, _shown(directory / name)))
     return found
 
@@ -227,7 +260,7 @@ def write(results: dict, md_path: Path = DEFAULT_MD, plot_dir: Path | None = Non
         note = f"some could not be drawn: {note}"
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(render(results, made, note, md_path, _shown(json_path), earlier_runs(json_path.parent),
-                              read_facts(json_path.parent)))
+                              read_facts(json_path.parent), earlier_runs(json_path.parent, SEPARATE)))
     return md_path
 
 

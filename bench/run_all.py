@@ -12,6 +12,12 @@
   interactive      high-priority interactive client next to a batch job (~50 s)
   (idle_release: the idle-release benchmark, only when asked for with --only idle_release)
 
+Without a GPU, not in the default run (bench/suite.py's CPU group; results in bench/results/cpu.json,
+shown in a part of docs/benchmarks.md of their own, with the machine's CPU):
+
+  load             1, 100, 1000 clients on one GPU per mode: registration, lock round trip, handoff (~3 min)
+  soak             10^5 malformed frames, 10^4 fuzzed control requests, a probe client, RSS (~2 min)
+
 The benchmarks are the modules listed in bench/suite.py (their interface is described there).
 The budget is shared in proportion to those shares among the benchmarks still to run, so time one
 leaves unused goes to the next and an overrun is taken from the rest; each benchmark gets its share
@@ -54,8 +60,10 @@ import suite  # noqa: E402
 
 REPO = BENCH.parent
 RESULTS_JSON = REPO / "bench" / "results" / "suite.json"
+CPU_JSON = RESULTS_JSON.with_name("cpu.json")  # a run of only benchmarks of suite.CPU (report.SEPARATE)
 BENCHMARKS_MD = REPO / "docs" / "benchmarks.md"
 RERUN = "bash bench/gpu_validate.sh --bench-only   # or: python3 bench/run_all.py"
+RERUN_CPU = "python3 bench/run_all.py --only " + ",".join(suite.CPU)
 DEFAULT_BUDGET_S = 470.0
 MARKER = "XPUSHARE_BENCH_RUN"  # in the environment of every process a benchmark starts
 HANG_FACTOR, HANG_EXTRA_S = 1.5, 15.0  # a benchmark still running after this is ended
@@ -230,13 +238,26 @@ def machine() -> dict:
     index = _harness().visible_gpu_index()
     gpus = gpu.splitlines() if gpu else None
     return {
-        "gpus": gpus,
+        "gpus": gpus, "cpu": cpu(),
         "gpu": gpus[index] if gpus and index < len(gpus) else None,
         "torch": torch_v, "torch_cuda": cuda_v, "python": python_v or sys.version.split()[0],
         "nvcc": nvcc.splitlines()[-1] if nvcc else None,
         "commit": f"{commit}{'+local changes' if dirty else ''}" if commit else None,
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
+
+
+def cpu() -> str:
+    """The CPU's model and the cores this process may run on."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {len(os.sched_getaffinity(0))} cores"
 
 
 def library() -> str | None:
@@ -253,6 +274,9 @@ def write_outputs(results: dict, out: Path | None, json_path: Path = RESULTS_JSO
     """JSON and Markdown (and copies in `out`) after every benchmark; the plots at the end."""
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(results, indent=1, default=str))
+    if json_path.name in report.SEPARATE:  # a part of the report: the suite's results stay its main part
+        json_path = json_path.with_name(RESULTS_JSON.name)
+        results = report.read(json_path) or {}
     try:
         report.write(results, md_path, json_path.parent, make_plots and final,
                      "not drawn (--no-plots)" if not make_plots else
@@ -269,10 +293,10 @@ def write_outputs(results: dict, out: Path | None, json_path: Path = RESULTS_JSO
 
 def run_suite(selected: list[Bench], quick: bool, budget: float, out: Path | None = None,
               json_path: Path = RESULTS_JSON, md_path: Path = BENCHMARKS_MD, make_plots: bool = True,
-              isolate: bool = True) -> dict:
+              isolate: bool = True, rerun: str = RERUN) -> dict:
     t_begin = time.monotonic()
     deadline = t_begin + budget
-    results: dict = {"machine": machine(), "library": library(), "rerun": RERUN,
+    results: dict = {"machine": machine(), "library": library(), "rerun": rerun,
                      "quick": quick, "budget_s": budget, "order": [b.name for b in selected]}
     stopped = False
     for i, bench in enumerate(selected):
@@ -331,22 +355,28 @@ def select(only: str | None) -> list[Bench]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
-                   help=f"time for the whole suite (default {DEFAULT_BUDGET_S:.0f})")
+    p.add_argument("--budget", type=float, metavar="SECONDS",
+                   help=f"time for the whole suite (default {DEFAULT_BUDGET_S:.0f}; for --only "
+                        f"{','.join(suite.CPU)} or some of them, the sum of their shares)")
     p.add_argument("--time-limit", type=float, dest="budget", help=argparse.SUPPRESS)  # the older name of --budget
     p.add_argument("--only", help="comma-separated subset, by name: " + ", ".join(BY_NAME))
     p.add_argument("--quick", action="store_true", help="every benchmark in its quick form")
     p.add_argument("--out", type=Path, help="also copy the JSON, the Markdown and the plots here")
-    p.add_argument("--json", type=Path, default=RESULTS_JSON, help="results file (default bench/results/suite.json)")
+    p.add_argument("--json", type=Path, help="results file (default bench/results/suite.json; "
+                   "bench/results/cpu.json when only benchmarks without a GPU of bench/suite.py's CPU are run)")
     p.add_argument("--md", type=Path, default=BENCHMARKS_MD, help="report (default docs/benchmarks.md)")
     p.add_argument("--no-plots", action="store_true", help="do not draw the PNG plots")
     args = p.parse_args(argv)
-    if args.budget <= 0:
-        p.error("--budget must be positive")
     try:
         selected = select(args.only)
     except ValueError as e:
         p.error(str(e))
+    cpu_run = all(b.name in suite.CPU for b in selected)
+    if args.budget is None:
+        args.budget = sum(b.share_s for b in selected) if cpu_run else DEFAULT_BUDGET_S
+    if args.budget <= 0:
+        p.error("--budget must be positive")
+    args.json = args.json or (CPU_JSON if cpu_run else RESULTS_JSON)
     if any(b.gpu for b in selected):
         problem = _gpu_problem()
         if problem:
@@ -354,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
             return 3
     signal.signal(signal.SIGTERM, _raise_stop)  # e.g. gpu_validate.sh's timeout: keep what is done
     try:
-        results = run_suite(selected, args.quick, args.budget, args.out, args.json, args.md, not args.no_plots)
+        results = run_suite(selected, args.quick, args.budget, args.out, args.json, args.md, not args.no_plots,
+                            rerun=RERUN_CPU + (" --quick" if args.quick else "") if cpu_run else RERUN)
     except _Stop:
         print("run_all: stopped", file=sys.stderr)
         return 1

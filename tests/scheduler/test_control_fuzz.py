@@ -4,7 +4,6 @@ connections, after which the daemon must be alive, its log free of tracebacks, a
 client must still get the lock. Also the daemon's side of the hardening issue's attacks."""
 
 import asyncio
-import os
 import random
 import socket
 import time
@@ -14,14 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctl_state import ask, build_state, snapshot
-from sched_harness import FakeClient, GiB, registered, uuid
-from xpushare.protocol import (
-    Attach, Attached, Hello, LockRequest, MemUpdate, MessageType, Released, encode,
-    encode_frame, encode_json,
-)
+from sched_harness import FakeClient, registered, uuid
+from testkit.fuzz import FIELDS, REGISTER, fuzz_request, malformed_frame
+from xpushare.protocol import Attached, MessageType, encode, encode_json
 from xpushare.scheduler import control
 
-FIELDS = ("seconds", "gpu", "mode", "bytes", "priority", "pid", "client_id")
 SCALAR = (st.none() | st.booleans() | st.integers() | st.integers(-2**80, 2**80) | st.floats()
           | st.text(max_size=60) | st.sampled_from(["auto", "serial", "off", uuid(0), "GPU-", "0"]))
 VALUE = st.recursive(SCALAR, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5),
@@ -79,19 +75,9 @@ def test_attack_deeply_nested_request_live(scheduler):
     _clean_log(scheduler)
 
 
-# The live run: fixed seed and counts, so that it is bounded and repeatable.
+# The live run: fixed seed and counts, so that it is bounded and repeatable. Its requests and
+# frames come from testkit.fuzz, which bench/soak.py draws from too.
 REQUESTS, REQUEST_CONNS, FRAMES, WORKERS = 2000, 50, 2000, 8
-JUNK = [0, 1, -1, 2**31, 2**63, 2**64 - 1, 2**64, 10**30, True, False, None, 1.5, -0.0, 1e308,
-        float("nan"), float("inf"), "", "auto", "serial", "off", "²", "9" * 40, "x" * 100, uuid(0),
-        uuid(0)[:12], "GPU-", "\ud800", "\u0000", [], {}, [1, [2, [3]]], {"a": {"b": None}}]
-OPS = [*control.OPS, "", "PING", "set_tq ", None, 1, [], {}]
-
-
-def _fuzz_request(rng: random.Random) -> dict:
-    msg = {"op": rng.choice(OPS)} if rng.random() < 0.9 else {}
-    for name in rng.sample([*FIELDS, "x", "op"], rng.randint(0, 4)):
-        msg[name] = rng.choice(JUNK) if rng.random() < 0.7 else rng.randint(-2**70, 2**70)
-    return msg
 
 
 def _requests_on_one_connection(sock, msgs) -> int:
@@ -103,27 +89,9 @@ def _requests_on_one_connection(sock, msgs) -> int:
     return len(msgs)
 
 
-VALID = [encode(Hello(0, 3, "p", "n")), encode(Attach(0, 0, uuid(0), "Mock", 16 * GiB, 16 * GiB)),
-         encode(LockRequest(0, 0)), encode(Released(0, 0, 1, 2, 3)), encode(MemUpdate(0, 0, GiB, 0)),
-         encode_json(MessageType.CTL_REQUEST, {"op": "status"})]
-
-
-def _malformed_frame(rng: random.Random) -> bytes:
-    kind = rng.randrange(5)
-    if kind == 0:  # random bytes
-        return os.urandom(rng.randint(1, 200))
-    if kind == 1:  # JSON that is no request: deep, not an object, not UTF-8, not JSON
-        return encode_frame(MessageType.CTL_REQUEST, rng.choice(
-            [b"[" * rng.randint(33, 60000), b"[1]", b"\xff\xfe", b"{", b"1" * 5000, b"nul"]))
-    data = bytearray(rng.choice(VALID))
-    for _ in range(rng.randint(1, 4)):  # a valid frame with bytes changed, cut or grown
-        data[rng.randrange(len(data))] = rng.randrange(256)
-    return bytes(data[:rng.randint(1, len(data))] if kind == 3 else data + os.urandom(kind))
-
-
 def _malformed_on_one_connection(sock, data: bytes, hello: bool) -> None:
     with FakeClient(sock, timeout=10) as c:
-        c.send_raw((VALID[0] + VALID[1] if hello else b"") + data)
+        c.send_raw((REGISTER if hello else b"") + data)
         c.sock.shutdown(socket.SHUT_WR)
         while c.sock.recv(65536):  # until the daemon closes it
             pass
@@ -133,8 +101,8 @@ def test_live_fuzz_leaves_the_daemon_serving(scheduler):
     rng = random.Random(20261123)
     holder = registered(scheduler.sock)
     t0 = time.monotonic()
-    msgs = [_fuzz_request(rng) for _ in range(REQUESTS)]
-    frames = [(_malformed_frame(rng), rng.random() < 0.5) for _ in range(FRAMES)]
+    msgs = [fuzz_request(rng) for _ in range(REQUESTS)]
+    frames = [(malformed_frame(rng), rng.random() < 0.5) for _ in range(FRAMES)]
     per = REQUESTS // REQUEST_CONNS
     with ThreadPoolExecutor(WORKERS) as pool:
         answered = sum(pool.map(lambda i: _requests_on_one_connection(

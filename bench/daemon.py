@@ -1,0 +1,130 @@
+"""A scheduler daemon for the CPU benchmarks (load, soak): `python -m xpushare.scheduler --no-nvml`
+on a private socket, configured as in production (no --log-locks: a grant and a release cost no log
+line), its output in a log file, and what those benchmarks read of it: RSS and log problems.
+
+The open-file limit: raise_nofile() raises this process's soft RLIMIT_NOFILE to the hard limit, and
+the daemon is started with the same done before exec (it would also raise its own at start), so that
+a thousand clients and the daemon's thousand connections fit.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from protoclient import children_can_import_xpushare
+
+PROBLEMS = ("Traceback", "internal error")  # log lines a daemon that works correctly never writes
+
+
+def raise_nofile() -> tuple[int, int]:
+    """Soft RLIMIT_NOFILE raised to the hard limit; (soft, hard) now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def rss_kib(pid: int) -> int | None:
+    """VmRSS of `pid` in KiB (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+class Daemon:
+    """nvshare-scheduler in a fresh directory under /tmp (socket paths must be short), started at
+    construction and stopped (and its directory removed) by stop() or on leaving a with block."""
+
+    def __init__(self, mode: str, gpu_memory: str = "16GiB", extra: tuple[str, ...] = (),
+                 ready_timeout: float = 20.0) -> None:
+        children_can_import_xpushare()
+        self.dir = Path(tempfile.mkdtemp(prefix="nvs-", dir="/tmp"))
+        self.socket = self.dir / "s.sock"
+        self.log_path = self.dir / "scheduler.log"
+        self._saved_log: str | None = None
+        self.argv = [sys.executable, "-m", "xpushare.scheduler", "--no-nvml", "--gpu-memory", gpu_memory,
+                     "--socket", str(self.socket), "--mode", mode, *extra]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=raise_nofile)
+        try:
+            self._wait_ready(ready_timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the scheduler exited with {self.proc.returncode}:\n{self.log()[-2000:]}")
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                try:
+                    s.connect(str(self.socket))
+                    return
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        raise RuntimeError(f"the scheduler did not answer on {self.socket} within {timeout:.0f} s")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def rss_kib(self) -> int | None:
+        return rss_kib(self.proc.pid)
+
+    def log(self) -> str:
+        """Its log (after stop(), what it held when the directory was removed)."""
+        if self._saved_log is not None:
+            return self._saved_log
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def problems(self) -> dict[str, int]:
+        """How many log lines hold each of PROBLEMS."""
+        lines = self.log().splitlines()
+        return {p: sum(p in line for line in lines) for p in PROBLEMS}
+
+    def stop(self) -> int | None:
+        """SIGTERM (SIGKILL after 10 s); the exit status; the directory is removed."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if self._saved_log is None:
+            self._saved_log = self.log()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return self.proc.returncode
+
+    def __enter__(self) -> "Daemon":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
