@@ -96,11 +96,13 @@ def on_lock_released(state: SchedulerState, conn: Conn, msg: Released) -> None:
     if since is None:
         log.debug("pid=%d released gpu %s it does not hold; ignored", conn.pid, gpu.label)
         return
-    reason = "idle" if msg.reason == ReleaseReason.IDLE else "dropped"
     report = SwitchReport.from_us(msg.drain_us, msg.evict_us, msg.prefetch_us)  # clamped
-    lock_log.info("release pid=%d gpu=%s reason=%s held=%.2fs drain=%.1fms evict=%.1fms "
-             "prefetch=%.1fms", conn.pid, gpu.label, reason, state.registry.now() - since,
-             report.drain * 1e3, report.evict * 1e3, report.prefetch * 1e3)
+    if lock_log.isEnabledFor(logging.INFO):  # --log-locks; its arguments cost on every release
+        lock_log.info("release pid=%d gpu=%s reason=%s held=%.2fs drain=%.1fms evict=%.1fms "
+                      "prefetch=%.1fms", conn.pid, gpu.label,
+                      "idle" if msg.reason == ReleaseReason.IDLE else "dropped",
+                      state.registry.now() - since, report.drain * 1e3, report.evict * 1e3,
+                      report.prefetch * 1e3)
     state.registry.apply(gpu, gpu.arbiter.release, conn, report=report)
 
 

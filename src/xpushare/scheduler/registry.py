@@ -201,8 +201,9 @@ def _carry_out(gpu: Gpu, a: policy.Action) -> None:
     if isinstance(a, policy.Grant):
         conn.send(encode(Grant(conn.ordinal(gpu), int(round(a.quantum * 1000)),
                                GRANT_PREFETCH if a.prefetch else 0)))
-        lock_log.info("grant pid=%d gpu=%s quantum=%s prefetch=%s", conn.pid, gpu.label,
-                 f"{a.quantum:g}s" if a.quantum else "none", _yes(a.prefetch))
+        if lock_log.isEnabledFor(logging.INFO):  # --log-locks; its f-string costs on every grant
+            lock_log.info("grant pid=%d gpu=%s quantum=%s prefetch=%s", conn.pid, gpu.label,
+                          f"{a.quantum:g}s" if a.quantum else "none", _yes(a.prefetch))
     elif isinstance(a, policy.Drop):
         conn.send(encode(DropLock(conn.ordinal(gpu), int(a.reason), DROP_EVICT if a.evict else 0)))
         log.info("drop pid=%d gpu=%s reason=%s evict=%s", conn.pid, gpu.label,
