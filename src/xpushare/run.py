@@ -119,10 +119,15 @@ def ensure_scheduler(explicit: str | None, no_start: bool) -> None:
     if "LD_PRELOAD" in env:  # the scheduler itself must not run under the library
         env["LD_PRELOAD"] = ":".join(e for e in env["LD_PRELOAD"].replace(":", " ").split()
                                      if os.path.basename(e) != LIBRARY_NAME)
-    with open(logfile, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "xpushare.scheduler", "--socket", str(target)],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                                start_new_session=True, close_fds=True)
+    try:
+        with open(logfile, "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "xpushare.scheduler", "--socket",
+                                     str(target)], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    env=env, start_new_session=True, close_fds=True)
+    except OSError as e:  # e.g. a scheduler.log that is not ours: the command still runs
+        _warn(f"warning: cannot start a scheduler on {target}: {e}; running the command without "
+              "one (GPU work is not scheduled)")
+        return
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if socket_answers(target):

@@ -169,6 +169,15 @@ def test_scheduler_that_cannot_start_is_a_warning_and_the_command_still_runs(fak
     assert "cannot listen" in (sock.parent / "scheduler.log").read_text()
 
 
+def test_a_log_that_cannot_be_opened_is_a_warning_and_the_command_still_runs(fake_lib, sockdir):
+    sock = sockdir / "run" / "s.sock"
+    (sock.parent / "scheduler.log").mkdir(parents=True)  # a directory in the log file's place
+    r = run("--socket", sock, "--", "sh", "-c", "echo ran; exit 3", lib=fake_lib)
+    assert r.returncode == 3 and r.stdout == "ran\n"
+    assert "Traceback" not in r.stderr
+    assert f"warning: cannot start a scheduler on {sock}" in r.stderr, r.stderr
+
+
 def test_a_path_that_is_not_a_socket_is_a_warning_and_the_command_still_runs(fake_lib, sockdir):
     sock = sockdir / "s.sock"
     sock.write_text("a regular file in the way")
