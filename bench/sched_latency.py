@@ -217,7 +217,7 @@ def start_scheduler(mode: str, tq: float = 60.0):
     from common import harness
 
     children_can_import_xpushare()
-    return harness.Scheduler(mode=mode, tq=tq, extra_args=("--no-nvml",))
+    return harness.Scheduler(mode=mode, tq=tq, extra_args=("--no-nvml",), log_locks=False)
 
 
 # ----------------------------------------------------------------------------- the benchmark

@@ -272,8 +272,11 @@ class Scheduler:
     and stamped with their arrival time, so that they can be lined up with the programs' own clocks."""
 
     def __init__(self, workdir: Path | None = None, *, mode: str = "off", tq: float = 30.0,
-                 extra_args: tuple[str, ...] = (), ready_timeout: float = 30.0) -> None:
-        """Start it in `workdir`, or in a fresh short temporary directory removed again by stop()."""
+                 extra_args: tuple[str, ...] = (), ready_timeout: float = 30.0,
+                 log_locks: bool = True) -> None:
+        """Start it in `workdir`, or in a fresh short temporary directory removed again by stop().
+        log_locks: --log-locks, the grant and release lines the benchmarks read as events (off
+        for a benchmark that times the scheduler itself)."""
         self._own_dir = workdir is None
         workdir = short_tempdir() if workdir is None else workdir
         self.workdir = workdir
@@ -282,7 +285,7 @@ class Scheduler:
         self.lines: list[tuple[float, str]] = []
         self._lock = threading.Lock()
         argv = [sys.executable, "-m", "xpushare.scheduler", "--socket", str(self.socket),
-                "--mode", mode, "--tq", f"{tq:g}", "--log-locks", *extra_args]
+                "--mode", mode, "--tq", f"{tq:g}", *(["--log-locks"] if log_locks else []), *extra_args]
         self.proc = subprocess.Popen(argv, env=native_env(), cwd=workdir, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
