@@ -9,10 +9,8 @@ a thousand clients and the daemon's thousand connections fit.
 
 from __future__ import annotations
 
-import os
 import resource
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import common  # noqa: F401  (the repository root on sys.path, for testkit)
 from protoclient import children_can_import_xpushare
+from testkit.waiting import stop_process
 
 PROBLEMS = ("Traceback", "internal error")  # log lines a daemon that works correctly never writes
 
@@ -111,13 +111,7 @@ class Daemon:
 
     def stop(self) -> int | None:
         """SIGTERM (SIGKILL after 10 s); the exit status; the directory is removed."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_process(self.proc, group=True)
         if self._saved_log is None:
             self._saved_log = self.log()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -136,12 +136,14 @@ class RssSampler(threading.Thread):
 # ----------------------------------------------------------------------------- the run
 
 def restore(sock: Path) -> dict:
-    """Put back what fuzzed admin requests may have changed; each op's reply."""
+    """Put back what fuzzed admin requests may have changed; each op's reply (True when put back, or
+    when there was nothing to put back: the fuzzed GPU was forgotten with its last client)."""
     out = {}
     for op, fields in (("set_mode", {"mode": "auto"}), ("set_tq", {"seconds": "auto"}),
                        ("set_gpu_memory", {"bytes": 0, "gpu": uuid(0)})):
         reply = ctl(sock, op, **fields)
-        out[op] = reply.get("ok") is True or reply.get("error")
+        gone = op == "set_gpu_memory" and "no GPU matches" in str(reply.get("error"))
+        out[op] = reply.get("ok") is True or gone or reply.get("error")
     return out
 
 
@@ -204,7 +206,7 @@ def measure(p: dict) -> dict:
         "log": {"Traceback": log.count("Traceback"), "internal error": log.count("internal error"),
                 "lines": log.count("\n"), "bytes": len(log),
                 # GPUs it learnt from ATTACH (the probe's, the fuzz's and those of mutated UUIDs)
-                "gpus_learnt": log.count("gpu (from a client): ")},
+                "gpus_learnt": log.count("gpu (made up by a client of uid ")},
         "alive_at_end": alive, "restored": restored, "gpus_known_at_end": gpus,
         "load_average": {"start": [round(v, 2) for v in load_start],
                          "end": [round(v, 2) for v in os.getloadavg()]},

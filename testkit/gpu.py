@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testkit.waiting import poll
+from testkit.waiting import poll, stop_process
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -342,13 +342,7 @@ class Scheduler:
         return found
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_process(self.proc, group=True)
         self._reader.join(5)
         if self._own_dir:
             shutil.rmtree(self.workdir, ignore_errors=True)

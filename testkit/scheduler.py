@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testkit.waiting import poll
+from testkit.waiting import poll, stop_process
 
 
 class SchedulerProcess:
@@ -64,14 +64,7 @@ class SchedulerProcess:
         """SIGTERM (SIGKILL after 10 s); its exit status (0 if it never started)."""
         if self.proc is None:
             return 0
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        return self.proc.returncode
+        return stop_process(self.proc)
 
     # -- its log -------------------------------------------------------------------------------
     def log(self) -> str:

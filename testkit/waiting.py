@@ -34,3 +34,23 @@ def poll(cond: Callable[[], T], timeout: float = 15.0, interval: float = 0.02,
             raise AssertionError(f"timed out after {timeout:.1f}s waiting for "
                                  f"{what() if callable(what) else what}")
         time.sleep(interval)
+
+
+def stop_process(proc, timeout: float = 10.0, group: bool = False) -> int | None:
+    """SIGTERM, then SIGKILL (to its process group with `group`: a process started with
+    start_new_session=True) after `timeout` seconds; its exit status."""
+    import os
+    import signal
+    import subprocess
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            if group:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+            proc.wait()
+    return proc.returncode
