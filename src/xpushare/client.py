@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 
+from .paths import socket_trusted
 from .protocol import (
     Frame, FrameDecoder, MessageType, ProtocolError, encode_json,
 )
@@ -13,6 +14,11 @@ from .protocol import (
 
 class SchedulerUnavailable(Exception):
     """No scheduler answers at the socket."""
+
+
+class UntrustedSocket(SchedulerUnavailable):
+    """The socket or its directory belongs to someone clients must not trust (paths.socket_trusted):
+    whoever listens there could show made-up state and would see every request."""
 
 
 def connect(path, timeout: float = 5.0) -> socket.socket:
@@ -57,6 +63,9 @@ class CtlClient:
 
     def __init__(self, path, timeout: float = 5.0):
         self.path = path
+        why = socket_trusted(path)
+        if why:
+            raise UntrustedSocket(f"not using the scheduler socket {path}: {why}")
         self.sock = connect(path, timeout)
         self._decoder = FrameDecoder()
 
