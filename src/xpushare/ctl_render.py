@@ -54,6 +54,9 @@ def fit_columns(columns: list[Column], rows: list[list[str]], width: int) -> tup
         if total(keep) <= width or len(keep) == 1:
             break
         keep.remove(i)
+    for i in sorted(set(range(len(columns))) - set(keep), key=lambda i: columns[i].rank):
+        if total(keep + [i]) <= width:  # a column dropped early fits beside the ones kept
+            keep = sorted(keep + [i])
     spare = width - total(keep)
     widths = {}
     for i in keep:  # spare room goes to the columns that gave way, in order of importance
