@@ -247,43 +247,52 @@ def fetch(client) -> dict:
 
 def run(client, args) -> int:
     """nvsharectl top; the caller answers a scheduler that is gone and a closed stdout."""
+    console = make_console(width=args.width)
+    if args.json or args.once:
+        try:
+            status = fetch(client)
+        except StatusRefused as e:  # as nvsharectl status answers it
+            print(f"nvsharectl: status: {e}", file=sys.stderr)
+            return 1
+        if args.json:
+            json.dump(json_frame(status), sys.stdout, indent=2)
+            print()
+        else:
+            tracker, now = Tracker(), time.time()
+            tracker.update(status, now)
+            console.print(render_frame(status, tracker, console.width, args.height, now))
+        sys.stdout.flush()
+        return 0
+    try:
+        return _live(client, args, console)
+    except KeyboardInterrupt:  # Ctrl-C is how many leave a live view: not an error
+        return 0
+
+
+def _next_frame(client, tracker: Tracker, console, height: int | None):
+    """The next frame; a status the scheduler refuses (today: more clients than one reply holds)
+    is shown in place of it, and asked for again next time, as the clients may leave."""
+    now = time.time()
     try:
         status = fetch(client)
     except StatusRefused as e:
-        print(f"nvsharectl: status: {e}", file=sys.stderr)
-        return 1
-    if args.json:
-        json.dump(json_frame(status), sys.stdout, indent=2)
-        print()
-        sys.stdout.flush()
-        return 0
-    console = make_console(width=args.width)
-    tracker = Tracker()
-    if args.once:
-        tracker.update(status, time.time())
-        console.print(render_frame(status, tracker, console.width, args.height, time.time()))
-        sys.stdout.flush()
-        return 0
-    try:
-        return _live(client, args, console, tracker, status)
-    except KeyboardInterrupt:  # Ctrl-C is how many leave a live view: not an error
-        return 0
-    except StatusRefused as e:
-        print(f"nvsharectl: status: {e}", file=sys.stderr)
-        return 1
+        return Text(f"{time.strftime('%H:%M:%S', time.localtime(now))}  the scheduler refused "
+                    f"status: {e}; asking again", overflow="fold")
+    tracker.update(status, now)
+    return render_frame(status, tracker, console.width, height, now)
 
 
-def _live(client, args, console, tracker: Tracker, status: dict) -> int:
+def _live(client, args, console) -> int:
     from contextlib import nullcontext
     from rich.live import Live
-    height = args.height or (console.height if console.is_terminal else None)
+    tracker = Tracker()
     screen = Live(console=console, screen=True, auto_refresh=False) if console.is_terminal \
         else nullcontext()
     with KeyReader(sys.stdin) as keys, screen as live:
         while True:
-            now = time.time()
-            tracker.update(status, now)
-            frame = render_frame(status, tracker, console.width, height, now)
+            # The terminal's size is read each frame, so a resized window gets a fitting frame.
+            height = args.height or (console.height if console.is_terminal else None)
+            frame = _next_frame(client, tracker, console, height)
             if console.is_terminal:
                 live.update(frame, refresh=True)
             else:  # a pipe or a file gets the frames one after another, as `top -b` writes them
@@ -291,4 +300,3 @@ def _live(client, args, console, tracker: Tracker, status: dict) -> int:
                 sys.stdout.flush()
             if keys.wait_for_quit(args.interval):
                 return 0
-            status = fetch(client)
