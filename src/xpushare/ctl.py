@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nvsharectl",
         description="Control and inspect nvshare-scheduler.",
         epilog="examples: nvsharectl status | nvsharectl ping | nvsharectl -T 10 | "
-               "nvsharectl -T auto | nvsharectl --mode serial --gpu 0 | "
+               "nvsharectl -T auto | nvsharectl top | nvsharectl --mode serial --gpu 0 | "
                "nvsharectl --set-priority 10 --pid 4242 | nvsharectl --set-gpu-memory 16GiB --gpu 0")
     p.add_argument("-T", "--set-tq", type=_tq_seconds, metavar="N|auto",
                    help=f"set the time quantum to N seconds (1 to {TQ_MAX:.0f}), or auto: sized "
