@@ -17,7 +17,7 @@ from rich.console import Group
 from rich.text import Text
 
 from .ctl_render import (
-    Column, client_bytes, duration, fitted_table, gpu_label, make_console, tq_cell,
+    Column, client_bytes, duration, fitted_table, gpu_label, make_console,
 )
 from .ctl_keys import KeyReader
 from .sizes import format_size
@@ -238,8 +238,15 @@ class StatusRefused(Exception):
     """The scheduler answered status with ok: false."""
 
 
+class SchedulerGone(ConnectionError):
+    """The scheduler closed the connection between frames."""
+
+
 def fetch(client) -> dict:
-    reply = client.request("status")
+    try:
+        reply = client.request("status")
+    except BrokenPipeError:  # the socket's, not stdout's: main() would take it for a closed stdout
+        raise SchedulerGone(f"the scheduler at {client.path} closed the connection") from None
     if not reply.get("ok"):
         raise StatusRefused(str(reply.get("error", "failed")))
     return reply

@@ -221,3 +221,27 @@ def test_memory_bar():
     assert memory_bar(5, 30, 10, 10) == "[█████▒▒▒▒▒]"  # more than the capacity: full, never longer
     assert memory_bar(0, 0, None, 4) == "[????]"
     assert cell_len(memory_bar(7, 7, 3, 12)) == 14
+
+
+def test_live_view_into_a_pipe_writes_frames_and_exits_1_when_the_scheduler_goes(live):
+    """Without a terminal the frames follow one another (as top -b writes them); the scheduler
+    going away ends the view as it ends any nvsharectl command: a message and exit 1."""
+    import time
+
+    s, _ = live
+    p = subprocess.Popen([sys.executable, "-m", "xpushare.ctl", "--socket", str(s.sock), "top",
+                          "--interval", "0.2", "--width", "100"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), text=True)
+    try:
+        deadline = time.monotonic() + 20
+        frames = 0
+        while frames < 2 and time.monotonic() < deadline:
+            frames += "clients:" in p.stdout.readline()
+        assert frames == 2
+        s.stop()
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, err
+    assert err.startswith("nvsharectl: ") and "Traceback" not in err
