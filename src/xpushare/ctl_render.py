@@ -132,9 +132,11 @@ def client_bytes(c: dict) -> int:
     return sum(d["managed_bytes"] + d["other_bytes"] for d in c["gpus"])
 
 
+# rank: the order in which columns give way (the highest first) when the width is short.
 GPU_COLUMNS = [Column("GPU", 1), Column("UUID", 9), Column("Name", 8, free=True),
-               Column("Memory", 6), Column("Capacity", 5), Column("Mode", 2), Column("TQ", 7),
-               Column("Holders", 3, wrap=True), Column("Queue", 4, wrap=True)]
+               Column("Memory", 6), Column("Capacity", 5), Column("Mode", 2),
+               Column("TQ", 7, wrap=True), Column("Holders", 3, wrap=True),
+               Column("Queue", 4, wrap=True)]
 CLIENT_COLUMNS = [Column("PID", 1), Column("UID", 7), Column("Priority", 3), Column("State", 2),
                   Column("GPU", 4, wrap=True), Column("Memory", 5, wrap=True), Column("Pod", 6),
                   Column("Command", 8, free=True, limit=COMMAND_WIDTH)]

@@ -109,9 +109,12 @@ def test_long_pids_and_many_holders_stay_whole(live):
         _, rows = table_rows(out.getvalue(), "Clients")
         assert sorted(int(row[0]) for row in rows) == sorted(big.values())
         header, gpu_rows = table_rows(out.getvalue(), "GPUs")
-        text = out.getvalue()
-        for p in big.values():  # the holder and queue lists wrap between pids, never inside one
-            assert re.search(rf"(?<!\d){p}(?!\d)", text), (p, text)
+        # The holder and queue lists wrap between pids, never inside one.
+        holders = " ".join(row[header.index("Holders")] for row in gpu_rows)
+        queue = " ".join(row[header.index("Queue")] for row in gpu_rows)
+        for p in big.values():
+            assert re.search(rf"(?<!\d){p} \(", holders), (p, out.getvalue())
+            assert re.search(rf"(?<!\d){p}(?!\d)", queue), (p, out.getvalue())
 
 
 def test_bad_width_is_a_usage_error(live):
