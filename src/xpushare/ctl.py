@@ -2,7 +2,8 @@
 
 nvshare-compatible flags: -T/--set-tq N, -S/--anti-thrash on|off; plus --mode auto|serial|off,
 -T auto (the dynamic quantum), --gpu SEL (one GPU), --set-gpu-memory SIZE, --set-priority N with
---pid PID or --client ID, `status [--json]` and `ping` (a cheap liveness check). Exit codes: 0 ok,
+--pid PID or --client ID, `status [--json]`, `top` (a live view; --once, --json) and `ping` (a
+cheap liveness check). Exit codes: 0 ok,
 1 no scheduler / permission denied / failed, 2 bad usage or a bad value (a setting the scheduler
 refuses other than for permission, e.g. an unknown --gpu or --pid), 141 when stdout is a closed pipe.
 """
@@ -19,7 +20,9 @@ from .paths import client_socket_candidates
 from .client import CtlClient, SchedulerUnavailable
 from .protocol import PRIORITY_LIMIT, ProtocolError
 from .scheduler.policy import TQ_MAX, Mode
-from .sizes import format_size, size_argument
+from .sizes import size_argument
+from . import ctl_top
+from .ctl_render import render_status
 
 
 def _tq_seconds(text: str) -> int | str:
@@ -60,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nvsharectl",
         description="Control and inspect nvshare-scheduler.",
         epilog="examples: nvsharectl status | nvsharectl ping | nvsharectl -T 10 | "
-               "nvsharectl -T auto | nvsharectl --mode serial --gpu 0 | "
+               "nvsharectl -T auto | nvsharectl top | nvsharectl --mode serial --gpu 0 | "
                "nvsharectl --set-priority 10 --pid 4242 | nvsharectl --set-gpu-memory 16GiB --gpu 0")
     p.add_argument("-T", "--set-tq", type=_tq_seconds, metavar="N|auto",
                    help=f"set the time quantum to N seconds (1 to {TQ_MAX:.0f}), or auto: sized "
@@ -90,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     st = sub.add_parser("status", help="show GPUs, lock holders, queues and clients")
     st.add_argument("--json", action="store_true", help="print the scheduler's reply as JSON")
+    st.add_argument("--width", type=_positive_int, metavar="COLUMNS",
+                    help="lay the tables out for this many columns (default: the terminal's, else "
+                         "$COLUMNS, else 200); columns that do not fit are left out")
+    ctl_top.add_parser(sub, _positive_int)
     sub.add_parser("ping", help="exit 0 if the scheduler answers, 1 otherwise (a cheap health check)")
     return p
 
@@ -131,19 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
-def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        parser.print_help()
-        return 0
-    args = parser.parse_args(argv)
-    if args.set_gpu_memory is not None and args.gpu is None:
-        parser.error("--set-gpu-memory needs --gpu")
-    if (args.set_priority is None) != (args.pid is None and args.client is None):
-        parser.error("--set-priority needs --pid or --client, and they need --set-priority")
-    if args.anti_thrash is not None and args.mode is not None:
-        parser.error("give either -S or --mode")
+def _settings_requests(parser: argparse.ArgumentParser, args) -> list[tuple[str, dict]]:
+    """The settings the flags ask for, as (op, fields) in the order they are sent."""
     requests = []
     gpu = {"gpu": int(args.gpu) if args.gpu.isdigit() else args.gpu} if args.gpu else {}
     if args.set_tq is not None:
@@ -159,9 +155,26 @@ def _main(argv: list[str] | None) -> int:
     if args.set_priority is not None:
         who = {"pid": args.pid} if args.pid is not None else {"client_id": args.client}
         requests.append(("set_priority", {"priority": args.set_priority, **who}))
+    return requests
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
+    if args.set_gpu_memory is not None and args.gpu is None:
+        parser.error("--set-gpu-memory needs --gpu")
+    if (args.set_priority is None) != (args.pid is None and args.client is None):
+        parser.error("--set-priority needs --pid or --client, and they need --set-priority")
+    if args.anti_thrash is not None and args.mode is not None:
+        parser.error("give either -S or --mode")
+    requests = _settings_requests(parser, args)
     if args.command in ("status", "ping"):
         requests.append((args.command, {}))
-    if not requests:
+    if not requests and args.command != "top":
         parser.print_help()
         return 0
 
@@ -180,8 +193,10 @@ def _main(argv: list[str] | None) -> int:
                         json.dump(reply, sys.stdout, indent=2)
                         print()
                     else:
-                        render_status(reply)
+                        render_status(reply, width=args.width)
                     sys.stdout.flush()  # a closed pipe shows here, inside the BrokenPipeError catch
+            if args.command == "top":
+                return ctl_top.run(client, args)
     except SchedulerUnavailable as e:
         print(f"nvsharectl: {e}", file=sys.stderr)
         return 1
@@ -194,78 +209,6 @@ def _main(argv: list[str] | None) -> int:
         print(f"nvsharectl: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
-
-
-COMMAND_WIDTH = 60
-
-
-def _tq_cell(g: dict) -> str:
-    text = f"{g['tq']:g}s"
-    if g.get("tq_source") == "dynamic":
-        cost = g.get("switch_cost")
-        text += " auto" + (f" (switch {cost * 1000:.0f} ms)" if cost else "")
-    return text
-
-
-def _reader_gone() -> None:
-    raise BrokenPipeError("stdout is closed")
-
-
-def render_status(status: dict, file=None) -> None:
-    """Two tables (GPUs, clients) with rich."""
-    from rich.console import Console
-    from rich.table import Table
-
-    out = file or sys.stdout
-    console = Console(file=out, width=None if out.isatty() else 200, highlight=False)
-    console.on_broken_pipe = _reader_gone  # rich would exit 1 itself; main() answers a closed pipe
-    sched = status.get("scheduler", {})
-    console.print(f"nvshare-scheduler {sched.get('version', '?')} (pid {sched.get('pid', '?')}) on "
-                  f"{sched.get('socket', '?')}")
-
-    gpus = Table(title="GPUs", title_justify="left")
-    for col in ("GPU", "UUID", "Name", "Memory", "Capacity", "Mode", "TQ", "Holders", "Queue"):
-        gpus.add_column(col, no_wrap=col != "Name")
-    whys = []
-    for g in status.get("gpus", []):
-        holders = ", ".join(f"{h['pid']} ({_duration(h['held_for'])}{', dropping' if h['dropping'] else ''})"
-                            for h in g["holders"]) or "-"
-        label = "-" if g["index"] is None else str(g["index"])
-        gpus.add_row(label, g["uuid"], g["name"] or "?",
-                     format_size(g["memory_total"]) if g["memory_total"] else "?",
-                     format_size(g["capacity"]) if g["capacity"] else "?",
-                     f"{g['mode']}: {g.get('operation', '?')}", _tq_cell(g), holders,
-                     " ".join(str(p) for p in g["queue"]) or "-")
-        if g.get("why"):
-            whys.append(f"GPU {label}: {g['why']}")
-    console.print(gpus if status.get("gpus") else "No GPUs known yet.")
-    for line in whys:
-        console.print(line)
-
-    clients = Table(title="Clients", title_justify="left")
-    for col in ("PID", "UID", "Priority", "State", "GPU", "Memory", "Pod"):
-        clients.add_column(col, no_wrap=True)
-    # The command line is the column that gives way, so a long one never squeezes the others.
-    clients.add_column("Command", no_wrap=True, overflow="ellipsis", max_width=COMMAND_WIDTH)
-    for c in status.get("clients", []):
-        gpu_cells = [f"{'-' if d['index'] is None else d['index']}:{d['state']}" for d in c["gpus"]]
-        mem = [format_size(d["managed_bytes"] + d["other_bytes"]) for d in c["gpus"]]
-        pod = c.get("pod")
-        pod = f"{pod['namespace']}/{pod['name']}" if pod else (
-            f"{c['pod_hint']['namespace']}/{c['pod_hint']['name']} (hint)" if c.get("pod_hint") else "-")
-        clients.add_row(str(c["pid"]), str(c["uid"]), str(c.get("priority", 0)), c["state"], " ".join(gpu_cells) or "-",
-                        " ".join(mem) or "-", pod,
-                        c["command"] or "?")
-    console.print(clients if status.get("clients") else "No clients.")
 
 
 if __name__ == "__main__":

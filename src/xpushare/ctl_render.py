@@ -1,0 +1,181 @@
+"""Tables for nvsharectl status and top that fit the terminal by dropping whole columns.
+
+A pid, a size or a quantum cut in half reads as a different value, so no cell of those is ever
+shortened: when the columns do not fit, the least important ones go first. Only free text (a command
+line) gives way, and then it ends in an ellipsis so the cut shows.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from rich.cells import cell_len
+from rich.console import Console
+from rich.table import Table
+
+from .sizes import format_size
+
+DEFAULT_WIDTH = 200  # of output that is not a terminal, unless --width or COLUMNS says otherwise
+COMMAND_WIDTH = 60  # a command line wider than this is shortened even with room to spare
+FREE_MIN = 12  # narrowest a free-text column is worth showing; below that it is dropped
+
+
+@dataclass
+class Column:
+    name: str
+    rank: int  # 1 = the last to go
+    free: bool = False  # free text: may be shortened with an ellipsis instead of dropped
+    wrap: bool = False  # a list of words: may wrap between words, never inside one
+    limit: int | None = None  # widest a free column gets even with room to spare
+
+
+def _needed(col: Column, natural: int, cells: list[str]) -> int:
+    if col.free:
+        return min(natural, max(FREE_MIN, cell_len(col.name)))
+    if col.wrap:  # its longest word, and at least its header
+        return max([cell_len(col.name)] + [cell_len(w) for c in cells for w in c.split()])
+    return natural
+
+
+def fit_columns(columns: list[Column], rows: list[list[str]], width: int) -> tuple[list[int], dict]:
+    """Which columns (their indices) fit in width, and the width given to each free or wrapping
+    one. A rich table with the default box takes 3 cells per column and 1 more."""
+    cells = [[r[i] for r in rows] for i in range(len(columns))]
+    natural = [max([cell_len(columns[i].name)] + [cell_len(c) for c in cells[i]])
+               for i in range(len(columns))]
+    natural = [min(n, c.limit or n) for n, c in zip(natural, columns)]
+    needed = [_needed(c, natural[i], cells[i]) for i, c in enumerate(columns)]
+    keep = list(range(len(columns)))
+
+    def total(idx):
+        return sum(needed[i] + 3 for i in idx) + 1
+    for i in sorted(keep, key=lambda i: -columns[i].rank):
+        if total(keep) <= width or len(keep) == 1:
+            break
+        keep.remove(i)
+    for i in sorted(set(range(len(columns))) - set(keep), key=lambda i: columns[i].rank):
+        if total(keep + [i]) <= width:  # a column dropped early fits beside the ones kept
+            keep = sorted(keep + [i])
+    spare = width - total(keep)
+    widths = {}
+    for i in keep:  # spare room goes to the columns that gave way, in order of importance
+        if columns[i].free or columns[i].wrap:
+            grow = max(0, min(spare, natural[i] - needed[i]))
+            widths[i], spare = needed[i] + grow, spare - grow
+    return keep, widths
+
+
+def fitted_table(title: str | None, columns: list[Column], rows: list[list[str]], width: int,
+                 **table_args) -> Table:
+    keep, widths = fit_columns(columns, rows, width)
+    table = Table(title=title, title_justify="left", **table_args)
+    for i in keep:
+        col = columns[i]
+        if col.free:
+            table.add_column(col.name, no_wrap=True, overflow="ellipsis", max_width=widths[i])
+        elif col.wrap:
+            table.add_column(col.name, overflow="fold", max_width=widths[i], min_width=widths[i])
+        else:
+            table.add_column(col.name, no_wrap=True, overflow="ignore")
+    for r in rows:
+        table.add_row(*(r[i] for i in keep))
+    return table
+
+
+def make_console(file=None, width: int | None = None, **kw) -> Console:
+    """A console for the output: the terminal's width, else --width, else COLUMNS, else 200."""
+    import os
+    out = file or sys.stdout
+    if width is None and not out.isatty():
+        columns = os.environ.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() and int(columns) > 0 else DEFAULT_WIDTH
+    console = Console(file=out, width=width, highlight=False, **kw)
+    console.on_broken_pipe = _reader_gone  # rich would exit 1 itself; main() answers a closed pipe
+    return console
+
+
+def _reader_gone() -> None:
+    raise BrokenPipeError("stdout is closed")
+
+
+def duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+
+
+def tq_cell(g: dict) -> str:
+    text = f"{g['tq']:g}s"
+    if g.get("tq_source") == "dynamic":
+        cost = g.get("switch_cost")
+        text += " auto" + (f" (switch {cost * 1000:.0f} ms)" if cost else "")
+    return text
+
+
+def gpu_label(g: dict) -> str:
+    return "-" if g["index"] is None else str(g["index"])
+
+
+def pod_cell(c: dict) -> str:
+    pod = c.get("pod")
+    if pod:
+        return f"{pod['namespace']}/{pod['name']}"
+    hint = c.get("pod_hint")
+    return f"{hint['namespace']}/{hint['name']} (hint)" if hint else "-"
+
+
+def client_bytes(c: dict) -> int:
+    return sum(d["managed_bytes"] + d["other_bytes"] for d in c["gpus"])
+
+
+# rank: the order in which columns give way (the highest first) when the width is short.
+GPU_COLUMNS = [Column("GPU", 1), Column("UUID", 9), Column("Name", 8, free=True),
+               Column("Memory", 6), Column("Capacity", 5), Column("Mode", 2),
+               Column("TQ", 7, wrap=True), Column("Holders", 3, wrap=True),
+               Column("Queue", 4, wrap=True)]
+CLIENT_COLUMNS = [Column("PID", 1), Column("UID", 7), Column("Priority", 3), Column("State", 2),
+                  Column("GPU", 4, wrap=True), Column("Memory", 5, wrap=True), Column("Pod", 6),
+                  Column("Command", 8, free=True, limit=COMMAND_WIDTH)]
+
+
+def _gpu_row(g: dict) -> list[str]:
+    holders = ", ".join(f"{h['pid']} ({duration(h['held_for'])}{', dropping' if h['dropping'] else ''})"
+                        for h in g["holders"]) or "-"
+    return [gpu_label(g), g["uuid"], g["name"] or "?",
+            format_size(g["memory_total"]) if g["memory_total"] else "?",
+            format_size(g["capacity"]) if g["capacity"] else "?",
+            f"{g['mode']}: {g.get('operation', '?')}", tq_cell(g), holders,
+            " ".join(str(p) for p in g["queue"]) or "-"]
+
+
+def _client_row(c: dict) -> list[str]:
+    gpu_cells = [f"{'-' if d['index'] is None else d['index']}:{d['state']}" for d in c["gpus"]]
+    mem = [format_size(d["managed_bytes"] + d["other_bytes"]) for d in c["gpus"]]
+    return [str(c["pid"]), str(c["uid"]), str(c.get("priority", 0)), c["state"],
+            " ".join(gpu_cells) or "-", " ".join(mem) or "-", pod_cell(c), c["command"] or "?"]
+
+
+def render_status(status: dict, file=None, width: int | None = None) -> None:
+    """Two tables (GPUs, clients), each fitted to the console's width."""
+    console = make_console(file, width)
+    sched = status.get("scheduler", {})
+    console.print(f"nvshare-scheduler {sched.get('version', '?')} (pid {sched.get('pid', '?')}) on "
+                  f"{sched.get('socket', '?')}", overflow="fold")
+    gpus = status.get("gpus", [])
+    if gpus:
+        console.print(fitted_table("GPUs", GPU_COLUMNS, [_gpu_row(g) for g in gpus], console.width))
+    else:
+        console.print("No GPUs known yet.")
+    for g in gpus:
+        if g.get("why"):
+            console.print(f"GPU {gpu_label(g)}: {g['why']}", overflow="fold")
+    clients = status.get("clients", [])
+    if clients:
+        rows = [_client_row(c) for c in clients]
+        console.print(fitted_table("Clients", CLIENT_COLUMNS, rows, console.width))
+    else:
+        console.print("No clients.")

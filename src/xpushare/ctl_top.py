@@ -1,0 +1,309 @@
+"""nvsharectl top: the scheduler's status, redrawn every --interval seconds until q or Ctrl-C.
+
+Each frame is one `status` request. What status does not carry (how many grants a client got, how
+long a waiter has waited) is derived from the changes between frames and shown as "—" until two
+frames have been seen; what cannot be derived at all (each client's busy share) is "—".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+from rich.console import Group
+from rich.text import Text
+
+from .ctl_render import (
+    Column, client_bytes, duration, fitted_table, gpu_label, make_console,
+)
+from .ctl_keys import KeyReader
+from .sizes import format_size
+
+NONE = "—"  # the scheduler does not report it (yet)
+STATE_ORDER = {"holding": 0, "waiting": 1, "idle": 2}
+INTERVAL_MIN, INTERVAL_MAX = 0.1, 3600.0
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not INTERVAL_MIN <= value <= INTERVAL_MAX:  # nan fails too
+        raise argparse.ArgumentTypeError(f"invalid interval {text!r}: seconds from {INTERVAL_MIN:g} "
+                                         f"to {INTERVAL_MAX:g}")
+    return value
+
+
+def add_parser(sub, positive_int) -> None:
+    t = sub.add_parser("top", help="a live view of GPUs and clients (q or Ctrl-C leaves)")
+    t.add_argument("--interval", type=_interval, default=2.0, metavar="SECONDS",
+                   help="seconds between frames (default 2)")
+    once = t.add_mutually_exclusive_group()
+    once.add_argument("--once", action="store_true", help="print one frame and exit")
+    once.add_argument("--json", action="store_true", help="print one frame as JSON and exit")
+    t.add_argument("--width", type=positive_int, metavar="COLUMNS",
+                   help="lay the frame out for this many columns (default: the terminal's)")
+    t.add_argument("--height", type=positive_int, metavar="LINES",
+                   help="fit the frame to this many lines (default: the terminal's; --once: all)")
+
+
+class Tracker:
+    """What one frame alone does not tell: grants seen and when each waiter started waiting."""
+
+    def __init__(self):
+        self.frames = 0
+        self.seen: dict[int, tuple[str, float]] = {}  # client_id -> (state, held_for)
+        self.waiting_since: dict[int, float] = {}
+        self.grants: dict[int, int] = {}
+
+    def update(self, status: dict, now: float) -> None:
+        held = _held_for(status)
+        seen = {}
+        for c in status.get("clients", []):
+            cid, state = c["client_id"], c["state"]
+            before = self.seen.get(cid)
+            seen[cid] = (state, held.get(cid, 0.0))
+            if self.frames == 0:
+                continue  # the first frame shows where clients are, not what changed
+            if state == "holding" and (before is None or before[0] != "holding"
+                                       or seen[cid][1] < before[1]):
+                self.grants[cid] = self.grants.get(cid, 0) + 1  # a new grant, or a fresh quantum
+            if state == "waiting" and (before is None or before[0] != "waiting"):
+                self.waiting_since[cid] = now
+        self.waiting_since = {k: v for k, v in self.waiting_since.items()
+                              if seen.get(k, ("",))[0] == "waiting"}
+        self.seen = seen
+        self.frames += 1
+
+    def grants_of(self, cid: int) -> str:
+        return NONE if self.frames < 2 else str(self.grants.get(cid, 0))
+
+    def wait_of(self, cid: int, now: float) -> str:
+        since = self.waiting_since.get(cid)
+        return NONE if since is None else duration(now - since)
+
+
+def _held_for(status: dict) -> dict[int, float]:
+    held: dict[int, float] = {}
+    for g in status.get("gpus", []):
+        for h in g["holders"]:
+            held[h["client_id"]] = max(held.get(h["client_id"], 0.0), h["held_for"])
+    return held
+
+
+def client_label(c: dict) -> str:
+    pod = c.get("pod")
+    return f"{pod['namespace']}/{pod['name']}" if pod else str(c["pid"])
+
+
+def ordered_clients(clients: list[dict]) -> list[dict]:
+    """Holders first, then waiters, then idle; higher priority first within each."""
+    return sorted(clients, key=lambda c: (STATE_ORDER.get(c["state"], 3), -c.get("priority", 0),
+                                          c["pid"], c["client_id"]))
+
+
+def _gpu_footprints(status: dict) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for c in status.get("clients", []):
+        for d in c["gpus"]:
+            total[d["uuid"]] = total.get(d["uuid"], 0) + d["managed_bytes"] + d["other_bytes"]
+    return total
+
+
+def memory_bar(used: int, footprint: int, capacity: int | None, width: int) -> str:
+    """[███▒▒····]: the holders' counted bytes, the other clients' footprints, what is left."""
+    if not capacity:
+        return "[" + "?" * width + "]"
+    held = min(width, round(width * used / capacity))
+    rest = min(width - held, round(width * max(0, footprint - used) / capacity))
+    return "[" + "█" * held + "▒" * rest + "·" * (width - held - rest) + "]"
+
+
+def _memory_tail(g: dict, footprint: int) -> str:
+    cap = g.get("capacity")
+    over = f" ×{footprint / cap:.1f}" if cap and footprint > cap else ""
+    phys = f", physical {format_size(g['memory_total'])}" if g.get("memory_total") else ""
+    return (f" clients {format_size(footprint)}{over} of {format_size(cap) if cap else '?'}"
+            f"{phys}; holders {format_size(g.get('used') or 0)}")
+
+
+def _gpu_lines(g: dict, footprint: int, width: int, bar_width: int) -> list[Text]:
+    cost = g.get("switch_cost")
+    head = (f"GPU {gpu_label(g)}  {g['name'] or '?'}  {g['mode']}: {g.get('operation', '?')}  "
+            f"TQ {g['tq']:g}s{' auto' if g.get('tq_source') == 'dynamic' else ''}  "
+            f"switch {f'{cost * 1000:.0f} ms' if cost else NONE}")
+    if len(head) + 2 + len(g["uuid"]) <= width:
+        head += f"  {g['uuid']}"
+    bar = memory_bar(g.get("used") or 0, footprint, g.get("capacity"), bar_width)
+    tail = _memory_tail(g, footprint)
+    lines = [Text(head, style="bold", overflow="fold"), Text(f"  mem {bar}{tail}", overflow="fold")]
+    if g.get("why"):
+        lines.append(Text(f"  why: {g['why']}", overflow="fold"))
+    return lines
+
+
+TOP_COLUMNS = [Column("Client", 1), Column("PID", 7), Column("Priority", 3), Column("State", 2),
+               Column("GPU", 8, wrap=True), Column("Memory", 4), Column("Held", 6), Column("Wait", 5),
+               Column("Grants", 9), Column("Busy", 10)]
+TABLE_FRAME = 5  # lines a table takes besides its rows: title, top rule, header, rule, bottom rule
+
+
+def _client_row(c: dict, held: dict[int, float], tracker: Tracker, now: float) -> list[str]:
+    gpus = " ".join(f"{'-' if d['index'] is None else d['index']}:{d['state']}" for d in c["gpus"])
+    cid = c["client_id"]
+    return [client_label(c), str(c["pid"]), str(c.get("priority", 0)), c["state"], gpus or "-",
+            format_size(client_bytes(c)), duration(held[cid]) if cid in held else "-",
+            tracker.wait_of(cid, now) if c["state"] == "waiting" else "-",
+            tracker.grants_of(cid), NONE]
+
+
+def _summary(status: dict, clients: list[dict], width: int, now: float) -> Text:
+    """The first line: the scheduler, the time, how many clients are in each state."""
+    sched = status.get("scheduler", {})
+    counts = {s: sum(c["state"] == s for c in clients) for s in STATE_ORDER}
+    tail = (f"{time.strftime('%H:%M:%S', time.localtime(now))}  {len(clients)} clients: "
+            f"{counts['holding']} holding, {counts['waiting']} waiting, {counts['idle']} idle")
+    head = f"nvshare-scheduler {sched.get('version', '?')} (pid {sched.get('pid', '?')})  "
+    return Text(tail if len(head) + len(tail) > width else head + tail, overflow="fold")
+
+
+def render_frame(status: dict, tracker: Tracker, width: int, height: int | None, now: float) -> Group:
+    """One frame: a summary line, each GPU, and the clients that fit in height (all when None)."""
+    clients = ordered_clients(status.get("clients", []))
+    parts: list = [_summary(status, clients, width, now)]
+    footprints = _gpu_footprints(status)
+    gpus = status.get("gpus", [])
+    # One bar width for all GPUs, so that their bars line up and compare.
+    tails = [len(_memory_tail(g, footprints.get(g["uuid"], 0))) for g in gpus]
+    bar_width = max(10, min(40, width - max(tails, default=0) - 8))
+    for g in gpus:
+        parts.extend(_gpu_lines(g, footprints.get(g["uuid"], 0), width, bar_width))
+    if not status.get("gpus"):
+        parts.append(Text("No GPUs known yet."))
+    if status.get("gpus_not_listed"):
+        parts.append(Text(f"+{status['gpus_not_listed']} GPUs not listed (status reply is full)"))
+    note = Text(f"{NONE}: not reported by the scheduler; Grants and Wait are seen between frames",
+                style="dim", overflow="fold")
+    shown = clients
+    if height is not None:  # the lines left for rows: the table's frame, the note, "+K more"
+        room = height - sum(_lines(p, width) for p in parts) - TABLE_FRAME - 2
+        shown = clients[:max(1, room)] if len(clients) > max(1, room) else clients
+    if clients:
+        held = _held_for(status)
+        rows = [_client_row(c, held, tracker, now) for c in shown]
+        # The PID column says something only where a pod names the client instead.
+        columns = TOP_COLUMNS if any(c.get("pod") for c in shown) else \
+            [col for col in TOP_COLUMNS if col.name != "PID"]
+        if len(columns) < len(TOP_COLUMNS):
+            rows = [r[:1] + r[2:] for r in rows]
+        parts.append(fitted_table("Clients", columns, rows, width))
+    else:
+        parts.append(Text("No clients."))
+    if len(shown) < len(clients):
+        parts.append(Text(f"+{len(clients) - len(shown)} more"))
+    parts.append(note)
+    return Group(*parts)
+
+
+def _lines(part: Text, width: int) -> int:
+    return max(1, math.ceil(len(part.plain) / max(1, width)))
+
+
+def json_frame(status: dict) -> dict:
+    """One frame for programs: per GPU and per client what top shows; null where not reported."""
+    footprints = _gpu_footprints(status)
+    held = _held_for(status)
+    keys = ("index", "uuid", "name", "mode", "operation", "why", "tq", "tq_source", "switch_cost",
+            "capacity", "memory_total")
+    gpus = [{**{k: g.get(k) for k in keys}, "clients_bytes": footprints.get(g["uuid"], 0),
+             "holders_bytes": g.get("used"), "holders": [h["pid"] for h in g["holders"]],
+             "queue": g["queue"]} for g in status.get("gpus", [])]
+    clients = [{"client_id": c["client_id"], "pid": c["pid"], "pod": c.get("pod"),
+                "label": client_label(c), "priority": c.get("priority", 0), "state": c["state"],
+                "gpus": [{"index": d["index"], "uuid": d["uuid"], "state": d["state"],
+                          "bytes": d["managed_bytes"] + d["other_bytes"]} for d in c["gpus"]],
+                "memory_bytes": client_bytes(c), "held_for": held.get(c["client_id"]),
+                "lock_wait": None, "grants": None, "busy_share": None}
+               for c in ordered_clients(status.get("clients", []))]
+    return {"time": time.time(), "scheduler": status.get("scheduler", {}), "gpus": gpus,
+            "clients": clients, "gpus_not_listed": status.get("gpus_not_listed", 0),
+            "not_reported": ["lock_wait", "grants", "busy_share"]}
+
+
+class StatusRefused(Exception):
+    """The scheduler answered status with ok: false."""
+
+
+class SchedulerGone(ConnectionError):
+    """The scheduler closed the connection between frames."""
+
+
+def fetch(client) -> dict:
+    try:
+        reply = client.request("status")
+    except BrokenPipeError:  # the socket's, not stdout's: main() would take it for a closed stdout
+        raise SchedulerGone(f"the scheduler at {client.path} closed the connection") from None
+    if not reply.get("ok"):
+        raise StatusRefused(str(reply.get("error", "failed")))
+    return reply
+
+
+def run(client, args) -> int:
+    """nvsharectl top; the caller answers a scheduler that is gone and a closed stdout."""
+    console = make_console(width=args.width)
+    if args.json or args.once:
+        try:
+            status = fetch(client)
+        except StatusRefused as e:  # as nvsharectl status answers it
+            print(f"nvsharectl: status: {e}", file=sys.stderr)
+            return 1
+        if args.json:
+            json.dump(json_frame(status), sys.stdout, indent=2)
+            print()
+        else:
+            tracker, now = Tracker(), time.time()
+            tracker.update(status, now)
+            console.print(render_frame(status, tracker, console.width, args.height, now))
+        sys.stdout.flush()
+        return 0
+    try:
+        return _live(client, args, console)
+    except KeyboardInterrupt:  # Ctrl-C is how many leave a live view: not an error
+        return 0
+
+
+def _next_frame(client, tracker: Tracker, console, height: int | None):
+    """The next frame; a status the scheduler refuses (today: more clients than one reply holds)
+    is shown in place of it, and asked for again next time, as the clients may leave."""
+    now = time.time()
+    try:
+        status = fetch(client)
+    except StatusRefused as e:
+        return Text(f"{time.strftime('%H:%M:%S', time.localtime(now))}  the scheduler refused "
+                    f"status: {e}; asking again", overflow="fold")
+    tracker.update(status, now)
+    return render_frame(status, tracker, console.width, height, now)
+
+
+def _live(client, args, console) -> int:
+    from contextlib import nullcontext
+    from rich.live import Live
+    tracker = Tracker()
+    screen = Live(console=console, screen=True, auto_refresh=False) if console.is_terminal \
+        else nullcontext()
+    with KeyReader(sys.stdin) as keys, screen as live:
+        while True:
+            # The terminal's size is read each frame, so a resized window gets a fitting frame.
+            height = args.height or (console.height if console.is_terminal else None)
+            frame = _next_frame(client, tracker, console, height)
+            if console.is_terminal:
+                live.update(frame, refresh=True)
+            else:  # a pipe or a file gets the frames one after another, as `top -b` writes them
+                console.print(frame)
+                sys.stdout.flush()
+            if keys.wait_for_quit(args.interval):
+                return 0
