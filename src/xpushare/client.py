@@ -49,7 +49,7 @@ def socket_answers(path, timeout: float = 1.0) -> bool:
 
 def read_frame(sock: socket.socket, decoder: FrameDecoder | None = None) -> Frame:
     """Read one frame from a blocking socket; ConnectionError on EOF."""
-    decoder = decoder or FrameDecoder()
+    decoder = decoder or FrameDecoder(replies=True)
     while (frame := decoder.next_frame()) is None:
         data = sock.recv(65536)
         if not data:
@@ -67,7 +67,7 @@ class CtlClient:
         if why:
             raise UntrustedSocket(f"not using the scheduler socket {path}: {why}")
         self.sock = connect(path, timeout)
-        self._decoder = FrameDecoder()
+        self._decoder = FrameDecoder(replies=True)
 
     def request(self, op: str, **fields) -> dict:
         self.sock.sendall(encode_json(MessageType.CTL_REQUEST, {"op": op, **fields}))

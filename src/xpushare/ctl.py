@@ -17,7 +17,7 @@ import sys
 
 from . import __version__
 from .paths import client_socket_candidates
-from .client import CtlClient, SchedulerUnavailable
+from .client import CtlClient, SchedulerUnavailable, UntrustedSocket
 from .protocol import PRIORITY_LIMIT, ProtocolError
 from .scheduler.policy import TQ_MAX, Mode
 from .sizes import size_argument
@@ -106,9 +106,11 @@ def _connect(explicit) -> CtlClient:
     for path in client_socket_candidates(explicit):
         try:
             return CtlClient(path)
+        except UntrustedSocket as e:  # say why: "no scheduler" would send the user looking
+            tried.append(f"{path}, {e}")
         except SchedulerUnavailable:
             tried.append(str(path))
-    raise SchedulerUnavailable(f"no scheduler is running (tried {', '.join(tried)}); start one with "
+    raise SchedulerUnavailable(f"no scheduler is running (tried {'; '.join(tried)}); start one with "
                                "nvshare-scheduler or nvshare-run")
 
 

@@ -16,6 +16,10 @@ from typing import ClassVar, NamedTuple
 MAGIC = 0x4853564E  # the bytes "NVSH" read as a little-endian u32
 VERSION = 2
 MAX_PAYLOAD = 65536
+# A CTL_REPLY alone may be larger: the scheduler's answer to nvsharectl (status with thousands of
+# clients). Only a control client accepts one (FrameDecoder(replies=True)); whatever a peer sends
+# the scheduler stays within MAX_PAYLOAD. Below limits.MAX_QUEUED, what one peer may have queued.
+MAX_CTL_REPLY = 2 << 20
 MAX_JSON_DEPTH = 32  # nesting of a CTL_* payload: requests are flat, replies a few levels deep
 
 HEADER = struct.Struct("<IHHI")  # magic, version, type, length
@@ -237,8 +241,9 @@ class Frame(NamedTuple):
 def encode_frame(msg_type: MessageType | int, payload: bytes | _Payload = b"") -> bytes:
     if isinstance(payload, _Payload):
         payload = payload.pack()
-    if len(payload) > MAX_PAYLOAD:
-        raise ProtocolError(f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
+    limit = MAX_CTL_REPLY if msg_type == MessageType.CTL_REPLY else MAX_PAYLOAD
+    if len(payload) > limit:
+        raise ProtocolError(f"payload of {len(payload)} bytes exceeds {limit}")
     return HEADER.pack(MAGIC, VERSION, int(msg_type), len(payload)) + payload
 
 
@@ -292,11 +297,13 @@ class FrameDecoder:
     The header is checked as soon as its 12 bytes are in (an oversized length is refused before the
     payload is read). Raises ProtocolError on a malformed frame; the stream is then unusable.
     `pending` is the number of buffered bytes of an incomplete frame (non-zero at EOF = truncated).
+    replies: a control client's decoder, which accepts a CTL_REPLY of up to MAX_CTL_REPLY bytes.
     """
 
-    def __init__(self):
+    def __init__(self, replies: bool = False):
         self._buf = bytearray()
         self._failed: ProtocolError | None = None
+        self._reply_max = MAX_CTL_REPLY if replies else MAX_PAYLOAD
 
     @property
     def pending(self) -> int:
@@ -320,8 +327,9 @@ class FrameDecoder:
                 mtype = MessageType(mtype)
             except ValueError:
                 raise ProtocolError(f"unknown message type {mtype}") from None
-            if length > MAX_PAYLOAD:
-                raise ProtocolError(f"payload length {length} exceeds {MAX_PAYLOAD}")
+            limit = self._reply_max if mtype == MessageType.CTL_REPLY else MAX_PAYLOAD
+            if length > limit:
+                raise ProtocolError(f"payload length {length} exceeds {limit}")
             cls = PAYLOADS.get(mtype)
             if cls is not None and length != cls.SIZE:
                 raise ProtocolError(f"{mtype.name} payload is {length} bytes, expected {cls.SIZE}")

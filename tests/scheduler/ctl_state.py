@@ -56,7 +56,7 @@ def ctl_conn() -> Conn:
 
 def ask(state: SchedulerState, msg) -> dict:
     """control.handle's reply to `msg`, decoded."""
-    d = FrameDecoder()
+    d = FrameDecoder(replies=True)
     d.feed(control.handle(state, ctl_conn(), msg))
     (frame,) = d.frames()
     assert frame.type == MessageType.CTL_REPLY

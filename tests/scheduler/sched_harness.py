@@ -73,7 +73,7 @@ class FakeClient:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self.sock.connect(str(sock))
-        self.decoder = FrameDecoder()
+        self.decoder = FrameDecoder(replies=True)  # a control reply may be up to MAX_CTL_REPLY
         self.client_id = None
 
     def __enter__(self):

@@ -3,7 +3,7 @@
 import pytest
 
 from xpushare.protocol import (
-    HEADER, MAGIC, MAX_PAYLOAD, VERSION, Attach, Attached, DropLock, FrameDecoder, Grant, Hello,
+    HEADER, MAGIC, MAX_CTL_REPLY, MAX_PAYLOAD, VERSION, Attach, Attached, DropLock, FrameDecoder, Grant, Hello,
     LockRequest, MemUpdate, Released, MessageType, ProtocolError, Welcome, decode_json, encode, encode_error, encode_frame,
     encode_json,
 )
@@ -116,3 +116,22 @@ def test_json_payloads_must_be_objects():
     for bad in (b"[]", b"not json", b"\xff"):
         with pytest.raises(ProtocolError):
             decode_json(bad)
+
+
+def test_only_a_control_client_accepts_a_control_reply_over_the_frame_limit():
+    """The scheduler's own decoder refuses any frame over MAX_PAYLOAD, a CTL_REPLY too; a control
+    client's accepts a CTL_REPLY of up to MAX_CTL_REPLY, and nothing else over MAX_PAYLOAD."""
+    big = encode_frame(MessageType.CTL_REPLY, b"{" + b" " * MAX_PAYLOAD + b"}")
+    client = FrameDecoder(replies=True)
+    client.feed(big)
+    assert client.next_frame().type == MessageType.CTL_REPLY
+    scheduler_side = FrameDecoder()
+    scheduler_side.feed(big)
+    with pytest.raises(ProtocolError, match="exceeds 65536"):
+        scheduler_side.next_frame()
+    other = FrameDecoder(replies=True)
+    other.feed(HEADER.pack(MAGIC, VERSION, int(MessageType.ERROR), MAX_PAYLOAD + 1))
+    with pytest.raises(ProtocolError, match="exceeds 65536"):
+        other.next_frame()
+    with pytest.raises(ProtocolError, match="exceeds"):
+        encode_frame(MessageType.CTL_REPLY, b" " * (MAX_CTL_REPLY + 1))

@@ -61,7 +61,7 @@ def handle(state: SchedulerState, conn: Conn, msg: dict) -> bytes:
                  "ok" if reply["ok"] else reply["error"])
     try:
         return encode_json(MessageType.CTL_REPLY, reply)
-    except ProtocolError:  # over MAX_PAYLOAD: a frame cannot carry it
+    except ProtocolError:  # over MAX_CTL_REPLY: a frame cannot carry it
         return encode_json(MessageType.CTL_REPLY, {
             "ok": False, "error": f"reply too large for one frame ({len(state.conns)} connections)"})
 

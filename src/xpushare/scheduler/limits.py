@@ -3,8 +3,9 @@
 The socket is mode 0666: any local user may connect, so nothing a peer does may grow the daemon
 without bound, hold a file descriptor forever or flood its log:
 
-- MAX_QUEUED: bytes queued to one peer that does not read. A status reply is at most one 64 KiB
-  frame, so a peer this far behind is not going to catch up; it is disconnected (Conn.send).
+- MAX_QUEUED: bytes queued to one peer that does not read. A status reply is at most
+  protocol.MAX_CTL_REPLY (2 MiB), so a peer this far behind is not going to catch up; it is
+  disconnected (Conn.send).
 - HELLO_TIMEOUT: a new connection must complete its first message (HELLO, or nvsharectl's request)
   within it. FRAME_TIMEOUT: a connection may sit inside one partial frame that long. A client that
   has completed HELLO and sends nothing is never timed out: clients hold idle connections for hours.

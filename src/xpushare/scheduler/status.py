@@ -8,16 +8,16 @@ import os
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..protocol import MAX_PAYLOAD
+from ..protocol import MAX_CTL_REPLY
 from .registry import Gpu
 from .state import SchedulerState
 
 if TYPE_CHECKING:
     from .connection import Conn
 
-COMMAND_MAX = 256  # characters of a client's command line in status (a reply is one 64 KiB frame)
+COMMAND_MAX = 256  # characters of a client's command line in status (a reply is one frame)
 COMMAND_SHORT = 32  # ... when the reply would not fit otherwise
-REPLY_MAX = MAX_PAYLOAD - 256  # what status fills of a frame, kept below it: the "ok" field, and
+REPLY_MAX = MAX_CTL_REPLY - 256  # what status fills of a frame, kept below it: the "ok" field, and
                                # the counts of GPUs not listed added after the sizes are taken
 
 
@@ -31,7 +31,7 @@ def build(state: SchedulerState, msg: dict | None = None) -> dict:
         "gpus": [gpu_status(g, now) for g in registry.in_order()],
         "clients": [client_status(state, c) for c in state.clients()],
     }
-    # A reply is one frame (MAX_PAYLOAD): with very many clients, shorten the command lines; with
+    # A reply is one frame (MAX_CTL_REPLY): with very many clients, shorten the command lines; with
     # very many client-made GPUs, list only those that fit.
     if _size(reply) > REPLY_MAX:
         for c in reply["clients"]:
