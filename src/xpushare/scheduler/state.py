@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import limits
 from .gpus import GpuInfo
+from .metrics import SchedulerStats
 from .peer import PodLookup
 from .policy import Mode
 from .registry import GpuRegistry
@@ -44,6 +45,7 @@ class SchedulerState:
         self.conn_room = 1 << 62                          # connections before the fd reserve
         self.warnings = limits.LogLimiter()               # refusals, keyed by uid; accept errors
         self.pods = PodLookup()
+        self.stats = SchedulerStats()                     # event counts for the exporter
         self._ids = itertools.count(1)
         for info in gpus:
             self.registry.add(info.uuid, info.index, info.name, info.memory_total)
@@ -67,6 +69,7 @@ class SchedulerState:
     def connected(self, conn: Conn) -> None:
         self.conns.add(conn)
         self.uid_conns[conn.uid] += 1
+        self.stats.connections += 1
 
     def disconnected(self, conn: Conn) -> None:
         if conn in self.conns:
