@@ -24,7 +24,7 @@ from .connection import Connection
 from .gpus import GpuInfo
 from .state import Config, SchedulerState
 
-__all__ = ["Config", "Server", "SocketInUse"]
+__all__ = ["Config", "MetricsUnavailable", "Server", "SocketInUse"]
 
 log = logging.getLogger("nvshare.scheduler")
 
@@ -33,12 +33,17 @@ class SocketInUse(RuntimeError):
     pass
 
 
+class MetricsUnavailable(RuntimeError):
+    """The exporter's port cannot be listened on."""
+
+
 class Server:
     def __init__(self, config: Config, gpus: list[GpuInfo] = ()):
         self.config = config
         self.state = SchedulerState(config, gpus)
         self._server: asyncio.AbstractServer | None = None
         self._socket_ino: int | None = None
+        self.metrics = None  # httpd.MetricsServer when --metrics-port is given
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT; remove the socket on the way out."""
@@ -69,14 +74,32 @@ class Server:
         self.state.fd_limit = fd_limit
         room = fd_limit - limits.open_fds() - limits.FD_RESERVE
         self.state.conn_room = max(0, room // limits.FDS_PER_CONNECTION)
+        await self._start_metrics()
         registry = self.state.registry
         log.info("nvshare-scheduler %s listening on %s (mode %s, tq %s, %d gpu(s) known)",
                  __version__, path, registry.default_mode.value,
                  "dynamic" if registry.default_tq is None else f"{registry.default_tq:g}s",
                  len(registry.gpus))
 
+    async def _start_metrics(self) -> None:
+        config = self.config
+        if not config.metrics_port:
+            return
+        from .httpd import MetricsServer  # needs prometheus_client, which __main__ has checked
+        self.metrics = MetricsServer(self.state, config.metrics_address, config.metrics_port,
+                                     nvml=config.nvml)
+        try:
+            await self.metrics.start()
+        except OSError as e:
+            self.metrics = None
+            await self.shutdown()
+            raise MetricsUnavailable(f"cannot serve metrics on {config.metrics_address}:"
+                                     f"{config.metrics_port}: {e.strerror or e}") from None
+
     async def shutdown(self) -> None:
         log.info("shutting down")
+        if self.metrics is not None:
+            await self.metrics.stop()
         self._server.close()
         for conn in list(self.state.conns):
             conn.transport.close()

@@ -33,6 +33,9 @@ class Config:
     max_conns_per_uid: int = limits.MAX_CONNECTIONS_PER_UID  # --max-connections-per-uid; 0 = none
     hello_timeout: float = limits.HELLO_TIMEOUT           # hidden --hello-timeout
     frame_timeout: float = limits.FRAME_TIMEOUT           # hidden --frame-timeout
+    metrics_port: int = 0                                 # --metrics-port; 0 = no exporter
+    metrics_address: str = "0.0.0.0"                      # --metrics-address
+    nvml: bool = True                                     # not --no-nvml: NVML series too
 
 
 class SchedulerState:
