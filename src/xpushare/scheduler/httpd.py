@@ -3,8 +3,8 @@ own loop.
 
 Not prometheus_client's HTTP server: that one serves from a thread, and a thread reading the
 scheduler's state races the loop that changes it. Here a scrape copies what it shows on the loop
-(metrics_collect.take) and formats it in pieces, returning to the loop between them, so lock
-requests are served while a large scrape is written.
+and formats it, both in pieces (metrics_collect.take_pieces, render), returning to the loop between
+them, so lock requests are served while a large scrape is made.
 
 The server is deliberately small: HTTP/1.1 (or 1.0), GET only, one request per connection and then
 close (what Prometheus needs), the request head at most MAX_REQUEST bytes and complete within
@@ -20,7 +20,7 @@ import logging
 
 from prometheus_client.exposition import choose_encoder
 
-from .metrics_collect import NvmlReader, render, take
+from .metrics_collect import NvmlReader, render, take_pieces
 
 log = logging.getLogger("nvshare.scheduler")
 
@@ -97,7 +97,8 @@ class MetricsServer:
 
     async def _scrape(self, accept: str) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept)
-        scrape = take(self.state, self.state.registry.now(), self.nvml)
+        for scrape in take_pieces(self.state, self.state.registry.now(), self.nvml):
+            await asyncio.sleep(0)  # let the loop serve what came meanwhile
         pieces = []
         for piece in render(scrape, encoder, content_type.startswith("application/openmetrics")):
             pieces.append(piece)

@@ -1,9 +1,9 @@
 """The exporter's view of the scheduler in the Prometheus formats (docs/metrics.md lists the series).
 
 A scrape happens in two steps, both on the scheduler's loop (nothing else may read its state):
-take() copies what the series show out of live state into plain tuples (Scrape): the GPUs through
-the policy's read API (Arbiter.snapshot), the clients from their connections, the counts of
-metrics.py; then render() turns a Scrape into text a piece at a time, so that the caller can let
+take() copies what the series show out of live state into plain tuples (Scrape): the GPUs from
+their arbiters' settings and public holders and waiting maps, the clients from their connections,
+the counts of metrics.py; then render() turns a Scrape into text a piece at a time, so that the caller can let
 the loop serve lock requests between pieces: formatting a thousand clients' series takes tens of
 milliseconds in prometheus_client, which no lock round trip should wait for. Client series come
 from the clients connected at the scrape, so a client's series go when it leaves.
@@ -18,6 +18,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from prometheus_client.core import (
     CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily,
@@ -30,9 +31,14 @@ from .metrics import PHASES
 
 log = logging.getLogger("nvshare.scheduler")
 
-CHUNK = 250  # client series formatted between two returns to the loop (about 0.3 ms)
+# Samples formatted between two returns to the loop: prometheus_client takes some 5-10 us a sample
+# of a client family (seven labels), so that a piece keeps the loop for well under a millisecond.
+PIECE_SAMPLES = 60
+TAKE_CLIENTS = 150  # clients copied between two returns to the loop (about 0.3 ms)
 GPU = ("gpu", "uuid")
-CLIENT = ("gpu", "uuid", "pid", "namespace", "pod", "container")
+# `client` (the scheduler's client id, as nvsharectl status shows it) keeps two connections of one
+# process (or of one pid reused) apart, which the pid alone does not.
+CLIENT = ("gpu", "uuid", "client", "pid", "namespace", "pod", "container")
 DROP_REASONS = tuple((int(r), r.name.lower()) for r in DropReason)
 
 
@@ -52,8 +58,7 @@ class GpuRow:
     nvml: tuple | None = None     # (memory used, utilization ratio or None)
 
 
-@dataclass
-class ClientRow:
+class ClientRow(NamedTuple):  # a tuple: a thousand are made on the loop at each scrape
     labels: tuple[str, ...]       # CLIENT
     managed: int
     device: int
@@ -75,32 +80,48 @@ class Scrape:
 
 
 def take(state, now: float, nvml=None) -> Scrape:
-    """Copy what the series show out of `state` at `now` (on the loop: cheap, no formatting).
+    """Copy what the series show out of `state` at `now`, all at once (take_pieces)."""
+    for scrape in take_pieces(state, now, nvml):
+        pass
+    return scrape
+
+
+def take_pieces(state, now: float, nvml=None) -> Iterator[Scrape]:
+    """Copy what the series show out of `state` at `now`, no formatting: the scheduler's counts
+    and the GPUs, then the clients TAKE_CLIENTS at a time, yielding the Scrape after each piece so
+    that the caller may return to the loop (some 1.5 us a client); complete at the last. The
+    clients are those connected at the start; one that leaves meanwhile shows once more.
     nvml: an NvmlReader, or None for no NVML series."""
     stats = state.stats
     scrape = Scrape(connections=len(state.conns), accepted=stats.connections,
                     messages=dict(stats.messages), malformed=stats.malformed)
-    rows = {}
-    for g in state.registry.in_order():
-        s = g.arbiter.snapshot(now)
-        rows[g] = GpuRow((_index(g), g.uuid), g.name or "", g.capacity, s.mode.value, s.tq,
-                         len(s.holders), len(s.waiters), g.stats.switches, g.stats.wait.copy(),
-                         {p: h.copy() for p, h in g.stats.phases.items()},
-                         nvml=nvml.read(g.index) if nvml is not None and g.index is not None
-                         else None)
+    rows = {g: _gpu_row(g, nvml) for g in state.registry.in_order()}
     scrape.gpus = list(rows.values())
+    clients = state.clients()
     per_gpu: Counter = Counter()
-    for c in state.clients():
-        pod = c.pod
-        ident = (str(c.pid), getattr(pod, "namespace", None) or "",
-                 getattr(pod, "name", None) or "", getattr(pod, "container_id", None) or "")
-        for g in c.devices.values():
-            per_gpu[g] += 1
-            scrape.clients.append(_client_row(c, g, ident, now))
+    for start in range(0, len(clients), TAKE_CLIENTS):
+        for c in clients[start:start + TAKE_CLIENTS]:
+            pod = c.pod
+            ident = (str(c.id), str(c.pid), getattr(pod, "namespace", None) or "",
+                     getattr(pod, "name", None) or "", getattr(pod, "container_id", None) or "")
+            for g in c.devices.values():
+                per_gpu[g] += 1
+                scrape.clients.append(_client_row(c, g, ident, now))
+        yield scrape
     for g, n in per_gpu.items():
         if g in rows:
             rows[g].clients = n
-    return scrape
+    yield scrape
+
+
+def _gpu_row(g, nvml) -> GpuRow:
+    # The arbiter's settings and public holders and waiting maps, not snapshot(): that one also
+    # puts the waiters in serving order, some 2 ms at a thousand waiters, for two counts.
+    arb = g.arbiter
+    return GpuRow((_index(g), g.uuid), g.name or "", g.capacity, arb.mode.value, arb.tq,
+                  len(arb.holders), len(arb.waiting), g.stats.switches, g.stats.wait.copy(),
+                  {p: h.copy() for p, h in g.stats.phases.items()},
+                  nvml=nvml.read(g.index) if nvml is not None and g.index is not None else None)
 
 
 def _index(gpu) -> str:
@@ -120,13 +141,15 @@ def _client_row(c, g, ident: tuple, now: float) -> ClientRow:
 
 def render(scrape: Scrape, encoder, openmetrics: bool) -> Iterator[bytes]:
     """The exposition of `scrape` in pieces (encoder: prometheus_client's generate_latest of the
-    format asked for). Each piece is one or more whole metric families, or the next CHUNK samples
-    of a client family, whose HELP and TYPE lines only its first piece carries."""
+    format asked for). Each piece is one or more whole metric families, or the next clients'
+    samples of a client family (about PIECE_SAMPLES), whose HELP and TYPE lines only its first
+    piece carries."""
     yield _encode(encoder, list(_scheduler_families(scrape)))
     yield _encode(encoder, list(_gpu_families(scrape)))
-    for make in _CLIENT_FAMILIES:
-        for start in range(0, max(1, len(scrape.clients)), CHUNK):
-            text = _encode(encoder, [make(scrape.clients[start:start + CHUNK])])
+    for make, per_client in _CLIENT_FAMILIES:
+        step = max(1, PIECE_SAMPLES // per_client)
+        for start in range(0, max(1, len(scrape.clients)), step):
+            text = _encode(encoder, [make(scrape.clients[start:start + step])])
             yield _strip_header(text) if start else text
     if openmetrics:
         yield b"# EOF\n"
@@ -261,15 +284,17 @@ def _drops(rows):
     return family
 
 
-_CLIENT_FAMILIES = (
-    _memory,
-    _gauge("xpushare_client_priority", "The client's scheduling priority.", lambda r: r.priority),
-    _counter("xpushare_client_lock_grants", "Locks granted to the client.", lambda r: r.grants),
-    _drops,
-    _counter("xpushare_client_lock_held_seconds", "Time the client held the lock, the current "
-             "hold included.", lambda r: r.held),
-    _counter("xpushare_client_lock_wait_seconds", "Time the client waited for the lock, the "
-             "current wait included.", lambda r: r.waited),
+_CLIENT_FAMILIES = (  # (make a family of some clients' samples, samples per client)
+    (_memory, 2),
+    (_gauge("xpushare_client_priority", "The client's scheduling priority.",
+            lambda r: r.priority), 1),
+    (_counter("xpushare_client_lock_grants", "Locks granted to the client.",
+              lambda r: r.grants), 1),
+    (_drops, len(DROP_REASONS)),
+    (_counter("xpushare_client_lock_held_seconds", "Time the client held the lock, the current "
+              "hold included.", lambda r: r.held), 1),
+    (_counter("xpushare_client_lock_wait_seconds", "Time the client waited for the lock, the "
+              "current wait included.", lambda r: r.waited), 1),
 )
 
 

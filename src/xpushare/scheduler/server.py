@@ -65,6 +65,8 @@ class Server:
         path = Path(self.config.socket_path)
         ensure_socket_dir(path)
         _remove_stale_socket(path)
+        # Before the socket: once it answers (a readiness probe), the metrics port answers too.
+        await self._start_metrics()
         self._server = await loop.create_unix_server(lambda: Connection(self.state),
                                                      path=str(path))
         os.chmod(path, 0o666)  # anyone may be scheduled; settings are checked per request
@@ -74,7 +76,6 @@ class Server:
         self.state.fd_limit = fd_limit
         room = fd_limit - limits.open_fds() - limits.FD_RESERVE
         self.state.conn_room = max(0, room // limits.FDS_PER_CONNECTION)
-        await self._start_metrics()
         registry = self.state.registry
         log.info("nvshare-scheduler %s listening on %s (mode %s, tq %s, %d gpu(s) known)",
                  __version__, path, registry.default_mode.value,
@@ -92,7 +93,6 @@ class Server:
             await self.metrics.start()
         except OSError as e:
             self.metrics = None
-            await self.shutdown()
             raise MetricsUnavailable(f"cannot serve metrics on {config.metrics_address}:"
                                      f"{config.metrics_port}: {e.strerror or e}") from None
 
@@ -100,6 +100,8 @@ class Server:
         log.info("shutting down")
         if self.metrics is not None:
             await self.metrics.stop()
+        if self._server is None:
+            return
         self._server.close()
         for conn in list(self.state.conns):
             conn.transport.close()
