@@ -142,6 +142,31 @@ def test_a_switch_moves_drops_switches_waits_and_phases(metrics_scheduler):
     b.close()
 
 
+def test_nvml_gpus_have_their_index_and_nvml_series(start_scheduler):
+    port = free_port()
+    sched = start_scheduler("--metrics-port", port, nvml=[
+        {"uuid": uuid(0), "name": "Fake H100", "memory": 80 * GiB}])
+    s = scrape(port)
+    gpu = {"gpu": "0", "uuid": uuid(0)}
+    assert value(s, "xpushare_gpu_info", **gpu, name="Fake H100") == 1
+    assert value(s, "xpushare_gpu_capacity_bytes", **gpu) == 80 * GiB
+    assert value(s, "xpushare_gpu_memory_used_bytes", **gpu) == 0  # what the fake NVML says
+    assert value(s, "xpushare_gpu_utilization_ratio", **gpu) is None  # the fake has none
+    assert value(s, "xpushare_gpu_clients", **gpu) == 0
+    with registered(sched.socket) as a:
+        a.ctl("status")
+        assert value(scrape(port), "xpushare_gpu_clients", **gpu) == 1
+
+
+def test_without_nvml_there_are_no_nvml_series(metrics_scheduler):
+    sched, port = metrics_scheduler
+    with registered(sched.socket) as a:
+        a.ctl("status")
+        s = scrape(port)
+    assert value(s, "xpushare_gpu_capacity_bytes", uuid=uuid(0)) == 0
+    assert "xpushare_gpu_memory_used_bytes" not in s
+
+
 def test_healthz_errors_and_malformed_frames(start_scheduler):
     port = free_port()
     sched = start_scheduler("--no-nvml", env={"NVSHARE_METRICS_PORT": str(port)})  # the chart's way

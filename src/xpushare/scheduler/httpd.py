@@ -43,6 +43,8 @@ class MetricsServer:
         self._open = 0
 
     async def start(self) -> None:
+        if self.nvml is not None:
+            self.nvml.open()
         self._server = await asyncio.start_server(self._serve, self.address, self.port,
                                                   limit=MAX_REQUEST)
         log.info("metrics on http://%s:%d/metrics", self.address, self.bound_port)
