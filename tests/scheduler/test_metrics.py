@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import urllib.error
 import urllib.request
 
 import pytest
@@ -175,7 +174,8 @@ def test_healthz_errors_and_malformed_frames(start_scheduler):
     waiting.sendall(b"GET /metr")  # another scrape, half sent, while a bad one is answered
     for request, status in ((b"BLAH\r\n\r\n", 400), (b"GET /x HTTP/1.1\r\n\r\n", 404),
                             (b"POST /metrics HTTP/1.1\r\n\r\n", 405),
-                            (b"GET /metrics HTTP/1.1\r\nBad header\r\n\r\n", 400)):
+                            (b"GET /metrics HTTP/1.1\r\nBad header\r\n\r\n", 400),
+                            (b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 9000, 431)):
         with socket.create_connection(("127.0.0.1", port), timeout=10) as bad:
             bad.sendall(request)
             answer = _read_all(bad)
