@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import grp
 import logging
+import os
 import sys
 
 from .. import __version__
@@ -57,6 +58,12 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    if not (text.isdigit() and int(text) < 65536):
+        raise argparse.ArgumentTypeError(f"not a TCP port: {text!r}")
+    return int(text)
+
+
 def _group(text: str) -> int:
     if text.isdigit():
         return int(text)
@@ -91,6 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "one (index or UUID); repeatable. Sent to clients in ATTACHED.")
     p.add_argument("--no-nvml", action="store_true",
                    help="do not discover GPUs with NVML; learn them from clients")
+    p.add_argument("--metrics-port", type=_port, metavar="PORT",
+                   default=os.environ.get("NVSHARE_METRICS_PORT") or "0",
+                   help="serve Prometheus metrics on this TCP port (/metrics, and /healthz); "
+                        "0: none (default: $NVSHARE_METRICS_PORT, else 0). Needs "
+                        "prometheus-client: pip install 'xpushare[kubernetes]'")
+    # All addresses by default: in a pod, the metrics Service reaches the scheduler from outside
+    # its network namespace; on a host, 127.0.0.1 keeps the metrics on the machine.
+    p.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDR",
+                   help="address the metrics port listens on (default: 0.0.0.0, every address, "
+                        "which a Kubernetes Service needs; 127.0.0.1 keeps them on the host)")
     p.add_argument("--admin-group", type=_group, metavar="GROUP",
                    help="members of this group (name or gid) may change settings too")
     p.add_argument("--max-connections-per-uid", type=_count, default=MAX_CONNECTIONS_PER_UID,
@@ -142,20 +159,36 @@ def run(main, loop_factory) -> None:
         loop.close()
 
 
+def _check_metrics(parser: argparse.ArgumentParser, args) -> None:
+    """--metrics-port needs prometheus_client: without it, a usage error (exit 2) that says how to
+    install it, before anything starts."""
+    if not args.metrics_port:
+        return
+    try:
+        from . import httpd  # noqa: F401 - imports prometheus_client
+    except ImportError as e:
+        parser.error(f"--metrics-port needs prometheus-client ({e}): "
+                     "pip install 'xpushare[kubernetes]'")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_metrics(parser, args)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s nvshare-scheduler %(levelname)s %(message)s")
     if not (args.log_locks or args.debug):
         logging.getLogger("nvshare.scheduler.locks").setLevel(logging.WARNING)
 
     from .gpus import discover
-    from .server import Config, Server, SocketInUse
+    from .server import Config, MetricsUnavailable, Server, SocketInUse
 
     config = Config(socket_path=socket_override(args.socket) or default_socket_path(),
                     tq=args.tq, mode=Mode(args.mode), reserve=args.reserve,
                     admin_gid=args.admin_group, max_conns_per_uid=args.max_connections_per_uid,
-                    hello_timeout=args.hello_timeout, frame_timeout=args.frame_timeout)
+                    hello_timeout=args.hello_timeout, frame_timeout=args.frame_timeout,
+                    metrics_port=args.metrics_port, metrics_address=args.metrics_address,
+                    nvml=not args.no_nvml)
     for sel, size in args.gpu_memory:
         if sel is None:
             config.gpu_memory = size
@@ -169,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         run(Server(config, gpus).run(), loop_factory)
-    except (SocketInUse, PermissionError) as e:
+    except (SocketInUse, MetricsUnavailable, PermissionError) as e:
         log.error("%s", e)
         return 1
     except OSError as e:

@@ -24,6 +24,7 @@ import os
 
 from ..protocol import Frame, FrameDecoder, Hello, ProtocolError, encode_error
 from . import handlers, limits, peer
+from .metrics import LockStats
 from .registry import Gpu
 from .state import SchedulerState
 
@@ -47,6 +48,7 @@ class Conn:
         self.ctl = False
         self.devices: dict[int, Gpu] = {}         # client ordinal -> GPU
         self.memory: dict[str, tuple[int, int]] = {}  # uuid -> (managed_bytes, other_bytes)
+        self.locks: dict[Gpu, LockStats] = {}     # its lock's counts per GPU, for the exporter
         self.command = peer.cmdline(pid)
         self.pod = pod                            # peer.PodLookup's answer at connect
         self.closed = False                       # by the scheduler: close() was called
@@ -129,6 +131,7 @@ class Connection(asyncio.Protocol):
         try:
             self._frames_in(conn, data)
         except ProtocolError as e:
+            self.state.stats.malformed += 1
             log.warning("pid=%d: protocol error: %s; closing its connection", conn.pid, e)
             self._end(conn, f"protocol error: {e}")
         except Exception:  # a bug of ours: lose this connection, not the daemon
@@ -212,4 +215,5 @@ def dispatch(state: SchedulerState, conn: Conn, frame: Frame) -> None:
     if handler is None:
         raise ProtocolError(f"unexpected {frame.type.name} from a client")
     log.debug("pid=%d -> %s", conn.pid, frame.type.name)
+    state.stats.messages[frame.type] += 1
     handler(state, conn, frame.decode())

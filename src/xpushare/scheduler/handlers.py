@@ -15,7 +15,7 @@ from ..protocol import (
     PRIORITY_LIMIT, VERSION, Attach, Attached, Hello, LockRequest, MemUpdate, MessageType,
     ProtocolError, Released, ReleaseReason, Welcome, encode, encode_error,
 )
-from . import control
+from . import control, metrics
 from .policy import SwitchReport
 from .registry import Gpu, Refused, lock_log
 from .state import SchedulerState
@@ -71,6 +71,7 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     conn.devices[msg.device] = gpu
     if old is not None and old not in conn.devices.values():  # the ordinal now names another GPU
         conn.memory.pop(old.uuid, None)
+        conn.locks.pop(old, None)
         registry.apply(old, old.arbiter.disconnect, conn)
     registry.apply(gpu, gpu.arbiter.set_priority, conn, conn.priority)
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
@@ -84,6 +85,7 @@ def on_req_lock(state: SchedulerState, conn: Conn, msg: LockRequest) -> None:
     _require_hello(conn)
     if gpu := _attached_gpu(conn, msg.device):
         log.debug("request pid=%d gpu=%s", conn.pid, gpu.label)
+        metrics.requested(conn, gpu, state.registry.now())
         state.registry.apply(gpu, gpu.arbiter.request, conn)
 
 
@@ -103,6 +105,7 @@ def on_lock_released(state: SchedulerState, conn: Conn, msg: Released) -> None:
                       "idle" if msg.reason == ReleaseReason.IDLE else "dropped",
                       state.registry.now() - since, report.drain * 1e3, report.evict * 1e3,
                       report.prefetch * 1e3)
+    metrics.released(conn, gpu, report, state.registry.now())
     state.registry.apply(gpu, gpu.arbiter.release, conn, report=report)
 
 

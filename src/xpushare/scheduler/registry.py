@@ -24,7 +24,7 @@ from collections.abc import Callable
 from ..protocol import (
     DROP_EVICT, GRANT_PREFETCH, DropLock, Grant, ProtocolError, encode, encode_error,
 )
-from . import limits, policy
+from . import limits, metrics, policy
 from .gpus import uuid_key, valid_uuid
 from .policy import Arbiter, Mode, check_tq
 
@@ -50,6 +50,7 @@ class Gpu:
         self.arbiter = arbiter
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at: float | None = None  # the deadline `timer` was armed for
+        self.stats = metrics.GpuStats()     # its counts for the exporter, forgotten with it
 
     @property
     def capacity(self) -> int:
@@ -163,10 +164,11 @@ class GpuRegistry:
         stuck. The timer is re-armed whatever happens. Every departure of a client from a GPU
         comes through here (a disconnect event), so here a client-made GPU goes with its last one.
         """
+        now = self.now()
         try:
-            for action in event(*args, self.now(), **kw):
+            for action in event(*args, now, **kw):
                 try:
-                    _carry_out(gpu, action)
+                    _carry_out(gpu, action, now)
                 except Exception:  # a bug of ours: lose this client, never the other actions
                     log.exception("pid=%d gpu=%s: cannot carry out %s; closing its connection",
                                   action.client.pid, gpu.label, type(action).__name__.lower())
@@ -195,17 +197,20 @@ class GpuRegistry:
         self.apply(gpu, gpu.arbiter.tick)
 
 
-def _carry_out(gpu: Gpu, a: policy.Action) -> None:
-    """Turn one policy action into what the client is sent and what the log says."""
+def _carry_out(gpu: Gpu, a: policy.Action, now: float) -> None:
+    """Turn one policy action into what the client is sent, what the log says and what the
+    exporter counts."""
     conn = a.client  # a connection.Conn
     if isinstance(a, policy.Grant):
         conn.send(encode(Grant(conn.ordinal(gpu), int(round(a.quantum * 1000)),
                                GRANT_PREFETCH if a.prefetch else 0)))
+        metrics.granted(conn, gpu, a.prefetch, now)
         if lock_log.isEnabledFor(logging.INFO):  # --log-locks; its f-string costs on every grant
             lock_log.info("grant pid=%d gpu=%s quantum=%s prefetch=%s", conn.pid, gpu.label,
                           f"{a.quantum:g}s" if a.quantum else "none", _yes(a.prefetch))
     elif isinstance(a, policy.Drop):
         conn.send(encode(DropLock(conn.ordinal(gpu), int(a.reason), DROP_EVICT if a.evict else 0)))
+        metrics.dropped(conn, gpu, a.reason, a.evict)
         log.info("drop pid=%d gpu=%s reason=%s evict=%s", conn.pid, gpu.label,
                  a.reason.name.lower(), _yes(a.evict))
     elif isinstance(a, policy.Overdue):

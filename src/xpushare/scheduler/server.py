@@ -24,7 +24,7 @@ from .connection import Connection
 from .gpus import GpuInfo
 from .state import Config, SchedulerState
 
-__all__ = ["Config", "Server", "SocketInUse"]
+__all__ = ["Config", "MetricsUnavailable", "Server", "SocketInUse"]
 
 log = logging.getLogger("nvshare.scheduler")
 
@@ -33,12 +33,17 @@ class SocketInUse(RuntimeError):
     pass
 
 
+class MetricsUnavailable(RuntimeError):
+    """The exporter's port cannot be listened on."""
+
+
 class Server:
     def __init__(self, config: Config, gpus: list[GpuInfo] = ()):
         self.config = config
         self.state = SchedulerState(config, gpus)
         self._server: asyncio.AbstractServer | None = None
         self._socket_ino: int | None = None
+        self.metrics = None  # httpd.MetricsServer when --metrics-port is given
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT; remove the socket on the way out."""
@@ -60,6 +65,8 @@ class Server:
         path = Path(self.config.socket_path)
         ensure_socket_dir(path)
         _remove_stale_socket(path)
+        # Before the socket: once it answers (a readiness probe), the metrics port answers too.
+        await self._start_metrics()
         self._server = await loop.create_unix_server(lambda: Connection(self.state),
                                                      path=str(path))
         os.chmod(path, 0o666)  # anyone may be scheduled; settings are checked per request
@@ -75,8 +82,26 @@ class Server:
                  "dynamic" if registry.default_tq is None else f"{registry.default_tq:g}s",
                  len(registry.gpus))
 
+    async def _start_metrics(self) -> None:
+        config = self.config
+        if not config.metrics_port:
+            return
+        from .httpd import MetricsServer  # needs prometheus_client, which __main__ has checked
+        self.metrics = MetricsServer(self.state, config.metrics_address, config.metrics_port,
+                                     nvml=config.nvml)
+        try:
+            await self.metrics.start()
+        except OSError as e:
+            self.metrics = None
+            raise MetricsUnavailable(f"cannot serve metrics on {config.metrics_address}:"
+                                     f"{config.metrics_port}: {e.strerror or e}") from None
+
     async def shutdown(self) -> None:
         log.info("shutting down")
+        if self.metrics is not None:
+            await self.metrics.stop()
+        if self._server is None:
+            return
         self._server.close()
         for conn in list(self.state.conns):
             conn.transport.close()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import limits
 from .gpus import GpuInfo
+from .metrics import SchedulerStats
 from .peer import PodLookup
 from .policy import Mode
 from .registry import GpuRegistry
@@ -32,6 +33,9 @@ class Config:
     max_conns_per_uid: int = limits.MAX_CONNECTIONS_PER_UID  # --max-connections-per-uid; 0 = none
     hello_timeout: float = limits.HELLO_TIMEOUT           # hidden --hello-timeout
     frame_timeout: float = limits.FRAME_TIMEOUT           # hidden --frame-timeout
+    metrics_port: int = 0                                 # --metrics-port; 0 = no exporter
+    metrics_address: str = "0.0.0.0"                      # --metrics-address
+    nvml: bool = True                                     # not --no-nvml: NVML series too
 
 
 class SchedulerState:
@@ -44,6 +48,7 @@ class SchedulerState:
         self.conn_room = 1 << 62                          # connections before the fd reserve
         self.warnings = limits.LogLimiter()               # refusals, keyed by uid; accept errors
         self.pods = PodLookup()
+        self.stats = SchedulerStats()                     # event counts for the exporter
         self._ids = itertools.count(1)
         for info in gpus:
             self.registry.add(info.uuid, info.index, info.name, info.memory_total)
@@ -67,6 +72,7 @@ class SchedulerState:
     def connected(self, conn: Conn) -> None:
         self.conns.add(conn)
         self.uid_conns[conn.uid] += 1
+        self.stats.connections += 1
 
     def disconnected(self, conn: Conn) -> None:
         if conn in self.conns:

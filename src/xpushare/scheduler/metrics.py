@@ -1,0 +1,140 @@
+"""What the scheduler counts as events happen, for its Prometheus exporter (docs/metrics.md).
+
+The exporter reads most of what it shows from live state at scrape time (metrics_collect.py); what
+only an event can tell is counted here, by hooks the shell calls where the event happens:
+registry._carry_out (grants, drops), handlers (requests, releases and their switch reports),
+connection.py (messages, malformed frames). The lock round trip runs through these hooks, so each is
+a few attribute updates: no label formatting, no allocation but the first record of a client on a
+GPU, no prometheus_client (which the daemon does not need unless --metrics-port is given).
+
+Where the counts live decides when their series go: a client's own counts are a LockStats in its
+connection (Conn.locks, one per GPU), gone with the connection; a GPU's are a GpuStats on the Gpu,
+gone when a client-made GPU is forgotten; the scheduler's are one SchedulerStats in SchedulerState.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+
+from .policy import SWITCH_REASONS
+
+# Seconds. A lock wait runs from microseconds (a free GPU) to a few quanta (up to minutes); a switch
+# phase from microseconds to SWITCH_REPORT_MAX (60 s), the most a report counts for.
+WAIT_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                60.0, 120.0, 300.0)
+SWITCH_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                  30.0, 60.0)
+PHASES = ("drain", "evict", "prefetch")
+
+
+class Histogram:
+    """Counts per bucket (not cumulative; the collector sums them) and the sum of observations."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]):
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)   # the last one: above every bound (+Inf)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def copy(self) -> tuple[tuple[float, ...], tuple[int, ...], float]:
+        return self.bounds, tuple(self.counts), self.total
+
+
+class GpuStats:
+    """One GPU's counts: switches (drops that hand the GPU to another client: SWITCH_REASONS), the
+    request -> grant waits and the switch phases clients report."""
+
+    __slots__ = ("switches", "wait", "phases")
+
+    def __init__(self):
+        self.switches = 0
+        self.wait = Histogram(WAIT_BUCKETS)
+        self.phases = {p: Histogram(SWITCH_BUCKETS) for p in PHASES}
+
+
+class LockStats:
+    """One client's lock on one GPU: its counts, and where its current request or hold began.
+    The in-progress wait or hold is added at scrape time, so the totals move while it lasts and
+    stay monotonic (what a release adds is what a scrape showed, and more)."""
+
+    __slots__ = ("grants", "drops", "held", "waited", "requested", "granted", "dropped", "evict",
+                 "prefetch")
+
+    def __init__(self):
+        self.grants = 0
+        self.drops: Counter[int] = Counter()      # DropReason -> DROP_LOCKs sent
+        self.held = 0.0                           # seconds of completed holds
+        self.waited = 0.0                         # seconds of completed waits
+        self.requested: float | None = None       # when the pending request came
+        self.granted: float | None = None         # when the lock now held was granted
+        self.dropped = self.evict = self.prefetch = False  # of the hold now: what its report covers
+
+
+class SchedulerStats:
+    """Scheduler-wide counts."""
+
+    __slots__ = ("messages", "malformed", "connections")
+
+    def __init__(self):
+        self.messages: Counter[int] = Counter()   # MessageType -> messages handled
+        self.malformed = 0                        # frames that were not a valid message in order
+        self.connections = 0                      # connections admitted since the start
+
+
+def lock_stats(conn, gpu) -> LockStats:
+    stats = conn.locks.get(gpu)
+    if stats is None:
+        stats = conn.locks[gpu] = LockStats()
+    return stats
+
+
+def requested(conn, gpu, now: float) -> None:
+    """REQ_LOCK: a wait begins, unless the client already waits or holds (the arbiter ignores it)."""
+    stats = lock_stats(conn, gpu)
+    if stats.requested is None and stats.granted is None:
+        stats.requested = now
+
+
+def granted(conn, gpu, prefetch: bool, now: float) -> None:
+    stats = lock_stats(conn, gpu)
+    stats.grants += 1
+    if stats.requested is not None:  # a grant always follows a request; be safe anyway
+        wait = max(0.0, now - stats.requested)
+        stats.waited += wait
+        gpu.stats.wait.observe(wait)
+        stats.requested = None
+    stats.granted = now
+    stats.dropped = stats.evict = False
+    stats.prefetch = prefetch
+
+
+def dropped(conn, gpu, reason, evict: bool) -> None:
+    stats = lock_stats(conn, gpu)
+    stats.drops[reason] += 1
+    stats.dropped, stats.evict = True, evict
+    if reason in SWITCH_REASONS:
+        gpu.stats.switches += 1
+
+
+def released(conn, gpu, report, now: float) -> None:
+    """LOCK_RELEASED of a lock held: the hold ends; the report's phases that this hold had (drain
+    and evict after a DROP_LOCK, with EVICT for the latter; prefetch after a grant with PREFETCH)
+    go into the GPU's switch histograms, already clamped (SwitchReport.from_us)."""
+    stats = lock_stats(conn, gpu)
+    if stats.granted is not None:
+        stats.held += max(0.0, now - stats.granted)
+        stats.granted = None
+    phases = gpu.stats.phases
+    if stats.dropped:
+        phases["drain"].observe(report.drain)
+        if stats.evict:
+            phases["evict"].observe(report.evict)
+    if stats.prefetch:
+        phases["prefetch"].observe(report.prefetch)
+    stats.dropped = stats.evict = stats.prefetch = False

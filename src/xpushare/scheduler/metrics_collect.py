@@ -1,0 +1,338 @@
+"""The exporter's view of the scheduler in the Prometheus formats (docs/metrics.md lists the series).
+
+A scrape happens in two steps, both on the scheduler's loop (nothing else may read its state):
+take() copies what the series show out of live state into plain tuples (Scrape): the GPUs from
+their arbiters' settings and public holders and waiting maps, the clients from their connections,
+the counts of metrics.py; then render() turns a Scrape into text a piece at a time, so that the caller can let
+the loop serve lock requests between pieces: formatting a thousand clients' series takes tens of
+milliseconds in prometheus_client, which no lock round trip should wait for. Client series come
+from the clients connected at the scrape, so a client's series go when it leaves.
+
+Needs prometheus_client (pip install 'xpushare[kubernetes]'); the daemon imports this module only
+when --metrics-port is given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from prometheus_client.core import (
+    CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily,
+)
+from prometheus_client.utils import floatToGoString
+
+from .. import __version__
+from ..protocol import DropReason, MessageType
+from .metrics import PHASES
+
+log = logging.getLogger("nvshare.scheduler")
+
+# Samples formatted between two returns to the loop: prometheus_client takes some 5-10 us a sample
+# of a client family (seven labels), so that a piece keeps the loop for well under a millisecond.
+PIECE_SAMPLES = 60
+TAKE_CLIENTS = 150  # clients copied between two returns to the loop (about 0.3 ms)
+GPU = ("gpu", "uuid")
+# `client` (the scheduler's client id, as nvsharectl status shows it) keeps two connections of one
+# process (or of one pid reused) apart, which the pid alone does not.
+CLIENT = ("gpu", "uuid", "client", "pid", "namespace", "pod", "container")
+DROP_REASONS = tuple((int(r), r.name.lower()) for r in DropReason)
+
+
+@dataclass
+class GpuRow:
+    labels: tuple[str, str]
+    name: str
+    capacity: int
+    mode: str
+    tq: float
+    holders: int
+    waiters: int
+    switches: int
+    wait: tuple                   # Histogram.copy()
+    phases: dict[str, tuple]      # phase -> Histogram.copy()
+    clients: int = 0
+    nvml: tuple | None = None     # (memory used, utilization ratio or None)
+
+
+class ClientRow(NamedTuple):  # a tuple: a thousand are made on the loop at each scrape
+    labels: tuple[str, ...]       # CLIENT
+    managed: int
+    device: int
+    priority: int
+    grants: int
+    drops: dict[int, int]
+    held: float
+    waited: float
+
+
+@dataclass
+class Scrape:
+    gpus: list[GpuRow] = field(default_factory=list)
+    clients: list[ClientRow] = field(default_factory=list)
+    connections: int = 0
+    accepted: int = 0
+    messages: dict[int, int] = field(default_factory=dict)
+    malformed: int = 0
+
+
+def take(state, now: float, nvml=None) -> Scrape:
+    """Copy what the series show out of `state` at `now`, all at once (take_pieces)."""
+    for scrape in take_pieces(state, now, nvml):
+        pass
+    return scrape
+
+
+def take_pieces(state, now: float, nvml=None) -> Iterator[Scrape]:
+    """Copy what the series show out of `state` at `now`, no formatting: the scheduler's counts
+    and the GPUs, then the clients TAKE_CLIENTS at a time, yielding the Scrape after each piece so
+    that the caller may return to the loop (some 1.5 us a client); complete at the last. The
+    clients are those connected at the start; one that leaves meanwhile shows once more.
+    nvml: an NvmlReader, or None for no NVML series."""
+    stats = state.stats
+    scrape = Scrape(connections=len(state.conns), accepted=stats.connections,
+                    messages=dict(stats.messages), malformed=stats.malformed)
+    rows = {g: _gpu_row(g, nvml) for g in state.registry.in_order()}
+    scrape.gpus = list(rows.values())
+    clients = state.clients()
+    per_gpu: Counter = Counter()
+    for start in range(0, len(clients), TAKE_CLIENTS):
+        for c in clients[start:start + TAKE_CLIENTS]:
+            pod = c.pod
+            ident = (str(c.id), str(c.pid), getattr(pod, "namespace", None) or "",
+                     getattr(pod, "name", None) or "", getattr(pod, "container_id", None) or "")
+            for g in c.devices.values():
+                per_gpu[g] += 1
+                scrape.clients.append(_client_row(c, g, ident, now))
+        yield scrape
+    for g, n in per_gpu.items():
+        if g in rows:
+            rows[g].clients = n
+    yield scrape
+
+
+def _gpu_row(g, nvml) -> GpuRow:
+    # The arbiter's settings and public holders and waiting maps, not snapshot(): that one also
+    # puts the waiters in serving order, some 2 ms at a thousand waiters, for two counts.
+    arb = g.arbiter
+    return GpuRow((_index(g), g.uuid), g.name or "", g.capacity, arb.mode.value, arb.tq,
+                  len(arb.holders), len(arb.waiting), g.stats.switches, g.stats.wait.copy(),
+                  {p: h.copy() for p, h in g.stats.phases.items()},
+                  nvml=nvml.read(g.index) if nvml is not None and g.index is not None else None)
+
+
+def _index(gpu) -> str:
+    return "" if gpu.index is None else str(gpu.index)
+
+
+def _client_row(c, g, ident: tuple, now: float) -> ClientRow:
+    managed, other = c.memory.get(g.uuid, (0, 0))
+    st = c.locks.get(g)
+    if st is None:
+        return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, 0, {}, 0.0, 0.0)
+    held = st.held + (max(0.0, now - st.granted) if st.granted is not None else 0.0)
+    waited = st.waited + (max(0.0, now - st.requested) if st.requested is not None else 0.0)
+    return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, st.grants,
+                     dict(st.drops), held, waited)
+
+
+def render(scrape: Scrape, encoder, openmetrics: bool) -> Iterator[bytes]:
+    """The exposition of `scrape` in pieces (encoder: prometheus_client's generate_latest of the
+    format asked for). Each piece is one or more whole metric families, or the next clients'
+    samples of a client family (about PIECE_SAMPLES), whose HELP and TYPE lines only its first
+    piece carries."""
+    yield _encode(encoder, list(_scheduler_families(scrape)))
+    yield _encode(encoder, list(_gpu_families(scrape)))
+    for make, per_client in _CLIENT_FAMILIES:
+        step = max(1, PIECE_SAMPLES // per_client)
+        for start in range(0, max(1, len(scrape.clients)), step):
+            text = _encode(encoder, [make(scrape.clients[start:start + step])])
+            yield _strip_header(text) if start else text
+    if openmetrics:
+        yield b"# EOF\n"
+
+
+class _Families:
+    """What prometheus_client's encoders take for a registry: something with collect()."""
+
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        return self.families
+
+
+def _encode(encoder, families) -> bytes:
+    text = encoder(_Families(families))
+    return text[:-6] if text.endswith(b"# EOF\n") else text  # one EOF, at the end (render)
+
+
+def _strip_header(text: bytes) -> bytes:
+    lines = text.split(b"\n")
+    start = next((i for i, line in enumerate(lines) if not line.startswith(b"# ")), len(lines))
+    return b"\n".join(lines[start:])
+
+
+def _scheduler_families(s: Scrape):
+    yield InfoMetricFamily("xpushare_build", "The scheduler's version.", {"version": __version__})
+    yield GaugeMetricFamily("xpushare_scheduler_connections",
+                            "Open connections: clients and nvsharectl sessions.", s.connections)
+    yield CounterMetricFamily("xpushare_scheduler_connections_accepted",
+                              "Connections admitted since the scheduler started.", s.accepted)
+    messages = CounterMetricFamily("xpushare_scheduler_messages",
+                                   "Messages handled, by type.", labels=["type"])
+    for t in MessageType:
+        if t in s.messages or t in _INBOUND:
+            messages.add_metric([t.name.lower()], s.messages.get(t, 0))
+    yield messages
+    yield CounterMetricFamily("xpushare_scheduler_malformed_frames",
+                              "Frames that were not a valid message, or broke the protocol's "
+                              "order; each closed its connection.", s.malformed)
+
+
+_INBOUND = (MessageType.HELLO, MessageType.ATTACH, MessageType.REQ_LOCK,
+            MessageType.LOCK_RELEASED, MessageType.MEM_UPDATE, MessageType.CTL_REQUEST)
+
+
+def _gpu_families(s: Scrape):
+    info = InfoMetricFamily("xpushare_gpu", "A GPU the scheduler knows.", labels=GPU)
+    mode = InfoMetricFamily("xpushare_gpu_mode", "The GPU's scheduling mode.", labels=GPU)
+    gauges = {name: GaugeMetricFamily(f"xpushare_gpu_{name}", doc, labels=GPU)
+              for name, doc in _GPU_GAUGES}
+    switches = CounterMetricFamily("xpushare_gpu_switches", "Drops that handed the GPU to another "
+                                   "client (quantum, preempted, memory).", labels=GPU)
+    wait = HistogramMetricFamily("xpushare_lock_wait_seconds",
+                                 "Lock waits, from REQ_LOCK to the grant.", labels=GPU)
+    phase = HistogramMetricFamily("xpushare_gpu_switch_seconds", "Phases of switches as clients "
+                                  "report them in LOCK_RELEASED (each at most 60 s).",
+                                  labels=GPU + ("phase",))
+    for g in s.gpus:
+        info.add_metric(g.labels, {"name": g.name})
+        mode.add_metric(g.labels, {"mode": g.mode})
+        values = {"capacity_bytes": g.capacity, "time_quantum_seconds": g.tq,
+                  "clients": g.clients, "lock_holders": g.holders, "lock_waiters": g.waiters}
+        if g.nvml is not None:
+            values["memory_used_bytes"], values["utilization_ratio"] = g.nvml
+        for name, value in values.items():
+            if value is not None:
+                gauges[name].add_metric(g.labels, value)
+        switches.add_metric(g.labels, g.switches)
+        wait.add_metric(g.labels, *_buckets(g.wait))
+        for p in PHASES:
+            phase.add_metric(g.labels + (p,), *_buckets(g.phases[p]))
+    yield from (info, mode, *gauges.values(), switches, wait, phase)
+
+
+_GPU_GAUGES = (
+    ("capacity_bytes", "The memory the scheduler counts the GPU as (--gpu-memory, else NVML's "
+                       "total); 0 when unknown."),
+    ("memory_used_bytes", "Memory in use on the GPU, as NVML reports it."),
+    ("utilization_ratio", "Share of the last sample period in which a kernel ran, from NVML."),
+    ("time_quantum_seconds", "The quantum a holder gets when clients take turns."),
+    ("clients", "Client processes attached to the GPU."),
+    ("lock_holders", "Clients holding the GPU's lock, draining ones included."),
+    ("lock_waiters", "Clients waiting for the GPU's lock."),
+)
+
+
+def _buckets(hist) -> tuple[list, float]:
+    bounds, counts, total = hist
+    cumulative, out = 0, []
+    for bound, n in zip((*bounds, float("inf")), counts):
+        cumulative += n
+        out.append((floatToGoString(bound), cumulative))
+    return out, total
+
+
+def _gauge(name: str, doc: str, value):
+    def make(rows):
+        family = GaugeMetricFamily(name, doc, labels=CLIENT)
+        for r in rows:
+            family.add_metric(r.labels, value(r))
+        return family
+    return make
+
+
+def _counter(name: str, doc: str, value):
+    def make(rows):
+        family = CounterMetricFamily(name, doc, labels=CLIENT)
+        for r in rows:
+            family.add_metric(r.labels, value(r))
+        return family
+    return make
+
+
+def _memory(rows):
+    family = GaugeMetricFamily("xpushare_client_memory_bytes", "The client's memory on the GPU as "
+                               "it reports it (MEM_UPDATE): managed allocations, and other device "
+                               "memory.", labels=CLIENT + ("kind",))
+    for r in rows:
+        family.add_metric(r.labels + ("managed",), r.managed)
+        family.add_metric(r.labels + ("device",), r.device)
+    return family
+
+
+def _drops(rows):
+    family = CounterMetricFamily("xpushare_client_lock_drops", "DROP_LOCKs the client was sent, "
+                                 "by reason.", labels=CLIENT + ("reason",))
+    for r in rows:
+        for reason, name in DROP_REASONS:
+            family.add_metric(r.labels + (name,), r.drops.get(reason, 0))
+    return family
+
+
+_CLIENT_FAMILIES = (  # (make a family of some clients' samples, samples per client)
+    (_memory, 2),
+    (_gauge("xpushare_client_priority", "The client's scheduling priority.",
+            lambda r: r.priority), 1),
+    (_counter("xpushare_client_lock_grants", "Locks granted to the client.",
+              lambda r: r.grants), 1),
+    (_drops, len(DROP_REASONS)),
+    (_counter("xpushare_client_lock_held_seconds", "Time the client held the lock, the current "
+              "hold included.", lambda r: r.held), 1),
+    (_counter("xpushare_client_lock_wait_seconds", "Time the client waited for the lock, the "
+              "current wait included.", lambda r: r.waited), 1),
+)
+
+
+class NvmlReader:
+    """Memory in use and utilization of NVML's GPUs, read at scrape time: a driver call each, some
+    microseconds. NVML is initialised when the exporter starts (open), since a first nvmlInit can
+    take long enough to be felt by clients. An error there, or in reading memory, ends NVML series
+    for good (one log line): an exporter that fails each scrape helps nobody. Utilization is left
+    out alone where NVML does not offer it (MIG devices)."""
+
+    def __init__(self):
+        self._nvml = None
+        self._handles: dict[int, object] = {}
+
+    def open(self) -> None:
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+        except Exception as e:  # pynvml.NVMLError, a missing library or module
+            log.info("metrics: NVML unavailable (%s); no NVML series", e)
+            return
+        self._nvml = pynvml
+
+    def read(self, index: int) -> tuple[int, float | None] | None:
+        nvml = self._nvml
+        if nvml is None:
+            return None
+        try:
+            handle = self._handles.get(index)
+            if handle is None:
+                handle = self._handles[index] = nvml.nvmlDeviceGetHandleByIndex(index)
+            used = int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
+        except Exception as e:  # pynvml.NVMLError: the GPU is gone, the driver unloaded
+            log.warning("metrics: NVML cannot be read (%s); no NVML series from now on", e)
+            self._nvml = None
+            return None
+        try:
+            utilization = nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100
+        except Exception:
+            utilization = None
+        return used, utilization

@@ -1,0 +1,120 @@
+"""The exporter with many clients, in process: the exposition a scrape writes in pieces is still one
+valid exposition (each family once, every client's series there) in both formats.
+
+Run as a script, it times a scrape's work on the loop at 1000 clients (the copy of live state, and
+the longest piece of formatting between two returns to the loop):
+    python tests/scheduler/test_metrics_scale.py [CLIENTS]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sched_harness  # noqa: E402,F401 - puts the checkout's src/ on the path
+
+from prometheus_client.exposition import choose_encoder  # noqa: E402
+from prometheus_client.openmetrics.parser import (  # noqa: E402
+    text_string_to_metric_families as parse_openmetrics,
+)
+from prometheus_client.parser import text_string_to_metric_families as parse_text  # noqa: E402
+
+from xpushare.scheduler.connection import Conn  # noqa: E402
+from xpushare.scheduler.metrics_collect import PIECE_SAMPLES, render, take, take_pieces  # noqa: E402
+from xpushare.scheduler.policy import Mode  # noqa: E402
+from xpushare.scheduler.state import Config, SchedulerState  # noqa: E402
+
+GiB = 1 << 30
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+
+
+class SilentTransport:
+    def write(self, data):
+        pass
+
+    def is_closing(self):
+        return False
+
+    def get_write_buffer_size(self):
+        return 0
+
+    def close(self):
+        pass
+
+
+def busy_state(loop, clients: int) -> SchedulerState:
+    """One serial GPU: a holder, the rest waiting, each with a memory report."""
+    state = SchedulerState(Config(socket_path=Path("/nonexistent/s.sock"), mode=Mode.SERIAL, tq=30),
+                           [])
+    state.registry.start(loop)
+    gpu = state.registry.add(sched_harness.uuid(0), 0, "Mock GPU", 16 * GiB)
+    for i in range(clients):
+        conn = Conn(state.next_id(), SilentTransport(), os.getpid(), os.getuid(), os.getgid())
+        conn.hello = object()  # a client, for state.clients()
+        conn.devices[0] = gpu
+        conn.memory[gpu.uuid] = (i << 20, 1 << 20)
+        state.connected(conn)
+        state.registry.apply(gpu, gpu.arbiter.request, conn)
+    return state
+
+
+def exposition(state, accept: str = "") -> str:
+    encoder, ctype = choose_encoder(accept)
+    scrape = take(state, state.registry.now())
+    return b"".join(render(scrape, encoder, ctype.startswith("application/openmetrics"))).decode()
+
+
+def test_pieces_make_one_exposition_in_both_formats():
+    loop = asyncio.new_event_loop()
+    try:
+        n = 2 * PIECE_SAMPLES + 7  # three pieces or more of every client family
+        state = busy_state(loop, n)
+        for parse, accept in ((parse_text, ""), (parse_openmetrics, OPENMETRICS)):
+            families = list(parse(exposition(state, accept)))
+            names = [f.name for f in families]
+            assert len(names) == len(set(names)), names
+            by_name = {f.name: f for f in families}
+            assert len(by_name["xpushare_client_priority"].samples) == n
+            assert len(by_name["xpushare_client_memory_bytes"].samples) == 2 * n
+            grants = [s for s in by_name["xpushare_client_lock_grants"].samples
+                      if s.name.endswith("_total")]
+            assert sum(s.value for s in grants) == 1  # serial: one holder, the rest wait
+            waiters = by_name["xpushare_gpu_lock_waiters"].samples
+            assert [s.value for s in waiters] == [n - 1]
+    finally:
+        loop.close()
+
+
+def scrape_cost(clients: int, rounds: int = 20) -> dict[str, float]:
+    """Milliseconds: the longest piece of the copy of state (take_pieces), the longest piece of
+    formatting (render), a whole scrape; at least `rounds` times (the shortest, the longest)."""
+    loop = asyncio.new_event_loop()
+    state = busy_state(loop, clients)
+    encoder, _ = choose_encoder("")
+    takes, pieces, totals = [], [], []
+    for _ in range(rounds):
+        t0 = last = time.perf_counter()
+        for scrape in take_pieces(state, state.registry.now()):
+            now = time.perf_counter()
+            takes.append(now - last)
+            last = now
+        for _ in render(scrape, encoder, False):
+            now = time.perf_counter()
+            pieces.append(now - last)
+            last = now
+        totals.append(last - t0)
+    loop.close()
+    ms = 1e3
+    return {"take_piece_max": max(takes) * ms, "render_piece_max": max(pieces) * ms,
+            "render_piece_median": sorted(pieces)[len(pieces) // 2] * ms,
+            "render_piece_p99": sorted(pieces)[len(pieces) * 99 // 100] * ms,
+            "scrape_total_min": min(totals) * ms}
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    print(f"{n} clients:", {k: round(v, 3) for k, v in scrape_cost(n).items()}, "(ms)")
