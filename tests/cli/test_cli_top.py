@@ -8,23 +8,8 @@ import sys
 import pytest
 from rich.cells import cell_len
 
-from live_clients import TWO_GPUS, start_clients
 from sched_harness import child_env, registered, uuid
-from test_cli_status_width import check_fits, table_rows
-
-
-def ctl(sock, *args, env=None):
-    return subprocess.run([sys.executable, "-m", "xpushare.ctl", "--socket", str(sock), *args],
-                          env=child_env(env), capture_output=True, text=True, timeout=60)
-
-
-@pytest.fixture
-def live(start_scheduler):
-    s = start_scheduler("--mode", "serial", "--tq", "30", nvml=TWO_GPUS)
-    clients = start_clients(s.sock)
-    yield s, clients
-    for c in clients:
-        c.close()
+from test_cli_status_width import check_fits, ctl, live, table_rows  # noqa: F401 (live: a fixture)
 
 
 @pytest.mark.parametrize("width", [80, 100, 200])

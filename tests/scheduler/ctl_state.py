@@ -16,8 +16,10 @@ from xpushare.scheduler.state import Config, SchedulerState
 
 
 class FakeTransport:
-    def __init__(self):
-        self.data, self.closed = b"", False
+    """What Conn needs of an asyncio transport; `fail` makes every write raise."""
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.data, self.closed = fail, b"", False
 
     def is_closing(self) -> bool:
         return self.closed
@@ -29,10 +31,17 @@ class FakeTransport:
         self.closed = True
 
     def write(self, data: bytes) -> None:
+        if self.fail:
+            raise RuntimeError("write failed")
         self.data += data
 
     def close(self) -> None:
         self.closed = True
+
+    def frame_types(self) -> list[MessageType]:
+        d = FrameDecoder()
+        d.feed(self.data)
+        return [f.type for f in d.frames()]
 
 
 def build_state(loop: asyncio.AbstractEventLoop) -> SchedulerState:

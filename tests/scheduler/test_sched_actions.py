@@ -7,41 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from ctl_state import FakeTransport
 from sched_harness import GiB, uuid
-from xpushare.protocol import FrameDecoder, MessageType
+from xpushare.protocol import MessageType
 from xpushare.scheduler.policy import Mode
 from xpushare.scheduler.connection import Conn
 from xpushare.scheduler.registry import GpuRegistry
 from xpushare.scheduler.state import Config
-
-
-class FakeTransport:
-    """What Conn needs of an asyncio transport; `fail` makes every write raise."""
-
-    def __init__(self, fail: bool = False):
-        self.fail, self.data, self.closed = fail, b"", False
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def abort(self) -> None:
-        self.closed = True
-
-    def write(self, data: bytes) -> None:
-        if self.fail:
-            raise RuntimeError("write failed")
-        self.data += data
-
-    def close(self) -> None:
-        self.closed = True
-
-    def frame_types(self) -> list[MessageType]:
-        d = FrameDecoder()
-        d.feed(self.data)
-        return [f.type for f in d.frames()]
 
 
 @pytest.fixture
