@@ -12,6 +12,7 @@ import sys
 from .. import __version__
 from ..paths import default_socket_path, socket_override
 from ..sizes import parse_size
+from . import logformat
 from .limits import FRAME_TIMEOUT, HELLO_TIMEOUT, MAX_CONNECTIONS_PER_UID
 from .policy import Mode, check_tq
 
@@ -121,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
                    help="the event loop: uvloop (faster lock round trips) or the standard "
                         "library's; auto: uvloop where it is installed (default)")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="text: one line per event (default); json: one JSON object per line, with "
+                        "the line's fields (event, pid, gpu, ...)")
     p.add_argument("--log-locks", action="store_true",
                    help="log every grant and release (one line each; drops and evictions are "
                         "always logged)")
@@ -175,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_metrics(parser, args)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s nvshare-scheduler %(levelname)s %(message)s")
+    logformat.configure(args.log_format, logging.DEBUG if args.debug else logging.INFO)
     if not (args.log_locks or args.debug):
         logging.getLogger("nvshare.scheduler.locks").setLevel(logging.WARNING)
 
