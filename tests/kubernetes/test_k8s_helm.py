@@ -90,6 +90,7 @@ def validate_service_monitor(obj):
                              "type": "object", "required": ["port"], "additionalProperties": False,
                              "properties": {"port": {"type": "string"},
                                             "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                                            "honorLabels": {"type": "boolean"},
                                             "relabelings": {"type": "array"}}}}}}}}
     jsonschema.validate(obj, schema)
 
@@ -265,6 +266,7 @@ def test_metrics_with_prometheus_operator(helm):
     (svc,) = by_kind(objs, "Service")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert sm["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"]
+    assert sm["spec"]["endpoints"][0]["honorLabels"] is True  # the clients' pod labels, not ours
     validate_service_monitor(sm)
     # metrics off: nothing, even with the CRD
     objs = render(helm, "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
