@@ -196,3 +196,15 @@ def test_stats_are_consistent_under_threads():
         t.join()
     snap = stats.snapshot()
     assert snap["allocations"] == 16000 and snap["allocated_devices"] == 48000 and snap["streams"] == 0
+
+
+def test_docs_list_every_series(metered):
+    from .k8s_helpers import REPO
+    _, _, port = metered
+    doc = (REPO / "docs" / "metrics.md").read_text().split("## Device plugin", 1)[1]
+    names = {fam.name for fam in text_string_to_metric_families(get(port, "/metrics")[2])}
+    names = {n + "_total" if f"`{n}_total`" in doc else n for n in names}  # counters' family names
+    names = {n + "_info" if f"`{n}_info`" in doc else n for n in names}     # and info families'
+    missing = sorted(n for n in names if f"`{n}`" not in doc)
+    assert not missing, f"docs/metrics.md's Device plugin section does not list {missing}"
+    assert len(names) == 12
