@@ -208,3 +208,19 @@ def test_docs_list_every_series(metered):
     missing = sorted(n for n in names if f"`{n}`" not in doc)
     assert not missing, f"docs/metrics.md's Device plugin section does not list {missing}"
     assert len(names) == 12
+
+
+def test_healthz_fails_when_the_watch_loop_stalls():
+    from prometheus_client import CollectorRegistry
+
+    from xpushare.kubernetes.plugin_metrics import Heartbeat, make_app
+    beat = Heartbeat(max_age=0.05)
+    assert beat.healthy()
+    statuses = []
+    app = make_app(CollectorRegistry(), beat.healthy)
+    environ = {"PATH_INFO": "/healthz", "REQUEST_METHOD": "GET"}
+    poll(lambda: not beat.healthy(), timeout=5, interval=0.01, what="the heartbeat to go stale")
+    assert app(environ, lambda status, headers: statuses.append(status)) == [b"watch loop stalled\n"]
+    beat.beat()
+    assert app(environ, lambda status, headers: statuses.append(status)) == [b"ok\n"]
+    assert statuses == ["503 Service Unavailable", "200 OK"]

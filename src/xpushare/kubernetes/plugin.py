@@ -164,7 +164,8 @@ class DevicePlugin:
         self.max_backoff = max_backoff
         self.stop_event = threading.Event()
         self.stats = stats if stats is not None else PluginStats()
-        self.heartbeat = Heartbeat(max(10.0, 10 * watch_interval))  # /healthz: the loop ticks
+        # /healthz: the loop ticks (a tick may wait 15 s on a server start and a registration)
+        self.heartbeat = Heartbeat(max(30.0, 10 * watch_interval))
         self.server: Optional[PluginServer] = None
         self.registered_with: Optional[tuple] = None  # identity of the kubelet.sock we registered with
         self._next_try = 0.0

@@ -17,8 +17,8 @@ import socket
 import threading
 import time
 from typing import Callable, Dict, Optional
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .. import __version__
 
