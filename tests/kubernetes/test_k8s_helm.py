@@ -98,7 +98,8 @@ def validate_service_monitor(obj):
 # ---------------------------------------------------------------------------------------------
 
 def test_helm_lint(helm):
-    for extra in ([], ["--set", "metrics.enabled=true", "--set", "namespace.create=true"]):
+    for extra in ([], ["--set", "metrics.enabled=true", "--set", "namespace.create=true",
+                       "--set", "devicePlugin.metrics.enabled=true"]):
         r = subprocess.run([helm, "lint", "--strict", str(CHART), *extra], capture_output=True, text=True,
                            timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -117,6 +118,7 @@ PLACEMENT = ["--set", "affinity=null", "--set", "nodeSelector.gpu=yes",
 RENDER_CASES = {
     "defaults": [],
     "everything": ["--set", "namespace.create=true", "--set", "metrics.enabled=true",
+                   "--set", "devicePlugin.metrics.enabled=true",
                    "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor",
                    "--set", "podAnnotations.a=b", "--set", "podLabels.team=ml",
                    "--set", "scheduler.gpuMemory={16GiB}", "--set", "scheduler.debug=true",
@@ -125,6 +127,8 @@ RENDER_CASES = {
                    "--set", "devicePlugin.extraArgs[0]=--watch-interval=2"],
     "placement": PLACEMENT,
     "metrics-without-operator": ["--set", "metrics.enabled=true"],
+    "plugin-metrics-only": ["--set", "devicePlugin.metrics.enabled=true",
+                            "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"],
     "scheduler-only": ["--set", "devicePlugin.enabled=false", "--set", "namespace.create=true"],
 }
 
@@ -337,3 +341,45 @@ def test_install_notes_render(helm, tmp_path):
         assert "allocatable.nvshare\\.com/gpu" in notes
         if absent:
             assert absent not in notes
+
+
+def test_device_plugin_metrics(helm, monkeypatch):
+    """devicePlugin.metrics: env, container port, a Service of its own and a ServiceMonitor."""
+    objs = render(helm, "--set", "devicePlugin.metrics.enabled=true", "--set", "devicePlugin.metrics.port=9999",
+                  "--set", "metrics.serviceMonitor.labels.release=prom",
+                  "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
+    c = daemonset(objs, "device-plugin")["spec"]["template"]["spec"]["containers"][0]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9999, "protocol": "TCP"}]
+    assert {"name": "NVSHARE_PLUGIN_METRICS_PORT", "value": "9999"} in c["env"]
+    (svc,) = by_kind(objs, "Service")           # the scheduler's metrics stay off
+    assert svc["metadata"]["name"] == "xpushare-device-plugin-metrics"
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["ports"][0]["port"] == 9999
+    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "device-plugin"
+    (sm,) = by_kind(objs, "ServiceMonitor")
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"] == "metrics"
+    validate_service_monitor(sm)
+    # the plugin reads the port from that env
+    from xpushare.kubernetes.plugin import build_parser
+    monkeypatch.setenv("NVSHARE_PLUGIN_METRICS_PORT", "9999")
+    assert build_parser().parse_args(c["args"]).metrics_port == 9999
+
+
+def test_both_metrics_services_select_their_own_pods(helm):
+    objs = render(helm, "--set", "metrics.enabled=true", "--set", "devicePlugin.metrics.enabled=true",
+                  "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
+    services = {s["metadata"]["name"]: s["spec"]["selector"]["app.kubernetes.io/component"]
+                for s in by_kind(objs, "Service")}
+    assert services == {"xpushare-metrics": "scheduler", "xpushare-device-plugin-metrics": "device-plugin"}
+    monitors = {m["metadata"]["name"]: m["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+                for m in by_kind(objs, "ServiceMonitor")}
+    assert monitors == {"xpushare-scheduler": "scheduler", "xpushare-device-plugin": "device-plugin"}
+
+
+def test_device_plugin_metrics_off_by_default_and_without_the_plugin(helm):
+    c = daemonset(render(helm), "device-plugin")["spec"]["template"]["spec"]["containers"][0]
+    assert "ports" not in c and all(e["name"] != "NVSHARE_PLUGIN_METRICS_PORT" for e in c["env"])
+    objs = render(helm, "--set", "devicePlugin.enabled=false", "--set", "devicePlugin.metrics.enabled=true",
+                  "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
+    assert not by_kind(objs, "Service") and not by_kind(objs, "ServiceMonitor")

@@ -34,8 +34,10 @@ from typing import List, Optional
 
 from .. import __version__
 from . import devices as dev
+from . import plugin_metrics
 from .health import DEFAULT_IGNORED_XIDS, FileHealthSource, HealthBoard, HealthSource, NvmlHealthMonitor
 from .libinstall import clean_stale_temps, default_library_source, install_library
+from .plugin_metrics import Heartbeat, PluginStats
 
 EXTRA_HINT = "python3 -m pip install 'xpushare[kubernetes]'"
 _missing_extra: Optional[ImportError] = None
@@ -67,10 +69,12 @@ DEFAULT_SOCKET_DIR = "/var/run/nvshare"
 # one serving instance on the plugin socket
 
 class PluginServer:
-    def __init__(self, socket_path: str, state: DeviceState, cfg: AllocateConfig, workers: int = 16):
+    def __init__(self, socket_path: str, state: DeviceState, cfg: AllocateConfig, workers: int = 16,
+                 stats: Optional[PluginStats] = None):
         self.socket_path = socket_path
         self.state = state
         self.cfg = cfg
+        self.stats = stats
         self.workers = workers
         self.stopped = threading.Event()
         self.server: Optional[grpc.Server] = None
@@ -83,8 +87,8 @@ class PluginServer:
         _remove_socket(self.socket_path)
         from concurrent.futures import ThreadPoolExecutor
         self.server = grpc.server(ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="grpc"))
-        pb_grpc.add_DevicePluginServicer_to_server(DevicePluginService(self.state, self.cfg, self.stopped),
-                                                   self.server)
+        service = DevicePluginService(self.state, self.cfg, self.stopped, self.stats)
+        pb_grpc.add_DevicePluginServicer_to_server(service, self.server)
         try:
             if self.server.add_insecure_port(f"unix:{self.socket_path}") == 0:
                 raise RuntimeError(f"cannot listen on {self.socket_path}")
@@ -146,7 +150,8 @@ def register(kubelet_socket: str, endpoint: str, resource_name: str, timeout: fl
 class DevicePlugin:
     def __init__(self, *, device_plugin_dir: str, endpoint: str, resource_name: str,
                  state: DeviceState, cfg: AllocateConfig, health_sources: List[HealthSource],
-                 watch_interval: float = 1.0, max_backoff: float = 30.0):
+                 watch_interval: float = 1.0, max_backoff: float = 30.0,
+                 stats: Optional[PluginStats] = None):
         self.dir = device_plugin_dir
         self.endpoint = endpoint
         self.resource_name = resource_name
@@ -158,6 +163,9 @@ class DevicePlugin:
         self.watch_interval = watch_interval
         self.max_backoff = max_backoff
         self.stop_event = threading.Event()
+        self.stats = stats if stats is not None else PluginStats()
+        # /healthz: the loop ticks (a tick may wait 15 s on a server start and a registration)
+        self.heartbeat = Heartbeat(max(30.0, 10 * watch_interval))
         self.server: Optional[PluginServer] = None
         self.registered_with: Optional[tuple] = None  # identity of the kubelet.sock we registered with
         self._next_try = 0.0
@@ -172,7 +180,7 @@ class DevicePlugin:
         if self.server is not None:
             self.server.stop()
             self.server = None
-        server = PluginServer(self.socket_path, self.state, self.cfg)
+        server = PluginServer(self.socket_path, self.state, self.cfg, stats=self.stats)
         try:
             server.start()
         except Exception as e:  # noqa: BLE001 - e.g. the directory is missing; try again next tick
@@ -210,11 +218,13 @@ class DevicePlugin:
         except Exception as e:  # noqa: BLE001 - grpc.RpcError, FutureTimeoutError
             self._backoff = min(self.max_backoff, max(self.watch_interval, self._backoff * 2 or 1.0))
             self._next_try = time.monotonic() + self._backoff
+            self.stats.registration_failed()
             log.error("registration with the kubelet failed (%s); retrying in %.1fs",
                       _rpc_text(e), self._backoff)
             return
         self.registered_with = kubelet
         self._backoff = 0.0
+        self.stats.registered()
         log.info("registered %s with the kubelet (endpoint %s, API %s)", self.resource_name,
                  self.endpoint, API_VERSION)
 
@@ -228,6 +238,7 @@ class DevicePlugin:
                     self.step()
                 except Exception:  # noqa: BLE001 - keep the plugin up; try again next tick
                     log.exception("watch step failed")
+                self.heartbeat.beat()
                 self.stop_event.wait(self.watch_interval)
         finally:
             log.info("stopping")
@@ -321,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--health-file-interval", type=float, default=0.5, help=argparse.SUPPRESS)
     p.add_argument("--watch-interval", type=float, default=1.0,
                    help="seconds between socket checks (default %(default)s)")
+    plugin_metrics.add_arguments(p, _env("NVSHARE_PLUGIN_METRICS_PORT", "0"))
     p.add_argument("--debug", action="store_true", default=_env("NVSHARE_DEBUG", "0") not in ("0", ""))
     return p
 
@@ -343,9 +355,11 @@ def _nvml_usable() -> bool:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    if _missing_extra is not None:
-        print(f"nvshare-device-plugin: {_missing_extra.name} is not installed; the device plugin needs "
-              f"the kubernetes extra: {EXTRA_HINT}", file=sys.stderr)
+    missing = _missing_extra or (plugin_metrics.missing_client() if args.metrics_port else None)
+    if missing is not None:
+        what = "--metrics-port needs" if missing.name == "prometheus_client" else "the device plugin needs"
+        print(f"nvshare-device-plugin: {missing.name} is not installed; {what} the kubernetes extra: "
+              f"{EXTRA_HINT}", file=sys.stderr)
         return 1
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -386,7 +400,16 @@ def main(argv: Optional[List[str]] = None) -> int:
                           health_sources=sources, watch_interval=args.watch_interval)
     signal.signal(signal.SIGTERM, plugin.request_stop)
     signal.signal(signal.SIGINT, plugin.request_stop)
-    return plugin.run()
+    try:
+        endpoint = plugin_metrics.start(args, plugin.stats, state, plugin.heartbeat.healthy)
+    except OSError as e:
+        log.error("cannot serve metrics on %s:%d: %s", args.metrics_address, args.metrics_port, e)
+        return 1
+    try:
+        return plugin.run()
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
 
 
 if __name__ == "__main__":

@@ -6,12 +6,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import grpc
 
 from . import devices as dev
 from .libinstall import LIBRARY_NAME
+from .plugin_metrics import PluginStats
 from .proto import deviceplugin_pb2 as pb
 from .proto import deviceplugin_pb2_grpc as pb_grpc
 
@@ -52,6 +53,9 @@ class DeviceState:
         with self.cond:
             return self._healthy.get(uuid, False)
 
+    def healthy_locked(self, uuid: str) -> bool:
+        return self._healthy.get(uuid, False)
+
     def wake_all(self) -> None:
         with self.cond:
             self.cond.notify_all()
@@ -85,10 +89,12 @@ class AllocateConfig:
 
 
 class DevicePluginService(pb_grpc.DevicePluginServicer):
-    def __init__(self, state: DeviceState, cfg: AllocateConfig, stopped: threading.Event):
+    def __init__(self, state: DeviceState, cfg: AllocateConfig, stopped: threading.Event,
+                 stats: Optional[PluginStats] = None):
         self.state = state
         self.cfg = cfg
         self.stopped = stopped
+        self.stats = stats if stats is not None else PluginStats()
 
     def GetDevicePluginOptions(self, request, context):
         return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
@@ -96,15 +102,19 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
     def ListAndWatch(self, request, context):
         last = None
         log.info("ListAndWatch: stream opened")
-        while not self.stopped.is_set() and context.is_active():
-            with self.state.cond:
-                if self.state.generation == last:
-                    self.state.cond.wait(timeout=1.0)
-                generation = self.state.generation
-                devices = self.state.devices_locked() if generation != last else None
-            if devices is not None and not self.stopped.is_set():
-                last = generation
-                yield pb.ListAndWatchResponse(devices=devices)
+        self.stats.stream_opened()
+        try:
+            while not self.stopped.is_set() and context.is_active():
+                with self.state.cond:
+                    if self.state.generation == last:
+                        self.state.cond.wait(timeout=1.0)
+                    generation = self.state.generation
+                    devices = self.state.devices_locked() if generation != last else None
+                if devices is not None and not self.stopped.is_set():
+                    last = generation
+                    yield pb.ListAndWatchResponse(devices=devices)
+        finally:
+            self.stats.stream_closed()
         log.info("ListAndWatch: stream closed")
 
     def GetPreferredAllocation(self, request, context):
@@ -125,16 +135,19 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
             msg = (f"{lib} is not installed on this node (the device plugin could not install "
                    f"libnvshare.so; see its log)")
             log.error("Allocate refused: %s", msg)
+            self.stats.allocation_refused()
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, msg)
         for creq in request.container_requests:
             try:
                 gpus = dev.check_allocation(creq.devices_ids, self.state.by_uuid, self.state.units)
             except dev.AllocationError as e:
                 log.error("Allocate refused for %s: %s", ",".join(creq.devices_ids), e)
+                self.stats.allocation_refused()
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             resp.container_responses.append(self._container_response(gpus))
             log.info("Allocate: %s -> GPUs %s", ",".join(creq.devices_ids),
                      ",".join(g.uuid for g in gpus))
+        self.stats.allocated(sum(len(c.devices_ids) for c in request.container_requests))
         return resp
 
     def _container_response(self, gpus: List[dev.PhysicalGPU]) -> pb.ContainerAllocateResponse:
