@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .. import __version__
-from . import plugin_metrics
+from .. import __version__, metrics_flags
 from .health import DEFAULT_IGNORED_XIDS
 
 RESOURCE_NAME = "nvshare.com/gpu"
@@ -93,6 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--health-file-interval", type=float, default=0.5, help=argparse.SUPPRESS)
     p.add_argument("--watch-interval", type=float, default=1.0,
                    help="seconds between socket checks (default %(default)s)")
-    plugin_metrics.add_arguments(p, _env("NVSHARE_PLUGIN_METRICS_PORT", "0"))
+    metrics_flags.add_arguments(p, "NVSHARE_PLUGIN_METRICS_PORT", "the plugin's Prometheus metrics")
     p.add_argument("--debug", action="store_true", default=_env("NVSHARE_DEBUG", "0") not in ("0", ""))
     return p

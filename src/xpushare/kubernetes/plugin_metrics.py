@@ -11,7 +11,6 @@ for those), and nothing that another library might register.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import socket
 import threading
@@ -196,30 +195,6 @@ class Heartbeat:
 
     def healthy(self) -> bool:
         return time.monotonic() - self._last <= self.max_age
-
-
-# ---------------------------------------------------------------------------------------------
-# command line
-
-def port_number(text: str) -> int:
-    """argparse type of --metrics-port: 0 (off) to 65535."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= n <= 65535:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 65535: {n}")
-    return n
-
-
-def add_arguments(p: argparse.ArgumentParser, port_default: str) -> None:
-    p.add_argument("--metrics-port", type=port_number, default=port_default, metavar="PORT",
-                   help="serve the plugin's Prometheus metrics on this TCP port (/metrics, "
-                        "/healthz); 0: none (env NVSHARE_PLUGIN_METRICS_PORT; default 0). Needs "
-                        "prometheus-client, in the kubernetes extra")
-    p.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDR",
-                   help="address the metrics port listens on (default %(default)s, every address, "
-                        "which a Kubernetes Service needs; 127.0.0.1 keeps them on the node)")
 
 
 def missing_client() -> Optional[ImportError]:

@@ -6,10 +6,9 @@ import argparse
 import asyncio
 import grp
 import logging
-import os
 import sys
 
-from .. import __version__
+from .. import __version__, metrics_flags
 from ..paths import default_socket_path, socket_override
 from ..sizes import parse_size
 from . import logformat
@@ -59,12 +58,6 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _port(text: str) -> int:
-    if not (text.isdigit() and int(text) < 65536):
-        raise argparse.ArgumentTypeError(f"not a TCP port: {text!r}")
-    return int(text)
-
-
 def _group(text: str) -> int:
     if text.isdigit():
         return int(text)
@@ -99,16 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "one (index or UUID); repeatable. Sent to clients in ATTACHED.")
     p.add_argument("--no-nvml", action="store_true",
                    help="do not discover GPUs with NVML; learn them from clients")
-    p.add_argument("--metrics-port", type=_port, metavar="PORT",
-                   default=os.environ.get("NVSHARE_METRICS_PORT") or "0",
-                   help="serve Prometheus metrics on this TCP port (/metrics, and /healthz); "
-                        "0: none (default: $NVSHARE_METRICS_PORT, else 0). Needs "
-                        "prometheus-client: pip install 'xpushare[kubernetes]'")
-    # All addresses by default: in a pod, the metrics Service reaches the scheduler from outside
-    # its network namespace; on a host, 127.0.0.1 keeps the metrics on the machine.
-    p.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDR",
-                   help="address the metrics port listens on (default: 0.0.0.0, every address, "
-                        "which a Kubernetes Service needs; 127.0.0.1 keeps them on the host)")
+    metrics_flags.add_arguments(p, "NVSHARE_METRICS_PORT", "Prometheus metrics")
     p.add_argument("--admin-group", type=_group, metavar="GROUP",
                    help="members of this group (name or gid) may change settings too")
     p.add_argument("--max-connections-per-uid", type=_count, default=MAX_CONNECTIONS_PER_UID,
