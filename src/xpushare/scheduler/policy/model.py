@@ -108,7 +108,12 @@ class SwitchReport:
     @classmethod
     def from_us(cls, drain_us: int, evict_us: int, prefetch_us: int) -> SwitchReport:
         """LOCK_RELEASED's microseconds, each cut to SWITCH_REPORT_MAX."""
+        if not (drain_us or evict_us or prefetch_us):
+            return _NO_SWITCH  # most releases: nothing was dropped, evicted or prefetched
         return cls(*(min(us / 1e6, SWITCH_REPORT_MAX) for us in (drain_us, evict_us, prefetch_us)))
+
+
+_NO_SWITCH = SwitchReport()
 
 
 def plausible_prefetch(seconds: float, footprint: int) -> float:

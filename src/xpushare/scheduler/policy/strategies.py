@@ -65,6 +65,10 @@ class Strategy:
         """(operation, why) for Arbiter.describe."""
         raise NotImplementedError
 
+    def quantum(self, arb: Arbiter) -> float:
+        """The quantum this mode grants with (0: none)."""
+        return arb.tq
+
 
 class SerialStrategy(Strategy):
     """One holder at a time, for a quantum of `arb.tq` seconds, waiters in priority order.
@@ -96,7 +100,7 @@ class SerialStrategy(Strategy):
                     continue
                 actions.append(arb._drop(client, now, reason, self._evict(arb, client, head)))
         if not arb.holders and head is not None:
-            actions.append(arb._grant(head, now, arb.tq))
+            actions.append(arb._grant(head, now, self.quantum(arb)))
         arb._rearm_expired(head, now)
         return actions
 
@@ -227,7 +231,7 @@ class AutoStrategy(Strategy):
         for client, before in blocked:
             arb.waiting[client].skips += len(granted) - before
         head = blocked[0][0] if blocked else stopped
-        return [arb._grant(c, now, arb.tq) for c in granted], head
+        return [arb._grant(c, now, arb.strategy.quantum(arb)) for c in granted], head
 
     @staticmethod
     def _make_room(arb: Arbiter, head: Client, now: float) -> list[Action]:
@@ -289,7 +293,7 @@ class OffStrategy(Strategy):
     mode = Mode.OFF
 
     def step(self, arb, now):
-        return [arb._grant(c, now, 0.0) for c in list(arb.waiting)]
+        return [arb._grant(c, now, self.quantum(arb)) for c in list(arb.waiting)]
 
     def enter(self, arb, now):
         for client in arb.holders:
@@ -300,6 +304,9 @@ class OffStrategy(Strategy):
 
     def retune(self, arb, now):
         return []
+
+    def quantum(self, arb):
+        return 0.0
 
     def describe(self, arb, now):
         return _operation(arb), "mode off: every request runs at once, with no quantum"
