@@ -100,6 +100,7 @@ class _Payload:
         # Read once here, not per message: pack and unpack are on the lock round trip.
         cls._NAMES = tuple(name for name, _ in cls.FIELDS)
         cls._TEXT = tuple(struct.calcsize(fmt) if fmt.endswith("s") else 0 for _, fmt in cls.FIELDS)
+        cls._HAS_TEXT = any(cls._TEXT)
 
     @classmethod
     def layout(cls) -> dict[str, tuple[int, int]]:
@@ -107,7 +108,7 @@ class _Payload:
 
     def pack(self) -> bytes:
         values = [getattr(self, name) for name in self._NAMES]
-        if any(self._TEXT):
+        if self._HAS_TEXT:
             values = [_fixed(v, size) if size and isinstance(v, str) else v
                       for v, size in zip(values, self._TEXT)]
         return self.STRUCT.pack(*values)
@@ -117,7 +118,7 @@ class _Payload:
         if len(data) != cls.SIZE:
             raise ProtocolError(f"{cls.__name__} payload is {len(data)} bytes, expected {cls.SIZE}")
         values = cls.STRUCT.unpack(data)
-        if any(cls._TEXT):
+        if cls._HAS_TEXT:
             values = [(_cstr(v) if isinstance(v, bytes) else v) for v in values]
         return cls(*values)
 
@@ -222,6 +223,10 @@ PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.MEM_UPDATE: MemUpdate,
 }
 _TYPE_OF = {cls: t for t, cls in PAYLOADS.items()}
+# The decoder's tables, by the header's integer type: read once per frame on the lock round trip.
+_TYPES = {int(t): t for t in MessageType}
+_FIXED_SIZES = {int(t): cls.SIZE for t, cls in PAYLOADS.items()}
+_HEADER_SIZE = HEADER.size
 
 
 class Frame(NamedTuple):
@@ -313,20 +318,56 @@ class FrameDecoder:
         self._buf += data
 
     def next_frame(self) -> Frame | None:
+        frame, end = self._frame_at(0)
+        if end:
+            del self._buf[:end]
+        return frame
+
+    def frames(self):
+        """The complete frames buffered, in order, lazily (a consumer that stops early, e.g. at a
+        message that closes the connection, leaves the rest unread). The consumed bytes are cut
+        from the buffer once, when the iteration ends, not once per frame."""
+        pos = 0
+        try:
+            while True:
+                frame, end = self._frame_at(pos)
+                if frame is None:
+                    return
+                pos = end
+                yield frame
+        finally:
+            if pos:
+                del self._buf[:pos]
+
+    def _frame_at(self, pos: int) -> tuple[Frame | None, int]:
+        """(the frame that starts at `pos` of the buffer, where it ends), or (None, 0) while it is
+        incomplete. The header is checked as soon as it is in; ProtocolError if it is bad."""
         if self._failed:
             raise self._failed
-        if len(self._buf) < HEADER.size:
-            return None
-        magic, version, mtype, length = HEADER.unpack_from(self._buf)
+        buf = self._buf
+        if len(buf) - pos < _HEADER_SIZE:
+            return None, 0
+        magic, version, mtype, length = HEADER.unpack_from(buf, pos)
+        size = _FIXED_SIZES.get(mtype)
+        if magic != MAGIC or version != VERSION or (length != size and (
+                size is not None or mtype not in _TYPES or length > MAX_PAYLOAD)):
+            self._check_header(magic, version, mtype, length)  # the precise error, or a long reply
+        end = pos + _HEADER_SIZE + length
+        if len(buf) < end:
+            return None, 0
+        return Frame(_TYPES[mtype], bytes(buf[pos + _HEADER_SIZE:end])), end
+
+    def _check_header(self, magic: int, version: int, mtype: int, length: int) -> None:
+        """Raise the ProtocolError a bad header deserves (and keep it: the stream is unusable);
+        return for a CTL_REPLY longer than MAX_PAYLOAD that this decoder accepts."""
         try:
             if magic != MAGIC:
                 raise ProtocolError(f"bad magic 0x{magic:08x}")
             if version != VERSION:
                 raise ProtocolError(f"unsupported protocol version {version}")
-            try:
-                mtype = MessageType(mtype)
-            except ValueError:
-                raise ProtocolError(f"unknown message type {mtype}") from None
+            if mtype not in _TYPES:
+                raise ProtocolError(f"unknown message type {mtype}")
+            mtype = _TYPES[mtype]
             limit = self._reply_max if mtype == MessageType.CTL_REPLY else MAX_PAYLOAD
             if length > limit:
                 raise ProtocolError(f"payload length {length} exceeds {limit}")
@@ -336,13 +377,3 @@ class FrameDecoder:
         except ProtocolError as e:
             self._failed = e
             raise
-        end = HEADER.size + length
-        if len(self._buf) < end:
-            return None
-        payload = bytes(self._buf[HEADER.size:end])
-        del self._buf[:end]
-        return Frame(mtype, payload)
-
-    def frames(self):
-        while (frame := self.next_frame()) is not None:
-            yield frame
