@@ -55,7 +55,10 @@ class Conn:
         self.warnings = limits.LogLimiter()
 
     def ordinal(self, gpu: Gpu) -> int:
-        return next(dev for dev, g in self.devices.items() if g is gpu)
+        for dev, g in self.devices.items():  # a loop, not next(genexpr): it is on every grant
+            if g is gpu:
+                return dev
+        raise KeyError(gpu)
 
     def gpus(self) -> set[Gpu]:
         return set(self.devices.values())
@@ -214,6 +217,7 @@ def dispatch(state: SchedulerState, conn: Conn, frame: Frame) -> None:
     handler = handlers.HANDLERS.get(frame.type)
     if handler is None:
         raise ProtocolError(f"unexpected {frame.type.name} from a client")
-    log.debug("pid=%d -> %s", conn.pid, frame.type.name)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("pid=%d -> %s", conn.pid, frame.type.name)
     state.stats.messages[frame.type] += 1
     handler(state, conn, frame.decode())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter
@@ -180,15 +181,20 @@ class GpuRegistry:
                 self._left(gpu, args[0])
 
     def _arm(self, gpu: Gpu) -> None:
+        """Have the GPU's timer fire by the arbiter's next deadline. A timer already armed for that
+        deadline or an earlier one is left alone: firing early is only a tick (a step that finds
+        nothing due decides nothing new) after which _fire arms the timer again. So a lone
+        client's grants, each of which moves the deadline a quantum on, and its releases, which
+        take the deadline away, cost no timer at all."""
         deadline = gpu.arbiter.next_deadline()
+        if deadline is None:
+            return
         if gpu.timer is not None:
-            if gpu.timer_at == deadline:
-                return  # most events leave the next deadline where it was
+            if gpu.timer_at <= deadline:
+                return
             gpu.timer.cancel()
-            gpu.timer = None
-        if deadline is not None:
-            gpu.timer_at = deadline
-            gpu.timer = self._loop.call_later(max(0.0, deadline - self.now()), self._fire, gpu)
+        gpu.timer_at = deadline
+        gpu.timer = self._loop.call_later(max(0.0, deadline - self.now()), self._fire, gpu)
 
     def _fire(self, gpu: Gpu) -> None:
         # A fired timer is gone: _arm must arm a new one even for the same deadline (the loop may
@@ -202,8 +208,8 @@ def _carry_out(gpu: Gpu, a: policy.Action, now: float) -> None:
     exporter counts."""
     conn = a.client  # a connection.Conn
     if isinstance(a, policy.Grant):
-        conn.send(encode(Grant(conn.ordinal(gpu), int(round(a.quantum * 1000)),
-                               GRANT_PREFETCH if a.prefetch else 0)))
+        conn.send(_grant_frame(conn.ordinal(gpu), int(round(a.quantum * 1000)),
+                               GRANT_PREFETCH if a.prefetch else 0))
         metrics.granted(conn, gpu, a.prefetch, now)
         if lock_log.isEnabledFor(logging.INFO):  # --log-locks; its f-string costs on every grant
             lock_log.info("grant pid=%d gpu=%s quantum=%s prefetch=%s", conn.pid, gpu.label,
@@ -224,6 +230,13 @@ def _carry_out(gpu: Gpu, a: policy.Action, now: float) -> None:
         conn.send(encode_error(f"evicted from gpu {gpu.uuid}: no LOCK_RELEASED "
                                f"{a.waited:.1f}s after DROP_LOCK"))
         conn.close()
+
+
+@functools.lru_cache(maxsize=1024)
+def _grant_frame(device: int, quantum_ms: int, flags: int) -> bytes:
+    """LOCK_OK's bytes: few distinct ones are ever sent (a quantum changes seldom), and each is
+    built once."""
+    return encode(Grant(device, quantum_ms, flags))
 
 
 def _yes(flag: bool) -> str:
