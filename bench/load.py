@@ -11,7 +11,8 @@ GPU driven from this one process by one epoll loop (bench/loadgen.py). Per mode 
 2. Lock round trip, REQ_LOCK sent (with its MEM_UPDATE, 1 MiB) -> LOCK_OK read, in a closed loop of
    all N clients: request, release at the grant, think uniform in 0.5..1.5 x N / RATE seconds, so
    that the offered load is about RATE cycles/s at every N (1000: one cycle a second per client at
-   N = 1000). N = 1: back to back (no think time).
+   N = 1000). N = 1: back to back (no think time) on a blocking socket, the reads and writes of the
+   raw socket baseline (loadgen.back_to_back): the one-client goal compares like with like.
 3. Burst: every client requests at once, each grant released as soon as it is read; the time to
    serve all N, each client's wait, and per handoff the time from a LOCK_RELEASED sent to the grant
    it let through (serial: the next grant; auto: the grant F places later, F being how many clients
@@ -118,7 +119,10 @@ def measure_one(mode: str, n: int, p: dict) -> dict:
             gc.collect()
             gc.disable()  # no collection of the generator's in a timed loop
             try:
-                loop = loadgen.closed_loop(clients, frames, p["loop_s"][str(n)], think_s(n))
+                if n == 1:  # back to back on a blocking socket, as the raw socket baseline
+                    loop = loadgen.back_to_back(clients[0], frames, p["loop_s"][str(n)])
+                else:
+                    loop = loadgen.closed_loop(clients, frames, p["loop_s"][str(n)], think_s(n))
                 burst = bursts(clients, frames, mode, p["rounds"])
             finally:
                 gc.enable()

@@ -128,7 +128,7 @@ def section(s: dict) -> str:
         "process by one epoll loop (bench/loadgen.py). Registration: connect, HELLO → WELCOME, ATTACH → ATTACHED, "
         "client after client while the earlier ones stay connected. Lock round trip: MEM_UPDATE (1 MiB) + REQ_LOCK "
         "sent → LOCK_OK read, all N clients in a closed loop: request, release at the grant, think uniform in "
-        f"0.5–1.5x the think time ({think}; N = 1: back to back), so that the offered load is about "
+        f"0.5–1.5x the think time ({think}; N = 1: back to back, one blocking client making the very reads and writes of the raw socket baseline), so that the offered load is about "
         f"{f(p.get('rate_per_s'), 0)} cycles/s at every N > 1, well below what the scheduler serves back to "
         "back; the loop runs for "
         + ", ".join(f"N = {n}: {v} s" for n, v in (p.get("loop_s") or {}).items()) +

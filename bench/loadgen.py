@@ -28,7 +28,7 @@ from pathlib import Path
 
 from protoclient import GIB
 from xpushare.protocol import (
-    HEADER, MAGIC, Attach, Hello, LockRequest, MemUpdate, MessageType, Released, encode,
+    HEADER, MAGIC, Attach, Grant, Hello, LockRequest, MemUpdate, MessageType, Released, encode,
 )
 
 LOCK_OK, DROP_LOCK, ERROR = int(MessageType.LOCK_OK), int(MessageType.DROP_LOCK), int(MessageType.ERROR)
@@ -191,6 +191,41 @@ def closed_loop(clients: list[Client], frames: Frames, seconds: float, think_s: 
     finally:
         loop.close()
     return {"rtt_us": rtts, "seconds": time.perf_counter() - start, "late": late, "drops": loop.drops}
+
+
+def back_to_back(c: Client, frames: Frames, seconds: float) -> dict:
+    """One client asking again as soon as it released, for `seconds`, reading its grant on a
+    blocking socket as the library's client thread does: per cycle one write (MEM_UPDATE +
+    REQ_LOCK), one read of LOCK_OK's bytes, one write (LOCK_RELEASED), the very calls of the raw
+    socket baseline. (The selector loop of closed_loop adds a poll and its own cost per cycle,
+    which is the generator's, not the scheduler's.) Returns closed_loop's dict."""
+    grant = HEADER.size + Grant.SIZE
+    view = memoryview(bytearray(grant))
+    rtts: list[float] = []
+    c.sock.setblocking(True)
+    start = time.perf_counter()
+    end = start + seconds
+    try:
+        while True:
+            t0 = time.perf_counter()
+            if t0 >= end:
+                break
+            c.sock.sendall(frames.request)
+            got = 0
+            while got < grant:
+                n = c.sock.recv_into(view[got:])
+                if not n:
+                    raise LoadFailure(f"client {c.index}: the scheduler closed the connection")
+                got += n
+            t1 = time.perf_counter()
+            mtype = HEADER.unpack_from(view)[2]
+            if mtype != LOCK_OK:  # a lone client is sent nothing else
+                raise LoadFailure(f"client {c.index}: expected LOCK_OK, got message type {mtype}")
+            c.sock.sendall(frames.release)
+            rtts.append((t1 - t0) * 1e6)
+    finally:
+        c.sock.setblocking(False)
+    return {"rtt_us": rtts, "seconds": time.perf_counter() - start, "late": 0, "drops": 0}
 
 
 def _released(c: Client, frames: Frames) -> None:

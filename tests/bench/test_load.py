@@ -53,6 +53,23 @@ def test_generator_registers_loops_and_bursts(mode):
         assert d.alive() and d.problems() == {"Traceback": 0, "internal error": 0}
 
 
+def test_one_client_back_to_back_is_granted_every_cycle_and_releases_the_last_grant():
+    frames = loadgen.Frames(load.FAKE_UUID)
+    with Daemon("serial") as d:
+        clients, _ = loadgen.register(d.socket, 2, frames)
+        try:
+            loop = loadgen.back_to_back(clients[0], frames, 0.3)
+            assert len(loop["rtt_us"]) > 10 and all(v > 0 for v in loop["rtt_us"])
+            # serial mode: the other client is granted only if the last cycle's release went out
+            other = clients[1].sock
+            other.setblocking(True)
+            other.sendall(frames.request)
+            assert loadgen.read_frame(other)[0] == loadgen.LOCK_OK
+        finally:
+            loadgen.close(clients)
+        assert d.alive() and d.problems() == {"Traceback": 0, "internal error": 0}
+
+
 def test_a_tiny_run_accounts_for_every_client_and_handoff():
     p = {**load.plan(True, sizes=(1, 3), modes=("serial", "auto")), "loop_s": {"1": 0.3, "3": 0.5}, "rounds": 2}
     r = load.measure(p)
