@@ -60,6 +60,7 @@ class Arbiter:
         self._prefetches = LowerMedian()           # each client's average bulk prefetch, seconds
         self._arrivals = itertools.count()
         self._grants = itertools.count()
+        self._tq: float | None = None              # tq's value, None: to be worked out
 
     # -- settings and measurements -------------------------------------------------------------
     @property
@@ -95,13 +96,24 @@ class Arbiter:
 
     @property
     def tq(self) -> float:
-        """The effective quantum: the explicit one, else the dynamic one."""
+        """The effective quantum: the explicit one, else the dynamic one. Read several times per
+        event, it is worked out again only after what it depends on changed (_tq_changed)."""
+        tq = self._tq
+        if tq is None:
+            tq = self._tq = self._work_out_tq()
+        return tq
+
+    def _work_out_tq(self) -> float:
         if self._tq_explicit is not None:
             return self._tq_explicit
         cost = self.switch_cost
         if cost is None:
             return DEFAULT_DYNAMIC_TQ
         return min(TQ_CEILING, max(TQ_FLOOR, QUANTA_PER_SWITCH * cost))
+
+    def _tq_changed(self) -> None:
+        """The explicit quantum or a switch measurement changed: tq is worked out anew."""
+        self._tq = None
 
     @property
     def reserve(self) -> int:
@@ -199,12 +211,14 @@ class Arbiter:
         if h.drop_sent is not None and h.drop_reason in SWITCH_REASONS:
             sample = max(0.0, now - h.drop_sent)
             self._handoffs.set(client, _ewma(self._handoffs.get(client), sample))
+            self._tq_changed()
         if client in self._prefetching:
             self._prefetching.discard(client)
             sample = plausible_prefetch(report.prefetch if report else 0.0,
                                         self._footprints.get(client, 0))
             if sample > 0:
                 self._prefetches.set(client, _ewma(self._prefetches.get(client), sample))
+                self._tq_changed()
         if not self.holders and not self.waiting:
             return []  # nothing is left for a step to decide (no holder to expire, no waiter)
         return self._step(now)
@@ -219,6 +233,7 @@ class Arbiter:
         self._prefetching.discard(client)
         self._prefetches.discard(client)
         self._handoffs.discard(client)
+        self._tq_changed()
         return self._step(now) if (held or queued) else []
 
     def tick(self, now: float) -> list[Action]:
@@ -235,6 +250,7 @@ class Arbiter:
         """An explicit quantum, or None for the dynamic one; either way holders get a fresh
         quantum."""
         self._tq_explicit = None if tq is None else check_tq(tq)
+        self._tq_changed()
         return self.strategy.retune(self, now) + self._step(now)
 
     def set_capacity(self, nbytes: int, now: float) -> list[Action]:
