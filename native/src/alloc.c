@@ -233,6 +233,25 @@ CUresult nvs_h_cuMemCreate(int idx, int per_thread, CUmemGenericAllocationHandle
 }
 
 /* ------------------------------------------------------------------ memory view */
+/* What a device looks like from inside the process: total = the limit (nvs_dev_limit), free =
+ * total minus what the process holds there minus the context reserve, never below 0. Returns 0
+ * when nothing is known (the driver's numbers stand). cuMemGetInfo and NVML (nvml.c) both use it. */
+int nvs_dev_view(nvs_dev *d, uint64_t *total, uint64_t *free_bytes)
+{
+    uint64_t t = nvs_dev_limit(d, NULL);
+    if (!t) return 0;
+    uint64_t held = atomic_load(&d->managed_bytes) + atomic_load(&d->other_bytes);
+    *total = t;
+    *free_bytes = nvs_view_free(t, held);
+    return 1;
+}
+
+uint64_t nvs_view_free(uint64_t total, uint64_t held)
+{
+    uint64_t used = held + nvs_cfg.context_reserve;
+    return total > used ? total - used : 0;
+}
+
 CUresult nvs_h_cuMemGetInfo_v2(int idx, int per_thread, size_t *freeBytes, size_t *totalBytes)
 {
     (void)per_thread;
@@ -240,13 +259,11 @@ CUresult nvs_h_cuMemGetInfo_v2(int idx, int per_thread, size_t *freeBytes, size_
     if (!real) return nvs_missing(idx);
     CUresult r = real(freeBytes, totalBytes); /* validates arguments and context */
     nvs_dev *d;
+    uint64_t total, free_bytes;
     if (r != CUDA_SUCCESS || !freeBytes || !totalBytes || !(d = current_dev())) return r;
-    uint64_t total = nvs_dev_limit(d, NULL);
-    if (!total) return r; /* nothing known: the driver's numbers */
-    uint64_t used = atomic_load(&d->managed_bytes) + atomic_load(&d->other_bytes) +
-                    nvs_cfg.context_reserve;
+    if (!nvs_dev_view(d, &total, &free_bytes)) return r; /* nothing known: the driver's numbers */
     *totalBytes = (size_t)total;
-    *freeBytes = (size_t)(total > used ? total - used : 0);
+    *freeBytes = (size_t)free_bytes;
     NVS_TRACE("cuMemGetInfo_v2 on device %d: free %zu total %zu", d->ordinal, *freeBytes,
               *totalBytes);
     return r;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "nvshare.h"
@@ -166,16 +167,38 @@ void nvs_dev_attach_wait(nvs_dev *d)
     pthread_mutex_unlock(&nvs_g.mu);
 }
 
-uint64_t nvs_dev_limit(const nvs_dev *d, int *capped)
+uint64_t nvs_limit_for(uint64_t physical, uint64_t sched, int *capped)
 {
-    uint64_t cap = nvs_cfg.gpu_memory ? nvs_cfg.gpu_memory : d->physical;
-    uint64_t sched = atomic_load_explicit(&((nvs_dev *)d)->sched_capacity, memory_order_relaxed);
+    uint64_t cap = nvs_cfg.gpu_memory ? nvs_cfg.gpu_memory : physical;
     if (sched && (cap == 0 || sched < cap)) cap = sched;
     /* An explicit NVSHARE_GPU_MEMORY_LIMIT always applies, even with
      * NVSHARE_ENABLE_SINGLE_OVERSUB=1, which only lifts the cap at the capacity. */
     uint64_t limit = nvs_cfg.limit_set ? nvs_cfg.limit : cap;
     if (capped) *capped = nvs_cfg.limit_set || (!nvs_cfg.single_oversub && limit > 0);
     return limit;
+}
+
+uint64_t nvs_dev_limit(const nvs_dev *d, int *capped)
+{
+    uint64_t sched = atomic_load_explicit(&((nvs_dev *)d)->sched_capacity, memory_order_relaxed);
+    return nvs_limit_for(d->physical, sched, capped);
+}
+
+nvs_dev *nvs_dev_find_uuid(const char *uuid)
+{
+    nvs_dev *found = NULL;
+    if (!uuid || !uuid[0]) return NULL;
+    nvs_devices_init();
+    pthread_mutex_lock(&nvs_g.mu);
+    NVS_FOR_EACH_DEV(d)
+    {
+        if (d->uuid[0] && !strcasecmp(d->uuid, uuid)) {
+            found = d;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&nvs_g.mu);
+    return found;
 }
 
 /* fork child: one thread, nothing registered; start over lazily. The old context records (and

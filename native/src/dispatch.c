@@ -24,6 +24,7 @@
 #include <link.h>
 #include <string.h>
 
+#include "nvml_hooks.h"
 #include "nvshare.h"
 
 #if defined(__x86_64__)
@@ -116,6 +117,19 @@ static NVS_COLD void *dlsym_hooked(void *handle, const char *name, int idx, cons
     return p;
 }
 
+/* An NVML table name (nvml.c): our wrapper when the real lookup found NVML's own definition. */
+static NVS_COLD void *nvml_dlsym_hooked(void *handle, const char *name, int idx, const void *ra)
+{
+    nvs_dlsym_fn rd = nvs_real_dlsym();
+    void *p = handle == RTLD_NEXT ? next_after(name, ra, rd) : rd(handle, name);
+    if (!p) return p;
+    if (nvs_nvml_adopt(idx, p)) {
+        NVS_TRACE("dlsym(%s) -> wrapper", name);
+        return nvs_nvml_hooks[idx].wrapper;
+    }
+    return p;
+}
+
 /* The exported dlsym. Hot for every dlsym in the process, so: a two-byte check, then a tail call.
  * Keep the last statement a plain `return f(handle, name);` (see tools/check-tailcall.sh). */
 __attribute__((visibility("default"))) void *nvs_dlsym(void *handle, const char *name)
@@ -123,6 +137,10 @@ __attribute__((visibility("default"))) void *nvs_dlsym(void *handle, const char 
     if (NVS_UNLIKELY(name && name[0] == 'c' && name[1] == 'u')) {
         int idx = nvs_hook_find(name);
         if (idx >= 0) return dlsym_hooked(handle, name, idx, __builtin_return_address(0));
+    }
+    if (NVS_UNLIKELY(name && name[0] == 'n' && name[1] == 'v' && name[2] == 'm' && name[3] == 'l')) {
+        int idx = nvs_nvml_find(name);
+        if (idx >= 0) return nvml_dlsym_hooked(handle, name, idx, __builtin_return_address(0));
     }
     nvs_dlsym_fn f = atomic_load_explicit(&real_dlsym_ptr, memory_order_relaxed);
     if (NVS_UNLIKELY(!f)) f = resolve_real_dlsym();

@@ -261,6 +261,10 @@ nvs_ctxrec *nvs_current_rec(void) NVS_HIDDEN;             /* current context's r
 nvs_dev *nvs_dev_touch(CUdevice ordinal) NVS_HIDDEN;      /* learn uuid/name/physical once */
 void nvs_dev_attach_wait(nvs_dev *d) NVS_HIDDEN;          /* <= 1 s for ATTACHED, once */
 uint64_t nvs_dev_limit(const nvs_dev *d, int *capped) NVS_HIDDEN;
+/* The same rule without a device record: `physical` bytes, the scheduler's capacity (0 = none). */
+uint64_t nvs_limit_for(uint64_t physical, uint64_t sched, int *capped) NVS_HIDDEN;
+/* The device record of a CUDA device this process has used, by UUID ("GPU-..."), or NULL. */
+nvs_dev *nvs_dev_find_uuid(const char *uuid) NVS_HIDDEN;
 void nvs_devices_reset_after_fork(void) NVS_HIDDEN;
 
 /* ---------------------------------------------------------------- gate.c */
@@ -315,6 +319,11 @@ int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
 int nvs_alloc_for_each_managed(int dev, void (*fn)(CUdeviceptr, uint64_t, void *), void *arg)
     NVS_HIDDEN;
 void nvs_alloc_reset_after_fork(void) NVS_HIDDEN;
+/* The memory view (cuMemGetInfo, NVML): total and free of device d as the process sees them;
+ * 0 when nothing is known. nvs_view_free: free of `total` when the process holds `held` bytes
+ * (the context reserve is counted as used). */
+int nvs_dev_view(nvs_dev *d, uint64_t *total, uint64_t *free_bytes) NVS_HIDDEN;
+uint64_t nvs_view_free(uint64_t total, uint64_t held) NVS_HIDDEN;
 void nvs_alloc_atfork_prepare(void) NVS_HIDDEN;
 void nvs_alloc_atfork_parent(void) NVS_HIDDEN;
 

@@ -1,7 +1,7 @@
 """Test harness for libnvshare.so: real processes, the mock driver, the real scheduler.
 
-- build_artifacts(): compiles the mock libcuda.so.1, the scripted test program (cuda_app) and the
-  RTLD_NEXT probe library with gcc.
+- build_artifacts(): compiles the mock libcuda.so.1, the scripted test program (cuda_app), the
+  RTLD_NEXT probe library, the mock libnvidia-ml.so.1 and its test program (nvml_app) with gcc.
 - locate_library(): the libnvshare.so under test (NVSHARE_LIBRARY, the package's copy, or a cmake
   build of native/ into a temporary directory).
 - Scheduler: `python -m xpushare.scheduler` on a private socket, with status() over the ctl protocol.
@@ -39,7 +39,7 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 # Environment variables a test process must not inherit from the developer's shell.
-_SCRUB_PREFIXES = ("NVSHARE_", "MOCK_CUDA_", "RTLD_NEXT_PROBE")
+_SCRUB_PREFIXES = ("NVSHARE_", "MOCK_CUDA_", "MOCK_NVML_", "RTLD_NEXT_PROBE")
 _SCRUB = {"LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"}
 
 # Entry points whose calls are GPU work: the GATE lines of native/src/hooks.h, every variant.
@@ -71,6 +71,8 @@ class Artifacts:
     libcuda: Path
     app: Path
     rtld_next_probe: Path
+    libnvml: Path
+    nvml_app: Path
 
 
 def _run(cmd, **kw):
@@ -93,7 +95,16 @@ def build_artifacts(out: Path) -> Artifacts:
           "-pthread"])
     probe = out / "librtldnext.so"
     _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", probe, MOCK_SRC / "rtld_next_probe.c", "-ldl"])
-    return Artifacts(out, libcuda, app, probe)
+    libnvml = out / "libnvidia-ml.so.1"
+    _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", libnvml, "-Wl,-soname,libnvidia-ml.so.1",
+          MOCK_SRC / "mock_nvml.c"])
+    link = out / "libnvidia-ml.so"
+    if not link.exists():
+        link.symlink_to("libnvidia-ml.so.1")
+    nvml_app = out / "nvml_app"
+    _run(["gcc", "-O1", "-Wall", "-o", nvml_app, MOCK_SRC / "nvml_app.c", f"-L{out}", "-lcuda", "-lnvidia-ml",
+          "-ldl"])
+    return Artifacts(out, libcuda, app, probe, libnvml, nvml_app)
 
 
 def build_mock_variant(out: Path, *defines: str) -> Path:
