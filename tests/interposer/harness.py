@@ -82,25 +82,26 @@ def _run(cmd, **kw):
     return r
 
 
+def _mock_library(out: Path, soname: str, source: str, *flags: str) -> Path:
+    """Build a mock shared library as out/SONAME, with the unversioned name (for -l) linked to it."""
+    lib = out / soname
+    _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", lib, f"-Wl,-soname,{soname}", MOCK_SRC / source,
+          *flags])
+    link = out / soname.rsplit(".", 1)[0]
+    if not link.exists():
+        link.symlink_to(soname)
+    return lib
+
+
 def build_artifacts(out: Path) -> Artifacts:
     out.mkdir(parents=True, exist_ok=True)
-    libcuda = out / "libcuda.so.1"
-    _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", libcuda, "-Wl,-soname,libcuda.so.1",
-          MOCK_SRC / "mock_cuda.c", "-pthread"])
-    link = out / "libcuda.so"
-    if not link.exists():
-        link.symlink_to("libcuda.so.1")
+    libcuda = _mock_library(out, "libcuda.so.1", "mock_cuda.c", "-pthread")
     app = out / "cuda_app"
     _run(["gcc", "-O1", "-Wall", "-o", app, MOCK_SRC / "cuda_app.c", f"-L{out}", "-lcuda", "-ldl",
           "-pthread"])
     probe = out / "librtldnext.so"
     _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", probe, MOCK_SRC / "rtld_next_probe.c", "-ldl"])
-    libnvml = out / "libnvidia-ml.so.1"
-    _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", libnvml, "-Wl,-soname,libnvidia-ml.so.1",
-          MOCK_SRC / "mock_nvml.c"])
-    link = out / "libnvidia-ml.so"
-    if not link.exists():
-        link.symlink_to("libnvidia-ml.so.1")
+    libnvml = _mock_library(out, "libnvidia-ml.so.1", "mock_nvml.c")
     nvml_app = out / "nvml_app"
     _run(["gcc", "-O1", "-Wall", "-o", nvml_app, MOCK_SRC / "nvml_app.c", f"-L{out}", "-lcuda", "-lnvidia-ml",
           "-ldl"])

@@ -3,8 +3,7 @@
  * use, reporting a node-sized GPU. Built by the tests:
  *   gcc -shared -fPIC -o DIR/libnvidia-ml.so.1 -Wl,-soname,libnvidia-ml.so.1 mock_nvml.c
  *
- * The NVML types are declared here by hand, independently of native/include/nvshare_nvml.h, so
- * that a wrong declaration in the library shows up as a failing test instead of being shared.
+ * The NVML types come from mock_nvml_types.h, declared by hand independently of the library's.
  *
  * Devices are the node's physical GPUs (NVML ignores CUDA_VISIBLE_DEVICES); device i has the UUID
  * the mock driver gives physical device i (GPU-00000000-0000-0000-0000-0000000000ii).
@@ -22,7 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef int nvmlReturn_t;
+#include "mock_nvml_types.h"
+
 #define NVML_SUCCESS 0
 #define NVML_ERROR_UNINITIALIZED 1
 #define NVML_ERROR_INVALID_ARGUMENT 2
@@ -32,21 +32,9 @@ typedef int nvmlReturn_t;
 
 #define MAX_DEVICES 16
 
-typedef struct mock_nvml_device {
+struct mock_nvml_device {
     int index;
-} *nvmlDevice_t;
-
-typedef struct {
-    unsigned long long total, free, used;
-} nvmlMemory_t;
-
-typedef struct {
-    unsigned int version;
-    unsigned long long total, reserved, free, used;
-} nvmlMemory_v2_t;
-
-/* NVML_STRUCT_VERSION(Memory, 2): sizeof | 2 << 24 */
-#define MOCK_MEMORY_V2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
+};
 
 static struct mock_nvml_device g_dev[MAX_DEVICES];
 static int g_ndev = -1;

@@ -24,17 +24,7 @@
 #include <string.h>
 
 #include "mock_cuda_types.h"
-
-typedef int nvmlReturn_t;
-typedef struct mock_nvml_device *nvmlDevice_t;
-typedef struct {
-    unsigned long long total, free, used;
-} nvmlMemory_t;
-typedef struct {
-    unsigned int version;
-    unsigned long long total, reserved, free, used;
-} nvmlMemory_v2_t;
-#define MEMORY_V2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
+#include "mock_nvml_types.h"
 
 CUresult cuInit(unsigned int);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
@@ -129,7 +119,7 @@ int main(int argc, char **argv)
             nvmlMemory_v2_t m2;
             memset(&m1, 0, sizeof m1);
             memset(&m2, 0, sizeof m2);
-            m2.version = MEMORY_V2;
+            m2.version = MOCK_MEMORY_V2;
             int r1 = r ? r : g_mem1(dev, &m1);
             int r2 = r ? r : g_mem2(dev, &m2);
             printf("{\"step\":\"nvml\",\"ret1\":%d,\"total1\":%llu,\"free1\":%llu,\"used1\":%llu,"
