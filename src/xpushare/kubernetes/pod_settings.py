@@ -26,11 +26,13 @@ Two parts:
 
 Wiring into the asyncio scheduler (the loop never waits on the API server):
 
-    watcher = PodSettingsWatcher(on_changed=policy_set_pod, on_removed=policy_drop_pod,
-                                 loop=asyncio.get_running_loop())
-    watcher.start()          # returns at once; the first list happens in the watcher's thread
+    if enabled_from_env():   # NVSHARE_POD_ANNOTATIONS=on, with NODE_NAME (the chart sets both)
+        watcher = PodSettingsWatcher(on_changed=set_pod, on_removed=drop_pod,
+                                     loop=asyncio.get_running_loop())
+        watcher.start()      # returns at once; it raises only for a missing client or in-cluster
+                             # configuration (ImportError, kubernetes.config.ConfigException)
     ...
-    watcher.stop()           # at shutdown; joins the thread (a second at most)
+    await loop.run_in_executor(None, watcher.stop)   # at shutdown: joins the threads (2 s at most)
 
 With ``loop`` given, every callback runs on that loop through loop.call_soon_threadsafe, in the
 order the watcher saw the changes; without it, callbacks run in the watcher's thread.
