@@ -11,8 +11,9 @@ import time
 import pytest
 
 from xpushare.kubernetes.pod_settings import (COMPUTE_LIMIT, COMPUTE_SHARE, EVENT_REASON, MEMORY_LIMIT,
-                                              PodKey, PodSettings, PodSettingsWatcher, enabled_from_env,
-                                              parse_annotations, pod_key)
+                                              PodKey, PodSettings, enabled_from_env, parse_annotations,
+                                              pod_key)
+from xpushare.kubernetes.pod_watch import PodSettingsWatcher
 
 from .fake_apiserver import FakeApiServer
 
@@ -408,7 +409,7 @@ def test_importing_the_module_does_not_load_the_kubernetes_client():
     """The scheduler imports this module; the client (and its dependencies) load only on start()."""
     import subprocess
     import sys
-    code = ("import sys; import xpushare.kubernetes.pod_settings; "
+    code = ("import sys; import xpushare.kubernetes.pod_settings, xpushare.kubernetes.pod_watch; "
             "sys.exit(1 if 'kubernetes' in sys.modules or 'urllib3' in sys.modules else 0)")
     import xpushare
     src = str(__import__("pathlib").Path(xpushare.__file__).parents[1])
