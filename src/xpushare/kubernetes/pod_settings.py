@@ -18,6 +18,7 @@ parse_annotations(annotations, previous) -> (PodSettings, [Problem]), and PodKey
 API server and the scheduler's peer identity name it. pod_watch.PodSettingsWatcher lists and
 watches the pods of a node and reports their settings.
 """
+
 from __future__ import annotations
 
 import math
@@ -195,6 +196,6 @@ def pod_key(pod: Mapping) -> Optional[PodKey]:
 
 def enabled_from_env(environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether the scheduler should watch pod annotations: NVSHARE_POD_ANNOTATIONS is on (the chart
-    sets it, with NODE_NAME from the downward API, under scheduler.podAnnotations.enabled)."""
+    sets it, with NODE_NAME from the downward API, under scheduler.gpuAnnotations.enabled)."""
     environ = os.environ if environ is None else environ
     return environ.get("NVSHARE_POD_ANNOTATIONS", "").strip().lower() in ("1", "on", "true", "yes")
