@@ -130,12 +130,14 @@ RENDER_CASES = {
     "plugin-metrics-only": ["--set", "devicePlugin.metrics.enabled=true",
                             "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"],
     "scheduler-only": ["--set", "devicePlugin.enabled=false", "--set", "namespace.create=true"],
+    "no-gpu-annotations": ["--set", "scheduler.gpuAnnotations.enabled=false"],
 }
 
 
 def test_default_render(helm):
     objs = render(helm)
-    assert sorted(o["kind"] for o in objs) == ["DaemonSet", "DaemonSet", "ServiceAccount", "ServiceAccount"]
+    assert sorted(o["kind"] for o in objs) == ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "DaemonSet",
+                                               "ServiceAccount", "ServiceAccount"]
 
 
 @pytest.mark.parametrize("case", sorted(RENDER_CASES))
@@ -150,13 +152,50 @@ def test_plain_manifests_validate_against_kubernetes_schemas(kv):
     validate_all(kv, objs)
 
 
-def test_no_rbac_and_no_api_tokens(helm):
-    objs = render(helm, "--set", "metrics.enabled=true", "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
-    assert not [o for o in objs if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
-    for sa in by_kind(objs, "ServiceAccount"):
+RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+
+
+def test_gpu_annotations_rbac_is_least_privilege(helm):
+    """Default (scheduler.gpuAnnotations.enabled): the scheduler alone gets an API token, bound to a
+    ClusterRole that reads pods and creates events, and nothing else."""
+    objs = render(helm, "--set", "metrics.enabled=true", "--set", "devicePlugin.metrics.enabled=true",
+                  "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
+    (role,) = by_kind(objs, "ClusterRole")
+    (binding,) = by_kind(objs, "ClusterRoleBinding")
+    assert not by_kind(objs, "Role") and not by_kind(objs, "RoleBinding")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+                             {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert "namespace" not in role["metadata"] and "namespace" not in binding["metadata"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    sched = daemonset(objs, "scheduler")["spec"]["template"]["spec"]
+    plug = daemonset(objs, "device-plugin")["spec"]["template"]["spec"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sched["serviceAccountName"],
+                                    "namespace": NS}]
+    assert sched["automountServiceAccountToken"] is True
+    assert plug["automountServiceAccountToken"] is False
+    for sa in by_kind(objs, "ServiceAccount"):               # tokens only where a pod asks for one
         assert sa["automountServiceAccountToken"] is False
-    for ds in by_kind(objs, "DaemonSet"):
-        assert ds["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    # the watcher's node and switch: NODE_NAME from the downward API, NVSHARE_POD_ANNOTATIONS on
+    env = {e["name"]: e for e in sched["containers"][0]["env"]}
+    assert env["NODE_NAME"] == {"name": "NODE_NAME",
+                                "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    from xpushare.kubernetes.pod_settings import enabled_from_env
+    assert enabled_from_env({"NVSHARE_POD_ANNOTATIONS": env["NVSHARE_POD_ANNOTATIONS"]["value"]})
+
+
+def test_no_rbac_and_no_api_tokens_without_gpu_annotations(helm):
+    for off in (["--set", "scheduler.gpuAnnotations.enabled=false"], ["--set", "scheduler.enabled=false"]):
+        objs = render(helm, "--set", "metrics.enabled=true", *off,
+                      "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
+        assert not [o for o in objs if o["kind"] in RBAC_KINDS]
+        for sa in by_kind(objs, "ServiceAccount"):
+            assert sa["automountServiceAccountToken"] is False
+        for ds in by_kind(objs, "DaemonSet"):
+            spec = ds["spec"]["template"]["spec"]
+            assert spec["automountServiceAccountToken"] is False
+            names = {e["name"] for e in spec["containers"][0]["env"]}
+            assert "NODE_NAME" not in names and "NVSHARE_POD_ANNOTATIONS" not in names
 
 
 def test_scheduler_daemonset(helm):
@@ -167,7 +206,7 @@ def test_scheduler_daemonset(helm):
     (c,) = spec["containers"]
     assert c["command"] == ["nvshare-scheduler"]
     assert c["args"] == ["--socket=/var/run/nvshare/scheduler.sock", "--tq=7", "--mode=off", "--gpu-memory=16GiB"]
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["NVSHARE_SOCK_PATH"] == "/var/run/nvshare/scheduler.sock"  # nvsharectl via kubectl exec
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     mounts = {m["name"]: m for m in c["volumeMounts"]}
