@@ -66,7 +66,10 @@ has passed and g grants, an event costs:
   barrier, it ends every walk. Dropping holders to make room, and fitting them when they grow,
   read the running holders, which fit in the budget beside each other: a few (about capacity /
   CLIENT_OVERHEAD at most), as are the expired ones rearmed for aging.
-set_mode and set_tq give every holder a fresh deadline: O(h log h).
+set_mode and set_tq give every holder a fresh deadline: O(h log h). With unequal shares, an event
+that changes the contenders' mean share (request, release, disconnect, set_share) gives each of the
+k holders with a quantum under way its new deadline: O(k log h); in SERIAL k is 1, in AUTO they are
+running holders of one share. With equal shares the mean never changes: O(1).
 """
 
 from .arbiter import Arbiter

@@ -179,8 +179,8 @@ class AutoStrategy(Strategy):
     Cost: step 1 from the deadline heap, O(d log h); steps 2 and 4 from running sums (the running
     holders' distinct shares are counted as they change: HolderIndex.live_shares), reading the
     running holders only when they must drop some or a waiter of another share waits; step 3 as
-    _admit says; step 5 reads the expired
-    holders only while a waiter is blocked (else only those that still have a timer).
+    _admit says (a waiter blocked by its share ends the walk); step 5 reads the expired holders
+    only while a waiter is blocked (else only those that still have a timer).
     """
     mode = Mode.AUTO
 
