@@ -447,8 +447,8 @@ class Arbiter:
     def _rescale(self, now: float) -> None:
         """The contenders may have changed: when their mean share did, the holders with a quantum
         under way get the deadline its start plus their new quantum_of (one whose new quantum is
-        already over expires at once, as at its deadline). O(1) when the mean is unchanged, which it always is while
-        every contender has the same share."""
+        already over expires at once, as at its deadline). O(1) when the mean is unchanged, which
+        it always is while every contender has the same share."""
         mean = Fraction(1) if len(self._contending) <= 1 else self._share_sum / self._share_count
         if mean == self._share_mean:
             return

@@ -366,8 +366,9 @@ class OffStrategy(Strategy):
     """Everyone runs at once: every request is granted immediately with no quantum.
 
     Priorities, footprints and compute shares are ignored (with no quanta there is no time to split
-    here: holding a share to its part of the GPU in this mode is the library gate's business); draining holders are never evicted. Cost: O(g) for the
-    g waiters granted (only a change of mode leaves any), and holders have no deadlines.
+    here: holding a client to its share of the GPU in this mode is the library gate's business);
+    draining holders are never evicted. Cost: O(g) for the g waiters granted (only a change of
+    mode leaves any), and holders have no deadlines.
     """
     mode = Mode.OFF
 
