@@ -12,7 +12,7 @@ import pytest
 
 from xpushare.protocol import DropReason
 from xpushare.scheduler.policy import (
-    DEFAULT_SHARE, TQ_CEILING, TQ_FLOOR, Arbiter, Drop, Grant, Mode, check_share, scaled_quantum,
+    DEFAULT_SHARE, TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN, Arbiter, Drop, Grant, Mode, check_share, scaled_quantum,
 )
 
 from test_policy_replay import GiB, Replay, auto, play, with_footprints
@@ -35,6 +35,8 @@ from test_policy_replay import GiB, Replay, auto, play, with_footprints
     (300.0, 0.001, TQ_FLOOR),
     (2.0, 0.5, TQ_FLOOR),
     (120.0, 1.5, TQ_CEILING),
+    (TQ_MIN, 0.01, TQ_MIN),               # never under what the wire can carry ...
+    (TQ_MAX, 5.0, TQ_MAX),                # ... nor over it
 ])
 def test_scaled_quantum(tq, ratio, expected):
     assert scaled_quantum(tq, ratio) == pytest.approx(expected, rel=1e-12)
