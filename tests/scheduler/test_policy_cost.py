@@ -11,6 +11,9 @@ rescan, so an event costs O(log n), or O(k) in the clients it changes, not O(n) 
 POLICY_COST_AGAINST=reference runs the same checks against the policy as it stood before
 (policy_reference.py, read from git history); it fails them: its auto mode rescanned the blocked
 waiters once per waiter.
+
+The same checks run with compute shares set (", shares": shares 1 to 3, so that in auto mode the
+clients take turns by share as well as by memory), and for set_share itself.
 """
 
 from __future__ import annotations
@@ -62,13 +65,15 @@ class Scene:
     auto mode), priorities 0 to 2, arrivals spread over several quanta so that aging differs.
     With capacity 0 (unknown) in auto mode all run, and are left to run past their quanta."""
 
-    def __init__(self, mode: str, n: int, capacity: int = 16 * GiB):
+    def __init__(self, mode: str, n: int, capacity: int = 16 * GiB, shares: bool = False):
         self.arb = arb = POLICY.Arbiter(POLICY.Mode(mode), 1.0, capacity=capacity, reserve=0,
                                         client_overhead=0)
         self.now, self.fresh = 0.0, 0
         for i in range(n + 1):
             arb.set_footprint(f"c{i}", (6 + i % 5) * GiB, self.now)
             arb.set_priority(f"c{i}", i % 3, self.now)
+            if shares:
+                arb.set_share(f"c{i}", 1 + i % 7 % 3, self.now)
         for i in range(n + 1):
             self.now += 4.0 / n
             arb.request(f"c{i}", self.now)
@@ -135,6 +140,9 @@ class Scene:
         if kind == "set_footprint":
             c = self.waiter(i) if i % 2 else self.running()
             return self.event("set_footprint", c, (6 + i % 3) * GiB)
+        if kind == "set_share":
+            c = self.waiter(i) if i % 2 else self.running()
+            return self.event("set_share", c, 1 + (i + 1) % 3)
         raise AssertionError(kind)
 
 
@@ -143,14 +151,24 @@ KINDS = ["request", "release", "release_report", "tick", "disconnect", "set_prio
 
 
 def _cost(mode: str, kind: str, n: int) -> float:
-    capacity = 0 if mode == "auto, capacity unknown" else 16 * GiB
-    scene = Scene(mode.split(",")[0], n, capacity)
+    capacity = 0 if "capacity unknown" in mode else 16 * GiB
+    scene = Scene(mode.split(",")[0], n, capacity, shares="shares" in mode)
     return sum(scene.measure(kind, i) for i in range(REPEAT)) / REPEAT
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("mode", ["auto", "serial", "off", "auto, capacity unknown"])
 def test_an_event_costs_about_the_same_at_1000_clients_as_at_10(mode, kind):
+    small, large = _cost(mode, kind, SMALL), _cost(mode, kind, LARGE)
+    assert large <= FACTOR * max(small, 1.0), \
+        f"{mode} {kind}: {large:.0f} lines at {LARGE} clients, {small:.0f} at {SMALL}"
+
+
+@pytest.mark.skipif(not hasattr(POLICY.Arbiter, "set_share"), reason="no compute shares")
+@pytest.mark.parametrize("kind", KINDS + ["set_share"])
+@pytest.mark.parametrize("mode", ["auto, shares", "serial, shares", "off, shares",
+                                  "auto, capacity unknown, shares"])
+def test_with_shares_an_event_costs_about_the_same_at_1000_clients_as_at_10(mode, kind):
     small, large = _cost(mode, kind, SMALL), _cost(mode, kind, LARGE)
     assert large <= FACTOR * max(small, 1.0), \
         f"{mode} {kind}: {large:.0f} lines at {LARGE} clients, {small:.0f} at {SMALL}"

@@ -1,5 +1,6 @@
 """Seeded random event sequences: the invariants Replay checks hold after every call, in every mode,
-and once new requests stop, every waiter is served (nobody starves, nothing gets stuck).
+and once new requests stop, every waiter is served (nobody starves, nothing gets stuck). Some
+sequences also set compute shares (World(shares=True)).
 """
 
 import random
@@ -18,8 +19,10 @@ STEPS = 600
 class World:
     """Clients that ask, grow, shrink, answer drops (a few stay silent) and disconnect at random."""
 
-    def __init__(self, seed: int, mode: Mode):
+    def __init__(self, seed: int, mode: Mode, shares: bool = False):
         self.rng = rng = random.Random(seed)
+        self.shares = shares   # compute shares are set now and then
+        self.shares_set: set = set()
         self.capacity = rng.choice([0, 8 * GiB, 16 * GiB, 40 * GiB])
         arb = Arbiter(mode, rng.choice([None, 0.5, 3.0]), capacity=self.capacity,
                       reserve=rng.choice([None, 0, GiB]),
@@ -51,8 +54,8 @@ class World:
                     and h not in self.silent]
         event = rng.choices(
             ["request", "release_dropped", "release_idle", "footprint", "priority", "disconnect",
-             "tick", "mode", "tq", "capacity", "go_silent"],
-            weights=[30, 25, 6, 15, 6, 3, 8, 2, 2, 1, 1])[0]
+             "tick", "mode", "tq", "capacity", "go_silent", "share"],
+            weights=[30, 25, 6, 15, 6, 3, 8, 2, 2, 1, 1, 6 if self.shares else 0])[0]
         if event == "request":
             self.call("request", c)
         elif event == "release_dropped" and draining:
@@ -80,6 +83,10 @@ class World:
             self.call("set_capacity", self.capacity)
         elif event == "go_silent":
             self.silent.add(c)
+        elif event == "share":
+            share = rng.choice([None, 0.1, 0.5, 1.0, 2.0, 3.7, 10.0])
+            self.shares_set.add(share)
+            self.call("set_share", c, share)
 
     def drain(self, rounds: int = 5000):
         """No new requests; dropped clients answer promptly; time runs to each deadline."""
@@ -111,6 +118,21 @@ def test_random_sequences_keep_the_invariants_and_serve_everyone(seed, mode):
     w.drain()
     assert not w.arb.waiting
     assert len(w.r.granted) > 20  # the sequence did exercise the arbiter
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+@pytest.mark.parametrize("seed", range(12))
+def test_random_sequences_with_shares_keep_the_invariants_and_serve_everyone(seed, mode):
+    """The same with compute shares set at random: in auto mode, unequal shares take turns (Replay
+    checks that no two running holders have unequal shares, and each grant's share-scaled
+    quantum)."""
+    w = World(seed * 37 + 1000 + len(mode.value), mode, shares=True)
+    for _ in range(STEPS):
+        w.random_event()
+    w.drain()
+    assert not w.arb.waiting
+    assert len(w.r.granted) > 20
+    assert len(w.shares_set) > 3   # shares did differ
 
 
 def test_the_random_sequences_reach_every_kind_of_decision():

@@ -3,16 +3,32 @@
 Replay feeds an Arbiter one call at a time with injected time and, after each call, checks what must
 hold whatever the script: nobody granted twice or granted while holding, nobody both holding and
 waiting, drops only to running holders, PREFETCH exactly after a drop with EVICT, the quantum of the
-mode, no deadline left in the past, at most one running holder in serial mode, and in auto mode the
-running holders' footprints within the budget whenever more than one runs.
+mode (scaled by the client's compute share over the mean share of the holders and waiters), no
+deadline left in the past, at most one running holder in serial mode, and in auto mode the running
+holders' footprints within the budget whenever more than one runs, and never two running holders
+of unequal shares.
 """
+
+from fractions import Fraction
 
 import pytest
 
 from xpushare.protocol import DropReason
-from xpushare.scheduler.policy import Arbiter, Drop, Evict, Grant, Mode, Overdue
+from xpushare.scheduler.policy import Arbiter, Drop, Evict, Grant, Mode, Overdue, scaled_quantum
 
 GiB = 2**30
+
+
+def expected_quantum(arb, client):
+    """The quantum a grant to `client` must carry, worked out from the holders and waiters after
+    the call (a grant moves a client from one to the other; nobody leaves a step after a grant)."""
+    if arb.mode == Mode.OFF:
+        return 0.0
+    shares = [arb.share(c) for c in {*arb.holders, *arb.queue}]
+    if len(set(shares)) <= 1:
+        return arb.tq
+    mean = sum(map(Fraction, shares)) / len(shares)
+    return scaled_quantum(arb.tq, float(Fraction(arb.share(client)) / mean))
 
 
 class Replay:
@@ -47,7 +63,7 @@ class Replay:
             if isinstance(a, Grant):
                 assert a.client not in holding and a.client not in granted, f"double grant {a}"
                 assert a.client in waiting, f"{a.client} granted without asking"
-                assert a.quantum == (0.0 if arb.mode == Mode.OFF else arb.tq), a
+                assert a.quantum == expected_quantum(arb, a.client), a
                 assert a.prefetch == self.last_evict.pop(a.client, False), \
                     f"{a}: PREFETCH must follow exactly a drop with EVICT"
                 granted.append(a.client)
@@ -76,6 +92,9 @@ class Replay:
         if arb.mode == Mode.AUTO and arb.budget is not None and len(running) > 1:
             assert arb.footprints(running) <= arb.budget, \
                 f"running holders {running} take {arb.footprints(running)} > {arb.budget}"
+        if arb.mode == Mode.AUTO:
+            shares = {arb.share(c) for c in running}
+            assert len(shares) <= 1, f"running holders {running} of unequal shares {shares}"
 
 
 def play(r, script):

@@ -33,6 +33,14 @@ is at least the holder's base priority. A preempted client did not get its turn:
 it goes on aging from the wait it had (otherwise a busy higher-priority client could preempt it at
 every grant, and it would never age enough to keep one).
 
+Compute shares (set_share): a weight per client, DEFAULT_SHARE unless set. A share orders nothing
+(priorities keep their meaning); it splits the GPU's time among clients that take turns. In modes
+with quanta, a grant's quantum is tq * share / mean share of the GPU's holders and waiters
+(Arbiter.quantum_of, bounded by model.scaled_quantum), worked out again for the holders with a
+quantum under way when that mean changes; with equal shares every quantum is tq, as without shares.
+In AUTO, clients of unequal shares take turns even when their memory fits (strategies.py
+AutoStrategy). In OFF shares change nothing.
+
 The quantum (docs/protocol.md "The quantum") is explicit, or dynamic: QUANTA_PER_SWITCH times the
 measured switch cost, so that switching takes at most about 5% of the GPU's time. The switch cost is
 the arbiter's own measure of handoffs (DROP_LOCK to release) plus the prefetch time clients report,
@@ -58,25 +66,31 @@ has passed and g grants, an event costs:
   barrier, it ends every walk. Dropping holders to make room, and fitting them when they grow,
   read the running holders, which fit in the budget beside each other: a few (about capacity /
   CLIENT_OVERHEAD at most), as are the expired ones rearmed for aging.
-set_mode and set_tq give every holder a fresh deadline: O(h log h).
+set_mode and set_tq give every holder a fresh deadline: O(h log h). With unequal shares, an event
+that changes the contenders' mean share (request, release, disconnect, set_share) gives each of the
+k holders with a quantum under way its new deadline: O(k log h); in SERIAL k is 1, in AUTO they are
+running holders of one share. With equal shares the mean never changes: O(1).
 """
 
 from .arbiter import Arbiter
 from .median import LowerMedian
 from .model import (
-    AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, EVICT_AFTER_QUANTA, EWMA_ALPHA, MAX_SKIP,
-    PREFETCH_FLOOR_RATE, SWITCH_REPORTERS, QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS,
-    SWITCH_REPORT_MAX, TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN, Action, Client, Drop, Evict, Grant,
-    Holding, Mode, Overdue, SwitchReport, Waiting, check_tq, plausible_prefetch,
+    AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, DEFAULT_SHARE, EVICT_AFTER_QUANTA,
+    EWMA_ALPHA, MAX_SKIP, PREFETCH_FLOOR_RATE, SWITCH_REPORTERS, QUANTA_PER_SWITCH,
+    RESERVE_FRACTION, SWITCH_REASONS, SWITCH_REPORT_MAX, TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN,
+    Action, Client, Drop, Evict, Grant, Holding, Mode, Overdue, SwitchReport, Waiting, check_share,
+    check_tq, plausible_prefetch, scaled_quantum,
 )
 from .snapshot import GpuSnapshot, HolderView, WaiterView
 from .strategies import STRATEGIES, AutoStrategy, OffStrategy, SerialStrategy, Strategy
 
 __all__ = [
-    "AGING_QUANTA", "CLIENT_OVERHEAD", "DEFAULT_DYNAMIC_TQ", "EVICT_AFTER_QUANTA", "EWMA_ALPHA",
+    "AGING_QUANTA", "CLIENT_OVERHEAD", "DEFAULT_DYNAMIC_TQ", "DEFAULT_SHARE", "EVICT_AFTER_QUANTA",
+    "EWMA_ALPHA",
     "MAX_SKIP", "PREFETCH_FLOOR_RATE", "SWITCH_REPORTERS", "QUANTA_PER_SWITCH", "RESERVE_FRACTION",
     "STRATEGIES", "SWITCH_REASONS", "SWITCH_REPORT_MAX", "TQ_CEILING", "TQ_FLOOR", "TQ_MAX", "TQ_MIN",
     "Action", "Arbiter", "AutoStrategy", "Client", "Drop", "Evict", "GpuSnapshot", "Grant",
     "HolderView", "Holding", "LowerMedian", "Mode", "OffStrategy", "Overdue", "SerialStrategy",
-    "Strategy", "SwitchReport", "WaiterView", "Waiting", "check_tq", "plausible_prefetch",
+    "Strategy", "SwitchReport", "WaiterView", "Waiting", "check_share", "check_tq",
+    "plausible_prefetch", "scaled_quantum",
 ]

@@ -6,6 +6,17 @@ event rescans or sorts them: an event costs O(log n) in the waiters (O(P) in the
 wait at) plus O(k) in the clients whose state it changes, as the strategies' docstrings detail.
 The public dicts `holders` and `waiting` are those indexes' records: read them, change them only
 through events.
+
+Compute shares. Every client has a share (set_share; DEFAULT_SHARE unless set, forgotten at its
+disconnect). The clients contending for the GPU are its holders and waiters; the arbiter keeps
+their shares as running sums (an exact Fraction, so that equal shares give a ratio of exactly 1,
+and a count of each distinct share). A holder's quantum is quantum_of(client): tq times its share
+over the contenders' mean share (model.scaled_quantum, which bounds it), tq itself while all
+contenders have the same share. It is worked out at the grant, and again when the contenders'
+mean share changes (a request, release, disconnect or set_share): the holders with a quantum under
+way get the deadline start + their new quantum (O(k log h) for the k of them; nothing when the
+mean did not change, as always with equal shares). So two clients of shares 30 and 70 taking
+turns get quanta of 0.6 tq and 1.4 tq whichever of them happens to be waiting at the other's grant.
 """
 
 from __future__ import annotations
@@ -13,13 +24,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable
+from fractions import Fraction
 
 from ...protocol import DropReason
 from .model import (
-    AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, EVICT_AFTER_QUANTA, EWMA_ALPHA,
-    SWITCH_REPORTERS, QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS, TQ_CEILING, TQ_FLOOR,
-    Action, Client, Drop, Evict, Grant, Holding, Mode, Overdue, SwitchReport, Waiting, _check_bytes,
-    check_tq, plausible_prefetch,
+    AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, DEFAULT_SHARE, EVICT_AFTER_QUANTA,
+    EWMA_ALPHA, SWITCH_REPORTERS, QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS, TQ_CEILING,
+    TQ_FLOOR, Action, Client, Drop, Evict, Grant, Holding, Mode, Overdue, SwitchReport, Waiting,
+    _check_bytes, check_share, check_tq, plausible_prefetch, scaled_quantum,
 )
 from .holders import HolderIndex
 from .median import LowerMedian
@@ -48,7 +60,13 @@ class Arbiter:
         self.client_overhead = _check_bytes(client_overhead, "client overhead")
         self.strategy: Strategy = STRATEGIES[Mode(mode)]()
         self._footprints: dict[Client, int] = {}
-        self._held = HolderIndex(self._footprints)
+        self._shares: dict[Client, float] = {}      # set shares (missing: DEFAULT_SHARE)
+        self._contending: dict[float, int] = {}     # share -> holders and waiters that have it
+        self._share_sum = Fraction(0)               # the shares of the holders and waiters
+        self._share_count = 0                       # how many holders and waiters
+        self._share_mean: Fraction | None = None    # the mean the running quanta were worked from
+        self._quantum_start: dict[Client, float] = {}  # holders with a quantum under way: its start
+        self._held = HolderIndex(self._footprints, self._shares)
         self._queue = WaitQueue(self._footprints)
         self.holders: dict[Client, Holding] = self._held.records   # grant order
         self.waiting: dict[Client, Waiting] = self._queue.records  # arrival order
@@ -143,6 +161,27 @@ class Arbiter:
         """The base priority."""
         return self._priorities.get(client, 0)
 
+    def share(self, client: Client) -> float:
+        """The client's compute share (DEFAULT_SHARE unless set)."""
+        return self._shares.get(client, DEFAULT_SHARE)
+
+    def mean_share(self) -> float | None:
+        """The mean share of the clients contending for the GPU (holders and waiters); None when
+        none does."""
+        if not self._share_count:
+            return None
+        return float(self._share_sum / self._share_count)
+
+    def quantum_of(self, client: Client) -> float:
+        """The quantum a grant to `client` carries now, in a mode with quanta: tq scaled by its
+        share over the contenders' mean share (model.scaled_quantum), exactly tq while every
+        contender has the same share. O(1)."""
+        tq = self.tq
+        if len(self._contending) <= 1 or not self._share_count:
+            return tq
+        ratio = Fraction(self.share(client)) * self._share_count / self._share_sum
+        return scaled_quantum(tq, float(ratio))
+
     def effective_priority(self, client: Client, now: float) -> int:
         """A waiter's base priority plus its aging; a client not waiting has its base priority."""
         w = self.waiting.get(client)
@@ -191,11 +230,15 @@ class Arbiter:
             # this is the lock round trip's fast path; test_policy_differential checks it decides
             # as the full step does.
             next(self._arrivals)
-            return [self._grant(client, now, self.strategy.quantum(self))]
+            self._contend(client, 1)
+            self._share_mean = Fraction(1)   # one contender: its quantum is tq
+            return [self._grant(client, now, self.strategy.quantum(self, client))]
         # A preempted client did not get its turn: it goes on aging from the wait it had.
         since = now - self._preempted.pop(client, 0.0)
         self._queue.add(client, Waiting(since=since, seq=next(self._arrivals)),
                         self.priority(client))
+        self._contend(client, 1)
+        self._rescale(now)
         return self._step(now)
 
     def release(self, client: Client, now: float, report: SwitchReport | None = None) -> list[Action]:
@@ -208,6 +251,8 @@ class Arbiter:
         h = self._held.remove(client)
         if h is None:
             return []
+        self._contend(client, -1)
+        self._quantum_start.pop(client, None)
         if h.drop_sent is not None and h.drop_reason in SWITCH_REASONS:
             sample = max(0.0, now - h.drop_sent)
             self._handoffs.set(client, _ewma(self._handoffs.get(client), sample))
@@ -221,11 +266,16 @@ class Arbiter:
                 self._tq_changed()
         if not self.holders and not self.waiting:
             return []  # nothing is left for a step to decide (no holder to expire, no waiter)
+        self._rescale(now)
         return self._step(now)
 
     def disconnect(self, client: Client, now: float) -> list[Action]:
         held = self._held.remove(client) is not None
         queued = self._queue.remove(client) is not None
+        if held or queued:
+            self._contend(client, -1)
+        self._quantum_start.pop(client, None)
+        self._shares.pop(client, None)
         self._footprints.pop(client, None)
         self._priorities.pop(client, None)
         self._evicted.discard(client)
@@ -234,7 +284,10 @@ class Arbiter:
         self._prefetches.discard(client)
         self._handoffs.discard(client)
         self._tq_changed()
-        return self._step(now) if (held or queued) else []
+        if not (held or queued):
+            return []
+        self._rescale(now)
+        return self._step(now)
 
     def tick(self, now: float) -> list[Action]:
         return self._step(now)
@@ -264,6 +317,26 @@ class Arbiter:
         self._held.resize(client, self._footprints.get(client, 0), nbytes)
         self._footprints[client] = nbytes
         self._queue.resize(client)
+        return self._step(now)
+
+    def set_share(self, client: Client, share: float | None, now: float) -> list[Action]:
+        """The client's compute share: a finite number > 0, or None for DEFAULT_SHARE. Among
+        clients that take turns, a quantum is in proportion to its share (quantum_of); in AUTO a
+        waiter does not run beside a holder of another share (strategies.py AutoStrategy)."""
+        share = check_share(share)
+        old = self.share(client)
+        if share == DEFAULT_SHARE:
+            self._shares.pop(client, None)
+        else:
+            self._shares[client] = share
+        if share == old:
+            return []
+        if client in self.holders or client in self.waiting:
+            self._count_share(old, -1)
+            self._count_share(share, 1)
+            self._share_sum += Fraction(share) - Fraction(old)
+        self._held.reshare(client, old, share)
+        self._rescale(now)
         return self._step(now)
 
     def set_priority(self, client: Client, priority: int, now: float) -> list[Action]:
@@ -296,10 +369,10 @@ class Arbiter:
         """Everything a reader may know of this GPU's lock at `now` (the policy's read API)."""
         operation, why = self.strategy.describe(self, now)
         holders = tuple(HolderView(c, h.since, max(0.0, now - h.since), h.drop_sent is not None,
-                                   self.priority(c), self.rank(c))
+                                   self.priority(c), self.rank(c), share=self.share(c))
                         for c, h in self.holders.items())
         waiters = tuple(WaiterView(c, max(0.0, now - self.waiting[c].since), self.priority(c),
-                                   self.effective_priority(c, now))
+                                   self.effective_priority(c, now), share=self.share(c))
                         for c in self.order(now))
         return GpuSnapshot(
             mode=self.mode, operation=operation, why=why, holders=holders, waiters=waiters,
@@ -334,12 +407,15 @@ class Arbiter:
         self._held.add(client, Holding(since=now, seq=next(self._grants), bonus=bonus,
                                        waited=max(0.0, now - w.since) if w else 0.0,
                                        deadline=(now + quantum) if quantum else None))
+        if quantum:
+            self._quantum_start[client] = now
         return Grant(client, quantum, prefetch)
 
     def _drop(self, client: Client, now: float, reason: DropReason, evict: bool = False) -> Drop:
         h = self.holders[client]
         h.drop_sent, h.drop_reason, h.expired = now, reason, False
         self._held.draining(client)
+        self._quantum_start.pop(client, None)
         self._held.arm(client, h, now + self.tq)  # when to report it Overdue
         if reason == DropReason.PREEMPTED:
             self._preempted[client] = h.waited
@@ -348,6 +424,49 @@ class Arbiter:
         else:
             self._evicted.discard(client)
         return Drop(client, reason, evict)
+
+    def _start_quantum(self, client: Client, now: float) -> None:
+        """A fresh quantum for a running holder, from `now` (quantum_of: scaled by its share)."""
+        self._held.arm(client, self.holders[client], now + self.quantum_of(client))
+        self._quantum_start[client] = now
+
+    def _contend(self, client: Client, delta: int) -> None:
+        """The client joins (+1) or leaves (-1) the holders and waiters: the running sums."""
+        share = self.share(client)
+        self._count_share(share, delta)
+        self._share_sum += delta * Fraction(share)
+        self._share_count += delta
+
+    def _count_share(self, share: float, delta: int) -> None:
+        n = self._contending.get(share, 0) + delta
+        if n:
+            self._contending[share] = n
+        else:
+            del self._contending[share]
+
+    def _rescale(self, now: float) -> None:
+        """The contenders may have changed: when their mean share did, the holders with a quantum
+        under way get the deadline its start plus their new quantum_of (one whose new quantum is
+        already over expires at once, as at its deadline). O(1) when the mean is unchanged, which
+        it always is while every contender has the same share."""
+        mean = Fraction(1) if len(self._contending) <= 1 else self._share_sum / self._share_count
+        if mean == self._share_mean:
+            return
+        self._share_mean = mean
+        if self.mode == Mode.OFF:   # no quanta
+            return
+        for client, start in list(self._quantum_start.items()):
+            h = self.holders.get(client)
+            if h is None or h.drop_sent is not None or h.expired or h.deadline is None:
+                del self._quantum_start[client]   # no quantum under way any more
+                continue
+            deadline = start + self.quantum_of(client)
+            if deadline <= now:   # its new quantum is over: it expires as at its deadline
+                self._held.arm(client, h, None)
+                self._held.set_expired(client, h, True)
+                del self._quantum_start[client]
+            elif deadline != h.deadline:
+                self._held.arm(client, h, deadline)
 
     def _arm(self, client: Client, deadline: float | None) -> None:
         """Set a holder's deadline (strategies set deadlines only through this)."""
@@ -360,18 +479,24 @@ class Arbiter:
         """Holders whose deadline passed, from the deadline heap (O(d log h), d of them): draining
         ones silent too long are reported Overdue, then evicted; the others' quantum expired."""
         actions: list[Action] = []
+        evicted = False
         for client, h in self._held.due(now):
             if h.drop_sent is None:
                 self._held.arm(client, h, None)
                 self._held.set_expired(client, h, True)
+                self._quantum_start.pop(client, None)
                 continue
             evict_at = h.drop_sent + EVICT_AFTER_QUANTA * self.tq
             if now >= evict_at:
                 self._held.remove(client)
+                self._contend(client, -1)
                 actions.append(Evict(client, now - h.drop_sent))
+                evicted = True
             else:
                 self._held.arm(client, h, evict_at)
                 actions.append(Overdue(client, now - h.drop_sent))
+        if evicted:
+            self._rescale(now)   # the contenders' mean share may have changed
         return actions
 
     def _rearm_expired(self, head: Client | None, now: float) -> None:

@@ -6,6 +6,9 @@
   change state, so a step never filters all holders for them.
 - The footprints of all holders and of the live ones are running sums (raw bytes; the arbiter
   adds its per-client overhead), kept as holders come, drain, go and change footprint.
+- `live_shares` counts the live holders of each compute share (share -> how many), kept as holders
+  come, drain, go and change share, so that AUTO admission knows at once whether a waiter's share
+  differs from a running holder's.
 - Deadlines sit in a heap with lazy deletion: an entry counts while its holder still holds with
   that deadline. next_deadline() and due() cost O(log h) per entry, amortised (the heap is rebuilt
   when it holds more than twice its holders).
@@ -19,20 +22,23 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from .model import Client, Holding
+from .model import DEFAULT_SHARE, Client, Holding
 
 
 class HolderIndex:
-    """The holders; `footprints` is the arbiter's dict of footprints (client -> bytes)."""
+    """The holders; `footprints` and `shares` are the arbiter's dicts of footprints (client ->
+    bytes) and compute shares (client -> share, missing = DEFAULT_SHARE)."""
 
-    def __init__(self, footprints: dict[Client, int]):
+    def __init__(self, footprints: dict[Client, int], shares: dict[Client, float] | None = None):
         self.records: dict[Client, Holding] = {}
         self.live: dict[Client, None] = {}
         self.expired: dict[Client, None] = {}
         self.rearmed: dict[Client, None] = {}
         self.footprint_all = 0     # raw bytes of every holder
         self.footprint_live = 0    # raw bytes of the live ones
+        self.live_shares: dict[float, int] = {}
         self._footprints = footprints
+        self._shares = {} if shares is None else shares
         self._timers: list[tuple[float, int, Client, Holding]] = []
         self._ties = itertools.count()   # heap entries never compare clients
 
@@ -43,6 +49,7 @@ class HolderIndex:
         fp = self._footprints.get(client, 0)
         self.footprint_all += fp
         self.footprint_live += fp
+        self._count_share(self._shares.get(client, DEFAULT_SHARE), 1)
         self.arm(client, h, h.deadline)
 
     def remove(self, client: Client) -> Holding | None:
@@ -53,6 +60,7 @@ class HolderIndex:
             if client in self.live:
                 del self.live[client]
                 self.footprint_live -= fp
+                self._count_share(self._shares.get(client, DEFAULT_SHARE), -1)
             self.expired.pop(client, None)
             self.rearmed.pop(client, None)
         return h
@@ -62,8 +70,22 @@ class HolderIndex:
         if client in self.live:
             del self.live[client]
             self.footprint_live -= self._footprints.get(client, 0)
+            self._count_share(self._shares.get(client, DEFAULT_SHARE), -1)
         self.expired.pop(client, None)
         self.rearmed.pop(client, None)
+
+    def reshare(self, client: Client, old: float, new: float) -> None:
+        """The client's compute share is changing from `old` to `new`."""
+        if client in self.live and old != new:
+            self._count_share(old, -1)
+            self._count_share(new, 1)
+
+    def _count_share(self, share: float, delta: int) -> None:
+        n = self.live_shares.get(share, 0) + delta
+        if n:
+            self.live_shares[share] = n
+        else:
+            del self.live_shares[share]
 
     def resize(self, client: Client, old: int, new: int) -> None:
         """The client's footprint is changing from `old` to `new` raw bytes."""

@@ -38,6 +38,7 @@ AGING_QUANTA = 2          # a waiter's priority rises by one for every this many
 CLIENT_OVERHEAD = 768 * 2**20  # bytes a client's CUDA context takes beyond its footprint
                                # (measured context sizes: docs/benchmarks.md, "Measured facts")
 RESERVE_FRACTION = 0.05   # default memory kept free in AUTO admission, a share of the capacity
+DEFAULT_SHARE = 1.0       # a client's compute share (weight) unless one is set
 
 # Drops whose handoff time is a context switch (an ADMIN drop is a mode change, not a switch).
 SWITCH_REASONS = frozenset({DropReason.QUANTUM, DropReason.PREEMPTED, DropReason.MEMORY})
@@ -53,6 +54,32 @@ def check_tq(tq: float) -> float:
         raise ValueError(f"invalid quantum {tq!r}: it must lie between {TQ_MIN:g} and {TQ_MAX:.0f} "
                          "seconds (it is sent in milliseconds as a 32-bit number)")
     return value
+
+
+def check_share(share: float | None) -> float:
+    """A compute share as a float (None: DEFAULT_SHARE); ValueError unless it is a finite number
+    greater than 0."""
+    if share is None:
+        return DEFAULT_SHARE
+    if isinstance(share, bool) or not isinstance(share, (int, float)):
+        raise ValueError(f"invalid share {share!r}: a number greater than 0 is required")
+    value = float(share)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"invalid share {share!r}: a finite number greater than 0 is required")
+    return value
+
+
+def scaled_quantum(tq: float, ratio: float) -> float:
+    """The quantum of a client whose share is `ratio` times the mean share of the clients
+    contending with it: tq * ratio, kept within [min(TQ_FLOOR, tq), max(TQ_CEILING, tq)].
+
+    Scaling never makes a quantum shorter than TQ_FLOOR (switching would eat the GPU) nor longer
+    than TQ_CEILING (the others would wait too long), unless tq itself already lies beyond that
+    bound; then tq is the bound. So a ratio of 1 gives tq exactly, and time splits in proportion
+    to the shares as long as no quantum meets a bound."""
+    if ratio == 1.0:
+        return tq
+    return min(max(tq * ratio, min(TQ_FLOOR, tq)), max(TQ_CEILING, tq))
 
 
 def _check_bytes(value: int, what: str) -> int:

@@ -2,13 +2,22 @@
 
 Status, logs and metrics read the policy only through these frozen views, so the arbiter's records
 (Holding, Waiting) stay its own and can change shape without touching their readers.
+
+Each holder and waiter view has `share`, the client's compute share (DEFAULT_SHARE unless set). It
+is given as a keyword and kept as an attribute, not a dataclass field: the views list, compare and
+print the fields they had before shares existed, so a view of a client with the default share reads
+as it always did.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 
-from .model import Client, Mode
+from .model import DEFAULT_SHARE, Client, Mode
+
+
+def _keep_share(view, share: float) -> None:
+    object.__setattr__(view, "share", float(share))
 
 
 @dataclass(frozen=True)
@@ -19,6 +28,10 @@ class HolderView:
     dropping: bool          # told to drop, not released yet (draining)
     priority: int           # base priority
     rank: int               # priority against preemption (base plus the aging it had at the grant)
+    share: InitVar[float] = DEFAULT_SHARE  # compute share (an attribute, not a field)
+
+    def __post_init__(self, share: float) -> None:
+        _keep_share(self, share)
 
 
 @dataclass(frozen=True)
@@ -27,6 +40,10 @@ class WaiterView:
     waited: float           # seconds, at the snapshot
     priority: int           # base priority
     effective_priority: int  # base plus aging: what orders the waiters
+    share: InitVar[float] = DEFAULT_SHARE  # compute share (an attribute, not a field)
+
+    def __post_init__(self, share: float) -> None:
+        _keep_share(self, share)
 
 
 @dataclass(frozen=True)

@@ -54,24 +54,29 @@ class Strategy:
         return []
 
     def retune(self, arb: Arbiter, now: float) -> list[Action]:
-        """The quantum was set: a fresh quantum of the new length, counted from the change. A holder
-        that has already had its quantum (expired) or is draining keeps that state."""
+        """The quantum was set: a fresh quantum of the new length (scaled by the holder's share,
+        Arbiter.quantum_of), counted from the change. A holder that has already had its quantum
+        (expired) or is draining keeps that state."""
         for client, h in arb.holders.items():
             if h.drop_sent is None and not h.expired:
-                arb._arm(client, now + arb.tq)
+                arb._start_quantum(client, now)
         return []
 
     def describe(self, arb: Arbiter, now: float) -> tuple[str, str]:
         """(operation, why) for Arbiter.describe."""
         raise NotImplementedError
 
-    def quantum(self, arb: Arbiter) -> float:
-        """The quantum this mode grants with (0: none)."""
-        return arb.tq
+    def quantum(self, arb: Arbiter, client: Client) -> float:
+        """The quantum this mode grants `client` with (0: none): tq scaled by the client's share
+        over the contenders' mean share (Arbiter.quantum_of)."""
+        return arb.quantum_of(client)
 
 
 class SerialStrategy(Strategy):
-    """One holder at a time, for a quantum of `arb.tq` seconds, waiters in priority order.
+    """One holder at a time, for a quantum of `arb.tq` seconds scaled by its compute share
+    (Arbiter.quantum_of: tq * share / mean share of the holders and waiters), waiters in priority
+    order. Shares order nothing: with unequal shares the clients taking turns get GPU time in
+    proportion to them.
 
     The next waiter preempts the holder at once when its base priority is higher than the holder's
     rank. At expiry the holder is asked to drop (reason QUANTUM) if the next waiter's effective
@@ -100,7 +105,7 @@ class SerialStrategy(Strategy):
                     continue
                 actions.append(arb._drop(client, now, reason, self._evict(arb, client, head)))
         if not arb.holders and head is not None:
-            actions.append(arb._grant(head, now, self.quantum(arb)))
+            actions.append(arb._grant(head, now, self.quantum(arb, head)))
         arb._rearm_expired(head, now)
         return actions
 
@@ -119,8 +124,8 @@ class SerialStrategy(Strategy):
                 arb._arm(client, now + arb.tq)
             elif kept is None:
                 kept = client
-                arb._arm(client, now + arb.tq)
                 arb._set_expired(client, False)
+                arb._start_quantum(client, now)
             else:
                 evict = self._evict(arb, client, kept)
                 actions.append(arb._drop(client, now, DropReason.ADMIN, evict))
@@ -136,18 +141,34 @@ class SerialStrategy(Strategy):
 class AutoStrategy(Strategy):
     """Memory-aware: run together the waiters that fit, serialise the others.
 
+    Compute shares. Clients running together do not split the GPU's time by any weight (the
+    hardware shares out its SMs as it likes), so clients of unequal shares take turns, even when
+    their memory fits together: a waiter is not granted beside a running (non-draining) holder whose
+    share differs from its own, and waits as a waiter that does not fit would, served by the
+    quantum. Clients of equal shares run together as they always did. Each grant's quantum is
+    scaled by the client's share (Arbiter.quantum_of), so that turns split the time in proportion
+    to the shares; priorities keep their meaning (a share orders nobody).
+
     Each step, in order:
     1. Draining holders silent too long are reported Overdue, then evicted.
     2. Growth: when the non-draining holders no longer fit in the budget, the lowest-ranked (then
        newest) are dropped (MEMORY, EVICT) until the rest fit; the highest-ranked, oldest holder is
-       always kept.
+       always kept. Then, should the running holders have unequal shares (a share was set, or the
+       mode changed), those whose share differs from the highest-ranked, oldest one's are dropped
+       (ADMIN, no EVICT: they fit).
     3. Admission: waiters in priority order are granted while they fit beside the holders (draining
-       ones included) and those granted before them. A waiter that does not fit is blocked; each
-       later waiter granted past it counts a skip, and once it has MAX_SKIP skips, or holders were
-       dropped to make room for it, nobody behind it is granted until it has run. Nor is a waiter
-       granted past a blocked one that could preempt it. With no holder at all, the first waiter is
-       granted even when it does not fit (it runs alone).
-    4. Making room for the first blocked waiter: holders whose quantum expired and whose base
+       ones included) and those granted before them, and have the share of the running holders and
+       of those granted before them. A waiter that does not fit is blocked; each later waiter
+       granted past it counts a skip, and once it has MAX_SKIP skips, or holders were dropped to
+       make room for it, nobody behind it is granted until it has run. A waiter blocked by its
+       share is at once such a barrier (later waiters of the holders' share would prolong their
+       run). Nor is a waiter granted past a blocked one that could preempt it. With no holder at
+       all, the first waiter is granted even when it does not fit (it runs alone).
+    4. Making room for the first blocked waiter. When running holders have another share than it:
+       all of those must go, and they are dropped once every one of them may be (its quantum
+       expired and the waiter's effective priority reaches its base priority: QUANTUM; or ranked
+       below the waiter's base priority: PREEMPTED), with EVICT only when the waiter does not fit
+       beside the running holders. Otherwise: holders whose quantum expired and whose base
        priority its effective priority reaches (QUANTUM, oldest grant first), then holders ranked
        below its base priority (PREEMPTED, lowest rank then newest first), are dropped with EVICT,
        as few as make it fit once they (and holders already draining) are gone. When even all of
@@ -155,15 +176,18 @@ class AutoStrategy(Strategy):
     5. Expired holders not dropped get no timer, unless the first blocked waiter waits for aging
        to reach their priority: then they are looked at again a quantum later.
 
-    Cost: step 1 from the deadline heap, O(d log h); steps 2 and 4 from running sums, reading the
-    running holders only when they must drop some; step 3 as _admit says; step 5 reads the expired
-    holders only while a waiter is blocked (else only those that still have a timer).
+    Cost: step 1 from the deadline heap, O(d log h); steps 2 and 4 from running sums (the running
+    holders' distinct shares are counted as they change: HolderIndex.live_shares), reading the
+    running holders only when they must drop some or a waiter of another share waits; step 3 as
+    _admit says (a waiter blocked by its share ends the walk); step 5 reads the expired holders
+    only while a waiter is blocked (else only those that still have a timer).
     """
     mode = Mode.AUTO
 
     def step(self, arb, now):
         actions = arb._expire(now)
         actions += self._fit_holders(arb, now)
+        actions += self._split_shares(arb, now)
         grants, head = self._admit(arb, now)
         actions += grants
         if head is not None:
@@ -189,6 +213,17 @@ class AutoStrategy(Strategy):
         return actions
 
     @staticmethod
+    def _split_shares(arb: Arbiter, now: float) -> list[Action]:
+        """Running holders of unequal shares (after set_share or a change of mode): keep those of
+        the highest-ranked, oldest holder's share, drop the others (ADMIN)."""
+        if len(arb._held.live_shares) <= 1:
+            return []
+        live = arb._held.live
+        keep = max(live, key=lambda c: (arb.rank(c), -arb.holders[c].seq))
+        share = arb.share(keep)
+        return [arb._drop(c, now, DropReason.ADMIN) for c in list(live) if arb.share(c) != share]
+
+    @staticmethod
     def _admit(arb: Arbiter, now: float) -> tuple[list[Action], Client | None]:
         """Admission (step 3): the grants, and the first blocked waiter (None if none is left).
 
@@ -206,6 +241,9 @@ class AutoStrategy(Strategy):
         blocked: list[tuple[Client, int]] = []   # (waiter, grants before it was blocked)
         max_base: int | None = None              # the highest base priority blocked
         stopped, tops = None, None
+        # The one share the running holders (and those granted here) have; None: nobody runs.
+        live_shares = arb._held.live_shares
+        running = next(iter(live_shares)) if len(live_shares) == 1 else None
         for neg_eff, _, client in arb._ordered(now):
             holding = held or bool(granted)
             if max_base is not None and max_base > -neg_eff:
@@ -216,26 +254,31 @@ class AutoStrategy(Strategy):
                 if not _room_for_any(arb, now, budget - used, max_base, tops):
                     stopped = client
                     break
-            need = arb.footprint(client)
-            if not holding or budget is None or used + need <= budget:
+            need, share = arb.footprint(client), arb.share(client)
+            other_share = running is not None and share != running
+            if not holding or (not other_share and (budget is None or used + need <= budget)):
                 granted.append(client)
                 arb._queue.hide(client)
                 used += need
+                running = share
                 continue
             blocked.append((client, len(granted)))
             base = arb.priority(client)
             max_base = base if max_base is None else max(max_base, base)
             w = arb.waiting[client]
-            if w.reserved or w.skips >= MAX_SKIP:   # a barrier: nobody behind it is granted
-                break
+            if other_share or w.reserved or w.skips >= MAX_SKIP:   # a barrier: nobody behind it
+                break                                              # is granted
         for client, before in blocked:
             arb.waiting[client].skips += len(granted) - before
         head = blocked[0][0] if blocked else stopped
-        return [arb._grant(c, now, arb.strategy.quantum(arb)) for c in granted], head
+        return [arb._grant(c, now, arb.strategy.quantum(arb, c)) for c in granted], head
 
     @staticmethod
     def _make_room(arb: Arbiter, head: Client, now: float) -> list[Action]:
-        budget = arb.budget
+        budget, share = arb.budget, arb.share(head)
+        live_shares = arb._held.live_shares
+        if live_shares and (len(live_shares) > 1 or share not in live_shares):
+            return AutoStrategy._take_turns(arb, head, now)
         if budget is None:
             return []
         need, live = arb.footprint(head), arb._held.live
@@ -256,12 +299,34 @@ class AutoStrategy(Strategy):
                 return [arb._drop(c, now, r, evict=True) for c, r in plan]
         return []
 
+    @staticmethod
+    def _take_turns(arb: Arbiter, head: Client, now: float) -> list[Action]:
+        """Step 4 for a waiter whose share differs from running holders': all of those are dropped
+        once each of them may be, or none is."""
+        share, budget = arb.share(head), arb.budget
+        eff, base = arb.effective_priority(head, now), arb.priority(head)
+        plan = []
+        for client in arb._held.live:
+            if arb.share(client) == share:
+                continue
+            if arb.holders[client].expired and eff >= arb.priority(client):
+                plan.append((client, DropReason.QUANTUM))
+            elif base > arb.rank(client):
+                plan.append((client, DropReason.PREEMPTED))
+            else:
+                return []   # one of them still has its turn: nobody drops yet
+        evict = budget is not None and arb._live_used() + arb.footprint(head) > budget
+        arb.waiting[head].reserved = True
+        return [arb._drop(c, now, r, evict) for c, r in plan]
+
     def enter(self, arb, now):
         # Holders keep running. Those granted without a quantum (mode off) get one from now, and
         # draining ones a deadline to be reported overdue or evicted.
         for client, h in arb.holders.items():
-            if h.deadline is None and (h.drop_sent is not None or not h.expired):
+            if h.deadline is None and h.drop_sent is not None:
                 arb._arm(client, now + arb.tq)
+            elif h.deadline is None and not h.expired:
+                arb._start_quantum(client, now)
         return []
 
     def describe(self, arb, now):
@@ -269,6 +334,9 @@ class AutoStrategy(Strategy):
         if not arb.holders:
             return "idle", "auto mode: nobody holds the GPU"
         if budget is None:
+            if arb.waiting and self._other_share(arb, arb._head(now)):
+                return _operation(arb), ("auto mode: capacity unknown; clients of unequal shares "
+                                         "take turns, the others run at once")
             return _operation(arb), "auto mode: capacity unknown, every request runs at once"
         live = len(arb._held.live)
         if live > 1:
@@ -279,21 +347,33 @@ class AutoStrategy(Strategy):
             why = f"auto mode: one client runs; it fits ({_gib(used)} of {_gib(budget)})"
         if arb.waiting:
             head = arb._head(now)
-            why += (f"; {len(arb.waiting)} waiting: the next needs {_gib(arb.footprint(head))}, "
-                    f"which does not fit in the {_gib(max(0, budget - used))} left")
+            why += f"; {len(arb.waiting)} waiting: the next " + (
+                f"has share {arb.share(head):g}, unlike the running clients: they take turns"
+                if self._other_share(arb, head) else
+                f"needs {_gib(arb.footprint(head))}, which does not fit in the "
+                f"{_gib(max(0, budget - used))} left")
         return _operation(arb), why
+
+
+    @staticmethod
+    def _other_share(arb: Arbiter, client: Client) -> bool:
+        """Whether a running holder has another share than `client`."""
+        live_shares = arb._held.live_shares
+        return bool(live_shares) and (len(live_shares) > 1 or arb.share(client) not in live_shares)
 
 
 class OffStrategy(Strategy):
     """Everyone runs at once: every request is granted immediately with no quantum.
 
-    Priorities and footprints are ignored; draining holders are never evicted. Cost: O(g) for the
-    g waiters granted (only a change of mode leaves any), and holders have no deadlines.
+    Priorities, footprints and compute shares are ignored (with no quanta there is no time to split
+    here: holding a client to its share of the GPU in this mode is the library gate's business);
+    draining holders are never evicted. Cost: O(g) for the g waiters granted (only a change of
+    mode leaves any), and holders have no deadlines.
     """
     mode = Mode.OFF
 
     def step(self, arb, now):
-        return [arb._grant(c, now, self.quantum(arb)) for c in list(arb.waiting)]
+        return [arb._grant(c, now, 0.0) for c in list(arb.waiting)]
 
     def enter(self, arb, now):
         for client in arb.holders:
@@ -305,7 +385,7 @@ class OffStrategy(Strategy):
     def retune(self, arb, now):
         return []
 
-    def quantum(self, arb):
+    def quantum(self, arb, client):
         return 0.0
 
     def describe(self, arb, now):
