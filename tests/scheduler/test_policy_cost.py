@@ -81,9 +81,10 @@ class Scene:
         arb.tick(self.now)
         # Every client has a prefetch average, as n clients' reports would leave them (the
         # product's median of them, policy/median.py; the reference kept one average).
-        if hasattr(arb, "_prefetches"):
+        if hasattr(arb, "_costs"):
             for i in range(n + 1):
-                arb._prefetches.set(f"c{i}", 0.01 * (i % 97))
+                arb._costs.prefetches.set(f"c{i}", 0.01 * (i % 97))
+            arb._costs.changed()
 
     def event(self, op, *args, **kw):
         return _work(lambda: (getattr(self.arb, op)(*args, self.now, **kw),
@@ -119,7 +120,8 @@ class Scene:
             report = None
             if kind == "release_report":  # a grant with PREFETCH, whose prefetch counts
                 report = POLICY.SwitchReport(prefetch=0.01 * (i + 1))
-                getattr(arb, "_prefetching", set()).add(c)
+                if hasattr(arb, "_costs"):
+                    arb._costs.prefetching.add(c)
             work = self.event("release", c, report=report)
             arb.request(c, self.now)
             return work

@@ -136,7 +136,7 @@ def _alone_with_prefetch(report: float) -> Arbiter:
 
 def test_a_report_for_a_grant_without_prefetch_is_not_a_sample():
     arb = rotate({"A": 0.4, "B": 0.3}, rounds=1)   # A and B release grants without PREFETCH
-    assert arb.prefetch_cost is None and len(arb._prefetches) == 0
+    assert arb.prefetch_cost is None and len(arb._costs.prefetches) == 0
     arb = Arbiter(Mode.SERIAL, None)
     arb.request("A", 0.0)
     arb.release("A", 1.0, report=SwitchReport(prefetch=0.5))
@@ -157,7 +157,7 @@ def test_each_client_keeps_one_average_however_often_it_reports():
     """Many reports from one client move only its own average: with two others honest, the
     median stays theirs."""
     arb = rotate({"A": 0.2, "B": 0.3, "C": HUGE}, rounds=12)
-    assert len(arb._prefetches) == 3
+    assert len(arb._costs.prefetches) == 3
     assert arb.prefetch_cost == pytest.approx(0.3)
 
 

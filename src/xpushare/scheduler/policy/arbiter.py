@@ -7,16 +7,7 @@ wait at) plus O(k) in the clients whose state it changes, as the strategies' doc
 The public dicts `holders` and `waiting` are those indexes' records: read them, change them only
 through events.
 
-Compute shares. Every client has a share (set_share; DEFAULT_SHARE unless set, forgotten at its
-disconnect). The clients contending for the GPU are its holders and waiters; the arbiter keeps
-their shares as running sums (an exact Fraction, so that equal shares give a ratio of exactly 1,
-and a count of each distinct share). A holder's quantum is quantum_of(client): tq times its share
-over the contenders' mean share (model.scaled_quantum, which bounds it), tq itself while all
-contenders have the same share. It is worked out at the grant, and again when the contenders'
-mean share changes (a request, release, disconnect or set_share): the holders with a quantum under
-way get the deadline start + their new quantum (O(k log h) for the k of them; nothing when the
-mean did not change, as always with equal shares). So two clients of shares 30 and 70 taking
-turns get quanta of 0.6 tq and 1.4 tq whichever of them happens to be waiting at the other's grant.
+Compute shares and the quanta they scale are kept in a ShareBook (shares.py).
 """
 
 from __future__ import annotations
@@ -24,24 +15,18 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable
-from fractions import Fraction
 
 from ...protocol import DropReason
 from .model import (
-    AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, DEFAULT_SHARE, EVICT_AFTER_QUANTA,
-    EWMA_ALPHA, SWITCH_REPORTERS, QUANTA_PER_SWITCH, RESERVE_FRACTION, SWITCH_REASONS, TQ_CEILING,
-    TQ_FLOOR, Action, Client, Drop, Evict, Grant, Holding, Mode, Overdue, SwitchReport, Waiting,
-    _check_bytes, check_share, check_tq, plausible_prefetch, scaled_quantum,
+    AGING_QUANTA, CLIENT_OVERHEAD, EVICT_AFTER_QUANTA, RESERVE_FRACTION, Action, Client, Drop, Evict,
+    Grant, Holding, Mode, Overdue, SwitchReport, Waiting, _check_bytes, check_share,
 )
 from .holders import HolderIndex
-from .median import LowerMedian
 from .queue import WaitQueue
+from .shares import ShareBook
+from .switchcost import SwitchCosts
 from .snapshot import GpuSnapshot, HolderView, WaiterView
 from .strategies import STRATEGIES, Strategy
-
-
-def _ewma(average: float | None, sample: float) -> float:
-    return sample if average is None else EWMA_ALPHA * sample + (1 - EWMA_ALPHA) * average
 
 
 class Arbiter:
@@ -54,31 +39,22 @@ class Arbiter:
 
     def __init__(self, mode: Mode = Mode.AUTO, tq: float | None = None, capacity: int = 0,
                  reserve: int | None = None, client_overhead: int = CLIENT_OVERHEAD):
-        self._tq_explicit = None if tq is None else check_tq(tq)
+        self._costs = SwitchCosts(tq)
         self.capacity = _check_bytes(capacity, "capacity")
         self.reserve_explicit = None if reserve is None else _check_bytes(reserve, "reserve")
         self.client_overhead = _check_bytes(client_overhead, "client overhead")
         self.strategy: Strategy = STRATEGIES[Mode(mode)]()
         self._footprints: dict[Client, int] = {}
-        self._shares: dict[Client, float] = {}      # set shares (missing: DEFAULT_SHARE)
-        self._contending: dict[float, int] = {}     # share -> holders and waiters that have it
-        self._share_sum = Fraction(0)               # the shares of the holders and waiters
-        self._share_count = 0                       # how many holders and waiters
-        self._share_mean: Fraction | None = None    # the mean the running quanta were worked from
-        self._quantum_start: dict[Client, float] = {}  # holders with a quantum under way: its start
-        self._held = HolderIndex(self._footprints, self._shares)
+        self._shares = ShareBook()
+        self._held = HolderIndex(self._footprints, self._shares.shares)
         self._queue = WaitQueue(self._footprints)
         self.holders: dict[Client, Holding] = self._held.records   # grant order
         self.waiting: dict[Client, Waiting] = self._queue.records  # arrival order
         self._priorities: dict[Client, int] = {}
         self._evicted: set[Client] = set()         # last drop carried EVICT: grant with PREFETCH
         self._preempted: dict[Client, float] = {}  # wait a preempted client resumes at its request
-        self._handoffs = LowerMedian()             # each client's average DROP_LOCK -> RELEASED
-        self._prefetching: set[Client] = set()     # holders granted with PREFETCH
-        self._prefetches = LowerMedian()           # each client's average bulk prefetch, seconds
         self._arrivals = itertools.count()
         self._grants = itertools.count()
-        self._tq: float | None = None              # tq's value, None: to be worked out
 
     # -- settings and measurements -------------------------------------------------------------
     @property
@@ -88,50 +64,27 @@ class Arbiter:
     @property
     def tq_explicit(self) -> float | None:
         """The quantum set explicitly, or None for the dynamic quantum."""
-        return self._tq_explicit
+        return self._costs.explicit
 
     @property
     def prefetch_cost(self) -> float | None:
-        """The prefetch time a switch adds (seconds): the lower median of the clients' averages,
-        once SWITCH_REPORTERS clients have one; None before."""
-        if len(self._prefetches) < SWITCH_REPORTERS:
-            return None
-        return self._prefetches.median()
+        """The prefetch time a switch adds (seconds; switchcost.py), None before it is known."""
+        return self._costs.prefetch_cost
 
     @property
     def handoff_cost(self) -> float | None:
-        """The handoff time a switch takes (seconds), from DROP_LOCK sent to LOCK_RELEASED: the
-        lower median of the clients' averages (the scheduler measures it: one client's counts)."""
-        return self._handoffs.median()
+        """The handoff time a switch takes, DROP_LOCK sent to LOCK_RELEASED (seconds)."""
+        return self._costs.handoff_cost
 
     @property
     def switch_cost(self) -> float | None:
         """Average measured cost of a switch (seconds), None before any was measured."""
-        prefetch, handoff = self.prefetch_cost, self.handoff_cost
-        if handoff is None and prefetch is None:
-            return None
-        return (handoff or 0.0) + (prefetch or 0.0)
+        return self._costs.switch_cost
 
     @property
     def tq(self) -> float:
-        """The effective quantum: the explicit one, else the dynamic one. Read several times per
-        event, it is worked out again only after what it depends on changed (_tq_changed)."""
-        tq = self._tq
-        if tq is None:
-            tq = self._tq = self._work_out_tq()
-        return tq
-
-    def _work_out_tq(self) -> float:
-        if self._tq_explicit is not None:
-            return self._tq_explicit
-        cost = self.switch_cost
-        if cost is None:
-            return DEFAULT_DYNAMIC_TQ
-        return min(TQ_CEILING, max(TQ_FLOOR, QUANTA_PER_SWITCH * cost))
-
-    def _tq_changed(self) -> None:
-        """The explicit quantum or a switch measurement changed: tq is worked out anew."""
-        self._tq = None
+        """The effective quantum: the explicit one, else the dynamic one (switchcost.py)."""
+        return self._costs.tq
 
     @property
     def reserve(self) -> int:
@@ -163,24 +116,19 @@ class Arbiter:
 
     def share(self, client: Client) -> float:
         """The client's compute share (DEFAULT_SHARE unless set)."""
-        return self._shares.get(client, DEFAULT_SHARE)
+        return self._shares.share(client)
 
     def mean_share(self) -> float | None:
         """The mean share of the clients contending for the GPU (holders and waiters); None when
         none does."""
-        if not self._share_count:
-            return None
-        return float(self._share_sum / self._share_count)
+        mean = self._shares.mean()
+        return None if mean is None else float(mean)
 
     def quantum_of(self, client: Client) -> float:
         """The quantum a grant to `client` carries now, in a mode with quanta: tq scaled by its
         share over the contenders' mean share (model.scaled_quantum), exactly tq while every
-        contender has the same share. O(1)."""
-        tq = self.tq
-        if len(self._contending) <= 1 or not self._share_count:
-            return tq
-        ratio = Fraction(self.share(client)) * self._share_count / self._share_sum
-        return scaled_quantum(tq, float(ratio))
+        contender has the same share."""
+        return self._shares.quantum(self.tq, client)
 
     def effective_priority(self, client: Client, now: float) -> int:
         """A waiter's base priority plus its aging; a client not waiting has its base priority."""
@@ -230,15 +178,15 @@ class Arbiter:
             # this is the lock round trip's fast path; test_policy_differential checks it decides
             # as the full step does.
             next(self._arrivals)
-            self._contend(client, 1)
-            self._share_mean = Fraction(1)   # one contender: its quantum is tq
+            self._shares.contend(client, 1)
+            self._shares.lone()
             return [self._grant(client, now, self.strategy.quantum(self, client))]
         # A preempted client did not get its turn: it goes on aging from the wait it had.
         since = now - self._preempted.pop(client, 0.0)
         self._queue.add(client, Waiting(since=since, seq=next(self._arrivals)),
                         self.priority(client))
-        self._contend(client, 1)
-        self._rescale(now)
+        self._shares.contend(client, 1)
+        self._shares.rescale(self, now)
         return self._step(now)
 
     def release(self, client: Client, now: float, report: SwitchReport | None = None) -> list[Action]:
@@ -251,42 +199,28 @@ class Arbiter:
         h = self._held.remove(client)
         if h is None:
             return []
-        self._contend(client, -1)
-        self._quantum_start.pop(client, None)
-        if h.drop_sent is not None and h.drop_reason in SWITCH_REASONS:
-            sample = max(0.0, now - h.drop_sent)
-            self._handoffs.set(client, _ewma(self._handoffs.get(client), sample))
-            self._tq_changed()
-        if client in self._prefetching:
-            self._prefetching.discard(client)
-            sample = plausible_prefetch(report.prefetch if report else 0.0,
-                                        self._footprints.get(client, 0))
-            if sample > 0:
-                self._prefetches.set(client, _ewma(self._prefetches.get(client), sample))
-                self._tq_changed()
+        self._shares.contend(client, -1)
+        self._shares.quantum_start.pop(client, None)
+        self._costs.released(client, h, report, self._footprints.get(client, 0), now)
         if not self.holders and not self.waiting:
             return []  # nothing is left for a step to decide (no holder to expire, no waiter)
-        self._rescale(now)
+        self._shares.rescale(self, now)
         return self._step(now)
 
     def disconnect(self, client: Client, now: float) -> list[Action]:
         held = self._held.remove(client) is not None
         queued = self._queue.remove(client) is not None
         if held or queued:
-            self._contend(client, -1)
-        self._quantum_start.pop(client, None)
-        self._shares.pop(client, None)
+            self._shares.contend(client, -1)
+        self._shares.forget(client)
         self._footprints.pop(client, None)
         self._priorities.pop(client, None)
         self._evicted.discard(client)
         self._preempted.pop(client, None)
-        self._prefetching.discard(client)
-        self._prefetches.discard(client)
-        self._handoffs.discard(client)
-        self._tq_changed()
+        self._costs.forget(client)
         if not (held or queued):
             return []
-        self._rescale(now)
+        self._shares.rescale(self, now)
         return self._step(now)
 
     def tick(self, now: float) -> list[Action]:
@@ -302,8 +236,7 @@ class Arbiter:
     def set_tq(self, tq: float | None, now: float) -> list[Action]:
         """An explicit quantum, or None for the dynamic one; either way holders get a fresh
         quantum."""
-        self._tq_explicit = None if tq is None else check_tq(tq)
-        self._tq_changed()
+        self._costs.set_explicit(tq)
         return self.strategy.retune(self, now) + self._step(now)
 
     def set_capacity(self, nbytes: int, now: float) -> list[Action]:
@@ -324,19 +257,11 @@ class Arbiter:
         clients that take turns, a quantum is in proportion to its share (quantum_of); in AUTO a
         waiter does not run beside a holder of another share (strategies.py AutoStrategy)."""
         share = check_share(share)
-        old = self.share(client)
-        if share == DEFAULT_SHARE:
-            self._shares.pop(client, None)
-        else:
-            self._shares[client] = share
+        old = self._shares.set(client, share, client in self.holders or client in self.waiting)
         if share == old:
             return []
-        if client in self.holders or client in self.waiting:
-            self._count_share(old, -1)
-            self._count_share(share, 1)
-            self._share_sum += Fraction(share) - Fraction(old)
         self._held.reshare(client, old, share)
-        self._rescale(now)
+        self._shares.rescale(self, now)
         return self._step(now)
 
     def set_priority(self, client: Client, priority: int, now: float) -> list[Action]:
@@ -378,7 +303,7 @@ class Arbiter:
             mode=self.mode, operation=operation, why=why, holders=holders, waiters=waiters,
             queue=tuple(self.waiting), capacity=self.capacity, budget=self.budget,
             used=self._used(), tq=self.tq,
-            tq_source="explicit" if self._tq_explicit is not None else "dynamic",
+            tq_source="explicit" if self.tq_explicit is not None else "dynamic",
             switch_cost=self.switch_cost, next_deadline=self.next_deadline())
 
     def describe(self, now: float) -> dict:
@@ -400,22 +325,19 @@ class Arbiter:
         w = self._queue.remove(client)
         prefetch = client in self._evicted
         self._evicted.discard(client)
-        if prefetch:
-            self._prefetching.add(client)
-        else:
-            self._prefetching.discard(client)
+        self._costs.granted(client, prefetch)
         self._held.add(client, Holding(since=now, seq=next(self._grants), bonus=bonus,
                                        waited=max(0.0, now - w.since) if w else 0.0,
                                        deadline=(now + quantum) if quantum else None))
         if quantum:
-            self._quantum_start[client] = now
+            self._shares.quantum_start[client] = now
         return Grant(client, quantum, prefetch)
 
     def _drop(self, client: Client, now: float, reason: DropReason, evict: bool = False) -> Drop:
         h = self.holders[client]
         h.drop_sent, h.drop_reason, h.expired = now, reason, False
         self._held.draining(client)
-        self._quantum_start.pop(client, None)
+        self._shares.quantum_start.pop(client, None)
         self._held.arm(client, h, now + self.tq)  # when to report it Overdue
         if reason == DropReason.PREEMPTED:
             self._preempted[client] = h.waited
@@ -428,45 +350,7 @@ class Arbiter:
     def _start_quantum(self, client: Client, now: float) -> None:
         """A fresh quantum for a running holder, from `now` (quantum_of: scaled by its share)."""
         self._held.arm(client, self.holders[client], now + self.quantum_of(client))
-        self._quantum_start[client] = now
-
-    def _contend(self, client: Client, delta: int) -> None:
-        """The client joins (+1) or leaves (-1) the holders and waiters: the running sums."""
-        share = self.share(client)
-        self._count_share(share, delta)
-        self._share_sum += delta * Fraction(share)
-        self._share_count += delta
-
-    def _count_share(self, share: float, delta: int) -> None:
-        n = self._contending.get(share, 0) + delta
-        if n:
-            self._contending[share] = n
-        else:
-            del self._contending[share]
-
-    def _rescale(self, now: float) -> None:
-        """The contenders may have changed: when their mean share did, the holders with a quantum
-        under way get the deadline its start plus their new quantum_of (one whose new quantum is
-        already over expires at once, as at its deadline). O(1) when the mean is unchanged, which
-        it always is while every contender has the same share."""
-        mean = Fraction(1) if len(self._contending) <= 1 else self._share_sum / self._share_count
-        if mean == self._share_mean:
-            return
-        self._share_mean = mean
-        if self.mode == Mode.OFF:   # no quanta
-            return
-        for client, start in list(self._quantum_start.items()):
-            h = self.holders.get(client)
-            if h is None or h.drop_sent is not None or h.expired or h.deadline is None:
-                del self._quantum_start[client]   # no quantum under way any more
-                continue
-            deadline = start + self.quantum_of(client)
-            if deadline <= now:   # its new quantum is over: it expires as at its deadline
-                self._held.arm(client, h, None)
-                self._held.set_expired(client, h, True)
-                del self._quantum_start[client]
-            elif deadline != h.deadline:
-                self._held.arm(client, h, deadline)
+        self._shares.quantum_start[client] = now
 
     def _arm(self, client: Client, deadline: float | None) -> None:
         """Set a holder's deadline (strategies set deadlines only through this)."""
@@ -484,19 +368,19 @@ class Arbiter:
             if h.drop_sent is None:
                 self._held.arm(client, h, None)
                 self._held.set_expired(client, h, True)
-                self._quantum_start.pop(client, None)
+                self._shares.quantum_start.pop(client, None)
                 continue
             evict_at = h.drop_sent + EVICT_AFTER_QUANTA * self.tq
             if now >= evict_at:
                 self._held.remove(client)
-                self._contend(client, -1)
+                self._shares.contend(client, -1)
                 actions.append(Evict(client, now - h.drop_sent))
                 evicted = True
             else:
                 self._held.arm(client, h, evict_at)
                 actions.append(Overdue(client, now - h.drop_sent))
         if evicted:
-            self._rescale(now)   # the contenders' mean share may have changed
+            self._shares.rescale(self, now)   # the contenders' mean share may have changed
         return actions
 
     def _rearm_expired(self, head: Client | None, now: float) -> None:
