@@ -113,6 +113,9 @@ nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
         fresh->ctx = ctx;
         fresh->dev = d;
         atomic_init(&fresh->ckpt_interval, nvs_ckpt_initial());
+        /* its first stream launch begins a busy span (gate.c) */
+        atomic_init(&fresh->busy_idle, nvs_busy_measured());
+        fresh->after_idle = 1;
         pthread_mutex_init(&fresh->ring_mu, NULL);
         pthread_mutex_lock(&nvs_g.mu);
         for (rec = nvs_g.ctxs; rec; rec = rec->next)

@@ -206,6 +206,10 @@ typedef struct nvs_dev {
     nvs_ctxrec *pf_rec;   /* the context whose stream and events it used */
     uint64_t pf_issue_ns; /* when it was issued */
     uint32_t prefetch_us; /* measured prefetch of the current grant (LOCK_RELEASED) */
+    /* GPU busy time of the process's own work on the device (gate.c), ns, cumulative; what was
+     * last reported in BUSY_UPDATE and when (client thread). */
+    _Atomic uint64_t busy_ns;
+    uint64_t busy_sent, busy_sent_ns;
 } nvs_dev;
 
 struct nvs_ctxrec {
@@ -222,6 +226,15 @@ struct nvs_ctxrec {
     int head, count;
     CUevent spare;   /* the last checkpoint retired (ring_mu): the start of the next span */
     int spare_valid; /* it completed, and nothing (a drain, an error) came between */
+    /* Busy time (gate.c, "Busy time"). busy_idle: an idle point passed and no stream launch
+     * since; the next one records a start event first (read on the hot path, relaxed). The
+     * rest: ring_mu. */
+    _Atomic int busy_idle;
+    int after_idle;                /* an idle point since the newest checkpoint was recorded */
+    int start_open;                /* start_ev recorded since then */
+    CUevent start_ev;
+    CUevent ring_start[NVS_RING];  /* the start event a checkpoint's span begins at */
+    unsigned char ring_from[NVS_RING]; /* NVS_SPAN_*: where a checkpoint's busy span begins */
     /* Fast context switches (client thread): our own non-blocking stream, created lazily with the
      * context current, and the events that time an overlapped prefetch. */
     CUstream own_stream;
@@ -235,6 +248,7 @@ typedef struct nvs_global {
     nvs_ctxrec *ctxs;
     int ungated;       /* no scheduler and not required: every device may run */
     int client_state;  /* NVS_CLIENT_* */
+    uint32_t sched_features; /* the WELCOME's NVS_FEATURE_* (client thread) */
 } nvs_global;
 
 enum {
@@ -267,6 +281,16 @@ void nvs_devices_reset_after_fork(void) NVS_HIDDEN;
 int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread) NVS_HIDDEN; /* 1 = pass through */
 void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread) NVS_HIDDEN;
 uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
+/* Busy time: a start event before the first stream launch after an idle point (the hot path
+ * calls it when rec->busy_idle is set); the synchronisation hooks around the driver's own;
+ * the client thread's periodic retirement of completed checkpoints (context switched inside). */
+int nvs_busy_measured(void) NVS_HIDDEN; /* timed checkpoints are on: busy time is measured */
+void nvs_busy_start(nvs_ctxrec *rec, CUstream s, int per_thread) NVS_HIDDEN;
+/* Before a synchronisation (stream, or NVS_NOSTREAM: the context): the current context's
+ * record, with a checkpoint ending its open busy span; NULL when busy time is not measured. */
+nvs_ctxrec *nvs_busy_sync_begin(CUstream s, int per_thread) NVS_HIDDEN;
+void nvs_busy_after_sync(nvs_ctxrec *rec) NVS_HIDDEN;
+void nvs_busy_poll(nvs_dev *d) NVS_HIDDEN;
 /* The most launches between checkpoints (NVSHARE_MAX_INFLIGHT / NVS_RING), 0 = off. */
 extern unsigned nvs_ckpt_interval NVS_HIDDEN;
 unsigned nvs_ckpt_initial(void) NVS_HIDDEN; /* a new context record's ckpt_interval */

@@ -39,11 +39,12 @@ def test_busy_is_monotonic_and_cut_to_the_wall_time():
     assert abs(st.busy - (2.0 + 2.2 + metrics.BUSY_SLACK_S + 0.5)) < 1e-9
 
 
-def test_a_first_report_is_cut_to_the_time_since_attach():
+def test_a_first_report_is_cut_to_the_time_since_attach_without_a_warning():
     conn, gpu = _conn(), object()
     metrics.attached(conn, gpu, 50.0)
-    assert metrics.busy(conn, gpu, 10**12, 51.0) == 1000.0             # a reconnect's total
-    assert conn.locks[gpu].busy <= 1.0 * metrics.BUSY_SLACK + metrics.BUSY_SLACK_S
+    assert metrics.busy(conn, gpu, 10**12, 51.0) is None               # a reconnect's total
+    st = conn.locks[gpu]
+    assert st.busy == 1.0 * metrics.BUSY_SLACK + metrics.BUSY_SLACK_S and st.busy_clamps == 0
 
 
 def test_busy_in_status_and_metrics_and_gone_with_the_client(metrics_scheduler):  # noqa: F811

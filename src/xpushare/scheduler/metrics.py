@@ -97,18 +97,23 @@ def attached(conn, gpu, now: float) -> None:
 def busy(conn, gpu, busy_ns: int, now: float) -> float | None:
     """BUSY_UPDATE (cumulative ns). Credits the increase over the last report, at most the wall
     time since it (BUSY_SLACK); a value below the last is ignored, so the counter never goes back.
-    Returns None, or the seconds claimed when the report was cut (the caller logs it)."""
+    Returns None, or the seconds claimed when the report was cut (the caller logs it). A first
+    report is cut silently: the total is the process's since it started, and a client that
+    reconnects (a scheduler restart) brings what it measured before this connection."""
     stats = lock_stats(conn, gpu)
     if stats.busy_at is None:
         stats.busy_at = now
     if busy_ns <= stats.busy_ns:
         return None
+    first = stats.busy_ns == 0
     claimed = (busy_ns - stats.busy_ns) / 1e9
     allowed = max(0.0, now - stats.busy_at) * BUSY_SLACK + BUSY_SLACK_S
     stats.busy_ns = busy_ns
     stats.busy_at = now
     if claimed > allowed:
         stats.busy += allowed
+        if first:
+            return None
         stats.busy_clamps += 1
         return claimed
     stats.busy += claimed
