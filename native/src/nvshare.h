@@ -284,7 +284,14 @@ uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
 /* Busy time: a start event before the first stream launch after an idle point (the hot path
  * calls it when rec->busy_idle is set); the synchronisation hooks around the driver's own;
  * the client thread's periodic retirement of completed checkpoints (context switched inside). */
-int nvs_busy_measured(void) NVS_HIDDEN; /* timed checkpoints are on: busy time is measured */
+/* busy.c. Busy time is measured iff timed checkpoints are on. ring_mu held for the three after:
+ * an idle point; a checkpoint recorded in a ring slot (where its span begins); one retired
+ * (prev_ms: the span from the previous checkpoint, < 0 when none). */
+int nvs_busy_measured(void) NVS_HIDDEN;
+void nvs_busy_mark_idle(nvs_ctxrec *rec) NVS_HIDDEN;
+void nvs_busy_tag(nvs_ctxrec *rec, int slot) NVS_HIDDEN;
+void nvs_busy_retired(nvs_ctxrec *rec, int h, float prev_ms) NVS_HIDDEN;
+void nvs_retire_done(nvs_ctxrec *rec) NVS_HIDDEN; /* gate.c, ring_mu held: completed ones */
 void nvs_busy_start(nvs_ctxrec *rec, CUstream s, int per_thread) NVS_HIDDEN;
 /* Before a synchronisation (stream, or NVS_NOSTREAM: the context): the current context's
  * record, with a checkpoint ending its open busy span; NULL when busy time is not measured. */

@@ -24,10 +24,8 @@
 
 #define MEM_UPDATE_PERIOD (100 * NVS_MS)
 #define REAP_PERIOD (100 * NVS_MS)
-#define BUSY_PERIOD (1000 * NVS_MS)
 
 static uint64_t next_reap_ns; /* client thread */
-static uint64_t next_busy_ns; /* client thread */
 
 /* ------------------------------------------------------------------ per-device state */
 /* nvs_g.mu held. Forget what belonged to the previous connection (lock, drain, prefetch, what the
@@ -253,38 +251,6 @@ static void put_mem_update(nvs_dev *d, uint64_t now)
               (unsigned long long)m.managed_bytes, (unsigned long long)m.other_bytes);
 }
 
-static int busy_wanted(void)
-{
-    return (nvs_g.sched_features & NVS_FEATURE_BUSY) && nvs_busy_measured();
-}
-
-static void put_busy(nvs_dev *d, uint64_t now)
-{
-    struct nvs_busy b = {(uint32_t)d->ordinal, 0, atomic_load(&d->busy_ns)};
-    nvs_outbox_put(&out, NVS_BUSY_UPDATE, &b, sizeof(b));
-    d->busy_sent = b.busy_ns;
-    d->busy_sent_ns = now;
-    NVS_TRACE("busy update device %d: %.3f ms", d->ordinal, (double)b.busy_ns / 1e6);
-}
-
-/* nvs_g.mu held. BUSY_UPDATE when the busy time grew and the last one is a period old. */
-static void put_busy_if_due(nvs_dev *d, uint64_t now)
-{
-    if (busy_wanted() && atomic_load(&d->busy_ns) != d->busy_sent &&
-        now >= d->busy_sent_ns + BUSY_PERIOD)
-        put_busy(d, now);
-}
-
-/* Client thread, without nvs_g.mu: retire the finished checkpoints of devices in use, about once
- * a second (their driver calls stay outside the mutex). */
-static void poll_busy(uint64_t now)
-{
-    if (!busy_wanted() || now < next_busy_ns) return;
-    next_busy_ns = now + BUSY_PERIOD;
-    for (nvs_dev *d = nvs_g.dev; d < nvs_g.dev + NVS_MAX_DEVICES; d++)
-        if (d->info_ready && d->ctxs) nvs_busy_poll(d);
-}
-
 /* nvs_g.mu held. REQ_LOCK for a waiter (always after a MEM_UPDATE), else a due MEM_UPDATE. */
 static void put_request_or_footprint(nvs_dev *d, uint64_t now)
 {
@@ -339,7 +305,7 @@ static int collect(uint64_t now, round_plan *pl)
     NVS_FOR_EACH_DEV(d) {
         if (!d->attach_sent) put_attach(d);
         put_request_or_footprint(d, now);
-        put_busy_if_due(d, now);
+        nvs_busy_put_if_due(&out, d, now);
         if (d->lock_state == NVS_LOCK_HELD) plan_held(d, now, pl);
     }
     pthread_mutex_unlock(&nvs_g.mu);
@@ -376,7 +342,7 @@ static int run_drain(nvs_dev *d)
     if (nvs_g.client_state == NVS_CLIENT_READY && d->lock_state == NVS_LOCK_HELD) {
         struct nvs_released r = {(uint32_t)d->ordinal, (uint32_t)d->drain_reason,
                                  nvs_us32(drain_ns), nvs_us32(evict_ns), d->prefetch_us, 0};
-        if (busy_wanted()) put_busy(d, nvs_now_ns()); /* the drain retired this hold's spans */
+        if (nvs_busy_wanted()) nvs_busy_put(&out, d, nvs_now_ns()); /* this hold's spans */
         nvs_outbox_put(&out, NVS_LOCK_RELEASED, &r, sizeof(r));
         NVS_DEBUG("release device %d (%s): drain %u us, evict %u us, prefetch %u us", d->ordinal,
                   r.reason == NVS_RELEASE_IDLE ? "idle" : "dropped", r.drain_us, r.evict_us,
@@ -403,7 +369,7 @@ int nvs_session_work(uint64_t now)
 {
     reap_deferred_frees(now);
     if (!nvs_tx_connected()) return 0;
-    poll_busy(now);
+    nvs_busy_round(now);
     round_plan pl;
     pl.nd = pl.np = pl.no = 0;
     out.len = 0;
@@ -426,12 +392,7 @@ void nvs_session_deadlines(uint64_t now, uint64_t *t)
             }
             if (atomic_load(&d->mem_dirty))
                 nvs_deadline_min(t, now, d->mem_sent_ns + MEM_UPDATE_PERIOD);
-            /* busy time: retired and reported while the device is held or has news */
-            if (busy_wanted() && d->ctxs &&
-                (d->lock_state == NVS_LOCK_HELD || atomic_load(&d->busy_ns) != d->busy_sent)) {
-                nvs_deadline_min(t, now, next_busy_ns);
-                nvs_deadline_min(t, now, d->busy_sent_ns + BUSY_PERIOD);
-            }
+            nvs_busy_deadline(d, now, t);
         }
     }
     if (nvs_alloc_pending())
