@@ -219,6 +219,9 @@ struct nvs_ctxrec {
      * to NVSHARE_DRAIN_TARGET_MS by the checkpoints; UINT_MAX when they are off). The hot path
      * reads it (relaxed); only a change is written. */
     _Atomic unsigned ckpt_interval;
+    /* Busy time (busy.c): an idle point passed and no stream launch since; the next one records a
+     * start event first. Read on the hot path (relaxed), beside ckpt_interval: the same line. */
+    _Atomic int busy_idle;
     nvs_ctxrec *next;     /* all records */
     nvs_ctxrec *dev_next; /* records of the same device */
     pthread_mutex_t ring_mu;
@@ -226,10 +229,7 @@ struct nvs_ctxrec {
     int head, count;
     CUevent spare;   /* the last checkpoint retired (ring_mu): the start of the next span */
     int spare_valid; /* it completed, and nothing (a drain, an error) came between */
-    /* Busy time (gate.c, "Busy time"). busy_idle: an idle point passed and no stream launch
-     * since; the next one records a start event first (read on the hot path, relaxed). The
-     * rest: ring_mu. */
-    _Atomic int busy_idle;
+    /* Busy time (busy.c), ring_mu: */
     int after_idle;                /* an idle point since the newest checkpoint was recorded */
     int start_open;                /* start_ev recorded since then */
     CUevent start_ev;
