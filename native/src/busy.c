@@ -213,9 +213,10 @@ void nvs_busy_round(uint64_t now)
 
 void nvs_busy_deadline(nvs_dev *d, uint64_t now, uint64_t *t)
 {
-    if (nvs_busy_wanted() && d->ctxs &&
-        (d->lock_state == NVS_LOCK_HELD || atomic_load(&d->busy_ns) != d->busy_sent)) {
-        nvs_deadline_min(t, now, next_poll_ns);
+    if (!nvs_busy_wanted() || !d->ctxs) return;
+    /* held: its checkpoints may finish at any time; unsent: the report is due a period after the
+     * last (never a deadline already past that nothing would move: the thread would spin) */
+    if (d->lock_state == NVS_LOCK_HELD) nvs_deadline_min(t, now, next_poll_ns);
+    if (atomic_load(&d->busy_ns) != d->busy_sent)
         nvs_deadline_min(t, now, d->busy_sent_ns + BUSY_PERIOD);
-    }
 }

@@ -208,8 +208,11 @@ void nvs_devices_reset_after_fork(void)
         d->evict = d->prefetch_pending = d->pf_outstanding = 0;
         d->pf_rec = NULL;
         d->prefetch_us = 0;
+        atomic_store(&d->busy_ns, 0); /* the child's own GPU time, from now */
+        d->busy_sent = d->busy_sent_ns = 0;
     }
     nvs_g.ctxs = NULL;
+    nvs_g.sched_features = 0;
     nvs_g.ungated = 0;
     nvs_g.client_state = NVS_CLIENT_NONE;
     nvs_tls_ctx = NULL;

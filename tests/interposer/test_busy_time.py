@@ -39,17 +39,31 @@ def _busy_s(sched, pid: int) -> float:
     return c["gpus"][0]["gpu_busy_seconds"] if c else 0.0
 
 
-def _run(world, kernel_us: int, steps) -> tuple[float, float]:
+def _cpu_s(pid: int) -> float:
+    """User and system CPU time of a process so far, seconds."""
+    import os
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _run(world, kernel_us: int, steps, hold: bool = False) -> tuple[float, float]:
+    """hold: the program keeps the lock when idle (no idle release): its busy time must come in
+    the periodic reports, and its client thread must not spin meanwhile."""
     sched = world.scheduler(mode="serial", tq=30)
-    app = world.app("init", "ctx", "0", *steps, "pause",
-                    env={"MOCK_CUDA_KERNEL_US": kernel_us, "MOCK_CUDA_LOG": None})
+    env = {"MOCK_CUDA_KERNEL_US": kernel_us, "MOCK_CUDA_LOG": None}
+    if hold:
+        env["NVSHARE_IDLE_RELEASE_MS"] = 0
+    app = world.app("init", "ctx", "0", *steps, "pause", env=env)
     app.paused(timeout=60)
     ref = _reference_s(app)
     assert ref > 0.1, app.lines
     # reported while the lock is still held: at most about a second after the work
     poll(lambda: _busy_s(sched, app.pid) >= ref * (1 - TOLERANCE), 10, 0.05,
          what=f"busy time to reach {ref:.3f} s")
+    cpu = _cpu_s(app.pid)
     time.sleep(1.5)  # and it does not keep growing past it
+    # holding the lock with nothing to do, the client thread wakes about once a second: no spin
+    assert _cpu_s(app.pid) - cpu < 0.3
     busy = _busy_s(sched, app.pid)
     app.resume()
     assert app.finish(30) == 0
@@ -66,13 +80,13 @@ def test_bursts_with_idle_gaps_count_only_the_bursts(world, stream):
 
 
 def test_back_to_back_saturating_work(world):
-    busy, ref = _run(world, 2000, ["launch", "300", "ctxsync"])
+    busy, ref = _run(world, 2000, ["launch", "300", "ctxsync"], hold=True)
     assert busy == pytest.approx(ref, rel=TOLERANCE), (busy, ref)
 
 
 def test_many_tiny_kernels(world):
     busy, ref = _run(world, 20, ["launch", "10000", "ctxsync", "sleep", "200",
-                                 "launch", "10000", "ctxsync"])
+                                 "launch", "10000", "ctxsync"], hold=True)
     assert busy == pytest.approx(ref, rel=TOLERANCE), (busy, ref)
 
 
