@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from xpushare.protocol import FEATURE_BUSY, MessageType
+
 from .harness import poll
 
 TOLERANCE = 0.05
@@ -91,9 +93,46 @@ def test_many_tiny_kernels(world):
 
 
 def test_no_busy_updates_to_a_scheduler_that_does_not_offer_them(world, recorder):
-    from xpushare.protocol import MessageType
     app = world.app("init", "ctx", "0", "launch", "50", "ctxsync", "sleep", "1500",
                     env={"MOCK_CUDA_KERNEL_US": 1000})
     assert app.finish(30) == 0
-    assert recorder.messages(MessageType.LOCK_RELEASED) or True
+    assert recorder.messages(MessageType.REQ_LOCK)
     assert not recorder.messages(MessageType.BUSY_UPDATE)
+
+
+def test_a_release_is_preceded_by_the_busy_time_of_its_hold(world, recorder):
+    recorder.welcome_features = FEATURE_BUSY
+    app = world.app("init", "ctx", "0", "launch", "100", "ctxsync", "pause",
+                    env={"MOCK_CUDA_KERNEL_US": 1000, "NVSHARE_IDLE_RELEASE_MS": 0})
+    app.paused(timeout=30)
+    recorder.wait_count(MessageType.REQ_LOCK, 1)
+    recorder.drop(0)
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1)
+    sent = [r for r in recorder.messages(MessageType.BUSY_UPDATE, MessageType.LOCK_RELEASED)]
+    i = next(k for k, r in enumerate(sent) if r.type == MessageType.LOCK_RELEASED)
+    assert i > 0 and sent[i - 1].type == MessageType.BUSY_UPDATE, [r.type for r in sent]
+    assert sent[i - 1].msg.busy_ns / 1e9 == pytest.approx(0.1, rel=TOLERANCE)
+    busy = [r.msg.busy_ns for r in sent if r.type == MessageType.BUSY_UPDATE]
+    assert busy == sorted(busy)
+    app.resume()
+    assert app.finish(30) == 0
+
+
+def test_work_that_is_never_synchronised_is_counted_while_the_lock_is_held(world, recorder):
+    """No synchronisation, no release: the client thread retires the finished checkpoints about
+    once a second and reports them; only the work after the last checkpoint waits for an idle
+    point (at most one checkpoint interval)."""
+    recorder.welcome_features = FEATURE_BUSY
+    app = world.app("init", "ctx", "0", "launch", "400", "pause",
+                    env={"MOCK_CUDA_KERNEL_US": 2000, "NVSHARE_IDLE_RELEASE_MS": 0,
+                         "MOCK_CUDA_LOG": None})
+    app.paused(timeout=30)
+
+    def reported():
+        msgs = recorder.messages(MessageType.BUSY_UPDATE)
+        return msgs[-1].msg.busy_ns / 1e9 if msgs else 0.0
+    poll(lambda: reported() >= 0.8 * 0.8, 10, 0.05, what="busy time of unsynchronised work")
+    assert reported() <= 0.8 * (1 + TOLERANCE)
+    assert not recorder.messages(MessageType.LOCK_RELEASED)
+    app.resume()
+    assert app.finish(30) == 0
