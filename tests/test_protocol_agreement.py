@@ -31,6 +31,7 @@ STRUCTS = {  # C struct -> (Python field list, Python size)
     "nvs_drop": (P.DropLock.FIELDS, P.DropLock.SIZE),
     "nvs_released": (P.Released.FIELDS, P.Released.SIZE),
     "nvs_mem_update": (P.MemUpdate.FIELDS, P.MemUpdate.SIZE),
+    "nvs_busy": (P.BusyUpdate.FIELDS, P.BusyUpdate.SIZE),
 }
 OPTIONAL_MACROS = {  # compared when the header defines them
     "NVS_HELLO_REQUIRE_SCHEDULER": P.HELLO_REQUIRE_SCHEDULER,
@@ -38,6 +39,9 @@ OPTIONAL_MACROS = {  # compared when the header defines them
     "NVS_DROP_ADMIN": P.DropReason.ADMIN, "NVS_DROP_MEMORY": P.DropReason.MEMORY,
     "NVS_GRANT_PREFETCH": P.GRANT_PREFETCH, "NVS_DROP_EVICT": P.DROP_EVICT,
     "NVS_RELEASE_DROPPED": P.ReleaseReason.DROPPED, "NVS_RELEASE_IDLE": P.ReleaseReason.IDLE,
+}
+REQUIRED_MACROS = {  # the header must define these
+    "NVS_FEATURE_BUSY": P.FEATURE_BUSY,
 }
 
 
@@ -58,6 +62,8 @@ def _program() -> str:
     lines.append('printf("}, \\"macros\\": {");')
     lines.append('printf("\\"MAGIC\\": %lu, \\"VERSION\\": %d, \\"MAX_PAYLOAD\\": %d", '
                  '(unsigned long)NVS_MAGIC, (int)NVS_VERSION, (int)NVS_MAX_PAYLOAD);')
+    for name in REQUIRED_MACROS:
+        lines.append(f'printf(", \\"{name}\\": %lu", (unsigned long){name});')
     for name in OPTIONAL_MACROS:
         lines.append(f'#ifdef {name}\nprintf(", \\"{name}\\": %lu", (unsigned long){name});\n#endif')
     lines += ['printf("}}\\n");', "return 0; }"]
@@ -95,6 +101,8 @@ def test_message_types_agree(c_side):
 def test_constants_agree(c_side):
     m = c_side["macros"]
     assert (m["MAGIC"], m["VERSION"], m["MAX_PAYLOAD"]) == (P.MAGIC, P.VERSION, P.MAX_PAYLOAD)
+    for name, value in REQUIRED_MACROS.items():
+        assert m[name] == int(value), name
     for name, value in OPTIONAL_MACROS.items():
         if name in m:
             assert m[name] == int(value), name
@@ -105,5 +113,5 @@ def test_documented_sizes():
     assert {s: size for s, (_, size) in STRUCTS.items()} == {
         "nvs_header": 12, "nvs_hello": 520, "nvs_welcome": 16, "nvs_attach": 168,
         "nvs_attached": 16, "nvs_device": 8, "nvs_grant": 16, "nvs_drop": 16, "nvs_released": 24,
-        "nvs_mem_update": 24}
+        "nvs_mem_update": 24, "nvs_busy": 16}
     assert P.MAGIC.to_bytes(4, "little") == b"NVSH"

@@ -58,4 +58,11 @@ int nvs_session_work(uint64_t now) NVS_HIDDEN;
 /* nvs_g.mu held. Lowers *t (ns from now) to the session's next timed work. */
 void nvs_session_deadlines(uint64_t now, uint64_t *t) NVS_HIDDEN;
 
+/* ---------------------------------------------------------------- busy.c (reporting) */
+int nvs_busy_wanted(void) NVS_HIDDEN; /* the scheduler takes BUSY_UPDATE and it is measured */
+void nvs_busy_put(nvs_outbox *o, nvs_dev *d, uint64_t now) NVS_HIDDEN;        /* always */
+void nvs_busy_put_if_due(nvs_outbox *o, nvs_dev *d, uint64_t now) NVS_HIDDEN; /* grew, 1 s */
+void nvs_busy_round(uint64_t now) NVS_HIDDEN; /* retire finished checkpoints about once a second */
+void nvs_busy_deadline(nvs_dev *d, uint64_t now, uint64_t *t) NVS_HIDDEN; /* nvs_g.mu held */
+
 #endif /* NVSHARE_CLIENT_H */

@@ -114,6 +114,9 @@ nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
         fresh->ctx = ctx;
         fresh->dev = d;
         atomic_init(&fresh->ckpt_interval, nvs_ckpt_initial());
+        /* its first stream launch begins a busy span (gate.c) */
+        atomic_init(&fresh->busy_idle, nvs_busy_measured());
+        fresh->after_idle = 1;
         pthread_mutex_init(&fresh->ring_mu, NULL);
         pthread_mutex_lock(&nvs_g.mu);
         for (rec = nvs_g.ctxs; rec; rec = rec->next)
@@ -228,8 +231,11 @@ void nvs_devices_reset_after_fork(void)
         d->evict = d->prefetch_pending = d->pf_outstanding = 0;
         d->pf_rec = NULL;
         d->prefetch_us = 0;
+        atomic_store(&d->busy_ns, 0); /* the child's own GPU time, from now */
+        d->busy_sent = d->busy_sent_ns = 0;
     }
     nvs_g.ctxs = NULL;
+    nvs_g.sched_features = 0;
     nvs_g.ungated = 0;
     nvs_g.client_state = NVS_CLIENT_NONE;
     nvs_tls_ctx = NULL;

@@ -4,6 +4,8 @@
  * For every exported variant <sym> there is a hidden nvs_w_<sym> and an exported alias <sym>
  * (so that our own table holds our addresses, whatever else a process defines).
  *   GATE entries:   nvs_gate_begin (fast path) -> real variant -> nvs_gate_end.
+ *   SYNC entries:   nvs_busy_sync_begin -> real variant -> nvs_busy_after_sync on success (the
+ *                   application waited for the GPU: an idle point of busy time, gate.c).
  *   CUSTOM entries: nvs_h_<name>(index of the variant, per_thread, args...), written by hand in
  *                   alloc.c, free.c, capture.c, dispatch.c; the index lets them call the same
  *                   real variant.
@@ -25,6 +27,19 @@
         }                                                                                      \
         CUresult r_ = real_ args;                                                              \
         nvs_gate_end(&g_, r_, s_, pt);                                                         \
+        return r_;                                                                             \
+    }                                                                                          \
+    NVS_EXPORT_ALIAS(name##sfx, nvs_w_##name##sfx)
+
+#define NVS_WRAP_SYNC(sfx, pt, name, params, args, stream)                                     \
+    CUresult nvs_w_##name##sfx params                                                          \
+    {                                                                                          \
+        nvs_ensure_init();                                                                     \
+        nvs_ctxrec *rec_ = nvs_busy_sync_begin((stream), pt);                                  \
+        nvs_fn_##name real_ = NVS_REAL(name, NVS_IDX_##name##sfx);                             \
+        if (NVS_UNLIKELY(!real_)) return nvs_missing(NVS_IDX_##name##sfx);                     \
+        CUresult r_ = real_ args;                                                              \
+        if (rec_ && r_ == CUDA_SUCCESS) nvs_busy_after_sync(rec_);                             \
         return r_;                                                                             \
     }                                                                                          \
     NVS_EXPORT_ALIAS(name##sfx, nvs_w_##name##sfx)

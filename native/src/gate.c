@@ -86,11 +86,14 @@ static void adapt_interval(nvs_ctxrec *rec, float ms)
  * it becomes the spare, and the old spare's event object takes its slot for a later record. */
 static void retire_oldest(nvs_ctxrec *rec, CUresult q)
 {
-    CUevent ev = rec->ring[rec->head];
+    int h = rec->head;
+    CUevent ev = rec->ring[h];
     if (q == CUDA_SUCCESS && timed_checkpoints()) {
         float ms = 0;
-        if (rec->spare_valid && nvs_drv.cuEventElapsedTime(&ms, rec->spare, ev) == CUDA_SUCCESS)
-            adapt_interval(rec, ms);
+        int span = rec->spare_valid &&
+                   nvs_drv.cuEventElapsedTime(&ms, rec->spare, ev) == CUDA_SUCCESS;
+        if (span) adapt_interval(rec, ms);
+        nvs_busy_retired(rec, h, span ? ms : -1);
         rec->ring[rec->head] = rec->spare;
         rec->spare = ev;
         rec->spare_valid = 1;
@@ -99,6 +102,16 @@ static void retire_oldest(nvs_ctxrec *rec, CUresult q)
     }
     rec->head = (rec->head + 1) % NVS_RING;
     rec->count--;
+}
+
+/* ring_mu held. Retire the checkpoints that completed, oldest first. */
+void nvs_retire_done(nvs_ctxrec *rec)
+{
+    while (rec->count > 0) {
+        CUresult q = nvs_drv.cuEventQuery(rec->ring[rec->head]);
+        if (q == CUDA_ERROR_NOT_READY) break;
+        retire_oldest(rec, q);
+    }
 }
 
 /* COLD (every rec->ckpt_interval stream calls of a thread). In-flight bound without whole-context
@@ -117,11 +130,7 @@ NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread)
     if (!quiet && nvs_stream_capturing(s, 0)) return;
     pthread_mutex_lock(&rec->ring_mu);
     CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
-    while (rec->count > 0) {
-        CUresult q = nvs_drv.cuEventQuery(rec->ring[rec->head]);
-        if (q == CUDA_ERROR_NOT_READY) break;
-        retire_oldest(rec, q);
-    }
+    nvs_retire_done(rec);
     if (rec->count == NVS_RING) {
         uint64_t t0 = nvs_now_ns();
         retire_oldest(rec, nvs_drv.cuEventSynchronize(rec->ring[rec->head]));
@@ -134,7 +143,10 @@ NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread)
                                                                     : CU_EVENT_DISABLE_TIMING) !=
             CUDA_SUCCESS)
         rec->ring[slot] = NULL;
-    if (rec->ring[slot] && nvs_drv.cuEventRecord(rec->ring[slot], s) == CUDA_SUCCESS) rec->count++;
+    if (rec->ring[slot] && nvs_drv.cuEventRecord(rec->ring[slot], s) == CUDA_SUCCESS) {
+        nvs_busy_tag(rec, slot);
+        rec->count++;
+    }
     nvs_relaxed_end(old);
     pthread_mutex_unlock(&rec->ring_mu);
     if (quiet) nvs_nocap_leave();
@@ -160,23 +172,23 @@ static int wait_checkpoints(nvs_ctxrec *rec)
     pthread_mutex_lock(&rec->ring_mu);
     int n = rec->count;
     CUstreamCaptureMode old = nvs_relaxed_begin();
-    for (int k = 0; k < n; k++) nvs_drv.cuEventSynchronize(rec->ring[(rec->head + k) % NVS_RING]);
+    for (int k = 0; k < n; k++) retire_oldest(rec, nvs_drv.cuEventSynchronize(rec->ring[rec->head]));
     nvs_relaxed_end(old);
-    rec->head = (rec->head + n) % NVS_RING;
-    rec->count = 0;
     rec->spare_valid = 0; /* the next span would include the time the GPU was given up */
+    nvs_busy_mark_idle(rec);
     pthread_mutex_unlock(&rec->ring_mu);
     return n;
 }
 
-/* After a whole-context synchronisation: every checkpoint of `rec` is done; forget them without
- * asking the driver. No span reaches across the time the GPU is given up. */
+/* After a whole-context synchronisation: every checkpoint of `rec` is done; retire them (their
+ * busy time counts) without asking the driver whether they are. No span reaches across the time
+ * the GPU is given up: an idle point. */
 static void forget_checkpoints(nvs_ctxrec *rec)
 {
     pthread_mutex_lock(&rec->ring_mu);
-    rec->head = (rec->head + rec->count) % NVS_RING;
-    rec->count = 0;
+    while (rec->count > 0) retire_oldest(rec, CUDA_SUCCESS);
     rec->spare_valid = 0;
+    nvs_busy_mark_idle(rec);
     pthread_mutex_unlock(&rec->ring_mu);
 }
 
@@ -208,6 +220,10 @@ uint64_t nvs_drain(nvs_dev *d)
     for (int i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
         if (nvs_drv.cuCtxSetCurrent(recs[i]->ctx) != CUDA_SUCCESS) continue;
         if (nvs_nocap_enter()) {
+            /* ends the open busy span where the queued work ends (the legacy stream) */
+            if (nvs_busy_measured() &&
+                !atomic_load_explicit(&recs[i]->busy_idle, memory_order_relaxed))
+                nvs_checkpoint(recs[i], NULL, 0);
             CUresult r = nvs_drv.cuCtxSynchronize();
             nvs_nocap_leave();
             if (r == CUDA_SUCCESS) {

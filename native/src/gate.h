@@ -4,8 +4,10 @@
  * HOT PATH. Per gated call, when the device may run (lock held, or ungated):
  *   real cuCtxGetCurrent + a thread-local {ctx -> record} compare, one seq_cst fetch_add on the
  *   device's in-flight counter, one load of may_run, a read (and rarely a write) of `active`,
- *   the real call, one fetch_sub and a thread-local counter compared with the context record's
- *   checkpoint interval (a relaxed load; the checkpoints adapt it, gate.c).
+ *   a relaxed load of the context record's busy_idle (set only at idle points: the first stream
+ *   launch after one records a start event, gate.c "Busy time"), the real call, one fetch_sub
+ *   and a thread-local counter compared with the context record's checkpoint interval (a
+ *   relaxed load; the checkpoints adapt it, gate.c).
  *   No syscalls, getenv, allocation or mutex.
  * The in-flight increment and the may_run load pair (seq_cst) with the drainer's may_run store and
  * in-flight load (gate.c, nvs_drain): either we see may_run == 0 and back off, or the drainer sees
@@ -39,6 +41,9 @@ static inline __attribute__((always_inline)) void *nvs_gate_begin(nvs_gate *g, i
                 atomic_store_explicit(&d->active, 1, memory_order_relaxed);
             g->dev = d;
             g->rec = rec;
+            if (NVS_UNLIKELY(atomic_load_explicit(&rec->busy_idle, memory_order_relaxed)) &&
+                s != NVS_NOSTREAM)
+                nvs_busy_start(rec, s, per_thread);
             return nvs_real[idx];
         }
         /* COLD: may not run. Back off, wait for the lock (or pass a capture through). */

@@ -13,6 +13,8 @@
  *   X(kind, name, base, ver, variants, (params), (args), stream)
  *     kind      GATE: work submission; the generated wrapper takes the device lock (gate.h).
  *               CUSTOM: the wrapper calls nvs_h_<name>(idx, per_thread, args...) written by hand.
+ *               SYNC: a synchronisation the application waits in: not gated; the generated
+ *               wrapper tells busy-time measurement (gate.c) before and after the real call.
  *     name      exported symbol of the legacy-stream variant, e.g. cuMemcpyHtoD_v2.
  *     base      the name cuGetProcAddress is asked for, e.g. cuMemcpyHtoD.
  *     ver       the lowest cudaVersion for which cuGetProcAddress(base) means this entry (the
@@ -20,7 +22,8 @@
  *     variants  NONE | PTSZ | PTDS: which per-thread-default-stream twin is also exported
  *               (name##_ptsz / name##_ptds); the twin shares the line's signature.
  *     params    the C parameter list; args: the same names, for the call.
- *     stream    for GATE: expression naming the stream the call is queued on, or NVS_NOSTREAM.
+ *     stream    for GATE: expression naming the stream the call is queued on, or NVS_NOSTREAM;
+ *               for SYNC: the stream waited for, or NVS_NOSTREAM for the whole context.
  *
  * Adding an API is one line here (plus, for CUSTOM, its handler).
  */
@@ -77,6 +80,9 @@ X(CUSTOM, cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, PTSZ,
   (hStream, hGraph, dependencies, dependencyData, numDependencies, mode), NVS_NOSTREAM) \
 X(CUSTOM, cuStreamEndCapture, cuStreamEndCapture, 0, PTSZ, \
   (CUstream hStream, CUgraph *phGraph), (hStream, phGraph), NVS_NOSTREAM) \
+/* ---- synchronisation: idle points of busy-time measurement (gate.c) ---------------------- */ \
+X(SYNC, cuCtxSynchronize, cuCtxSynchronize, 0, NONE, (void), (), NVS_NOSTREAM) \
+X(SYNC, cuStreamSynchronize, cuStreamSynchronize, 0, PTSZ, (CUstream hStream), (hStream), hStream) \
 /* ---- kernel and graph launches ----------------------------------------------------------- */ \
 X(GATE, cuLaunchKernel, cuLaunchKernel, 0, PTSZ, \
   (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, \
@@ -242,6 +248,7 @@ NVS_HOOKS(NVS_FNTYPE_)
 #define NVS_HANDLER_PROTO_CUSTOM(name, params) \
     CUresult nvs_h_##name(int idx, int per_thread, NVS_UNPAREN params);
 #define NVS_HANDLER_PROTO_GATE(name, params)
+#define NVS_HANDLER_PROTO_SYNC(name, params)
 #define NVS_HANDLER_PROTO_(kind, name, base, ver, variants, params, args, stream) \
     NVS_HANDLER_PROTO_##kind(name, params)
 NVS_HOOKS(NVS_HANDLER_PROTO_)

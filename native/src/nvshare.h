@@ -206,6 +206,10 @@ typedef struct nvs_dev {
     nvs_ctxrec *pf_rec;   /* the context whose stream and events it used */
     uint64_t pf_issue_ns; /* when it was issued */
     uint32_t prefetch_us; /* measured prefetch of the current grant (LOCK_RELEASED) */
+    /* GPU busy time of the process's own work on the device (gate.c), ns, cumulative; what was
+     * last reported in BUSY_UPDATE and when (client thread). */
+    _Atomic uint64_t busy_ns;
+    uint64_t busy_sent, busy_sent_ns;
 } nvs_dev;
 
 struct nvs_ctxrec {
@@ -215,6 +219,9 @@ struct nvs_ctxrec {
      * to NVSHARE_DRAIN_TARGET_MS by the checkpoints; UINT_MAX when they are off). The hot path
      * reads it (relaxed); only a change is written. */
     _Atomic unsigned ckpt_interval;
+    /* Busy time (busy.c): an idle point passed and no stream launch since; the next one records a
+     * start event first. Read on the hot path (relaxed), beside ckpt_interval: the same line. */
+    _Atomic int busy_idle;
     nvs_ctxrec *next;     /* all records */
     nvs_ctxrec *dev_next; /* records of the same device */
     pthread_mutex_t ring_mu;
@@ -222,6 +229,12 @@ struct nvs_ctxrec {
     int head, count;
     CUevent spare;   /* the last checkpoint retired (ring_mu): the start of the next span */
     int spare_valid; /* it completed, and nothing (a drain, an error) came between */
+    /* Busy time (busy.c), ring_mu: */
+    int after_idle;                /* an idle point since the newest checkpoint was recorded */
+    int start_open;                /* start_ev recorded since then */
+    CUevent start_ev;
+    CUevent ring_start[NVS_RING];  /* the start event a checkpoint's span begins at */
+    unsigned char ring_from[NVS_RING]; /* NVS_SPAN_*: where a checkpoint's busy span begins */
     /* Fast context switches (client thread): our own non-blocking stream, created lazily with the
      * context current, and the events that time an overlapped prefetch. */
     CUstream own_stream;
@@ -235,6 +248,7 @@ typedef struct nvs_global {
     nvs_ctxrec *ctxs;
     int ungated;       /* no scheduler and not required: every device may run */
     int client_state;  /* NVS_CLIENT_* */
+    uint32_t sched_features; /* the WELCOME's NVS_FEATURE_* (client thread) */
 } nvs_global;
 
 enum {
@@ -271,6 +285,23 @@ void nvs_devices_reset_after_fork(void) NVS_HIDDEN;
 int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread) NVS_HIDDEN; /* 1 = pass through */
 void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread) NVS_HIDDEN;
 uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
+/* Busy time: a start event before the first stream launch after an idle point (the hot path
+ * calls it when rec->busy_idle is set); the synchronisation hooks around the driver's own;
+ * the client thread's periodic retirement of completed checkpoints (context switched inside). */
+/* busy.c. Busy time is measured iff timed checkpoints are on. ring_mu held for the three after:
+ * an idle point; a checkpoint recorded in a ring slot (where its span begins); one retired
+ * (prev_ms: the span from the previous checkpoint, < 0 when none). */
+int nvs_busy_measured(void) NVS_HIDDEN;
+void nvs_busy_mark_idle(nvs_ctxrec *rec) NVS_HIDDEN;
+void nvs_busy_tag(nvs_ctxrec *rec, int slot) NVS_HIDDEN;
+void nvs_busy_retired(nvs_ctxrec *rec, int h, float prev_ms) NVS_HIDDEN;
+void nvs_retire_done(nvs_ctxrec *rec) NVS_HIDDEN; /* gate.c, ring_mu held: completed ones */
+void nvs_busy_start(nvs_ctxrec *rec, CUstream s, int per_thread) NVS_HIDDEN;
+/* Before a synchronisation (stream, or NVS_NOSTREAM: the context): the current context's
+ * record, with a checkpoint ending its open busy span; NULL when busy time is not measured. */
+nvs_ctxrec *nvs_busy_sync_begin(CUstream s, int per_thread) NVS_HIDDEN;
+void nvs_busy_after_sync(nvs_ctxrec *rec) NVS_HIDDEN;
+void nvs_busy_poll(nvs_dev *d) NVS_HIDDEN;
 /* The most launches between checkpoints (NVSHARE_MAX_INFLIGHT / NVS_RING), 0 = off. */
 extern unsigned nvs_ckpt_interval NVS_HIDDEN;
 unsigned nvs_ckpt_initial(void) NVS_HIDDEN; /* a new context record's ckpt_interval */

@@ -27,11 +27,15 @@ enum nvs_msg_type {
     NVS_MEM_UPDATE = 9,
     NVS_CTL_REQUEST = 10,
     NVS_CTL_REPLY = 11,
-    NVS_ERROR = 12
+    NVS_ERROR = 12,
+    NVS_BUSY_UPDATE = 13
 };
 
 /* hello.flags */
 #define NVS_HELLO_REQUIRE_SCHEDULER 1u
+
+/* welcome.features: what the scheduler accepts beyond version 2's first message set */
+#define NVS_FEATURE_BUSY 1u /* BUSY_UPDATE */
 
 /* device.reason of DROP_LOCK */
 #define NVS_DROP_QUANTUM 1u
@@ -64,7 +68,7 @@ struct nvs_hello {
 struct nvs_welcome {
     uint64_t client_id;
     uint32_t protocol_version;
-    uint32_t reserved;
+    uint32_t features; /* NVS_FEATURE_*; 0 from a scheduler that predates them */
 } __attribute__((packed));
 
 struct nvs_attach {
@@ -121,6 +125,14 @@ struct nvs_mem_update {
     uint64_t other_bytes;
 } __attribute__((packed));
 
+/* BUSY_UPDATE: the GPU time the process's own work took on the device since it started,
+ * nanoseconds, cumulative (sent only to a scheduler whose WELCOME has NVS_FEATURE_BUSY) */
+struct nvs_busy {
+    uint32_t device;
+    uint32_t reserved;
+    uint64_t busy_ns;
+} __attribute__((packed));
+
 _Static_assert(sizeof(struct nvs_header) == 12, "nvs_header is 12 bytes");
 _Static_assert(sizeof(struct nvs_hello) == 520, "nvs_hello is 520 bytes");
 _Static_assert(sizeof(struct nvs_welcome) == 16, "nvs_welcome is 16 bytes");
@@ -131,5 +143,6 @@ _Static_assert(sizeof(struct nvs_grant) == 16, "nvs_grant is 16 bytes");
 _Static_assert(sizeof(struct nvs_drop) == 16, "nvs_drop is 16 bytes");
 _Static_assert(sizeof(struct nvs_released) == 24, "nvs_released is 24 bytes");
 _Static_assert(sizeof(struct nvs_mem_update) == 24, "nvs_mem_update is 24 bytes");
+_Static_assert(sizeof(struct nvs_busy) == 16, "nvs_busy is 16 bytes");
 
 #endif /* NVSHARE_PROTOCOL_H */

@@ -10,6 +10,8 @@
  *   DROP_LOCK -> drain [-> bulk eviction to host if EVICT] -> LOCK_RELEASED(0, measured times);
  *   idle for NVSHARE_IDLE_RELEASE_MS -> drain -> LOCK_RELEASED(1);
  *   footprint changes -> MEM_UPDATE (at most one per device per 100 ms)
+ *   GPU busy time (gate.c) -> BUSY_UPDATE before every LOCK_RELEASED and, while it grows, about
+ *     once a second (only to a scheduler whose WELCOME offers NVS_FEATURE_BUSY)
  *
  * Incoming: a table of message type -> payload size -> handler, run under nvs_g.mu on the client
  * thread. Outgoing: nvs_session_work(), one round in named steps (reap, collect under nvs_g.mu,
@@ -46,6 +48,7 @@ void nvs_session_down(int run)
 {
     nvs_g.client_state = NVS_CLIENT_DOWN;
     nvs_g.ungated = run;
+    nvs_g.sched_features = 0;
     NVS_FOR_EACH_DEV(d) {
         d->want = 0;
         reset_device(d, run);
@@ -76,12 +79,14 @@ static void on_welcome(nvs_dev *none, const unsigned char *p, uint32_t len, uint
 {
     (void)none;
     (void)len;
-    (void)now;
     struct nvs_welcome w;
     memcpy(&w, p, sizeof(w));
     nvs_g.client_state = NVS_CLIENT_READY;
     nvs_g.ungated = 0;
+    nvs_g.sched_features = w.features;
     NVS_FOR_EACH_DEV(d) {
+        d->busy_sent = 0; /* a new connection: its scheduler has heard nothing */
+        d->busy_sent_ns = now;
         /* A new scheduler knows nothing of our footprint: send it after the ATTACH. */
         atomic_store(&d->mem_dirty, 1);
         /* Back to asking for the lock at the next gated call. */
@@ -300,6 +305,7 @@ static int collect(uint64_t now, round_plan *pl)
     NVS_FOR_EACH_DEV(d) {
         if (!d->attach_sent) put_attach(d);
         put_request_or_footprint(d, now);
+        nvs_busy_put_if_due(&out, d, now);
         if (d->lock_state == NVS_LOCK_HELD) plan_held(d, now, pl);
     }
     pthread_mutex_unlock(&nvs_g.mu);
@@ -336,6 +342,7 @@ static int run_drain(nvs_dev *d)
     if (nvs_g.client_state == NVS_CLIENT_READY && d->lock_state == NVS_LOCK_HELD) {
         struct nvs_released r = {(uint32_t)d->ordinal, (uint32_t)d->drain_reason,
                                  nvs_us32(drain_ns), nvs_us32(evict_ns), d->prefetch_us, 0};
+        if (nvs_busy_wanted()) nvs_busy_put(&out, d, nvs_now_ns()); /* this hold's spans */
         nvs_outbox_put(&out, NVS_LOCK_RELEASED, &r, sizeof(r));
         NVS_DEBUG("release device %d (%s): drain %u us, evict %u us, prefetch %u us", d->ordinal,
                   r.reason == NVS_RELEASE_IDLE ? "idle" : "dropped", r.drain_us, r.evict_us,
@@ -362,6 +369,7 @@ int nvs_session_work(uint64_t now)
 {
     reap_deferred_frees(now);
     if (!nvs_tx_connected()) return 0;
+    nvs_busy_round(now);
     round_plan pl;
     pl.nd = pl.np = pl.no = 0;
     out.len = 0;
@@ -384,6 +392,7 @@ void nvs_session_deadlines(uint64_t now, uint64_t *t)
             }
             if (atomic_load(&d->mem_dirty))
                 nvs_deadline_min(t, now, d->mem_sent_ns + MEM_UPDATE_PERIOD);
+            nvs_busy_deadline(d, now, t);
         }
     }
     if (nvs_alloc_pending())

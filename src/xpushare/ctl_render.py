@@ -138,7 +138,8 @@ GPU_COLUMNS = [Column("GPU", 1), Column("UUID", 9), Column("Name", 8, free=True)
                Column("TQ", 7, wrap=True), Column("Holders", 3, wrap=True),
                Column("Queue", 4, wrap=True)]
 CLIENT_COLUMNS = [Column("PID", 1), Column("UID", 7), Column("Priority", 3), Column("State", 2),
-                  Column("GPU", 4, wrap=True), Column("Memory", 5, wrap=True), Column("Pod", 6),
+                  Column("GPU", 4, wrap=True), Column("Memory", 5, wrap=True),
+                  Column("GPU time", 7, wrap=True), Column("Pod", 6),
                   Column("Command", 8, free=True, limit=COMMAND_WIDTH)]
 
 
@@ -152,11 +153,22 @@ def _gpu_row(g: dict) -> list[str]:
             " ".join(str(p) for p in g["queue"]) or "-"]
 
 
+def busy_cell(seconds) -> str:
+    """A client's GPU busy time on one GPU (status's gpu_busy_seconds); "-" when not reported."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    return f"{seconds:.1f}s" if seconds < 60 else duration(seconds)
+
+
 def _client_row(c: dict) -> list[str]:
     gpu_cells = [f"{'-' if d['index'] is None else d['index']}:{d['state']}" for d in c["gpus"]]
     mem = [format_size(d["managed_bytes"] + d["other_bytes"]) for d in c["gpus"]]
+    busy = [busy_cell(d.get("gpu_busy_seconds")) for d in c["gpus"]]
     return [str(c["pid"]), str(c["uid"]), str(c.get("priority", 0)), c["state"],
-            " ".join(gpu_cells) or "-", " ".join(mem) or "-", pod_cell(c), c["command"] or "?"]
+            " ".join(gpu_cells) or "-", " ".join(mem) or "-", " ".join(busy) or "-", pod_cell(c),
+            c["command"] or "?"]
 
 
 def render_status(status: dict, file=None, width: int | None = None) -> None:

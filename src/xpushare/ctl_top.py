@@ -1,8 +1,11 @@
 """nvsharectl top: the scheduler's status, redrawn every --interval seconds until q or Ctrl-C.
 
 Each frame is one `status` request. What status does not carry (how many grants a client got, how
-long a waiter has waited) is derived from the changes between frames and shown as "—" until two
-frames have been seen; what cannot be derived at all (each client's busy share) is "—".
+long a waiter has waited, each client's GPU busy share) is derived from the changes between frames
+and shown as "—" until two frames have been seen. Busy is the client's GPU busy time (what its
+library reports, `gpu_busy_seconds`, summed over its GPUs) gained since the previous frame over
+the wall time between them: 100% is one GPU kept busy. --once and --json take two status samples
+--interval apart for it.
 """
 
 from __future__ import annotations
@@ -59,8 +62,29 @@ class Tracker:
         self.seen: dict[int, tuple[str, float]] = {}  # client_id -> (state, held_for)
         self.waiting_since: dict[int, float] = {}
         self.grants: dict[int, int] = {}
+        self.busy: dict[int, tuple[float, float]] = {}  # client_id -> (busy seconds, when seen)
+        self.busy_share: dict[int, float] = {}          # client_id -> over the last interval
+
+    def sample_busy(self, status: dict, now: float) -> None:
+        """The clients' busy time now; the share of each since the previous sample."""
+        seen, shares = {}, {}
+        for c in status.get("clients", []):
+            values = [d["gpu_busy_seconds"] for d in c.get("gpus", []) if "gpu_busy_seconds" in d]
+            if not values:
+                continue  # a scheduler that does not report it
+            cid = c["client_id"]
+            seen[cid] = (sum(values), now)
+            before = self.busy.get(cid)
+            if before is not None and now > before[1]:
+                shares[cid] = max(0.0, seen[cid][0] - before[0]) / (now - before[1])
+        self.busy, self.busy_share = seen, shares
+
+    def busy_of(self, cid: int) -> str:
+        share = self.busy_share.get(cid)
+        return NONE if share is None else f"{share * 100:.0f}%"
 
     def update(self, status: dict, now: float) -> None:
+        self.sample_busy(status, now)
         held = _held_for(status)
         seen = {}
         for c in status.get("clients", []):
@@ -158,7 +182,7 @@ def _client_row(c: dict, held: dict[int, float], tracker: Tracker, now: float) -
     return [client_label(c), str(c["pid"]), str(c.get("priority", 0)), c["state"], gpus or "-",
             format_size(client_bytes(c)), duration(held[cid]) if cid in held else "-",
             tracker.wait_of(cid, now) if c["state"] == "waiting" else "-",
-            tracker.grants_of(cid), NONE]
+            tracker.grants_of(cid), tracker.busy_of(cid)]
 
 
 def _summary(status: dict, clients: list[dict], width: int, now: float) -> Text:
@@ -186,7 +210,7 @@ def render_frame(status: dict, tracker: Tracker, width: int, height: int | None,
         parts.append(Text("No GPUs known yet."))
     if status.get("gpus_not_listed"):
         parts.append(Text(f"+{status['gpus_not_listed']} GPUs not listed (status reply is full)"))
-    note = Text(f"{NONE}: not reported by the scheduler; Grants and Wait are seen between frames",
+    note = Text(f"{NONE}: not known yet; Grants, Wait and Busy are seen between frames",
                 style="dim", overflow="fold")
     shown = clients
     if height is not None:  # the lines left for rows: the table's frame, the note, "+K more"
@@ -213,8 +237,10 @@ def _lines(part: Text, width: int) -> int:
     return max(1, math.ceil(len(part.plain) / max(1, width)))
 
 
-def json_frame(status: dict) -> dict:
-    """One frame for programs: per GPU and per client what top shows; null where not reported."""
+def json_frame(status: dict, tracker: Tracker | None = None) -> dict:
+    """One frame for programs: per GPU and per client what top shows; null where not reported.
+    busy_share: GPU busy time over wall time since the tracker's previous sample (1.0 = one GPU
+    kept busy); gpu_busy_seconds: the client's total, summed over its GPUs."""
     footprints = _gpu_footprints(status)
     held = _held_for(status)
     keys = ("index", "uuid", "name", "mode", "operation", "why", "tq", "tq_source", "switch_cost",
@@ -227,11 +253,13 @@ def json_frame(status: dict) -> dict:
                 "gpus": [{"index": d["index"], "uuid": d["uuid"], "state": d["state"],
                           "bytes": d["managed_bytes"] + d["other_bytes"]} for d in c["gpus"]],
                 "memory_bytes": client_bytes(c), "held_for": held.get(c["client_id"]),
-                "lock_wait": None, "grants": None, "busy_share": None}
+                "lock_wait": None, "grants": None,
+                "gpu_busy_seconds": sum(d.get("gpu_busy_seconds") or 0.0 for d in c["gpus"]),
+                "busy_share": tracker.busy_share.get(c["client_id"]) if tracker else None}
                for c in ordered_clients(status.get("clients", []))]
     return {"time": time.time(), "scheduler": status.get("scheduler", {}), "gpus": gpus,
             "clients": clients, "gpus_not_listed": status.get("gpus_not_listed", 0),
-            "not_reported": ["lock_wait", "grants", "busy_share"]}
+            "not_reported": ["lock_wait", "grants"]}
 
 
 class StatusRefused(Exception):
@@ -256,17 +284,22 @@ def run(client, args) -> int:
     """nvsharectl top; the caller answers a scheduler that is gone and a closed stdout."""
     console = make_console(width=args.width)
     if args.json or args.once:
+        tracker = Tracker()
         try:
             status = fetch(client)
+            if any(c.get("gpus") for c in status.get("clients", [])):  # a busy share needs two samples
+                tracker.sample_busy(status, time.time())
+                time.sleep(args.interval)
+                status = fetch(client)
         except StatusRefused as e:  # as nvsharectl status answers it
             print(f"nvsharectl: status: {e}", file=sys.stderr)
             return 1
+        now = time.time()
+        tracker.update(status, now)
         if args.json:
-            json.dump(json_frame(status), sys.stdout, indent=2)
+            json.dump(json_frame(status, tracker), sys.stdout, indent=2)
             print()
         else:
-            tracker, now = Tracker(), time.time()
-            tracker.update(status, now)
             console.print(render_frame(status, tracker, console.width, args.height, now))
         sys.stdout.flush()
         return 0

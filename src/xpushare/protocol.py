@@ -39,6 +39,7 @@ class MessageType(IntEnum):
     CTL_REQUEST = 10
     CTL_REPLY = 11
     ERROR = 12
+    BUSY_UPDATE = 13  # only to a scheduler whose WELCOME has FEATURE_BUSY
 
 
 class DropReason(IntEnum):
@@ -59,6 +60,7 @@ PRIORITY_LIMIT = 1000        # priorities are clamped to -PRIORITY_LIMIT..PRIORI
 HELLO_REQUIRE_SCHEDULER = 1  # hello.flags bit 0
 GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
 DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
+FEATURE_BUSY = 1             # welcome.features bit 0: the scheduler takes BUSY_UPDATE
 
 
 class ProtocolError(Exception):
@@ -134,10 +136,10 @@ class Hello(_Payload):
 
 @dataclass
 class Welcome(_Payload):
-    FIELDS = (("client_id", "Q"), ("protocol_version", "I"), ("reserved", "I"))
+    FIELDS = (("client_id", "Q"), ("protocol_version", "I"), ("features", "I"))
     client_id: int = 0
     protocol_version: int = VERSION
-    reserved: int = 0
+    features: int = 0  # FEATURE_* (0 from a scheduler that predates them: no BUSY_UPDATE)
 
 
 @dataclass
@@ -210,6 +212,15 @@ class MemUpdate(_Payload):
     other_bytes: int = 0
 
 
+@dataclass
+class BusyUpdate(_Payload):
+    """BUSY_UPDATE: the GPU time the client's own work took on the device, ns, cumulative."""
+    FIELDS = (("device", "I"), ("reserved", "I"), ("busy_ns", "Q"))
+    device: int = 0
+    reserved: int = 0
+    busy_ns: int = 0
+
+
 # The payload class of every fixed-size type; the others are variable (JSON or text).
 PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.HELLO: Hello,
@@ -221,6 +232,7 @@ PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.DROP_LOCK: DropLock,
     MessageType.LOCK_RELEASED: Released,
     MessageType.MEM_UPDATE: MemUpdate,
+    MessageType.BUSY_UPDATE: BusyUpdate,
 }
 _TYPE_OF = {cls: t for t, cls in PAYLOADS.items()}
 # The decoder's tables, by the header's integer type: read once per frame on the lock round trip.

@@ -33,7 +33,8 @@ def test_once_shows_every_gpu_and_client(live, width):
                           "Busy"]
         assert uuid(0) in out
         assert [row[header.index("Grants")] for row in rows] == ["—"] * 3  # one frame: unknown
-        assert [row[header.index("Busy")] for row in rows] == ["—"] * 3  # not reported
+        # two samples --interval apart; these raw protocol clients report no GPU time
+        assert [row[header.index("Busy")] for row in rows] == ["0%"] * 3
 
 
 def test_once_names_a_client_by_its_pod_when_the_scheduler_knows_it():
@@ -60,7 +61,7 @@ def test_json_frame(live):
     assert r.returncode == 0, r.stderr
     frame = json.loads(r.stdout)
     assert frame["scheduler"]["pid"] == s.proc.pid
-    assert frame["not_reported"] == ["lock_wait", "grants", "busy_share"]
+    assert frame["not_reported"] == ["lock_wait", "grants"]
     g0, g1 = frame["gpus"]
     assert (g0["index"], g0["uuid"], g0["mode"], g0["operation"], g0["tq"]) == \
         (0, uuid(0), "serial", "serialised", 30)
@@ -69,8 +70,9 @@ def test_json_frame(live):
     assert "why" in g0 and "switch_cost" in g0 and "holders_bytes" in g0
     got = [(c["pid"], c["state"], c["memory_bytes"] >> 30, c["grants"], c["busy_share"])
            for c in frame["clients"]]
-    assert got == [(clients[0].pid, "holding", 5, None, None), (clients[1].pid, "waiting", 3, None, None),
-                   (clients[2].pid, "idle", 1, None, None)]
+    assert got == [(clients[0].pid, "holding", 5, None, 0.0), (clients[1].pid, "waiting", 3, None, 0.0),
+                   (clients[2].pid, "idle", 1, None, 0.0)]
+    assert [c["gpu_busy_seconds"] for c in frame["clients"]] == [0.0] * 3
     assert frame["clients"][0]["held_for"] >= 0 and frame["clients"][1]["held_for"] is None
 
 
@@ -197,6 +199,46 @@ def test_tracker_counts_grants_and_waits_between_frames():
     t.update(status("holding", 0.5), 108.0)  # held for less: a fresh grant between the frames
     t.update(status("waiting"), 110.0)
     assert (t.grants_of(7), t.wait_of(7, 113.0)) == ("2", "3s")
+
+
+def test_busy_share_between_frames():
+    """Busy: GPU busy seconds gained over the wall time between two frames, per client, summed over
+    its GPUs; "—" before the second frame or where the scheduler reports none."""
+    import io
+
+    from rich.console import Console
+
+    from xpushare.ctl_top import Tracker, json_frame, render_frame
+
+    def status(a_busy, b_busy):
+        def gpu(i, busy):
+            return {"device": i, "uuid": uuid(i), "index": i, "state": "holding",
+                    "managed_bytes": 0, "other_bytes": 0, "gpu_busy_seconds": busy}
+        return {"scheduler": {"version": "0.1.0", "pid": 1}, "gpus": [], "clients": [
+            {"client_id": 1, "pid": 11, "uid": 0, "priority": 0, "state": "holding",
+             "gpus": [gpu(0, a_busy)], "pod": None, "command": "a"},
+            {"client_id": 2, "pid": 22, "uid": 0, "priority": 0, "state": "holding",
+             "gpus": [gpu(0, b_busy / 2), gpu(1, b_busy / 2)], "pod": None, "command": "b"},
+            {"client_id": 3, "pid": 33, "uid": 0, "priority": 0, "state": "idle",
+             "gpus": [{"device": 0, "uuid": uuid(0), "index": 0, "state": "idle",
+                       "managed_bytes": 0, "other_bytes": 0}], "pod": None, "command": "old"}]}
+
+    def busy_column(tracker, st):
+        out = io.StringIO()
+        Console(file=out, width=200).print(render_frame(st, tracker, 200, None, 0.0))
+        header, rows = table_rows(out.getvalue(), "Clients")
+        return {row[0]: row[header.index("Busy")] for row in rows}
+
+    t = Tracker()
+    t.update(status(10.0, 4.0), 100.0)
+    assert busy_column(t, status(10.0, 4.0)) == {"11": "—", "22": "—", "33": "—"}
+    t.update(status(11.5, 7.0), 102.0)
+    assert busy_column(t, status(11.5, 7.0)) == {"11": "75%", "22": "150%", "33": "—"}
+    frame = json_frame(status(11.5, 7.0), t)
+    assert [c["busy_share"] for c in frame["clients"]] == [0.75, 1.5, None]
+    assert [c["gpu_busy_seconds"] for c in frame["clients"]] == [11.5, 7.0, 0.0]
+    t.update(status(11.0, 7.0), 104.0)  # never below zero
+    assert t.busy_share[1] == 0.0
 
 
 def test_memory_bar():

@@ -57,6 +57,7 @@ class RecordingScheduler:
 
     def __init__(self, path):
         self.grant_flags = 0  # grant.flags of the next LOCK_OKs (GRANT_PREFETCH)
+        self.welcome_features = 0  # welcome.features of the next WELCOMEs (FEATURE_BUSY)
         self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._srv.bind(str(path))
         self._srv.listen(16)
@@ -116,7 +117,7 @@ class RecordingScheduler:
         with self._mu:
             self.received.append(Received(time.monotonic(), n, mtype, msg))
         if mtype == MessageType.HELLO:
-            self._send(conn, n, Welcome(client_id=n + 1))
+            self._send(conn, n, Welcome(client_id=n + 1, features=self.welcome_features))
         elif mtype == MessageType.ATTACH:
             self._send(conn, n, Attached(device=msg.device, capacity=0))
         elif mtype == MessageType.REQ_LOCK:

@@ -25,7 +25,7 @@ _LINE = re.compile(r"X\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\d+)\s*,\s*(\w+)
 
 @dataclass(frozen=True)
 class Hook:
-    kind: str      # GATE | CUSTOM
+    kind: str      # GATE | CUSTOM | SYNC
     name: str      # the legacy-stream variant's exported name
     base: str      # the name cuGetProcAddress is asked for
     ver: int
@@ -59,7 +59,7 @@ def hooks(path: Path = HOOKS_H) -> list[Hook]:
     rows = [Hook(kind, name, base, int(ver), variants)
             for kind, name, base, ver, variants in _LINE.findall(body)]
     assert len(rows) == len(re.findall(r"\bX\(", body)), "a NVS_HOOKS line this reader does not parse"
-    assert all(h.kind in ("GATE", "CUSTOM") and h.variants in TWIN for h in rows), rows
+    assert all(h.kind in ("GATE", "CUSTOM", "SYNC") and h.variants in TWIN for h in rows), rows
     return rows
 
 

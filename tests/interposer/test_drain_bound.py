@@ -22,14 +22,18 @@ DISABLE_TIMING = 2
 
 def _checkpoint_gaps(log, pid: int, tid: int, since: int = 0, until: int | None = None) -> list[int]:
     """Launches of thread `tid` between consecutive checkpoint records (cuEventRecord of that
-    thread), counted in the order of the mock's log; the first gap counts from `since`."""
+    thread), counted in the order of the mock's log; the first gap counts from `since`. The start
+    events of busy-time spans (recorded before the first launch after an idle point: only ever the
+    start of a span, never its end) are not checkpoints."""
+    spans = [e for e in log.entries(pid) if e["fn"].startswith("cuEventElapsedTime")]
+    starts_only = {e["start"] for e in spans} - {e["end"] for e in spans}
     gaps, n = [], 0
     for e in sorted(log.entries(pid), key=lambda e: e["t0"]):
         if e["tid"] != tid or e["t0"] < since or (until is not None and e["t0"] > until):
             continue
         if e["fn"] == "cuLaunchKernel" and e["ret"] == 0:
             n += 1
-        elif e["fn"] == "cuEventRecord":
+        elif e["fn"] == "cuEventRecord" and e["event"] not in starts_only:
             gaps.append(n)
             n = 0
     return gaps

@@ -15,6 +15,14 @@
  *   MOCK_CUDA_TOTAL_MEM    bytes per device (default 16 GiB; K/M/G/T suffixes accepted)
  *   MOCK_CUDA_WORK_US      every gated call (launch, copy, memset, ...) sleeps this long (default 0)
  *   MOCK_CUDA_SYNC_US      a cuCtxSynchronize that is allowed sleeps this long (default 0)
+ *   MOCK_CUDA_KERNEL_US    a modelled GPU (default 0: off): every gated call that takes a stream
+ *                          queues this much GPU time on one timeline per process and returns at once
+ *                          (work starts when the call is made or when earlier work ends, whichever
+ *                          is later); an event completes when the work queued before its record
+ *                          does (cuEventQuery says CUDA_ERROR_NOT_READY until then,
+ *                          cuEventSynchronize waits), cuStreamSynchronize and cuCtxSynchronize wait
+ *                          for all queued work, and cuEventElapsedTime is the time between the two
+ *                          completions: busy and idle GPU time as a real one would show them
  *   MOCK_CUDA_PREFETCH_US  every accepted cuMemPrefetchAsync(_v2) sleeps this long (default 0): the
  *                          migration is modelled as done by the call itself
  *   MOCK_CUDA_EVENT_SPAN_MS   what cuEventElapsedTime(_v2) returns (float ms); default: the host
@@ -126,6 +134,9 @@ static int g_ndev = 1;               /* visible devices */
 static size_t g_total_mem = 16ull << 30;
 static long g_work_us = 0;
 static long g_sync_us = 0;
+static long g_kernel_us = 0;           /* MOCK_CUDA_KERNEL_US: the modelled GPU, 0 = off */
+static long long g_gpu_free_ns;        /* when its queued work ends (g_gpu_mu) */
+static pthread_mutex_t g_gpu_mu = PTHREAD_MUTEX_INITIALIZER;
 static long g_prefetch_us = 0;
 static double g_event_span_ms = -1; /* < 0: the host time between the records */
 static char g_event_span_file[512];
@@ -170,7 +181,8 @@ struct mock_event {
     int alive;
     unsigned flags;
     int recorded;
-    long long recorded_ns; /* when it was last recorded (it completes at once) */
+    long long recorded_ns; /* when it was last recorded (it completes at once), or, with the
+                            * modelled GPU, when the work queued before that record ends */
 };
 #define EVENT_DISABLE_TIMING 0x2u
 #define EVENT_MAGIC 0xE7E7E7E7u
@@ -270,6 +282,7 @@ static void init_once(void)
     g_total_mem = parse_size(getenv("MOCK_CUDA_TOTAL_MEM"), 16ull << 30);
     if ((s = getenv("MOCK_CUDA_WORK_US")) && *s) g_work_us = atol(s);
     if ((s = getenv("MOCK_CUDA_SYNC_US")) && *s) g_sync_us = atol(s);
+    if ((s = getenv("MOCK_CUDA_KERNEL_US")) && *s) g_kernel_us = atol(s);
     if ((s = getenv("MOCK_CUDA_PREFETCH_US")) && *s) g_prefetch_us = atol(s);
     if ((s = getenv("MOCK_CUDA_EVENT_SPAN_MS")) && *s) g_event_span_ms = atof(s);
     if ((s = getenv("MOCK_CUDA_EVENT_SPAN_FILE")) && *s)
@@ -372,6 +385,35 @@ static CUresult check_stream(CUstream s)
     return CUDA_SUCCESS;
 }
 
+/* The modelled GPU: queue `us` of work; returns when it will end. us = 0: when queued work ends
+ * (or now, when it is idle). */
+static long long gpu_queue(long us)
+{
+    long long now = now_ns();
+    pthread_mutex_lock(&g_gpu_mu);
+    long long start = g_gpu_free_ns > now ? g_gpu_free_ns : now;
+    g_gpu_free_ns = start + us * 1000ll;
+    long long end = g_gpu_free_ns;
+    pthread_mutex_unlock(&g_gpu_mu);
+    return end;
+}
+
+static void sleep_until(long long t)
+{
+    for (;;) {
+        long long left = t - now_ns();
+        if (left <= 0) break;
+        struct timespec ts = {left / 1000000000ll, left % 1000000000ll};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* cuStreamSynchronize, cuCtxSynchronize with the modelled GPU: wait for its queued work */
+static void gpu_wait_all(void)
+{
+    if (g_kernel_us > 0) sleep_until(gpu_queue(0));
+}
+
 static void sleep_work(long long t0)
 {
     if (g_work_us <= 0) return;
@@ -453,6 +495,8 @@ static CUresult gate_begin(struct gate *g, const char *fn, CUstream s, int pt)
 static CUresult gate_end(struct gate *g, CUresult r, const char *extra_fmt, ...)
 {
     if (!g->captured) sleep_work(g->t0);
+    if (!g->captured && !r && g_kernel_us > 0 && g->stream != (CUstream)~(uintptr_t)0)
+        gpu_queue(g_kernel_us);
     char extra[256] = "";
     if (extra_fmt) {
         va_list ap;
@@ -902,6 +946,7 @@ CUresult cuCtxSynchronize(void)
     long long t0 = now_ns();
     CUresult r = need_ctx();
     if (!r) r = capture_check("cuCtxSynchronize", NULL, 1);
+    if (!r) gpu_wait_all();
     if (!r && g_sync_us > 0) {
         struct timespec ts = {g_sync_us / 1000000, (g_sync_us % 1000000) * 1000};
         while (nanosleep(&ts, &ts) && errno == EINTR) {}
@@ -1546,6 +1591,7 @@ static CUresult stream_sync(const char *fn, CUstream s)
     CUresult r = need_ctx();
     if (!r) r = check_stream(s);
     if (!r) r = capture_check(fn, stream_is_special(s) ? NULL : s, 0);
+    if (!r) gpu_wait_all();
     log_line(fn, t0, now_ns(), cur_dev(), r, ",\"stream\":%lu,\"thread_mode\":%d",
              (unsigned long)(uintptr_t)s, t_capture_mode);
     return r;
@@ -1778,7 +1824,7 @@ static CUresult event_record(const char *fn, CUevent e, CUstream s)
     if (!r) {
         captured = !stream_is_special(s) && s->capture_status != CAPTURE_STATUS_NONE;
         e->recorded = 1;
-        e->recorded_ns = now_ns();
+        e->recorded_ns = (g_kernel_us > 0 && !captured) ? gpu_queue(0) : now_ns();
     }
     log_line(fn, t0, now_ns(), cur_dev(), r, ",\"stream\":%lu,\"event\":%lu%s",
              (unsigned long)(uintptr_t)s, (unsigned long)(uintptr_t)e, captured ? ",\"captured\":1" : "");
@@ -1794,8 +1840,9 @@ CUresult cuEventQuery(CUevent e)
     CUresult r = need_init();
     if (!r && !valid_event(e)) r = CUDA_ERROR_INVALID_HANDLE;
     if (!r) r = capture_check("cuEventQuery", NULL, 0);
+    if (!r && g_kernel_us > 0 && e->recorded && now_ns() < e->recorded_ns) r = CUDA_ERROR_NOT_READY;
     log_line("cuEventQuery", t0, now_ns(), cur_dev(), r, ",\"thread_mode\":%d", t_capture_mode);
-    return r; /* every recorded event is complete at once */
+    return r; /* every recorded event is complete at once, unless the GPU is modelled */
 }
 
 CUresult cuEventSynchronize(CUevent e)
@@ -1804,6 +1851,7 @@ CUresult cuEventSynchronize(CUevent e)
     CUresult r = need_init();
     if (!r && !valid_event(e)) r = CUDA_ERROR_INVALID_HANDLE;
     if (!r) r = capture_check("cuEventSynchronize", NULL, 0);
+    if (!r && g_kernel_us > 0 && e->recorded) sleep_until(e->recorded_ns);
     log_line("cuEventSynchronize", t0, now_ns(), cur_dev(), r, ",\"thread_mode\":%d", t_capture_mode);
     return r;
 }

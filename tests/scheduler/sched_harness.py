@@ -19,7 +19,7 @@ sys.path.insert(0, str(SRC))
 sys.path.insert(0, str(ROOT))  # testkit, also when this file runs as a subprocess's module
 
 from xpushare.protocol import (  # noqa: E402
-    Attach, Frame, LockRequest, Released, FrameDecoder, Hello, MemUpdate, MessageType, ProtocolError,
+    Attach, BusyUpdate, Frame, LockRequest, Released, FrameDecoder, Hello, MemUpdate, MessageType, ProtocolError,
     encode, encode_frame, encode_json,
 )
 from testkit import scheduler as testkit_scheduler  # noqa: E402
@@ -151,6 +151,9 @@ class FakeClient:
 
     def mem_update(self, device=0, managed=0, other=0):
         self.send_raw(encode(MemUpdate(device, 0, managed, other)))
+
+    def busy_update(self, device=0, busy_ns=0):
+        self.send_raw(encode(BusyUpdate(device, 0, busy_ns)))
 
     def ctl(self, op, **fields) -> dict:
         self.send_raw(encode_json(MessageType.CTL_REQUEST, {"op": op, **fields}))

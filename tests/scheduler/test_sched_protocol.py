@@ -75,7 +75,7 @@ def test_decoder_reassembles_frames_fed_byte_by_byte():
     (HEADER.pack(0x12345678, VERSION, 5, 8) + bytes(8), "bad magic"),
     (HEADER.pack(MAGIC, 9, 5, 8) + bytes(8), "version"),
     (HEADER.pack(MAGIC, VERSION, 0, 0), "unknown message type"),
-    (HEADER.pack(MAGIC, VERSION, 13, 0), "unknown message type"),
+    (HEADER.pack(MAGIC, VERSION, 99, 0), "unknown message type"),
     (HEADER.pack(MAGIC, VERSION, 10, MAX_PAYLOAD + 1), "exceeds"),
     (HEADER.pack(MAGIC, VERSION, 1, 519) + bytes(519), "expected 520"),
     (HEADER.pack(MAGIC, VERSION, 9, 25) + bytes(25), "expected 24"),

@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..protocol import (
-    PRIORITY_LIMIT, VERSION, Attach, Attached, Hello, LockRequest, MemUpdate, MessageType,
+    FEATURE_BUSY, PRIORITY_LIMIT, VERSION, Attach, Attached, BusyUpdate, Hello, LockRequest, MemUpdate, MessageType,
     ProtocolError, Released, ReleaseReason, Welcome, encode, encode_error,
 )
 from . import control, metrics
@@ -45,7 +45,7 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
         raise ProtocolError("HELLO sent twice, or on a control connection")
     conn.hello = msg
     conn.priority = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
-    conn.send(encode(Welcome(conn.id, VERSION, 0)))
+    conn.send(encode(Welcome(conn.id, VERSION, FEATURE_BUSY)))
     log.info("client pid=%d uid=%d client=%d priority=%d: %s", conn.pid, conn.uid, conn.id,
              msg.priority, conn.command[:120])
 
@@ -74,6 +74,7 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
         conn.locks.pop(old, None)
         registry.apply(old, old.arbiter.disconnect, conn)
     registry.apply(gpu, gpu.arbiter.set_priority, conn, conn.priority)
+    metrics.attached(conn, gpu, registry.now())
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
     conn.send(encode(Attached(msg.device, 0, capacity)))
     log.info("attach pid=%d device=%d gpu=%s%s capacity=%d%s", conn.pid, msg.device, gpu.label,
@@ -120,6 +121,19 @@ def on_mem_update(state: SchedulerState, conn: Conn, msg: MemUpdate) -> None:
                              msg.managed_bytes + msg.other_bytes)
 
 
+def on_busy_update(state: SchedulerState, conn: Conn, msg: BusyUpdate) -> None:
+    """The client's cumulative GPU busy time on a device: monotonic, and never more than the wall
+    time that passed (metrics.busy); a report cut to it is logged, rate-limited per client."""
+    _require_hello(conn)
+    if gpu := _attached_gpu(conn, msg.device):
+        claimed = metrics.busy(conn, gpu, msg.busy_ns, state.registry.now())
+        if claimed is not None:
+            conn.warnings.warning(("busy", gpu.uuid), "pid=%d gpu=%s claimed %.3fs of GPU busy "
+                                  "time, more than the wall time since its last report; cut to "
+                                  "it (%d such report(s) so far)", conn.pid, gpu.label, claimed,
+                                  conn.locks[gpu].busy_clamps)
+
+
 def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:
     conn.ctl = conn.hello is None
     conn.send(control.handle(state, conn, msg))
@@ -131,5 +145,6 @@ HANDLERS = {
     MessageType.REQ_LOCK: on_req_lock,
     MessageType.LOCK_RELEASED: on_lock_released,
     MessageType.MEM_UPDATE: on_mem_update,
+    MessageType.BUSY_UPDATE: on_busy_update,
     MessageType.CTL_REQUEST: on_ctl,
 }

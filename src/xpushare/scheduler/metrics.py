@@ -64,7 +64,7 @@ class LockStats:
     stay monotonic (what a release adds is what a scrape showed, and more)."""
 
     __slots__ = ("grants", "drops", "held", "waited", "requested", "granted", "dropped", "evict",
-                 "prefetch")
+                 "prefetch", "busy", "busy_ns", "busy_at", "busy_clamps")
 
     def __init__(self):
         self.grants = 0
@@ -74,6 +74,50 @@ class LockStats:
         self.requested: float | None = None       # when the pending request came
         self.granted: float | None = None         # when the lock now held was granted
         self.dropped = self.evict = self.prefetch = False  # of the hold now: what its report covers
+        self.busy = 0.0                           # GPU busy seconds credited (BUSY_UPDATE)
+        self.busy_ns = 0                          # the client's last cumulative report, ns
+        self.busy_at: float | None = None         # when it came (or the GPU was attached)
+        self.busy_clamps = 0                      # reports cut to the wall time that passed
+
+
+# A BUSY_UPDATE may claim at most the wall time since the previous one (or since the ATTACH) times
+# this, plus BUSY_SLACK_S: the client measures on the GPU's clock, the scheduler on its own, and a
+# report is sent a little after the spans it counts ended.
+BUSY_SLACK = 1.10
+BUSY_SLACK_S = 0.01
+
+
+def attached(conn, gpu, now: float) -> None:
+    """ATTACH: the wall time a client's busy reports are measured against begins."""
+    stats = lock_stats(conn, gpu)
+    if stats.busy_at is None:
+        stats.busy_at = now
+
+
+def busy(conn, gpu, busy_ns: int, now: float) -> float | None:
+    """BUSY_UPDATE (cumulative ns). Credits the increase over the last report, at most the wall
+    time since it (BUSY_SLACK); a value below the last is ignored, so the counter never goes back.
+    Returns None, or the seconds claimed when the report was cut (the caller logs it). A first
+    report is cut silently: the total is the process's since it started, and a client that
+    reconnects (a scheduler restart) brings what it measured before this connection."""
+    stats = lock_stats(conn, gpu)
+    if stats.busy_at is None:
+        stats.busy_at = now
+    if busy_ns <= stats.busy_ns:
+        return None
+    first = stats.busy_ns == 0
+    claimed = (busy_ns - stats.busy_ns) / 1e9
+    allowed = max(0.0, now - stats.busy_at) * BUSY_SLACK + BUSY_SLACK_S
+    stats.busy_ns = busy_ns
+    stats.busy_at = now
+    if claimed > allowed:
+        stats.busy += allowed
+        if first:
+            return None
+        stats.busy_clamps += 1
+        return claimed
+    stats.busy += claimed
+    return None
 
 
 class SchedulerStats:

@@ -67,6 +67,7 @@ class ClientRow(NamedTuple):  # a tuple: a thousand are made on the loop at each
     drops: dict[int, int]
     held: float
     waited: float
+    busy: float = 0.0
 
 
 @dataclass
@@ -132,11 +133,12 @@ def _client_row(c, g, ident: tuple, now: float) -> ClientRow:
     managed, other = c.memory.get(g.uuid, (0, 0))
     st = c.locks.get(g)
     if st is None:
-        return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, 0, {}, 0.0, 0.0)
+        return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, 0, {}, 0.0, 0.0,
+                         0.0)
     held = st.held + (max(0.0, now - st.granted) if st.granted is not None else 0.0)
     waited = st.waited + (max(0.0, now - st.requested) if st.requested is not None else 0.0)
     return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, st.grants,
-                     dict(st.drops), held, waited)
+                     dict(st.drops), held, waited, st.busy)
 
 
 def render(scrape: Scrape, encoder, openmetrics: bool) -> Iterator[bytes]:
@@ -295,6 +297,9 @@ _CLIENT_FAMILIES = (  # (make a family of some clients' samples, samples per cli
               "hold included.", lambda r: r.held), 1),
     (_counter("xpushare_client_lock_wait_seconds", "Time the client waited for the lock, the "
               "current wait included.", lambda r: r.waited), 1),
+    (_counter("xpushare_client_gpu_busy_seconds", "GPU time the client's own work took, as its "
+              "library measures it with timing events (BUSY_UPDATE), cut to the wall time that "
+              "passed.", lambda r: r.busy), 1),
 )
 
 

@@ -100,7 +100,8 @@ def client_status(state: SchedulerState, c: Conn) -> dict:
         "state": next((s for s in ("holding", "waiting") if s in states.values()), "idle"),
         "gpus": [{"device": dev, "uuid": g.uuid, "index": g.index, "state": states[g.uuid],
                   "managed_bytes": c.memory.get(g.uuid, (0, 0))[0],
-                  "other_bytes": c.memory.get(g.uuid, (0, 0))[1]}
+                  "other_bytes": c.memory.get(g.uuid, (0, 0))[1],
+                  "gpu_busy_seconds": round(c.locks[g].busy, 6) if g in c.locks else 0.0}
                  for dev, g in sorted(c.devices.items())],
         "pod": None if pod is None else {k: getattr(pod, k, None)
                                          for k in ("namespace", "name", "uid", "container_id")},

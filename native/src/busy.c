@@ -1,0 +1,222 @@
+/*
+ * busy.c - GPU busy time: what the process's own work took on each device, measured with the
+ * checkpoints' timing events (gate.c) and reported to the scheduler in BUSY_UPDATE (session.c).
+ */
+#include "client.h"
+
+/*
+ * Busy time: the GPU time the process's own work took on each device (BUSY_UPDATE), built on the
+ * timed checkpoints. A span between two consecutive checkpoints is what the work queued between
+ * them took, plus any time the GPU sat idle because the host submitted nothing. Idle time that an
+ * application leaves between bursts it waits for (synchronise, then do something else: sleep,
+ * read input, write a checkpoint) must not count; the gaps between the launches of a host-bound
+ * stream of small kernels must, as the application's own events around its work count them.
+ *
+ * So the spans are cut at idle points, the moments the application waited for the GPU:
+ *   - a synchronisation hook (cuCtxSynchronize, cuStreamSynchronize): before the real call a
+ *     checkpoint is recorded on the stream waited for (the legacy stream for the context, when no
+ *     capture is in progress), which ends the span exactly where the work ends; after it
+ *     returned, the completed checkpoints are retired and the context is marked idle;
+ *   - a drain (the lock given up): the same around its cuCtxSynchronize;
+ *   - a new context.
+ * After an idle point, the first gated launch on a stream records a start event on that stream
+ * before the real call (busy_idle, one relaxed load on the hot path; the record happens once per
+ * idle point, never in the common case), and the next checkpoint's span begins there
+ * (NVS_SPAN_START) instead of at the previous checkpoint; a checkpoint after an idle point with no
+ * start event counts nothing (NVS_SPAN_NONE); the others count the whole span (NVS_SPAN_PREV).
+ * Checkpoint spans are retired (and counted) at checkpoints, at synchronisations, at drains, and by
+ * the client thread about once a second (nvs_busy_poll), so a client that holds the lock for long
+ * (mode off, or concurrent) reports as it goes. Ungated work goes through the same path.
+ * Why not "a checkpoint that finds every earlier one complete" as an idle point, or "count a span
+ * only when its first event was still pending when the next was recorded": a host-bound stream of
+ * tiny kernels lets the GPU catch up at every checkpoint, and those rules would drop nearly all of
+ * its time, which the application's own events do count.
+ * Not seen as idle points: a host that waits by polling (cuStreamQuery/cuEventQuery) or with
+ * cuEventSynchronize and then stays away; that idle time is counted until the next
+ * synchronisation. Off with the timed checkpoints (NVSHARE_DRAIN_TARGET_MS=0, or
+ * NVSHARE_MAX_INFLIGHT=0): no busy time is measured.
+ */
+enum { NVS_SPAN_PREV = 0, NVS_SPAN_START = 1, NVS_SPAN_NONE = 2 };
+
+int nvs_busy_measured(void)
+{
+    return nvs_ckpt_interval != 0 && nvs_cfg.drain_target_ms != 0; /* timed checkpoints */
+}
+
+static void add_busy(nvs_ctxrec *rec, float ms)
+{
+    if (ms > 0)
+        atomic_fetch_add_explicit(&rec->dev->busy_ns, (uint64_t)((double)ms * 1e6),
+                                  memory_order_relaxed);
+}
+
+/* ring_mu held. An idle point: the next span begins at the next stream launch's start event. */
+void nvs_busy_mark_idle(nvs_ctxrec *rec)
+{
+    if (!nvs_busy_measured()) return;
+    rec->after_idle = 1;
+    rec->start_open = 0;
+    atomic_store_explicit(&rec->busy_idle, 1, memory_order_relaxed);
+}
+
+/* ring_mu held. The checkpoint just recorded in `slot`: where its busy span begins. */
+void nvs_busy_tag(nvs_ctxrec *rec, int slot)
+{
+    if (rec->start_open) { /* the slot takes the start event; its old one is reused next time */
+        CUevent t = rec->ring_start[slot];
+        rec->ring_start[slot] = rec->start_ev;
+        rec->start_ev = t;
+        rec->start_open = 0;
+        rec->ring_from[slot] = NVS_SPAN_START;
+    } else {
+        rec->ring_from[slot] = rec->after_idle ? NVS_SPAN_NONE : NVS_SPAN_PREV;
+    }
+    rec->after_idle = 0;
+}
+
+/* ring_mu held. The completed checkpoint of ring slot h is retired; prev_ms: the span from the
+ * previous checkpoint (< 0: none). Counts what its tag says. */
+void nvs_busy_retired(nvs_ctxrec *rec, int h, float prev_ms)
+{
+    float ms = 0;
+    if (rec->ring_from[h] == NVS_SPAN_PREV && prev_ms >= 0)
+        add_busy(rec, prev_ms);
+    else if (rec->ring_from[h] == NVS_SPAN_START && rec->ring_start[h] &&
+             nvs_drv.cuEventElapsedTime(&ms, rec->ring_start[h], rec->ring[h]) == CUDA_SUCCESS)
+        add_busy(rec, ms);
+}
+
+/* COLD: the first stream launch after an idle point (busy_idle set), before the real call. Never
+ * on a capturing stream (the record would become part of the graph: a later launch does it), and
+ * never waiting for ring_mu (the caller is counted in flight, and a thread may hold ring_mu while
+ * it waits for a full ring: this launch's start is then simply not recorded, a later one is). */
+NVS_COLD void nvs_busy_start(nvs_ctxrec *rec, CUstream s, int per_thread)
+{
+    if (per_thread && s == NULL) s = CU_STREAM_PER_THREAD;
+    int quiet = nvs_nocap_enter();
+    if (!quiet && nvs_stream_capturing(s, 0)) return;
+    if (pthread_mutex_trylock(&rec->ring_mu) == 0) {
+        if (atomic_load_explicit(&rec->busy_idle, memory_order_relaxed)) {
+            CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
+            if (!rec->start_ev &&
+                nvs_drv.cuEventCreate(&rec->start_ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+                rec->start_ev = NULL;
+            rec->start_open = rec->start_ev && nvs_drv.cuEventRecord(rec->start_ev, s) ==
+                                                   CUDA_SUCCESS;
+            atomic_store_explicit(&rec->busy_idle, 0, memory_order_relaxed);
+            nvs_relaxed_end(old);
+        }
+        pthread_mutex_unlock(&rec->ring_mu);
+    }
+    if (quiet) nvs_nocap_leave();
+}
+
+
+/* ------------------------------------------------------------------ idle points */
+nvs_ctxrec *nvs_busy_sync_begin(CUstream s, int per_thread)
+{
+    if (!nvs_busy_measured() || atomic_load(&nvs_exiting)) return NULL;
+    nvs_ctxrec *rec = nvs_current_rec();
+    if (!rec) return NULL;
+    /* Nothing launched since the last idle point: nothing to end. */
+    if (atomic_load_explicit(&rec->busy_idle, memory_order_relaxed)) return rec;
+    if (s == NVS_NOSTREAM) {
+        /* The whole context: the legacy stream's checkpoint comes after every blocking stream's
+         * work. Never while a capture is in progress (it would join the capturing stream). */
+        if (nvs_capture_any()) return rec;
+        s = NULL;
+        per_thread = 0;
+    }
+    nvs_checkpoint(rec, s, per_thread);
+    return rec;
+}
+
+void nvs_busy_after_sync(nvs_ctxrec *rec)
+{
+    int quiet = nvs_nocap_enter();
+    pthread_mutex_lock(&rec->ring_mu);
+    CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
+    nvs_retire_done(rec);
+    nvs_busy_mark_idle(rec);
+    nvs_relaxed_end(old);
+    pthread_mutex_unlock(&rec->ring_mu);
+    if (quiet) nvs_nocap_leave();
+}
+
+/* Client thread, about once a second: retire the completed checkpoints of d's contexts, so that a
+ * client that keeps the GPU busy (or holds the lock) without synchronising reports as it goes. */
+void nvs_busy_poll(nvs_dev *d)
+{
+    /* never beside a capture: the drain then waits on the checkpoints, which stay for it */
+    if (!nvs_busy_measured() || atomic_load(&nvs_exiting) || nvs_capture_any()) return;
+    nvs_ctxrec *recs[64];
+    int n = 0;
+    pthread_mutex_lock(&nvs_g.mu);
+    for (nvs_ctxrec *r = d->ctxs; r && n < 64; r = r->dev_next) recs[n++] = r;
+    pthread_mutex_unlock(&nvs_g.mu);
+    CUcontext prev = NULL;
+    int switched = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&recs[i]->ring_mu);
+        int any = recs[i]->count > 0;
+        pthread_mutex_unlock(&recs[i]->ring_mu);
+        if (!any) continue;
+        if (!switched) {
+            nvs_drv.cuCtxGetCurrent(&prev);
+            switched = 1;
+        }
+        if (nvs_drv.cuCtxSetCurrent(recs[i]->ctx) != CUDA_SUCCESS) continue;
+        int quiet = nvs_nocap_enter();
+        pthread_mutex_lock(&recs[i]->ring_mu);
+        CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
+        nvs_retire_done(recs[i]);
+        nvs_relaxed_end(old);
+        pthread_mutex_unlock(&recs[i]->ring_mu);
+        if (quiet) nvs_nocap_leave();
+    }
+    if (switched) nvs_drv.cuCtxSetCurrent(prev);
+}
+
+/* ------------------------------------------------------------------ reporting (client thread) */
+#define BUSY_PERIOD (1000 * NVS_MS)
+
+static uint64_t next_poll_ns;
+
+int nvs_busy_wanted(void)
+{
+    return (nvs_g.sched_features & NVS_FEATURE_BUSY) && nvs_busy_measured();
+}
+
+void nvs_busy_put(nvs_outbox *o, nvs_dev *d, uint64_t now)
+{
+    struct nvs_busy b = {(uint32_t)d->ordinal, 0, atomic_load(&d->busy_ns)};
+    nvs_outbox_put(o, NVS_BUSY_UPDATE, &b, sizeof(b));
+    d->busy_sent = b.busy_ns;
+    d->busy_sent_ns = now;
+    NVS_TRACE("busy update device %d: %.3f ms", d->ordinal, (double)b.busy_ns / 1e6);
+}
+
+void nvs_busy_put_if_due(nvs_outbox *o, nvs_dev *d, uint64_t now)
+{
+    if (nvs_busy_wanted() && atomic_load(&d->busy_ns) != d->busy_sent &&
+        now >= d->busy_sent_ns + BUSY_PERIOD)
+        nvs_busy_put(o, d, now);
+}
+
+void nvs_busy_round(uint64_t now)
+{
+    if (!nvs_busy_wanted() || now < next_poll_ns) return;
+    next_poll_ns = now + BUSY_PERIOD;
+    for (nvs_dev *d = nvs_g.dev; d < nvs_g.dev + NVS_MAX_DEVICES; d++)
+        if (d->info_ready && d->ctxs) nvs_busy_poll(d);
+}
+
+void nvs_busy_deadline(nvs_dev *d, uint64_t now, uint64_t *t)
+{
+    if (!nvs_busy_wanted() || !d->ctxs) return;
+    /* held: its checkpoints may finish at any time; unsent: the report is due a period after the
+     * last (never a deadline already past that nothing would move: the thread would spin) */
+    if (d->lock_state == NVS_LOCK_HELD) nvs_deadline_min(t, now, next_poll_ns);
+    if (atomic_load(&d->busy_ns) != d->busy_sent)
+        nvs_deadline_min(t, now, d->busy_sent_ns + BUSY_PERIOD);
+}

@@ -1,0 +1,84 @@
+"""Per-client GPU busy time (BUSY_UPDATE, docs/protocol.md): the scheduler keeps a monotonic
+counter per client and GPU, never credits more than the wall time that passed, and shows it in
+status and in the exporter until the client leaves. The arithmetic is metrics.busy (time passed
+in); the rest runs against a live scheduler with raw protocol clients."""
+
+from __future__ import annotations
+
+import os
+import time
+from types import SimpleNamespace
+
+from sched_harness import MessageType, registered, uuid
+from test_metrics import metrics_scheduler, scrape, value  # noqa: F401  (fixture)
+from testkit.waiting import poll
+
+from xpushare.protocol import FEATURE_BUSY
+from xpushare.scheduler import metrics
+
+
+def _conn():
+    return SimpleNamespace(locks={})
+
+
+def test_busy_is_monotonic_and_cut_to_the_wall_time():
+    conn, gpu = _conn(), object()
+    metrics.attached(conn, gpu, 100.0)
+    assert metrics.busy(conn, gpu, 2_000_000_000, 110.0) is None       # 2 s in 10 s
+    st = conn.locks[gpu]
+    assert st.busy == 2.0
+    assert metrics.busy(conn, gpu, 1_000_000_000, 111.0) is None       # lower: ignored
+    assert st.busy == 2.0 and st.busy_ns == 2_000_000_000
+    assert metrics.busy(conn, gpu, 2_000_000_000, 112.0) is None       # equal: nothing
+    # 11 s claimed in 2 s (since the last accepted report at 110): cut to 2 s * 1.1 + slack
+    assert metrics.busy(conn, gpu, 13_000_000_000, 112.0) == 11.0
+    assert abs(st.busy - (2.0 + 2.0 * metrics.BUSY_SLACK + metrics.BUSY_SLACK_S)) < 1e-9
+    assert st.busy_clamps == 1
+    # later honest reports count from the value it sent
+    assert metrics.busy(conn, gpu, 13_500_000_000, 113.0) is None
+    assert abs(st.busy - (2.0 + 2.2 + metrics.BUSY_SLACK_S + 0.5)) < 1e-9
+
+
+def test_a_first_report_is_cut_to_the_time_since_attach_without_a_warning():
+    conn, gpu = _conn(), object()
+    metrics.attached(conn, gpu, 50.0)
+    assert metrics.busy(conn, gpu, 10**12, 51.0) is None               # a reconnect's total
+    st = conn.locks[gpu]
+    assert st.busy == 1.0 * metrics.BUSY_SLACK + metrics.BUSY_SLACK_S and st.busy_clamps == 0
+
+
+def test_busy_in_status_and_metrics_and_gone_with_the_client(metrics_scheduler):  # noqa: F811
+    sched, port = metrics_scheduler
+    a = registered(sched.socket)
+    a.ctl("status")
+    me = {"gpu": "", "uuid": uuid(0), "client": str(a.client_id), "pid": str(os.getpid())}
+    assert value(scrape(port), "xpushare_client_gpu_busy_seconds_total", **me) == 0
+    time.sleep(0.3)
+    a.busy_update(busy_ns=200_000_000)
+    st = a.ctl("status")
+    g = st["clients"][0]["gpus"][0]
+    assert abs(g["gpu_busy_seconds"] - 0.2) < 1e-6
+    assert abs(value(scrape(port), "xpushare_client_gpu_busy_seconds_total", **me) - 0.2) < 1e-6
+    a.busy_update(busy_ns=100_000_000)   # lower: ignored
+    a.busy_update(busy_ns=10**15)        # far more than the time passed: cut
+    st = a.ctl("status")
+    busy = st["clients"][0]["gpus"][0]["gpu_busy_seconds"]
+    assert 0.2 < busy < 0.2 + 60, busy
+    assert "more than the wall time" in sched.log() or poll(
+        lambda: "more than the wall time" in sched.log(), 5, 0.05, what="the clamp warning")
+    a.close()
+    poll(lambda: not sched.ctl("status")["clients"], 10, 0.02, what="the client to be forgotten")
+    assert value(scrape(port), "xpushare_client_gpu_busy_seconds_total",
+                 client=str(a.client_id)) is None
+
+
+def test_welcome_offers_busy_updates_and_an_unattached_device_is_refused(start_scheduler):
+    sched = start_scheduler("--no-nvml")
+    a = registered(sched.socket, devices=())
+    a.busy_update(device=3, busy_ns=5)
+    assert a.expect(MessageType.ERROR)
+    b = registered(sched.socket)
+    assert b.ctl("status")["ok"]
+    from sched_harness import FakeClient
+    c = FakeClient(sched.socket)
+    assert c.hello().features & FEATURE_BUSY
