@@ -28,14 +28,21 @@ enum nvs_msg_type {
     NVS_CTL_REQUEST = 10,
     NVS_CTL_REPLY = 11,
     NVS_ERROR = 12,
-    NVS_BUSY_UPDATE = 13
+    NVS_BUSY_UPDATE = 13,
+    NVS_SETTINGS = 14,
+    NVS_LIMITS = 15
 };
 
 /* hello.flags */
 #define NVS_HELLO_REQUIRE_SCHEDULER 1u
 
 /* welcome.features: what the scheduler accepts beyond version 2's first message set */
-#define NVS_FEATURE_BUSY 1u /* BUSY_UPDATE */
+#define NVS_FEATURE_BUSY 1u   /* BUSY_UPDATE */
+#define NVS_FEATURE_QUOTAS 2u /* SETTINGS, answered with LIMITS */
+
+/* settings/limits compute_limit: per mille of the GPU's time; settings compute_share: thousandths */
+#define NVS_COMPUTE_LIMIT_SCALE 1000u
+#define NVS_COMPUTE_SHARE_SCALE 1000u
 
 /* device.reason of DROP_LOCK */
 #define NVS_DROP_QUANTUM 1u
@@ -133,6 +140,21 @@ struct nvs_busy {
     uint64_t busy_ns;
 } __attribute__((packed));
 
+/* SETTINGS: what the environment asks for (sent once, after WELCOME, to a scheduler that offers
+ * NVS_FEATURE_QUOTAS); 0 = not set */
+struct nvs_settings {
+    uint32_t compute_limit; /* NVSHARE_COMPUTE_LIMIT, per mille, 1..1000 */
+    uint32_t compute_share; /* NVSHARE_COMPUTE_SHARE, thousandths, >= 1 */
+    uint64_t memory_limit;  /* NVSHARE_GPU_MEMORY_LIMIT, bytes per GPU */
+} __attribute__((packed));
+
+/* LIMITS: the limits to apply from now on (after SETTINGS and at every change); 0 = none */
+struct nvs_limits {
+    uint32_t compute_limit; /* per mille of the GPU's time */
+    uint32_t reserved;
+    uint64_t memory_limit; /* bytes per GPU */
+} __attribute__((packed));
+
 _Static_assert(sizeof(struct nvs_header) == 12, "nvs_header is 12 bytes");
 _Static_assert(sizeof(struct nvs_hello) == 520, "nvs_hello is 520 bytes");
 _Static_assert(sizeof(struct nvs_welcome) == 16, "nvs_welcome is 16 bytes");
@@ -144,5 +166,7 @@ _Static_assert(sizeof(struct nvs_drop) == 16, "nvs_drop is 16 bytes");
 _Static_assert(sizeof(struct nvs_released) == 24, "nvs_released is 24 bytes");
 _Static_assert(sizeof(struct nvs_mem_update) == 24, "nvs_mem_update is 24 bytes");
 _Static_assert(sizeof(struct nvs_busy) == 16, "nvs_busy is 16 bytes");
+_Static_assert(sizeof(struct nvs_settings) == 16, "nvs_settings is 16 bytes");
+_Static_assert(sizeof(struct nvs_limits) == 16, "nvs_limits is 16 bytes");
 
 #endif /* NVSHARE_PROTOCOL_H */

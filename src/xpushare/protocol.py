@@ -40,6 +40,8 @@ class MessageType(IntEnum):
     CTL_REPLY = 11
     ERROR = 12
     BUSY_UPDATE = 13  # only to a scheduler whose WELCOME has FEATURE_BUSY
+    SETTINGS = 14     # only to a scheduler whose WELCOME has FEATURE_QUOTAS
+    LIMITS = 15       # only to a client that sent SETTINGS
 
 
 class DropReason(IntEnum):
@@ -61,6 +63,9 @@ HELLO_REQUIRE_SCHEDULER = 1  # hello.flags bit 0
 GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
 DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
 FEATURE_BUSY = 1             # welcome.features bit 0: the scheduler takes BUSY_UPDATE
+FEATURE_QUOTAS = 2           # welcome.features bit 1: it takes SETTINGS and answers with LIMITS
+COMPUTE_LIMIT_SCALE = 1000   # settings/limits compute_limit: per mille of the GPU's time
+COMPUTE_SHARE_SCALE = 1000   # settings compute_share: thousandths (1000 = a share of 1)
 
 
 class ProtocolError(Exception):
@@ -221,6 +226,26 @@ class BusyUpdate(_Payload):
     busy_ns: int = 0
 
 
+@dataclass
+class Settings(_Payload):
+    """SETTINGS: what the process's environment asks for (NVSHARE_COMPUTE_LIMIT,
+    NVSHARE_COMPUTE_SHARE, NVSHARE_GPU_MEMORY_LIMIT); 0 = not set."""
+    FIELDS = (("compute_limit", "I"), ("compute_share", "I"), ("memory_limit", "Q"))
+    compute_limit: int = 0   # per mille of the GPU's time, 1..COMPUTE_LIMIT_SCALE
+    compute_share: int = 0   # thousandths of a share, >= 1
+    memory_limit: int = 0    # bytes per GPU
+
+
+@dataclass
+class Limits(_Payload):
+    """LIMITS: the limits the client applies from now on (what the scheduler settled on from the
+    environment, the pod's annotations and nvsharectl); 0 = none."""
+    FIELDS = (("compute_limit", "I"), ("reserved", "I"), ("memory_limit", "Q"))
+    compute_limit: int = 0   # per mille of the GPU's time
+    reserved: int = 0
+    memory_limit: int = 0    # bytes per GPU
+
+
 # The payload class of every fixed-size type; the others are variable (JSON or text).
 PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.HELLO: Hello,
@@ -233,6 +258,8 @@ PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.LOCK_RELEASED: Released,
     MessageType.MEM_UPDATE: MemUpdate,
     MessageType.BUSY_UPDATE: BusyUpdate,
+    MessageType.SETTINGS: Settings,
+    MessageType.LIMITS: Limits,
 }
 _TYPE_OF = {cls: t for t, cls in PAYLOADS.items()}
 # The decoder's tables, by the header's integer type: read once per frame on the lock round trip.
