@@ -136,6 +136,7 @@ class FakeClient:
         self.send_raw(encode(Hello(flags, priority, pod_name, pod_namespace)))
         welcome = self.expect(MessageType.WELCOME)
         self.client_id = welcome.client_id
+        self.hello_reply = welcome
         return welcome
 
     def attach(self, device=0, gpu_uuid=None, name="Mock GPU", physical=16 * GiB, capacity=None):

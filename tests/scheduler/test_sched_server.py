@@ -414,7 +414,12 @@ def test_status_reports_gpus_holders_queue_and_clients(scheduler):
         assert hc["uid"] == os.getuid()
         assert hc["gpus"] == [{"device": 0, "uuid": uuid(0), "index": None, "state": "holding",
                                "managed_bytes": 3 * GiB, "other_bytes": GiB,
-                               "gpu_busy_seconds": 0.0}]
+                               "gpu_busy_seconds": 0.0, "gpu_busy_ratio": None,
+                               "over_memory_limit": False}]
+        assert hc["quota"] == {"compute_limit": None, "compute_share": None, "memory_limit": None,
+                               "sources": dict.fromkeys(("compute_limit", "compute_share",
+                                                         "memory_limit"), "environment"),
+                               "applied_by_client": False}
         assert hc["pod_hint"] == {"namespace": "ml", "name": "trainer-0"}
         assert hc["pod"] is None  # hints are shown as hints; identity comes from the cgroup only
         assert clients[waiter.client_id]["state"] == "waiting"

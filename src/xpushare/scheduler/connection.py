@@ -22,9 +22,10 @@ import asyncio
 import logging
 import os
 
-from ..protocol import Frame, FrameDecoder, Hello, ProtocolError, encode_error
+from ..protocol import Frame, FrameDecoder, Hello, Limits, ProtocolError, encode_error
 from . import handlers, limits, peer
 from .metrics import LockStats
+from .quotas import Quota
 from .registry import Gpu
 from .state import SchedulerState
 
@@ -53,6 +54,10 @@ class Conn:
         self.pod = pod                            # peer.PodLookup's answer at connect
         self.closed = False                       # by the scheduler: close() was called
         self.warnings = limits.LogLimiter()
+        self.quota_env: Quota | None = None       # SETTINGS' (None: never sent, gets no LIMITS)
+        self.quota_set: dict[str, tuple] = {}     # nvsharectl's for this client: field -> (value, when)
+        self.quota = Quota()                      # what applies now (quotas.Quotas.refresh)
+        self.quota_sent: Limits | None = None     # the last LIMITS sent
 
     def ordinal(self, gpu: Gpu) -> int:
         for dev, g in self.devices.items():  # a loop, not next(genexpr): it is on every grant

@@ -17,7 +17,9 @@ from ..protocol import (
     PRIORITY_LIMIT, Attach, Attached, MessageType, ProtocolError, encode_json,
 )
 from . import peer, status
-from .ctlschema import Choice, Field, GpuSelector, Int, Invalid, Schema, show, unsigned_max, validate
+from .ctlschema import (
+    Choice, Field, GpuSelector, Int, Invalid, Number, PodName, Schema, show, unsigned_max, validate,
+)
 from .policy import TQ_MAX, Mode
 from .registry import Gpu
 from .state import SchedulerState
@@ -116,19 +118,42 @@ def op_set_gpu_memory(state: SchedulerState, msg: dict) -> None:
         state.registry.capacity_changed(gpu)
 
 
-def op_set_priority(state: SchedulerState, msg: dict) -> dict:
-    prio = msg["priority"]
+def _clients(state: SchedulerState, msg: dict) -> list[Conn]:
+    """The clients a request's pid or client_id names; CtlError for none."""
     key = "pid" if "pid" in msg else "client_id"
     value = msg[key]
     targets = [c for c in state.clients() if (c.pid if key == "pid" else c.id) == value]
     if not targets:
         raise CtlError(f"no client with {key} {value}")
+    return targets
+
+
+def op_set_priority(state: SchedulerState, msg: dict) -> dict:
+    prio = msg["priority"]
+    targets = _clients(state, msg)
     for conn in targets:
         conn.priority = prio
         log.info("priority pid=%d client=%d priority=%d", conn.pid, conn.id, prio)
         for gpu in conn.gpus():
             state.registry.apply(gpu, gpu.arbiter.set_priority, conn, prio)
     return {"clients": len(targets)}
+
+
+def _set_quota(field: str, convert: Callable):
+    """An op setting one quota field (quotas.py) of a pod's clients (now and later) or of the
+    clients a pid or client id names; "none" clears a limit."""
+    def op(state: SchedulerState, msg: dict) -> dict:
+        value = None if msg["value"] == "none" else convert(msg["value"])
+        if "pod" in msg:
+            namespace, name = msg["pod"]
+            targets = state.quotas.set_pod(namespace, name, field, value)
+            log.info("%s pod=%s/%s %s (%d clients now)", field, namespace, name, value, len(targets))
+        else:
+            targets = _clients(state, msg)
+            state.quotas.set_clients(targets, field, value)
+            log.info("%s %s", field, ", ".join(f"pid={c.pid} client={c.id}" for c in targets))
+        return {"clients": len(targets)}
+    return op
 
 
 # -- the schema of each op's fields: bounded by what the protocol carries --------------------------
@@ -145,6 +170,11 @@ PRIORITY = Int(-PRIORITY_LIMIT, PRIORITY_LIMIT,
                f"an integer from {-PRIORITY_LIMIT} to {PRIORITY_LIMIT}")
 PID = Int(1, 2**31 - 1, "a process id (a positive integer)")  # pid_t is a signed 32-bit number
 CLIENT_ID = Int(1, 2**63 - 1, "a client id (a positive integer)")  # WELCOME's, counted from 1
+COMPUTE_LIMIT = Number(0, 100, 'a percentage of the GPU\'s time above 0 and at most 100, or "none"',
+                       words=("none",))
+COMPUTE_SHARE = Number(0, 1e6, "a positive number (a weight) up to 1000000")
+MEMORY_LIMIT = Int(1, CAPACITY_MAX, 'a positive number of bytes, or "none"', words=("none",))
+TARGET = (Field("pid", PID), Field("client_id", CLIENT_ID), Field("pod", PodName()))
 
 OPS: dict[str, Op] = {
     "ping": Op(op_ping, admin=False),
@@ -159,4 +189,13 @@ OPS: dict[str, Op] = {
     "set_priority": Op(op_set_priority, admin=True, schema=Schema((
         Field("priority", PRIORITY, required=True), Field("pid", PID),
         Field("client_id", CLIENT_ID)), one_of=("pid", "client_id"))),
+    "set_compute_limit": Op(_set_quota("compute_limit", lambda pct: pct / 100.0), admin=True,
+                            schema=Schema((Field("value", COMPUTE_LIMIT, required=True), *TARGET),
+                                          one_of=("pid", "client_id", "pod"))),
+    "set_compute_share": Op(_set_quota("compute_share", float), admin=True,
+                            schema=Schema((Field("value", COMPUTE_SHARE, required=True), *TARGET),
+                                          one_of=("pid", "client_id", "pod"))),
+    "set_memory_limit": Op(_set_quota("memory_limit", int), admin=True,
+                           schema=Schema((Field("value", MEMORY_LIMIT, required=True), *TARGET),
+                                         one_of=("pid", "client_id", "pod"))),
 }

@@ -11,6 +11,7 @@ texts are shortened, so that a reply stays small whatever a request carries.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
@@ -65,6 +66,39 @@ class Int:
         if value > self.hi:
             raise Invalid(f"invalid {name} {show(value)}: {self.high or self.hint}")
         return value
+
+
+@dataclass(frozen=True)
+class Number:
+    """A finite number above `above` and at most `hi` (an integer or a fraction), or one of
+    `words`."""
+    above: float
+    hi: float
+    hint: str
+    words: tuple[str, ...] = ()
+
+    def check(self, name: str, value):
+        if isinstance(value, str) and value in self.words:
+            return value
+        if (not isinstance(value, (int, float)) or isinstance(value, bool)
+                or not math.isfinite(value) or not self.above < value <= self.hi):
+            raise Invalid(f"invalid {name} {show(value)}: {self.hint}")
+        return value
+
+
+@dataclass(frozen=True)
+class PodName:
+    """NAMESPACE/NAME as Kubernetes spells them (a namespace is a DNS label, a pod name a DNS
+    subdomain): returned as a (namespace, name) pair."""
+    hint: str = "NAMESPACE/NAME of a pod"
+    TEXT: ClassVar[re.Pattern] = re.compile(r"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/"
+                                            r"([a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?)")
+
+    def check(self, name: str, value):
+        match = self.TEXT.fullmatch(value) if isinstance(value, str) else None
+        if match is None:
+            raise Invalid(f"invalid {name} {show(value)}: {self.hint}")
+        return (match.group(1), match.group(3))
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..protocol import (
-    FEATURE_BUSY, PRIORITY_LIMIT, VERSION, Attach, Attached, BusyUpdate, Hello, LockRequest, MemUpdate, MessageType,
-    ProtocolError, Released, ReleaseReason, Welcome, encode, encode_error,
+    FEATURE_BUSY, FEATURE_QUOTAS, PRIORITY_LIMIT, VERSION, Attach, Attached, BusyUpdate, Hello,
+    LockRequest, MemUpdate, MessageType, ProtocolError, Released, ReleaseReason, Settings, Welcome,
+    encode, encode_error,
 )
 from . import control, metrics
 from .policy import SwitchReport
@@ -45,7 +46,7 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
         raise ProtocolError("HELLO sent twice, or on a control connection")
     conn.hello = msg
     conn.priority = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
-    conn.send(encode(Welcome(conn.id, VERSION, FEATURE_BUSY)))
+    conn.send(encode(Welcome(conn.id, VERSION, FEATURE_BUSY | FEATURE_QUOTAS)))
     log.info("client pid=%d uid=%d client=%d priority=%d: %s", conn.pid, conn.uid, conn.id,
              msg.priority, conn.command[:120])
 
@@ -74,6 +75,7 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
         conn.locks.pop(old, None)
         registry.apply(old, old.arbiter.disconnect, conn)
     registry.apply(gpu, gpu.arbiter.set_priority, conn, conn.priority)
+    state.quotas.attached(conn, gpu)
     metrics.attached(conn, gpu, registry.now())
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
     conn.send(encode(Attached(msg.device, 0, capacity)))
@@ -134,6 +136,13 @@ def on_busy_update(state: SchedulerState, conn: Conn, msg: BusyUpdate) -> None:
                                   conn.locks[gpu].busy_clamps)
 
 
+def on_settings(state: SchedulerState, conn: Conn, msg: Settings) -> None:
+    """The environment's quotas (quotas.py): answered with LIMITS, and from then on the client is
+    sent LIMITS whenever what applies to it changes."""
+    _require_hello(conn)
+    state.quotas.settings(conn, msg)
+
+
 def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:
     conn.ctl = conn.hello is None
     conn.send(control.handle(state, conn, msg))
@@ -146,5 +155,6 @@ HANDLERS = {
     MessageType.LOCK_RELEASED: on_lock_released,
     MessageType.MEM_UPDATE: on_mem_update,
     MessageType.BUSY_UPDATE: on_busy_update,
+    MessageType.SETTINGS: on_settings,
     MessageType.CTL_REQUEST: on_ctl,
 }

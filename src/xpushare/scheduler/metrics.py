@@ -15,7 +15,7 @@ gone when a client-made GPU is forgotten; the scheduler's are one SchedulerStats
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import Counter
+from collections import Counter, deque
 
 from .policy import SWITCH_REASONS
 
@@ -64,7 +64,7 @@ class LockStats:
     stay monotonic (what a release adds is what a scrape showed, and more)."""
 
     __slots__ = ("grants", "drops", "held", "waited", "requested", "granted", "dropped", "evict",
-                 "prefetch", "busy", "busy_ns", "busy_at", "busy_clamps")
+                 "prefetch", "busy", "busy_ns", "busy_at", "busy_clamps", "busy_seen")
 
     def __init__(self):
         self.grants = 0
@@ -78,6 +78,7 @@ class LockStats:
         self.busy_ns = 0                          # the client's last cumulative report, ns
         self.busy_at: float | None = None         # when it came (or the GPU was attached)
         self.busy_clamps = 0                      # reports cut to the wall time that passed
+        self.busy_seen: deque[tuple[float, float]] = deque()  # (when, busy) over BUSY_WINDOW
 
 
 # A BUSY_UPDATE may claim at most the wall time since the previous one (or since the ATTACH) times
@@ -85,6 +86,21 @@ class LockStats:
 # report is sent a little after the spans it counts ended.
 BUSY_SLACK = 1.10
 BUSY_SLACK_S = 0.01
+# The window over which the GPU time a client achieved is shown (status, top, the exporter): long
+# enough to span several quanta of the library's reports (about one a second), short enough to
+# follow a change of limit or share.
+BUSY_WINDOW = 10.0
+
+
+def busy_ratio(stats: LockStats, now: float) -> float | None:
+    """The client's GPU busy time over the wall time of the last BUSY_WINDOW seconds (from its
+    reports: the oldest kept is at most a report older than the window); None before two."""
+    seen = stats.busy_seen
+    if len(seen) < 2:
+        return None
+    (t0, b0), (t1, b1) = seen[0], seen[-1]
+    span = max(now, t1) - t0
+    return None if span <= 0 else min(1.0, max(0.0, (b1 - b0) / span))
 
 
 def attached(conn, gpu, now: float) -> None:
@@ -92,6 +108,8 @@ def attached(conn, gpu, now: float) -> None:
     stats = lock_stats(conn, gpu)
     if stats.busy_at is None:
         stats.busy_at = now
+    if not stats.busy_seen:
+        stats.busy_seen.append((now, stats.busy))
 
 
 def busy(conn, gpu, busy_ns: int, now: float) -> float | None:
@@ -112,12 +130,21 @@ def busy(conn, gpu, busy_ns: int, now: float) -> float | None:
     stats.busy_at = now
     if claimed > allowed:
         stats.busy += allowed
+        _seen(stats, now)
         if first:
             return None
         stats.busy_clamps += 1
         return claimed
     stats.busy += claimed
+    _seen(stats, now)
     return None
+
+
+def _seen(stats: LockStats, now: float) -> None:
+    seen = stats.busy_seen
+    seen.append((now, stats.busy))
+    while len(seen) > 2 and seen[1][0] <= now - BUSY_WINDOW:
+        seen.popleft()
 
 
 class SchedulerStats:

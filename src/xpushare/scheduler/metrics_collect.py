@@ -27,7 +27,9 @@ from prometheus_client.utils import floatToGoString
 
 from .. import __version__
 from ..protocol import DropReason, MessageType
+from . import metrics
 from .metrics import PHASES
+from .policy import DEFAULT_SHARE
 
 log = logging.getLogger("nvshare.scheduler")
 
@@ -68,6 +70,10 @@ class ClientRow(NamedTuple):  # a tuple: a thousand are made on the loop at each
     held: float
     waited: float
     busy: float = 0.0
+    busy_ratio: float | None = None     # over metrics.BUSY_WINDOW; None: not known yet
+    compute_limit: float | None = None  # its quota (quotas.py): fraction, None: none
+    compute_share: float = 1.0
+    memory_limit: int | None = None
 
 
 @dataclass
@@ -131,14 +137,17 @@ def _index(gpu) -> str:
 
 def _client_row(c, g, ident: tuple, now: float) -> ClientRow:
     managed, other = c.memory.get(g.uuid, (0, 0))
+    q = c.quota
+    share = DEFAULT_SHARE if q.compute_share is None else q.compute_share
     st = c.locks.get(g)
     if st is None:
         return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, 0, {}, 0.0, 0.0,
-                         0.0)
+                         0.0, None, q.compute_limit, share, q.memory_limit)
     held = st.held + (max(0.0, now - st.granted) if st.granted is not None else 0.0)
     waited = st.waited + (max(0.0, now - st.requested) if st.requested is not None else 0.0)
     return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, st.grants,
-                     dict(st.drops), held, waited, st.busy)
+                     dict(st.drops), held, waited, st.busy, metrics.busy_ratio(st, now),
+                     q.compute_limit, share, q.memory_limit)
 
 
 def render(scrape: Scrape, encoder, openmetrics: bool) -> Iterator[bytes]:
@@ -258,6 +267,19 @@ def _gauge(name: str, doc: str, value):
     return make
 
 
+def _gauge_where_set(name: str, doc: str, value):
+    """A gauge of the clients for which `value` is not None (a limit not set is no sample: 0
+    would read as a limit of nothing)."""
+    def make(rows):
+        family = GaugeMetricFamily(name, doc, labels=CLIENT)
+        for r in rows:
+            v = value(r)
+            if v is not None:
+                family.add_metric(r.labels, v)
+        return family
+    return make
+
+
 def _counter(name: str, doc: str, value):
     def make(rows):
         family = CounterMetricFamily(name, doc, labels=CLIENT)
@@ -300,6 +322,16 @@ _CLIENT_FAMILIES = (  # (make a family of some clients' samples, samples per cli
     (_counter("xpushare_client_gpu_busy_seconds", "GPU time the client's own work took, as its "
               "library measures it with timing events (BUSY_UPDATE), cut to the wall time that "
               "passed.", lambda r: r.busy), 1),
+    (_gauge_where_set("xpushare_client_gpu_busy_ratio", "GPU time the client's own work took over "
+                      "the wall time of the last 10 s: the share of the GPU it achieved.",
+                      lambda r: r.busy_ratio), 1),
+    (_gauge_where_set("xpushare_client_compute_limit_ratio", "The client's compute limit, a "
+                      "fraction of the GPU's time (clients with a limit only).",
+                      lambda r: r.compute_limit), 1),
+    (_gauge("xpushare_client_compute_share", "The client's compute share (1 unless set).",
+            lambda r: r.compute_share), 1),
+    (_gauge_where_set("xpushare_client_memory_limit_bytes", "The client's memory limit per GPU "
+                      "(clients with a limit only).", lambda r: r.memory_limit), 1),
 )
 
 

@@ -44,6 +44,7 @@ class Server:
         self._server: asyncio.AbstractServer | None = None
         self._socket_ino: int | None = None
         self.metrics = None  # httpd.MetricsServer when --metrics-port is given
+        self.pod_watch = None  # kubernetes.pod_watch.PodSettingsWatcher when annotations are on
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT; remove the socket on the way out."""
@@ -76,6 +77,7 @@ class Server:
         self.state.fd_limit = fd_limit
         room = fd_limit - limits.open_fds() - limits.FD_RESERVE
         self.state.conn_room = max(0, room // limits.FDS_PER_CONNECTION)
+        self._start_pod_watch(loop)
         registry = self.state.registry
         log.info("nvshare-scheduler %s listening on %s (mode %s, tq %s, %d gpu(s) known)",
                  __version__, path, registry.default_mode.value,
@@ -96,8 +98,25 @@ class Server:
             raise MetricsUnavailable(f"cannot serve metrics on {config.metrics_address}:"
                                      f"{config.metrics_port}: {e.strerror or e}") from None
 
+    def _start_pod_watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The pods' GPU annotations (quotas.py), when NVSHARE_POD_ANNOTATIONS is on (the chart
+        sets it): watched in a thread of its own, reported on the loop. Without the kubernetes
+        client, credentials or NODE_NAME, the scheduler serves on without them (one warning)."""
+        from ..kubernetes.pod_settings import enabled_from_env
+        if not enabled_from_env():
+            return
+        quotas = self.state.quotas
+        try:
+            from ..kubernetes.pod_watch import PodSettingsWatcher
+            self.pod_watch = PodSettingsWatcher(on_changed=quotas.pod_changed,
+                                                on_removed=quotas.pod_removed, loop=loop).start()
+        except Exception as e:  # ImportError (no client), ConfigException, no NODE_NAME
+            log.warning("pod annotations (nvshare.com/gpu-*) are not read: %s", e)
+
     async def shutdown(self) -> None:
         log.info("shutting down")
+        if self.pod_watch is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.pod_watch.stop)
         if self.metrics is not None:
             await self.metrics.stop()
         if self._server is None:

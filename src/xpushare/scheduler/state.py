@@ -15,6 +15,7 @@ from .gpus import GpuInfo
 from .metrics import SchedulerStats
 from .peer import PodLookup
 from .policy import Mode
+from .quotas import Quotas
 from .registry import GpuRegistry
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ class SchedulerState:
         self.warnings = limits.LogLimiter()               # refusals, keyed by uid; accept errors
         self.pods = PodLookup()
         self.stats = SchedulerStats()                     # event counts for the exporter
+        self.quotas = Quotas(self)                        # limits and shares (quotas.py)
         self._ids = itertools.count(1)
         for info in gpus:
             self.registry.add(info.uuid, info.index, info.name, info.memory_total)

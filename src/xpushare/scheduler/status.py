@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..protocol import MAX_CTL_REPLY
+from . import metrics
 from .registry import Gpu
 from .state import SchedulerState
 
@@ -29,7 +30,7 @@ def build(state: SchedulerState, msg: dict | None = None) -> dict:
                       "socket": str(state.config.socket_path), "mode": registry.default_mode.value,
                       "tq": registry.default_tq if registry.default_tq is not None else "auto"},
         "gpus": [gpu_status(g, now) for g in registry.in_order()],
-        "clients": [client_status(state, c) for c in state.clients()],
+        "clients": [client_status(state, c, now) for c in state.clients()],
     }
     # A reply is one frame (MAX_CTL_REPLY): with very many clients, shorten the command lines; with
     # very many client-made GPUs, list only those that fit.
@@ -83,27 +84,41 @@ def gpu_status(g: Gpu, now: float) -> dict:
         "operation": s.operation, "why": s.why, "used": s.used, "budget": s.budget,
         "tq": s.tq, "tq_source": s.tq_source, "switch_cost": s.switch_cost,
         "holders": [{"pid": h.client.pid, "client_id": h.client.id, "priority": h.client.priority,
-                     "held_for": round(h.held_for, 3), "dropping": h.dropping}
+                     "held_for": round(h.held_for, 3), "dropping": h.dropping, "share": h.share}
                     for h in s.holders],
         "queue": [c.pid for c in s.queue],
         "blocked": [w.client.pid for w in s.waiters],
     }
 
 
-def client_status(state: SchedulerState, c: Conn) -> dict:
+def client_status(state: SchedulerState, c: Conn, now: float) -> dict:
     states = {g.uuid: g.arbiter.state_of(c) for g in c.gpus()}
     pod = c.pod
     hint = {"namespace": c.hello.pod_namespace, "name": c.hello.pod_name}
+    quota, sources = state.quotas.effective(c)
     return {
         "client_id": c.id, "pid": c.pid, "uid": c.uid, "command": c.command[:COMMAND_MAX],
         "priority": c.priority,
         "state": next((s for s in ("holding", "waiting") if s in states.values()), "idle"),
-        "gpus": [{"device": dev, "uuid": g.uuid, "index": g.index, "state": states[g.uuid],
-                  "managed_bytes": c.memory.get(g.uuid, (0, 0))[0],
-                  "other_bytes": c.memory.get(g.uuid, (0, 0))[1],
-                  "gpu_busy_seconds": round(c.locks[g].busy, 6) if g in c.locks else 0.0}
+        "quota": {"compute_limit": None if quota.compute_limit is None
+                  else round(quota.compute_limit * 100, 3),
+                  "compute_share": quota.compute_share, "memory_limit": quota.memory_limit,
+                  "sources": sources, "applied_by_client": c.quota_env is not None},
+        "gpus": [_client_gpu(c, dev, g, states[g.uuid], quota, now)
                  for dev, g in sorted(c.devices.items())],
         "pod": None if pod is None else {k: getattr(pod, k, None)
                                          for k in ("namespace", "name", "uid", "container_id")},
         "pod_hint": hint if (hint["name"] or hint["namespace"]) else None,
     }
+
+
+def _client_gpu(c: Conn, dev: int, g, state: str, quota, now: float) -> dict:
+    managed, other = c.memory.get(g.uuid, (0, 0))
+    stats = c.locks.get(g)
+    ratio = None if stats is None else metrics.busy_ratio(stats, now)
+    limit = quota.memory_limit
+    return {"device": dev, "uuid": g.uuid, "index": g.index, "state": state,
+            "managed_bytes": managed, "other_bytes": other,
+            "gpu_busy_seconds": round(stats.busy, 6) if stats is not None else 0.0,
+            "gpu_busy_ratio": None if ratio is None else round(ratio, 4),  # over metrics.BUSY_WINDOW
+            "over_memory_limit": limit is not None and managed + other > limit}

@@ -1,0 +1,172 @@
+"""Per-client quotas: compute limit, compute share and memory limit, and where each comes from.
+
+Three sources set them, field by field:
+- the environment the process was started with (NVSHARE_COMPUTE_LIMIT, NVSHARE_COMPUTE_SHARE,
+  NVSHARE_GPU_MEMORY_LIMIT), which the library sends once in SETTINGS;
+- the pod's annotations (nvshare.com/gpu-compute-limit, -share, -memory-limit), from the pod watch
+  (kubernetes/pod_watch.py), matched to clients by the pod UID of their cgroup (peer identity);
+- nvsharectl --set-compute-limit / --set-compute-share / --set-memory-limit, for one client (its pid
+  or client id) or for a pod (NAMESPACE/NAME: its clients now and those that come later).
+For each field the most recent of the annotation and nvsharectl applies, else the environment: an
+operator's command is not undone by an annotation that was there before it, and an annotation edited
+after a command applies. "none" from either is a value (no limit), not the absence of one.
+
+Where the effective values go, whenever they change: the compute and memory limits to the library in
+LIMITS (only to a client that sent SETTINGS: an older library would take the unknown message as a
+malformed frame), which enforces them (the gate for compute, allocations for memory); the share to
+the policy (Arbiter.set_share on each GPU the client attached), which scales its quanta.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+from ..protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, Limits, ProtocolError, Settings, encode
+
+if TYPE_CHECKING:
+    from .connection import Conn
+    from .registry import Gpu
+    from .state import SchedulerState
+
+log = logging.getLogger("nvshare.scheduler")
+
+NAMES = ("compute_limit", "compute_share", "memory_limit")
+SOURCES = ("environment", "annotation", "nvsharectl")
+
+
+@dataclass(frozen=True)
+class Quota:
+    """One client's values; None: none set (no limit; the default share)."""
+    compute_limit: float | None = None   # fraction of the GPU's time, (0, 1]
+    compute_share: float | None = None   # a weight > 0
+    memory_limit: int | None = None      # bytes per GPU
+
+    def limits(self) -> Limits:
+        limit = self.compute_limit
+        return Limits(compute_limit=0 if limit is None else max(1, round(limit * COMPUTE_LIMIT_SCALE)),
+                      memory_limit=self.memory_limit or 0)
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def from_settings(msg: Settings) -> Quota:
+    """SETTINGS' fields (0 = not set); ProtocolError for a value out of range."""
+    if msg.compute_limit > COMPUTE_LIMIT_SCALE:
+        raise ProtocolError(f"SETTINGS compute_limit {msg.compute_limit} is over "
+                            f"{COMPUTE_LIMIT_SCALE} per mille")
+    return Quota(compute_limit=msg.compute_limit / COMPUTE_LIMIT_SCALE or None,
+                 compute_share=msg.compute_share / COMPUTE_SHARE_SCALE or None,
+                 memory_limit=msg.memory_limit or None)
+
+
+class Quotas:
+    """The sources other than the environment, and the bridge to clients and arbiters.
+
+    `annotations` and `by_pod` hold, per pod, field -> (value, when): `when` is a counter that
+    orders every setting of every source, so that the most recent one wins (a client's own
+    nvsharectl settings live on its Conn, `quota_set`)."""
+
+    def __init__(self, state: SchedulerState):
+        self.state = state
+        self._when = itertools.count(1)
+        self.annotations: dict[str, dict[str, tuple]] = {}          # pod uid -> field -> (value, when)
+        self.by_pod: dict[tuple[str, str], dict[str, tuple]] = {}   # (namespace, name) -> ...
+
+    # -- what applies --------------------------------------------------------------------------
+    def layers(self, conn: Conn) -> list[tuple[str, dict[str, tuple]]]:
+        pod = conn.pod
+        found = [("nvsharectl", conn.quota_set)]
+        if pod is not None:
+            found.append(("annotation", self.annotations.get(pod.uid, {})))
+            if pod.namespace and pod.name:
+                found.append(("nvsharectl", self.by_pod.get((pod.namespace, pod.name), {})))
+        return found
+
+    def effective(self, conn: Conn) -> tuple[Quota, dict[str, str]]:
+        """The client's values, and the source of each ("environment" when nothing else set it)."""
+        env = conn.quota_env or Quota()
+        values, sources = {}, {}
+        for name in NAMES:
+            best = None
+            for source, layer in self.layers(conn):
+                if name in layer and (best is None or layer[name][1] > best[1][1]):
+                    best = (source, layer[name])
+            if best is None:
+                values[name], sources[name] = getattr(env, name), "environment"
+            else:
+                values[name], sources[name] = best[1][0], best[0]
+        return Quota(**values), sources
+
+    def refresh(self, conn: Conn) -> None:
+        """Carry the client's effective values out where they changed: LIMITS to the library, the
+        share to the arbiters of its GPUs."""
+        if conn.closed or conn.hello is None:
+            return
+        quota, _ = self.effective(conn)
+        old, conn.quota = conn.quota, quota
+        if conn.quota_env is not None and quota.limits() != conn.quota_sent:
+            conn.quota_sent = quota.limits()
+            conn.send(encode(conn.quota_sent))
+            log.info("limits pid=%d client=%d compute=%s memory=%s", conn.pid, conn.id,
+                     _pct(quota.compute_limit), quota.memory_limit or "none")
+        if quota.compute_share != old.compute_share:
+            for gpu in conn.gpus():
+                self.attached(conn, gpu)
+
+    def attached(self, conn: Conn, gpu: Gpu) -> None:
+        """Tell the GPU's arbiter the client's share (after ATTACH, and when it changes)."""
+        self.state.registry.apply(gpu, gpu.arbiter.set_share, conn, conn.quota.compute_share)
+
+    # -- the sources ---------------------------------------------------------------------------
+    def settings(self, conn: Conn, msg: Settings) -> None:
+        """SETTINGS: the environment's values; LIMITS always answers it."""
+        conn.quota_env = from_settings(msg)
+        conn.quota_sent = None
+        self.refresh(conn)
+
+    def set_clients(self, conns: list[Conn], name: str, value) -> None:
+        when = next(self._when)
+        for conn in conns:
+            conn.quota_set[name] = (value, when)
+            self.refresh(conn)
+
+    def set_pod(self, namespace: str, name: str, field: str, value) -> list[Conn]:
+        """nvsharectl for a pod: its clients now and later; returns those now."""
+        self.by_pod.setdefault((namespace, name), {})[field] = (value, next(self._when))
+        conns = [c for c in self.state.clients()
+                 if c.pod is not None and (c.pod.namespace, c.pod.name) == (namespace, name)]
+        for conn in conns:
+            self.refresh(conn)
+        return conns
+
+    def pod_changed(self, key, settings) -> None:
+        """The pod watch's report (pod_settings.PodKey, PodSettings): annotated fields that changed
+        become the most recent setting; fields no longer annotated go."""
+        old = self.annotations.get(key.uid, {})
+        new = {}
+        for name in NAMES:
+            if name not in settings.annotated:
+                continue
+            value = getattr(settings, name)
+            if name == "compute_limit" and value is not None:
+                value = value / 100.0  # the annotation's percent
+            new[name] = old[name] if name in old and old[name][0] == value else (value, next(self._when))
+        self.annotations[key.uid] = new
+        self._refresh_pod(key.uid)
+
+    def pod_removed(self, key) -> None:
+        if self.annotations.pop(key.uid, None) is not None:
+            self._refresh_pod(key.uid)
+
+    def _refresh_pod(self, uid: str) -> None:
+        for conn in self.state.clients():
+            if conn.pod is not None and conn.pod.uid == uid:
+                self.refresh(conn)
+
+
+def _pct(fraction: float | None) -> str:
+    return "none" if fraction is None else f"{fraction * 100:g}%"
