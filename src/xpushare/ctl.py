@@ -2,8 +2,9 @@
 
 nvshare-compatible flags: -T/--set-tq N, -S/--anti-thrash on|off; plus --mode auto|serial|off,
 -T auto (the dynamic quantum), --gpu SEL (one GPU), --set-gpu-memory SIZE, --set-priority N with
---pid PID or --client ID, `status [--json]`, `top` (a live view; --once, --json) and `ping` (a
-cheap liveness check). Exit codes: 0 ok,
+--pid PID or --client ID, the quotas --set-compute-limit PCT|none, --set-compute-share N and
+--set-memory-limit SIZE|none with --pid PID, --client ID or --pod NAMESPACE/NAME, `status [--json]`,
+`top` (a live view; --once, --json) and `ping` (a cheap liveness check). Exit codes: 0 ok,
 1 no scheduler / permission denied / failed, 2 bad usage or a bad value (a setting the scheduler
 refuses other than for permission, e.g. an unknown --gpu or --pid), 141 when stdout is a closed pipe.
 """
@@ -52,6 +53,46 @@ def _priority(text: str) -> int:
     return value
 
 
+def _compute_limit(text: str) -> float | str:
+    if text == "none":
+        return text
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"invalid compute limit {text!r}: a percentage above 0 "
+                                         "and at most 100, or none")
+    return value
+
+
+def _compute_share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 1e6:
+        raise argparse.ArgumentTypeError(f"invalid compute share {text!r}: a positive number "
+                                         "(a weight) up to 1000000")
+    return value
+
+
+def _memory_limit(text: str) -> int | str:
+    if text == "none":
+        return text
+    value = size_argument(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"invalid memory limit {text!r}: a positive size, or none")
+    return value
+
+
+def _pod(text: str) -> str:
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"invalid pod {text!r}: NAMESPACE/NAME")
+    return text
+
+
 def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: a positive integer is required")
@@ -80,10 +121,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set-priority", type=_priority, metavar="N",
                    help="set the priority of the client given by --pid or --client (higher runs "
                         "first and preempts lower; default of a client: NVSHARE_PRIORITY or 0)")
+    p.add_argument("--set-compute-limit", type=_compute_limit, metavar="PCT|none",
+                   help="cap the GPU time of the clients given by --pid, --client or --pod at PCT "
+                        "percent, even on an idle GPU (none: no cap)")
+    p.add_argument("--set-compute-share", type=_compute_share, metavar="N",
+                   help="their weight when clients take turns: GPU time splits in proportion "
+                        "to shares (default 1)")
+    p.add_argument("--set-memory-limit", type=_memory_limit, metavar="SIZE|none",
+                   help="cap the memory they may hold per GPU (e.g. 4GiB; none: no cap); what they "
+                        "hold is never taken away")
     target = p.add_mutually_exclusive_group()
-    target.add_argument("--pid", type=_positive_int, help="the process --set-priority applies to")
+    target.add_argument("--pid", type=_positive_int,
+                        help="the process --set-priority or a --set-compute/memory flag applies to")
     target.add_argument("--client", type=_positive_int, metavar="ID",
-                        help="the client id (see status --json) --set-priority applies to")
+                        help="the client id (see status --json) they apply to")
+    target.add_argument("--pod", type=_pod, metavar="NAMESPACE/NAME",
+                        help="the pod whose clients, now and later, the quota flags apply to")
     p.add_argument("--set-gpu-memory", type=size_argument, metavar="SIZE",
                    help="capacity the scheduler counts --gpu as (e.g. 16GiB; 0 clears); clients "
                         "that attach afterwards get it, running ones keep what they were told")
@@ -114,7 +167,10 @@ def _connect(explicit) -> CtlClient:
                                "nvshare-scheduler or nvshare-run")
 
 
-SETTINGS_OPS = ("set_tq", "set_mode", "set_gpu_memory", "set_priority")
+QUOTA_FLAGS = (("set_compute_limit", "set_compute_limit"), ("set_compute_share", "set_compute_share"),
+               ("set_memory_limit", "set_memory_limit"))  # (args attribute, op)
+SETTINGS_OPS = ("set_tq", "set_mode", "set_gpu_memory", "set_priority",
+                *(op for _, op in QUOTA_FLAGS))
 PERMISSION_PREFIX = "permission denied"
 EXIT_BAD_VALUE = 2
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a writer killed by SIGPIPE
@@ -154,9 +210,14 @@ def _settings_requests(parser: argparse.ArgumentParser, args) -> list[tuple[str,
         requests.append(("set_gpu_memory", {"bytes": args.set_gpu_memory, **gpu}))
     if args.gpu and not requests:
         parser.error("--gpu selects the GPU for -T, -S, --mode or --set-gpu-memory")
+    who = ({"pid": args.pid} if args.pid is not None else {"client_id": args.client}
+           if args.client is not None else {"pod": args.pod})
     if args.set_priority is not None:
-        who = {"pid": args.pid} if args.pid is not None else {"client_id": args.client}
         requests.append(("set_priority", {"priority": args.set_priority, **who}))
+    for attr, op in QUOTA_FLAGS:
+        value = getattr(args, attr)
+        if value is not None:
+            requests.append((op, {"value": value, **who}))
     return requests
 
 
@@ -169,8 +230,13 @@ def _main(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.set_gpu_memory is not None and args.gpu is None:
         parser.error("--set-gpu-memory needs --gpu")
-    if (args.set_priority is None) != (args.pid is None and args.client is None):
-        parser.error("--set-priority needs --pid or --client, and they need --set-priority")
+    per_client = [args.set_priority, *(getattr(args, attr) for attr, _ in QUOTA_FLAGS)]
+    targeted = args.pid is not None or args.client is not None or args.pod is not None
+    if all(v is None for v in per_client) == targeted:
+        parser.error("--set-priority and the --set-compute-*/--set-memory-limit flags need --pid, "
+                     "--client or --pod, and those need one of them")
+    if args.pod is not None and args.set_priority is not None:
+        parser.error("--set-priority takes --pid or --client, not --pod")
     if args.anti_thrash is not None and args.mode is not None:
         parser.error("give either -S or --mode")
     requests = _settings_requests(parser, args)

@@ -140,7 +140,8 @@ GPU_COLUMNS = [Column("GPU", 1), Column("UUID", 9), Column("Name", 8, free=True)
 CLIENT_COLUMNS = [Column("PID", 1), Column("UID", 7), Column("Priority", 3), Column("State", 2),
                   Column("GPU", 4, wrap=True), Column("Memory", 5, wrap=True),
                   Column("GPU time", 7, wrap=True), Column("Pod", 6),
-                  Column("Command", 8, free=True, limit=COMMAND_WIDTH)]
+                  Column("Quota", 8, wrap=True),
+                  Column("Command", 9, free=True, limit=COMMAND_WIDTH)]
 
 
 def _gpu_row(g: dict) -> list[str]:
@@ -162,13 +163,28 @@ def busy_cell(seconds) -> str:
     return f"{seconds:.1f}s" if seconds < 60 else duration(seconds)
 
 
+def quota_cell(c: dict) -> str:
+    """A client's quota (status's `quota`): "limit 50%", "share 2.5", "mem 4GiB" for what is set
+    ("mem 4GiB over" when it holds more on a GPU), "-" for none."""
+    q = c.get("quota") or {}
+    parts = []
+    if q.get("compute_limit") is not None:
+        parts.append(f"limit {q['compute_limit']:g}%")
+    if q.get("compute_share") not in (None, 1, 1.0):
+        parts.append(f"share {q['compute_share']:g}")
+    if q.get("memory_limit") is not None:
+        over = any(d.get("over_memory_limit") for d in c.get("gpus", []))
+        parts.append(f"mem {format_size(q['memory_limit'])}" + (" over" if over else ""))
+    return " ".join(parts) or "-"
+
+
 def _client_row(c: dict) -> list[str]:
     gpu_cells = [f"{'-' if d['index'] is None else d['index']}:{d['state']}" for d in c["gpus"]]
     mem = [format_size(d["managed_bytes"] + d["other_bytes"]) for d in c["gpus"]]
     busy = [busy_cell(d.get("gpu_busy_seconds")) for d in c["gpus"]]
     return [str(c["pid"]), str(c["uid"]), str(c.get("priority", 0)), c["state"],
             " ".join(gpu_cells) or "-", " ".join(mem) or "-", " ".join(busy) or "-", pod_cell(c),
-            c["command"] or "?"]
+            quota_cell(c), c["command"] or "?"]
 
 
 def render_status(status: dict, file=None, width: int | None = None) -> None:

@@ -20,7 +20,7 @@ from rich.console import Group
 from rich.text import Text
 
 from .ctl_render import (
-    Column, client_bytes, duration, fitted_table, gpu_label, make_console,
+    Column, client_bytes, duration, fitted_table, gpu_label, make_console, quota_cell,
 )
 from .ctl_keys import KeyReader
 from .sizes import format_size
@@ -172,7 +172,7 @@ def _gpu_lines(g: dict, footprint: int, width: int, bar_width: int) -> list[Text
 
 TOP_COLUMNS = [Column("Client", 1), Column("PID", 7), Column("Priority", 3), Column("State", 2),
                Column("GPU", 8, wrap=True), Column("Memory", 4), Column("Held", 6), Column("Wait", 5),
-               Column("Grants", 9), Column("Busy", 10)]
+               Column("Grants", 9), Column("Busy", 10), Column("Quota", 11, wrap=True)]
 TABLE_FRAME = 5  # lines a table takes besides its rows: title, top rule, header, rule, bottom rule
 
 
@@ -182,7 +182,7 @@ def _client_row(c: dict, held: dict[int, float], tracker: Tracker, now: float) -
     return [client_label(c), str(c["pid"]), str(c.get("priority", 0)), c["state"], gpus or "-",
             format_size(client_bytes(c)), duration(held[cid]) if cid in held else "-",
             tracker.wait_of(cid, now) if c["state"] == "waiting" else "-",
-            tracker.grants_of(cid), tracker.busy_of(cid)]
+            tracker.grants_of(cid), tracker.busy_of(cid), quota_cell(c)]
 
 
 def _summary(status: dict, clients: list[dict], width: int, now: float) -> Text:
@@ -255,7 +255,8 @@ def json_frame(status: dict, tracker: Tracker | None = None) -> dict:
                 "memory_bytes": client_bytes(c), "held_for": held.get(c["client_id"]),
                 "lock_wait": None, "grants": None,
                 "gpu_busy_seconds": sum(d.get("gpu_busy_seconds") or 0.0 for d in c["gpus"]),
-                "busy_share": tracker.busy_share.get(c["client_id"]) if tracker else None}
+                "busy_share": tracker.busy_share.get(c["client_id"]) if tracker else None,
+                "quota": c.get("quota")}
                for c in ordered_clients(status.get("clients", []))]
     return {"time": time.time(), "scheduler": status.get("scheduler", {}), "gpus": gpus,
             "clients": clients, "gpus_not_listed": status.get("gpus_not_listed", 0),

@@ -111,6 +111,24 @@ def test_set_priority_by_pid_shows_in_status(busy):
     assert r.returncode == 2 and "no client with pid 999999999" in r.stderr
 
 
+def test_quota_flags_reach_the_clients_and_show_in_status(busy):
+    s, holder, waiter = busy
+    me = str(os.getpid())
+    for flags in (["--set-compute-limit", "40%", "--pid", me],
+                  ["--set-compute-share", "2.5", "--pid", me],
+                  ["--set-memory-limit", "4GiB", "--pid", me]):
+        r = ctl(*flags, sock=s.sock)
+        assert r.returncode == 0, (flags, r.stderr)
+    quotas = [c["quota"] for c in json.loads(ctl("status", "--json", sock=s.sock).stdout)["clients"]]
+    assert [(q["compute_limit"], q["compute_share"], q["memory_limit"]) for q in quotas] == \
+        [(40, 2.5, 4 * GiB)] * 2
+    assert ctl("--set-compute-limit", "none", "--pid", me, sock=s.sock).returncode == 0
+    quotas = [c["quota"] for c in json.loads(ctl("status", "--json", sock=s.sock).stdout)["clients"]]
+    assert {q["compute_limit"] for q in quotas} == {None}
+    r = ctl("--set-memory-limit", "1GiB", "--pod", "ns/nobody", sock=s.sock)
+    assert r.returncode == 0, r.stderr   # a pod's later clients get it: no client yet is fine
+
+
 def test_set_gpu_memory(busy):
     s, holder, _ = busy
     assert ctl("--set-gpu-memory", "16GiB", "--gpu", "0", sock=s.sock).returncode == 0
@@ -171,7 +189,15 @@ def test_set_tq_to_the_largest_quantum(busy):
                                   ["--set-priority", "x", "--pid", "7"],
                                   ["--set-priority", "1001", "--pid", "7"],
                                   ["--set-priority", "1", "--pid", "0"],
-                                  ["--set-priority", "1", "--pid", "7", "--client", "3"]])
+                                  ["--set-priority", "1", "--pid", "7", "--client", "3"],
+                                  ["--set-compute-limit", "0", "--pid", "7"],
+                                  ["--set-compute-limit", "101", "--pid", "7"],
+                                  ["--set-compute-limit", "half", "--pid", "7"],
+                                  ["--set-compute-share", "0", "--pid", "7"],
+                                  ["--set-memory-limit", "0", "--pid", "7"],
+                                  ["--set-memory-limit", "1GiB"],
+                                  ["--set-compute-share", "2", "--pod", "web"],
+                                  ["--set-priority", "2", "--pod", "ns/web"]])
 def test_bad_values_exit_2_with_usage(scheduler, args):
     r = ctl(*args, sock=scheduler.sock)
     assert r.returncode == 2, (args, r.stderr)

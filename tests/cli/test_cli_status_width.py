@@ -72,10 +72,11 @@ def test_status_at_200_columns_shows_every_column_and_ends_a_long_command_in_an_
     r = ctl(s.sock, "status", "--width", "200")
     header, rows = table_rows(r.stdout, "Clients")
     assert header == ["PID", "UID", "Priority", "State", "GPU", "Memory", "GPU time", "Pod",
-                      "Command"]
+                      "Quota", "Command"]
     assert all(row[-1].endswith("…") for row in rows)  # the command lines are longer than 60
     assert rows[0][7] == "ml/trainer-with-a-long-name-0 (hint)"
     assert rows[0][6] == "0.00s"  # these raw protocol clients report no GPU time
+    assert rows[0][8] == "-"      # nor set any quota
     gpu_header, _ = table_rows(r.stdout, "GPUs")
     assert gpu_header == ["GPU", "UUID", "Name", "Memory", "Capacity", "Mode", "TQ", "Holders",
                           "Queue"]

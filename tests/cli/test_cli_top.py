@@ -30,7 +30,8 @@ def test_once_shows_every_gpu_and_client(live, width):
     assert {"Client", "State", "Priority", "Memory"} <= set(header)
     if width == 200:
         assert header == ["Client", "Priority", "State", "GPU", "Memory", "Held", "Wait", "Grants",
-                          "Busy"]
+                          "Busy", "Quota"]
+        assert [row[header.index("Quota")] for row in rows] == ["-"] * 3  # none set
         assert uuid(0) in out
         assert [row[header.index("Grants")] for row in rows] == ["—"] * 3  # one frame: unknown
         # two samples --interval apart; these raw protocol clients report no GPU time
