@@ -82,6 +82,9 @@ X(CUSTOM, cuStreamEndCapture, cuStreamEndCapture, 0, PTSZ, \
   (CUstream hStream, CUgraph *phGraph), (hStream, phGraph), NVS_NOSTREAM) \
 /* ---- synchronisation: idle points of busy-time measurement (gate.c) ---------------------- */ \
 X(SYNC, cuCtxSynchronize, cuCtxSynchronize, 0, NONE, (void), (), NVS_NOSTREAM) \
+/* CUDA 13's cuCtxSynchronize takes the context (NULL: the current one); the idle point is marked \
+ * on the current context's record either way. */ \
+X(SYNC, cuCtxSynchronize_v2, cuCtxSynchronize, 13000, NONE, (CUcontext ctx), (ctx), NVS_NOSTREAM) \
 X(SYNC, cuStreamSynchronize, cuStreamSynchronize, 0, PTSZ, (CUstream hStream), (hStream), hStream) \
 /* ---- kernel and graph launches ----------------------------------------------------------- */ \
 X(GATE, cuLaunchKernel, cuLaunchKernel, 0, PTSZ, \

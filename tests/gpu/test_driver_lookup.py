@@ -14,20 +14,13 @@ import pytest
 from testkit import gpu as harness
 from testkit.gpu import PROGRAMS, python_cmd
 
+from ..interposer.hooks_table import hooks
+
 LIBRARY_FILE = "libnvshare.so"
 
-# The intercepted entry points (base names; docs: native/README.md).
-HOOKED = """cuGetProcAddress cuMemAlloc cuMemAllocPitch cuMemAllocAsync cuMemAllocFromPoolAsync
-cuMemAllocManaged cuMemFree cuMemFreeAsync cuMemCreate cuMemRelease cuMemGetInfo cuDeviceTotalMem
-cuLaunchKernel cuLaunchKernelEx cuLaunchCooperativeKernel cuGraphLaunch cuLaunchHostFunc
-cuMemcpy cuMemcpyAsync cuMemcpyPeer cuMemcpyPeerAsync cuMemcpyHtoD cuMemcpyDtoH cuMemcpyDtoD
-cuMemcpyDtoA cuMemcpyAtoD cuMemcpyHtoA cuMemcpyAtoH cuMemcpyAtoA cuMemcpyHtoDAsync cuMemcpyDtoHAsync
-cuMemcpyDtoDAsync cuMemcpyHtoAAsync cuMemcpyAtoHAsync cuMemcpy2D cuMemcpy2DUnaligned cuMemcpy2DAsync
-cuMemcpy3D cuMemcpy3DAsync cuMemcpy3DPeer cuMemcpy3DPeerAsync cuMemsetD8 cuMemsetD16 cuMemsetD32
-cuMemsetD2D8 cuMemsetD2D16 cuMemsetD2D32 cuMemsetD8Async cuMemsetD16Async cuMemsetD32Async
-cuMemsetD2D8Async cuMemsetD2D16Async cuMemsetD2D32Async cuStreamBatchMemOp cuStreamWaitValue32
-cuStreamWaitValue64 cuStreamWriteValue32 cuStreamWriteValue64""".split()
-NOT_HOOKED = ["cuCtxSynchronize", "cuStreamSynchronize", "cuModuleLoadData", "cuMemPrefetchAsync"]
+# The intercepted entry points (base names), read from the one table, native/src/hooks.h.
+HOOKED = sorted({hook.base for hook in hooks()})
+NOT_HOOKED = ["cuEventSynchronize", "cuModuleLoadData", "cuMemPrefetchAsync"]
 
 
 def lookup_report(env: dict[str, str], variants: bool) -> dict:
