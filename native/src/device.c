@@ -130,6 +130,9 @@ nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
             d->ctxs = rec;
         }
         pthread_mutex_unlock(&nvs_g.mu);
+        /* a compute limit: the client thread's bucket round takes the new context in now (it
+         * may be asleep until its next reconnect attempt, with nothing else to wake it) */
+        if (!fresh && nvs_compute_limit_now()) nvs_client_wake();
         if (fresh) {
             pthread_mutex_destroy(&fresh->ring_mu);
             free(fresh);

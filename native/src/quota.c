@@ -192,7 +192,9 @@ static void round_dev(nvs_dev *d, uint32_t pm, uint64_t now)
 void nvs_quota_round(uint64_t now)
 {
     uint32_t pm = nvs_compute_limit_now();
-    static int warned;
+    static int warned, engaged; /* client thread; engaged: some device may hold bucket state */
+    if (!pm && !engaged) return; /* no limit, none before: nothing to do */
+    engaged = pm != 0; /* the pass below (pm == 0) lifts every throttle and forgets the buckets */
     if (pm && !nvs_busy_measured()) {
         if (!warned) {
             warned = 1;
