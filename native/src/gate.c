@@ -9,7 +9,9 @@
 
 #include "gate.h"
 
+#ifndef QUOTA_QUEUE_MS
 #define QUOTA_QUEUE_MS 20.0f
+#endif
 
 unsigned nvs_ckpt_interval;
 _Atomic int nvs_exiting;

@@ -26,8 +26,16 @@
  *   work runs on while the gate is closed, so a saturating process gets about L plus the queue's
  *   share of the closed time), and per-launch work would put a cost on the hot path. Charging the
  *   measured time makes the average exact whatever the queue does; the burst bounds how far ahead
- *   an idle process may run. On the mock's modelled GPU (tests/interposer/test_quota.py) 25/50/75%
- *   come out within about a point over 1.5 s.
+ *   an idle process may run.
+ *   The constants, measured on the mock's modelled GPU (tests/interposer/test_quota.py: a
+ *   saturating program of 1 ms kernels, its busy share over 1.6 s; two runs each; each constant
+ *   can be given with -D to build a variant):
+ *     burst 50 ms, tick 2 ms, queue 20 ms (chosen): 25% -> 24.4-26.2, 50% -> 50.0-50.2,
+ *                                                   75% -> 74.2-75.3
+ *     burst 100 ms:                                 26.0-27.0, 49.8-50.6, 76.6
+ *     tick 10 ms:                                   26.1-27.3, 49.6-49.7, 74.6-74.9
+ *     queue 100 ms (NVSHARE_DRAIN_TARGET_MS's):     28.4, 80.1, 73.8-86.8 (what is queued when
+ *                                                   the gate closes is paid back too late)
  *   With no limit set, nothing here runs: the hot path (gate.h) is unchanged, no tick is added.
  *   A throttled holder is idle for the early release (session.c) only when its pause is longer
  *   than NVSHARE_IDLE_RELEASE_MS: short pauses keep the lock (no release storm), a long one gives
@@ -37,8 +45,12 @@
 
 #include "client.h"
 
+#ifndef BURST_MS
 #define BURST_MS 50    /* the bucket holds L x 50 ms: an idle process may run 50 ms at once */
+#endif
+#ifndef TICK_MS
 #define TICK_MS 2      /* retire finished checkpoints this often while some are outstanding */
+#endif
 #define SLOW_TICK_MS 50 /* and this often while the device may run with none outstanding */
 
 _Atomic uint32_t nvs_compute_limit;
