@@ -209,15 +209,26 @@ def test_removing_the_memory_limit_restores_the_capacity(world, recorder):
     assert app.steps("meminfo")[0]["total"] == 16 * GIB
 
 
-def test_nvml_view_follows_the_live_limit(world, recorder):
-    """nvs_dev_view is shared by cuMemGetInfo and NVML: checked through cuMemGetInfo above; here
-    the limit from LIMITS is what the view reports before anything is allocated."""
+def test_the_view_takes_the_limit_from_limits_before_anything_is_allocated(world, recorder):
     recorder.welcome_features = FEATURE_QUOTAS
     recorder.limits_reply = Limits(memory_limit=3 * GIB)
     app = world.run("init", "ctx", "0", "meminfo", env={"NVSHARE_CONTEXT_RESERVE": 0,
                                                        "NVSHARE_GPU_MEMORY_LIMIT": "5G"})
     (m,) = app.steps("meminfo")
     assert (m["total"], m["free"]) == (3 * GIB, 3 * GIB)
+
+
+def test_nvml_view_follows_the_limit_from_limits(world, artifacts, recorder):
+    """nvs_dev_view is shared by cuMemGetInfo and NVML: both report the limit LIMITS set."""
+    from .test_nvml import run_nvml_app, steps_named
+    recorder.welcome_features = FEATURE_QUOTAS
+    recorder.limits_reply = Limits(memory_limit=3 * GIB)
+    lines = run_nvml_app(world, artifacts, "ctx", 0, "meminfo", "nvml", 0,
+                         NVSHARE_GPU_MEMORY_LIMIT="5GiB", NVSHARE_CONTEXT_RESERVE=0)
+    (cu,) = steps_named(lines, "meminfo")
+    (nv,) = steps_named(lines, "nvml")
+    assert cu["total"] == 3 * GIB
+    assert (nv["total1"], nv["total2"]) == (3 * GIB, 3 * GIB), nv
 
 
 def test_a_welcome_without_quotas_brings_back_the_environment(world, recorder):
