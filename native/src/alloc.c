@@ -34,6 +34,11 @@ void nvs_mark_dirty(nvs_dev *d)
  * only in the debug log, since a framework may probe the limit with many failing allocations. */
 static _Atomic int refusal_warned;
 
+void nvs_alloc_limit_changed(void)
+{
+    atomic_store(&refusal_warned, 0); /* said once per limit */
+}
+
 /* "1.50 GiB", "512.00 MiB" or "4096 bytes": readable in a one-line warning. */
 static const char *human(char *buf, size_t cap, uint64_t b)
 {
@@ -62,9 +67,11 @@ static void refused(const nvs_dev *d, const char *what, uint64_t size, uint64_t 
              "NVSHARE_DEBUG=1",
              what, (unsigned long long)size, human(s, sizeof(s), size), d->ordinal,
              human(h, sizeof(h), held), human(l, sizeof(l), limit),
-             nvs_cfg.limit_set
-                 ? "NVSHARE_GPU_MEMORY_LIMIT; raise it to allow more"
-                 : "the GPU's capacity; NVSHARE_ENABLE_SINGLE_OVERSUB=1 lets it go past it");
+             atomic_load(&nvs_mem_limit) == NVS_NO_LIMIT
+                 ? "the GPU's capacity; NVSHARE_ENABLE_SINGLE_OVERSUB=1 lets it go past it"
+             : atomic_load(&nvs_mem_limit_sched)
+                 ? "the memory limit the scheduler set for this process"
+                 : "NVSHARE_GPU_MEMORY_LIMIT; raise it to allow more");
 }
 
 /* Check the cap and count `size` (managed or other) for d, atomically w.r.t. other allocations.

@@ -145,17 +145,17 @@ void nvs_busy_after_sync(nvs_ctxrec *rec)
 
 /* Client thread, about once a second: retire the completed checkpoints of d's contexts, so that a
  * client that keeps the GPU busy (or holds the lock) without synchronising reports as it goes. */
-void nvs_busy_poll(nvs_dev *d)
+int nvs_busy_poll(nvs_dev *d)
 {
     /* never beside a capture: the drain then waits on the checkpoints, which stay for it */
-    if (!nvs_busy_measured() || atomic_load(&nvs_exiting) || nvs_capture_any()) return;
+    if (!nvs_busy_measured() || atomic_load(&nvs_exiting) || nvs_capture_any()) return 0;
     nvs_ctxrec *recs[64];
     int n = 0;
     pthread_mutex_lock(&nvs_g.mu);
     for (nvs_ctxrec *r = d->ctxs; r && n < 64; r = r->dev_next) recs[n++] = r;
     pthread_mutex_unlock(&nvs_g.mu);
     CUcontext prev = NULL;
-    int switched = 0;
+    int switched = 0, left = 0;
     for (int i = 0; i < n; i++) {
         pthread_mutex_lock(&recs[i]->ring_mu);
         int any = recs[i]->count > 0;
@@ -170,11 +170,13 @@ void nvs_busy_poll(nvs_dev *d)
         pthread_mutex_lock(&recs[i]->ring_mu);
         CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
         nvs_retire_done(recs[i]);
+        left += recs[i]->count;
         nvs_relaxed_end(old);
         pthread_mutex_unlock(&recs[i]->ring_mu);
         if (quiet) nvs_nocap_leave();
     }
     if (switched) nvs_drv.cuCtxSetCurrent(prev);
+    return left;
 }
 
 /* ------------------------------------------------------------------ reporting (client thread) */

@@ -11,6 +11,10 @@
  * NVSHARE_GPU_MEMORY            physical          virtual capacity of every device (size)
  * NVSHARE_GPU_MEMORY_LIMIT      capacity          per-process, per-device cap (size); always applies
  * NVSHARE_ENABLE_SINGLE_OVERSUB 0                 1: no cap at capacity (an explicit limit still applies)
+ * NVSHARE_COMPUTE_LIMIT         none              at most this share of each GPU's time: a percentage
+ *                                                 1..100 (a trailing % allowed, decimals too), or none
+ * NVSHARE_COMPUTE_SHARE         (scheduler's)     a positive number (0.5, 30): the process's weight
+ *                                                 in the scheduler's turns (sent in SETTINGS only)
  * NVSHARE_CONTEXT_RESERVE       768MiB            kept out of cuMemGetInfo's "free" (size): about
  *                                                 what a CUDA context with cuBLAS/cuDNN takes
  * NVSHARE_IDLE_RELEASE_MS       250               release a held lock after this long without a
@@ -125,6 +129,63 @@ static long env_long(const char *name, long def, long lo, long hi)
     return x;
 }
 
+/* A positive decimal number with at most `scale`'s precision, as an integer multiple of 1/scale
+ * (rounded to nearest), after an optional trailing '%' when pct. Returns -1 when malformed. */
+static int parse_scaled(const char *v, unsigned scale, int pct, uint64_t *out)
+{
+    /* by hand, not strtod: no locale, no hex, no inf */
+    while (isspace((unsigned char)*v)) v++;
+    uint64_t ip = 0, frac = 0, fden = 1;
+    int digits = 0;
+    for (; isdigit((unsigned char)*v); v++, digits++) {
+        ip = ip * 10 + (uint64_t)(*v - '0');
+        if (ip > 100000000ull) return -1;
+    }
+    if (*v == '.') {
+        for (v++; isdigit((unsigned char)*v); v++, digits++)
+            if (fden < 1000000000ull) {
+                frac = frac * 10 + (uint64_t)(*v - '0');
+                fden *= 10;
+            }
+    }
+    if (!digits) return -1;
+    while (isspace((unsigned char)*v)) v++;
+    if (pct && *v == '%') v++;
+    while (isspace((unsigned char)*v)) v++;
+    if (*v) return -1;
+    *out = ip * scale + (frac * scale * 2 + fden) / (2 * fden); /* rounded to nearest */
+    return 0;
+}
+
+/* NVSHARE_COMPUTE_LIMIT: per mille of the GPU's time (1..1000), 0 = none. */
+static uint32_t env_compute_limit(void)
+{
+    const char *v = getenv("NVSHARE_COMPUTE_LIMIT");
+    if (!v || !*v || !strcasecmp(v, "none")) return 0;
+    uint64_t pm;
+    /* percent -> per mille: 10 per percent */
+    if (parse_scaled(v, 10, 1, &pm) != 0 || pm < 10 || pm > 1000) {
+        nvs_warn("ignoring NVSHARE_COMPUTE_LIMIT=\"%s\": expected a percentage from 1 to 100 "
+                 "(e.g. 50 or 50%%) or none", v);
+        return 0;
+    }
+    return (uint32_t)pm;
+}
+
+/* NVSHARE_COMPUTE_SHARE: thousandths (>= 1), 0 = not set. */
+static uint32_t env_compute_share(void)
+{
+    const char *v = getenv("NVSHARE_COMPUTE_SHARE");
+    if (!v || !*v) return 0;
+    uint64_t th;
+    if (parse_scaled(v, 1000, 0, &th) != 0 || th < 1 || th > UINT32_MAX) {
+        nvs_warn("ignoring NVSHARE_COMPUTE_SHARE=\"%s\": expected a positive number (e.g. 0.5 "
+                 "or 30)", v);
+        return 0;
+    }
+    return (uint32_t)th;
+}
+
 static int env_prefetch(void)
 {
     const char *v = getenv("NVSHARE_PREFETCH");
@@ -180,6 +241,8 @@ void nvs_config_load(void)
         c->limit = v;
         c->limit_set = 1;
     }
+    c->compute_limit = env_compute_limit();
+    c->compute_share = env_compute_share();
     c->context_reserve = 768ull << 20;
     if (env_size("NVSHARE_CONTEXT_RESERVE", &v)) c->context_reserve = v;
     c->idle_release_ms = (unsigned)env_long("NVSHARE_IDLE_RELEASE_MS", 250, 0, 86400000);

@@ -84,7 +84,7 @@ nvs_dev *nvs_dev_touch(CUdevice ordinal)
         d->physical = physical;
         d->ordinal = ordinal;
         d->drain_reason = -1;
-        atomic_store(&d->may_run, nvs_g.ungated);
+        nvs_dev_set_run(d, nvs_g.ungated);
         d->info_ready = 1;
         fresh = 1;
     }
@@ -130,6 +130,9 @@ nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
             d->ctxs = rec;
         }
         pthread_mutex_unlock(&nvs_g.mu);
+        /* a compute limit: the client thread's bucket round takes the new context in now (it
+         * may be asleep until its next reconnect attempt, with nothing else to wake it) */
+        if (!fresh && nvs_compute_limit_now()) nvs_client_wake();
         if (fresh) {
             pthread_mutex_destroy(&fresh->ring_mu);
             free(fresh);
@@ -176,8 +179,10 @@ uint64_t nvs_limit_for(uint64_t physical, uint64_t sched, int *capped)
     if (sched && (cap == 0 || sched < cap)) cap = sched;
     /* An explicit NVSHARE_GPU_MEMORY_LIMIT always applies, even with
      * NVSHARE_ENABLE_SINGLE_OVERSUB=1, which only lifts the cap at the capacity. */
-    uint64_t limit = nvs_cfg.limit_set ? nvs_cfg.limit : cap;
-    if (capped) *capped = nvs_cfg.limit_set || (!nvs_cfg.single_oversub && limit > 0);
+    uint64_t live = atomic_load_explicit(&nvs_mem_limit, memory_order_relaxed); /* quota.c */
+    int set = live != NVS_NO_LIMIT;
+    uint64_t limit = set ? live : cap;
+    if (capped) *capped = set || (!nvs_cfg.single_oversub && limit > 0);
     return limit;
 }
 
@@ -233,6 +238,7 @@ void nvs_devices_reset_after_fork(void)
         d->prefetch_us = 0;
         atomic_store(&d->busy_ns, 0); /* the child's own GPU time, from now */
         d->busy_sent = d->busy_sent_ns = 0;
+        nvs_quota_reset_after_fork(d);
     }
     nvs_g.ctxs = NULL;
     nvs_g.sched_features = 0;

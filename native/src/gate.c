@@ -9,12 +9,32 @@
 
 #include "gate.h"
 
+#ifndef QUOTA_QUEUE_MS
+#define QUOTA_QUEUE_MS 20.0f
+#endif
+
 unsigned nvs_ckpt_interval;
 _Atomic int nvs_exiting;
 
+/* With a compute limit, checkpoints start QUOTA_FIRST_INTERVAL launches apart (and adapt up
+ * from there): the first NVS_RING intervals are what a fresh context may queue before any has
+ * been measured, and work queued past the gate runs on when it closes (quota.c). */
+#define QUOTA_FIRST_INTERVAL 8u
+
 unsigned nvs_ckpt_initial(void)
 {
-    return nvs_ckpt_interval ? nvs_ckpt_interval : UINT_MAX;
+    if (!nvs_ckpt_interval) return UINT_MAX;
+    if (nvs_compute_limit_now() && nvs_ckpt_interval > QUOTA_FIRST_INTERVAL)
+        return QUOTA_FIRST_INTERVAL;
+    return nvs_ckpt_interval;
+}
+
+void nvs_ckpt_quota_on(void)
+{
+    unsigned first = nvs_ckpt_initial();
+    for (nvs_ctxrec *r = nvs_g.ctxs; r; r = r->next)
+        if (atomic_load_explicit(&r->ckpt_interval, memory_order_relaxed) > first)
+            atomic_store_explicit(&r->ckpt_interval, first, memory_order_relaxed);
 }
 
 /* COLD. The device may not run: ask the client thread for the lock and wait until it is granted
@@ -69,7 +89,10 @@ static int timed_checkpoints(void)
  * checkpoints more frequent while they are already far apart in time, so their cost stays small. */
 static void adapt_interval(nvs_ctxrec *rec, float ms)
 {
-    const float target = (float)nvs_cfg.drain_target_ms;
+    /* With a compute limit, what runs past a closed gate (and what is charged late) stays near
+     * QUOTA_QUEUE_MS of GPU time (quota.c). */
+    float target = (float)nvs_cfg.drain_target_ms;
+    if (nvs_compute_limit_now() && target > QUOTA_QUEUE_MS) target = QUOTA_QUEUE_MS;
     unsigned cur = atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed), next = cur;
     if (ms > target / NVS_RING)
         next = cur > 1 ? cur / 2 : 1;

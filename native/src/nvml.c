@@ -110,7 +110,8 @@ static int view_for(nvmlDevice_t dev, uint64_t real_total, uint64_t *total, uint
                   (unsigned long long)*free_bytes, (unsigned long long)*total);
         return 1;
     }
-    if (!nvs_cfg.gpu_memory && !nvs_cfg.limit_set) return 0; /* nothing known */
+    if (!nvs_cfg.gpu_memory && atomic_load(&nvs_mem_limit) == NVS_NO_LIMIT)
+        return 0; /* nothing known */
     *total = nvs_limit_for(real_total, 0, NULL);
     if (!*total) return 0;
     *free_bytes = nvs_view_free(*total, 0);

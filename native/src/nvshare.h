@@ -43,6 +43,8 @@ typedef struct nvs_config {
     int limit_set;         /* NVSHARE_GPU_MEMORY_LIMIT given */
     uint64_t gpu_memory;   /* NVSHARE_GPU_MEMORY, 0 = physical */
     uint64_t limit;        /* NVSHARE_GPU_MEMORY_LIMIT */
+    uint32_t compute_limit; /* NVSHARE_COMPUTE_LIMIT, per mille of the GPU's time, 0 = none */
+    uint32_t compute_share; /* NVSHARE_COMPUTE_SHARE, thousandths, 0 = not set */
     uint64_t context_reserve; /* NVSHARE_CONTEXT_RESERVE, default 768 MiB */
     unsigned idle_release_ms; /* NVSHARE_IDLE_RELEASE_MS, 0 = never */
     unsigned max_inflight;    /* NVSHARE_MAX_INFLIGHT, 0 = unbounded */
@@ -210,6 +212,16 @@ typedef struct nvs_dev {
      * last reported in BUSY_UPDATE and when (client thread). */
     _Atomic uint64_t busy_ns;
     uint64_t busy_sent, busy_sent_ns;
+    /* Compute limit (quota.c). may_run = lock_run && !throttled: lock_run is what the lock (or
+     * running ungated) allows, throttled says the device's GPU-time bucket is overdrawn (both
+     * nvs_g.mu, written by the client thread). The bucket: client thread. */
+    int lock_run;
+    int throttled;
+    int64_t q_balance_ns;  /* GPU time the process may still use now (< 0: owed) */
+    uint64_t q_last_ns;    /* when the balance was last brought up to date; 0 = not started */
+    uint64_t q_busy_seen;  /* busy_ns charged so far */
+    uint64_t q_poll_ns;    /* the next retirement of finished checkpoints */
+    int q_pending;         /* checkpoints still outstanding at the last one */
 } nvs_dev;
 
 struct nvs_ctxrec {
@@ -301,11 +313,39 @@ void nvs_busy_start(nvs_ctxrec *rec, CUstream s, int per_thread) NVS_HIDDEN;
  * record, with a checkpoint ending its open busy span; NULL when busy time is not measured. */
 nvs_ctxrec *nvs_busy_sync_begin(CUstream s, int per_thread) NVS_HIDDEN;
 void nvs_busy_after_sync(nvs_ctxrec *rec) NVS_HIDDEN;
-void nvs_busy_poll(nvs_dev *d) NVS_HIDDEN;
+int nvs_busy_poll(nvs_dev *d) NVS_HIDDEN; /* returns the checkpoints still outstanding */
 /* The most launches between checkpoints (NVSHARE_MAX_INFLIGHT / NVS_RING), 0 = off. */
 extern unsigned nvs_ckpt_interval NVS_HIDDEN;
 unsigned nvs_ckpt_initial(void) NVS_HIDDEN; /* a new context record's ckpt_interval */
+void nvs_ckpt_quota_on(void) NVS_HIDDEN; /* nvs_g.mu held: a compute limit was set (quota.c) */
 extern _Atomic int nvs_exiting NVS_HIDDEN;     /* process exit began: no more driver calls */
+
+/* ---------------------------------------------------------------- quota.c */
+/* The live limits: the environment's until the scheduler sends LIMITS, then the scheduler's.
+ * Compute: per mille of the GPU's time, 0 = none. Memory: bytes per device, NVS_NO_LIMIT = none. */
+#define NVS_NO_LIMIT UINT64_MAX
+extern _Atomic uint32_t nvs_compute_limit NVS_HIDDEN;
+extern _Atomic uint64_t nvs_mem_limit NVS_HIDDEN;
+extern _Atomic int nvs_mem_limit_sched NVS_HIDDEN; /* the memory limit came from LIMITS */
+void nvs_quota_from_env(void) NVS_HIDDEN;          /* the environment's limits apply (again) */
+/* LIMITS: compute per mille (0 = none), memory bytes (0 = none). Client thread. */
+void nvs_quota_set(uint32_t compute, uint64_t memory) NVS_HIDDEN;
+/* The per-mille compute limit for adapting checkpoints: 0 when none. */
+static inline uint32_t nvs_compute_limit_now(void)
+{
+    return atomic_load_explicit(&nvs_compute_limit, memory_order_relaxed);
+}
+/* nvs_g.mu held: what the lock allows (run); may_run follows it unless the device is throttled. */
+void nvs_dev_set_run(nvs_dev *d, int run) NVS_HIDDEN;
+/* Client thread, each round, without nvs_g.mu: charge the measured GPU time, throttle or reopen. */
+void nvs_quota_round(uint64_t now) NVS_HIDDEN;
+/* nvs_g.mu held: lowers *t (ns from now) to the next time the quota round has work. */
+void nvs_quota_deadline(uint64_t now, uint64_t *t) NVS_HIDDEN;
+/* nvs_g.mu held: ns until a throttled device may run again (0 when it is not throttled). */
+uint64_t nvs_quota_pause_left(const nvs_dev *d, uint64_t now) NVS_HIDDEN;
+void nvs_quota_reset_after_fork(nvs_dev *d) NVS_HIDDEN;
+/* alloc.c: the memory limit changed; the next refusal is said again on stderr. */
+void nvs_alloc_limit_changed(void) NVS_HIDDEN;
 
 /* ---------------------------------------------------------------- capture.c */
 /* Stream captures in progress in the process (all modes, all threads): counted from just before

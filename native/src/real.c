@@ -85,6 +85,7 @@ void nvs_init_slow(void)
     }
     tls_in_init = 1;
     nvs_config_load();
+    nvs_quota_from_env();
     nvs_devices_init();
 
     nvs_libcuda = dlopen(nvs_cfg.cuda_library, RTLD_LAZY | RTLD_LOCAL);

@@ -26,6 +26,7 @@
 #define REAP_PERIOD (100 * NVS_MS)
 
 static uint64_t next_reap_ns; /* client thread */
+static int settings_due;      /* nvs_g.mu: SETTINGS goes out before anything else this round */
 
 /* ------------------------------------------------------------------ per-device state */
 /* nvs_g.mu held. Forget what belonged to the previous connection (lock, drain, prefetch, what the
@@ -37,7 +38,7 @@ static void reset_device(nvs_dev *d, int run)
     d->drain_reason = -1;
     d->evict = d->prefetch_pending = 0;
     d->mem_sent_valid = 0;
-    atomic_store_explicit(&d->may_run, run, memory_order_seq_cst);
+    nvs_dev_set_run(d, run);
 }
 
 /* nvs_g.mu held. Nobody wants a lock any more: the waiters just woken run ungated, and a request
@@ -84,6 +85,11 @@ static void on_welcome(nvs_dev *none, const unsigned char *p, uint32_t len, uint
     nvs_g.client_state = NVS_CLIENT_READY;
     nvs_g.ungated = 0;
     nvs_g.sched_features = w.features;
+    /* Limits: a scheduler that offers QUOTAS hears the environment's (SETTINGS, right after the
+     * WELCOME) and answers with LIMITS; until then the last ones stay. Without QUOTAS the
+     * environment's apply. */
+    settings_due = (w.features & NVS_FEATURE_QUOTAS) != 0;
+    if (!settings_due) nvs_quota_from_env();
     NVS_FOR_EACH_DEV(d) {
         d->busy_sent = 0; /* a new connection: its scheduler has heard nothing */
         d->busy_sent_ns = now;
@@ -130,7 +136,7 @@ static void on_lock_ok(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_
     d->last_active_ns = d->grant_ns = now;
     atomic_store_explicit(&d->active, 0, memory_order_relaxed);
     if (!prefetch || nvs_cfg.prefetch == NVS_PREFETCH_OVERLAP) {
-        atomic_store_explicit(&d->may_run, 1, memory_order_seq_cst);
+        nvs_dev_set_run(d, 1);
         pthread_cond_broadcast(&nvs_g.cv);
     }
     NVS_DEBUG("grant device %u (quantum %u ms%s)", g.device, g.quantum_ms,
@@ -159,6 +165,18 @@ static void on_drop(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t n
     }
 }
 
+/* LIMITS: the process's limits from now on (quota.c); memory already held stays. */
+static void on_limits(nvs_dev *none, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)none;
+    (void)len;
+    (void)now;
+    struct nvs_limits l;
+    memcpy(&l, p, sizeof(l));
+    nvs_quota_set(l.compute_limit, l.memory_limit);
+    pthread_cond_broadcast(&nvs_g.cv);
+}
+
 #define ANY_SIZE UINT32_MAX
 static const struct handler {
     uint16_t type;
@@ -171,6 +189,7 @@ static const struct handler {
     {NVS_ATTACHED, sizeof(struct nvs_attached), 1, on_attached},
     {NVS_LOCK_OK, sizeof(struct nvs_grant), 1, on_lock_ok},
     {NVS_DROP_LOCK, sizeof(struct nvs_drop), 1, on_drop},
+    {NVS_LIMITS, sizeof(struct nvs_limits), 0, on_limits},
 };
 
 static const struct handler *find_handler(uint16_t type)
@@ -223,6 +242,17 @@ typedef struct {
 
 static nvs_outbox out; /* client thread */
 
+static void put_settings(void)
+{
+    struct nvs_settings st = {nvs_cfg.compute_limit, nvs_cfg.compute_share,
+                              nvs_cfg.limit_set ? nvs_cfg.limit : 0};
+    nvs_outbox_put(&out, NVS_SETTINGS, &st, sizeof(st));
+    settings_due = 0;
+    NVS_DEBUG("settings: compute limit %u per mille, share %u thousandths, memory limit %llu "
+              "bytes (0: not set)", st.compute_limit, st.compute_share,
+              (unsigned long long)st.memory_limit);
+}
+
 static void put_attach(nvs_dev *d)
 {
     struct nvs_attach a;
@@ -254,7 +284,8 @@ static void put_mem_update(nvs_dev *d, uint64_t now)
 /* nvs_g.mu held. REQ_LOCK for a waiter (always after a MEM_UPDATE), else a due MEM_UPDATE. */
 static void put_request_or_footprint(nvs_dev *d, uint64_t now)
 {
-    if (d->lock_state == NVS_LOCK_IDLE && d->want) {
+    /* a throttled device asks once its pause is over (quota.c): others use the GPU meanwhile */
+    if (d->lock_state == NVS_LOCK_IDLE && d->want && !d->throttled) {
         atomic_store(&d->mem_dirty, 0);
         put_mem_update(d, now); /* always one before REQ_LOCK */
         struct nvs_device r = {(uint32_t)d->ordinal, 0};
@@ -284,8 +315,12 @@ static void plan_held(nvs_dev *d, uint64_t now, round_plan *pl)
     } else if (nvs_cfg.idle_release_ms) {
         /* Mid-capture counts as busy: the application is building a graph, and a drain could
          * not finish its work anyway (no cuCtxSynchronize during a capture). */
+        /* A throttle pause (compute limit, quota.c) that ends within the idle time is not
+         * idleness: the holder keeps the lock; a longer one is, and the lock goes to others. */
         if (atomic_exchange_explicit(&d->active, 0, memory_order_relaxed) ||
-            atomic_load(&d->inflight) > 0 || nvs_capture_any()) {
+            atomic_load(&d->inflight) > 0 || nvs_capture_any() ||
+            (d->throttled &&
+             nvs_quota_pause_left(d, now) < (uint64_t)nvs_cfg.idle_release_ms * NVS_MS)) {
             d->last_active_ns = now;
         } else if (now - d->last_active_ns >= (uint64_t)nvs_cfg.idle_release_ms * NVS_MS) {
             d->drain_reason = NVS_RELEASE_IDLE;
@@ -302,6 +337,7 @@ static int collect(uint64_t now, round_plan *pl)
         pthread_mutex_unlock(&nvs_g.mu);
         return 0;
     }
+    if (settings_due) put_settings(); /* before any ATTACH */
     NVS_FOR_EACH_DEV(d) {
         if (!d->attach_sent) put_attach(d);
         put_request_or_footprint(d, now);
@@ -321,7 +357,7 @@ static void run_prefetch(nvs_dev *d)
     d->last_active_ns = nvs_now_ns(); /* the time it took is not idleness */
     if (wait && nvs_g.client_state == NVS_CLIENT_READY && d->lock_state == NVS_LOCK_HELD) {
         d->want = 0;
-        atomic_store_explicit(&d->may_run, 1, memory_order_seq_cst);
+        nvs_dev_set_run(d, 1);
         pthread_cond_broadcast(&nvs_g.cv);
     }
     pthread_mutex_unlock(&nvs_g.mu);
@@ -348,6 +384,7 @@ static int run_drain(nvs_dev *d)
                   r.reason == NVS_RELEASE_IDLE ? "idle" : "dropped", r.drain_us, r.evict_us,
                   r.prefetch_us);
         d->lock_state = NVS_LOCK_IDLE;
+        nvs_dev_set_run(d, 0); /* the drain closed the gate; it stays closed */
     }
     d->drain_reason = -1;
     d->evict = 0;
@@ -368,6 +405,7 @@ static void reap_deferred_frees(uint64_t now)
 int nvs_session_work(uint64_t now)
 {
     reap_deferred_frees(now);
+    nvs_quota_round(now); /* with a scheduler or without one */
     if (!nvs_tx_connected()) return 0;
     nvs_busy_round(now);
     round_plan pl;
@@ -384,6 +422,7 @@ int nvs_session_work(uint64_t now)
 
 void nvs_session_deadlines(uint64_t now, uint64_t *t)
 {
+    nvs_quota_deadline(now, t);
     if (nvs_g.client_state == NVS_CLIENT_READY) {
         NVS_FOR_EACH_DEV(d) {
             if (d->lock_state == NVS_LOCK_HELD && nvs_cfg.idle_release_ms) {

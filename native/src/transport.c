@@ -209,7 +209,7 @@ static const char *bad_header(const struct nvs_header *h)
     if (h->magic != NVS_MAGIC) return "bad magic";
     if (h->version != NVS_VERSION) return "unsupported protocol version";
     if (h->length > NVS_MAX_PAYLOAD) return "payload over the limit";
-    if (h->type < NVS_HELLO || h->type > NVS_ERROR) return "unknown message type";
+    if (h->type < NVS_HELLO || h->type > NVS_LIMITS) return "unknown message type";
     return NULL;
 }
 

@@ -16,6 +16,7 @@ from xpushare.protocol import (
     DropReason,
     FrameDecoder,
     Grant,
+    Limits,
     MessageType,
     ProtocolError,
     Welcome,
@@ -57,7 +58,9 @@ class RecordingScheduler:
 
     def __init__(self, path):
         self.grant_flags = 0  # grant.flags of the next LOCK_OKs (GRANT_PREFETCH)
-        self.welcome_features = 0  # welcome.features of the next WELCOMEs (FEATURE_BUSY)
+        self.welcome_features = 0  # welcome.features of the next WELCOMEs (FEATURE_BUSY, FEATURE_QUOTAS)
+        # the LIMITS that answers a SETTINGS (None: the settings' own compute and memory limits)
+        self.limits_reply: Limits | None = None
         self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._srv.bind(str(path))
         self._srv.listen(16)
@@ -122,6 +125,16 @@ class RecordingScheduler:
             self._send(conn, n, Attached(device=msg.device, capacity=0))
         elif mtype == MessageType.REQ_LOCK:
             self._send(conn, n, Grant(device=msg.device, quantum_ms=0, flags=self.grant_flags))
+        elif mtype == MessageType.SETTINGS:
+            reply = self.limits_reply or Limits(compute_limit=msg.compute_limit, memory_limit=msg.memory_limit)
+            self._send(conn, n, reply)
+
+    def limits(self, compute_limit: int = 0, memory_limit: int = 0, conn: int = -1):
+        """Send LIMITS (compute per mille, memory bytes; 0 = none) on a connection."""
+        with self._mu:
+            c = self._conns[conn]
+            n = conn if conn >= 0 else len(self._conns) + conn
+        self._send(c, n, Limits(compute_limit=compute_limit, memory_limit=memory_limit))
 
     def drop(self, device: int, conn: int = -1, reason: DropReason = DropReason.QUANTUM, flags: int = 0):
         """Ask the client to give the device up (it answers LOCK_RELEASED); flags: DROP_EVICT."""
@@ -164,4 +177,4 @@ class RecordingScheduler:
 
 def _type_of(msg) -> MessageType:
     return {Welcome: MessageType.WELCOME, Attached: MessageType.ATTACHED, Grant: MessageType.LOCK_OK,
-            DropLock: MessageType.DROP_LOCK}[type(msg)]
+            DropLock: MessageType.DROP_LOCK, Limits: MessageType.LIMITS}[type(msg)]

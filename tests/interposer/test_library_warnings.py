@@ -1,4 +1,5 @@
-"""What the library says on stderr without NVSHARE_DEBUG: a bad NVSHARE_PRIORITY, and an allocation
+"""What the library says on stderr without NVSHARE_DEBUG: a bad NVSHARE_PRIORITY, a bad compute limit
+or share (and a compute limit it cannot enforce), and an allocation
 refused by the per-process cap (once; the next ones only with NVSHARE_DEBUG). The README quotes
 these lines; the texts checked here are those quotes."""
 
@@ -67,3 +68,45 @@ def test_further_refusals_are_in_the_debug_log(world, sched):
     lines = _lines(app)
     assert len([ln for ln in lines if ": warning: " in ln]) == 1, lines
     assert [ln for ln in lines if "cuMemAlloc_v2(5242880) on device 0: over the limit" in ln], lines
+
+
+@pytest.mark.parametrize("value", ["0", "101", "abc", "-5", "50%%", "0.5", "none please"])
+def test_bad_compute_limit_is_reported_once_and_ignored(world, recorder, value):
+    from xpushare.protocol import FEATURE_QUOTAS
+    recorder.welcome_features = FEATURE_QUOTAS
+    app = world.run("init", "ctx", 0, "launch", 1, env={"NVSHARE_COMPUTE_LIMIT": value})
+    assert _lines(app) == [f'nvshare[{app.pid}]: warning: ignoring NVSHARE_COMPUTE_LIMIT="{value}": '
+                           "expected a percentage from 1 to 100 (e.g. 50 or 50%) or none"]
+    (st,) = recorder.messages(MessageType.SETTINGS)
+    assert st.msg.compute_limit == 0
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x", "0.0001", "1e3"])
+def test_bad_compute_share_is_reported_once_and_ignored(world, recorder, value):
+    from xpushare.protocol import FEATURE_QUOTAS
+    recorder.welcome_features = FEATURE_QUOTAS
+    app = world.run("init", "ctx", 0, "launch", 1, env={"NVSHARE_COMPUTE_SHARE": value})
+    assert _lines(app) == [f'nvshare[{app.pid}]: warning: ignoring NVSHARE_COMPUTE_SHARE="{value}": '
+                           "expected a positive number (e.g. 0.5 or 30)"]
+    (st,) = recorder.messages(MessageType.SETTINGS)
+    assert st.msg.compute_share == 0
+
+
+@pytest.mark.parametrize("limit, share, expected", [("1", "30", (10, 30000)), ("100%", "0.5", (1000, 500)),
+                                                    ("12.5", "0.001", (125, 1)), ("none", "2", (0, 2000)),
+                                                    (" 75 % ", "1.0", (750, 1000))])
+def test_good_compute_settings_are_sent_quietly(world, recorder, limit, share, expected):
+    from xpushare.protocol import FEATURE_QUOTAS
+    recorder.welcome_features = FEATURE_QUOTAS
+    app = world.run("init", "ctx", 0, "launch", 1,
+                    env={"NVSHARE_COMPUTE_LIMIT": limit, "NVSHARE_COMPUTE_SHARE": share})
+    assert _lines(app) == []
+    (st,) = recorder.messages(MessageType.SETTINGS)
+    assert (st.msg.compute_limit, st.msg.compute_share) == expected
+
+
+def test_an_unenforceable_compute_limit_is_reported(world, recorder):
+    app = world.run("init", "ctx", 0, "launch", 1,
+                    env={"NVSHARE_COMPUTE_LIMIT": "50", "NVSHARE_MAX_INFLIGHT": 0})
+    assert _lines(app) == [f"nvshare[{app.pid}]: warning: the compute limit is not enforced: GPU time "
+                           "is not measured with NVSHARE_MAX_INFLIGHT=0 or NVSHARE_DRAIN_TARGET_MS=0"]
