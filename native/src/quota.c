@@ -78,7 +78,9 @@ void nvs_quota_set(uint32_t compute, uint64_t memory)
     if (compute == NVS_COMPUTE_LIMIT_SCALE) compute = 0; /* all of the GPU's time: no limit */
     uint32_t was = atomic_exchange(&nvs_compute_limit, compute);
     if (compute && !was) nvs_ckpt_quota_on(); /* nvs_g.mu held (a message handler) */
-    set_memory(memory ? memory : NVS_NO_LIMIT, 1);
+    /* A limit equal to the environment's is the environment's (the scheduler echoes it back when
+     * nothing else set one): the refusal warning then names NVSHARE_GPU_MEMORY_LIMIT. */
+    set_memory(memory ? memory : NVS_NO_LIMIT, !(nvs_cfg.limit_set && memory == nvs_cfg.limit));
     NVS_DEBUG("limits from the scheduler: compute %s%.1f%%, memory %llu bytes%s",
               compute ? "" : "none (", compute / 10.0, (unsigned long long)memory,
               memory ? "" : " (none)");

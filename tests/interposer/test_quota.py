@@ -188,8 +188,8 @@ def test_a_lower_memory_limit_takes_nothing_away_but_stops_allocations(world, re
     assert totals == [4 * GIB, 2 * GIB, 2 * GIB]
     warnings = [ln for ln in app.stderr().splitlines() if ": warning: " in ln]
     assert len(warnings) == 2, warnings  # once per limit
-    # the answer to SETTINGS carried the environment's 4G back: the scheduler's limit now
-    assert "holds 3.00 GiB there and may hold 4.00 GiB (the memory limit the scheduler" in warnings[0]
+    # the answer to SETTINGS carried the environment's 4G back: still the environment's limit
+    assert "holds 3.00 GiB there and may hold 4.00 GiB (NVSHARE_GPU_MEMORY_LIMIT" in warnings[0]
     assert "this process holds 3.00 GiB there and may hold 2.00 GiB (the memory limit the " \
            "scheduler set for this process)" in warnings[1]
 
