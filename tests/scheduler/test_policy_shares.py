@@ -12,7 +12,7 @@ import pytest
 
 from xpushare.protocol import DropReason
 from xpushare.scheduler.policy import (
-    DEFAULT_SHARE, TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN, Arbiter, Drop, Grant, Mode, check_share, scaled_quantum,
+    DEFAULT_SHARE, TQ_CEILING, TQ_MAX, TQ_MIN, Arbiter, Drop, Grant, Mode, check_share, scaled_quantum,
 )
 
 from test_policy_replay import GiB, Replay, auto, play, with_footprints
@@ -23,17 +23,19 @@ from test_policy_replay import GiB, Replay, auto, play, with_footprints
     (10.0, 1.0, 10.0),                    # the mean share: tq itself
     (10.0, 0.6, 6.0),
     (10.0, 1.4, 14.0),
-    (10.0, 0.1, TQ_FLOOR),                # 1 s would be under the floor
-    (10.0, 20.0, TQ_CEILING),             # 200 s would be over the ceiling
-    (60.0, 3.0, TQ_CEILING),
-    (0.5, 1.0, 0.5),                      # tq under the floor: tq is the lower bound
-    (0.5, 0.2, 0.5),
+    (10.0, 0.1, 1.0),                     # a tenth of tq: the lowest ratio still in proportion
+    (10.0, 0.05, 1.0),                    # under it: a tenth of tq
+    (10.0, 20.0, 100.0),                  # over ten times: ten times tq
+    (2.0, 0.6, 1.2),                      # 30/70 at tq 2 s: 1.2 s and 2.8 s (no TQ_FLOOR)
+    (2.0, 1.4, 2.8),
+    (60.0, 3.0, TQ_CEILING),              # 180 s would be over the ceiling
+    (0.5, 1.0, 0.5),
+    (0.5, 0.2, 0.1),
     (0.5, 3.0, 1.5),
     (300.0, 1.0, 300.0),                  # tq over the ceiling: tq is the upper bound
     (300.0, 2.0, 300.0),
     (300.0, 0.5, 150.0),
-    (300.0, 0.001, TQ_FLOOR),
-    (2.0, 0.5, TQ_FLOOR),
+    (300.0, 0.001, 30.0),
     (120.0, 1.5, TQ_CEILING),
     (TQ_MIN, 0.01, TQ_MIN),               # never under what the wire can carry ...
     (TQ_MAX, 5.0, TQ_MAX),                # ... nor over it
@@ -49,7 +51,7 @@ def test_scaled_quantum(tq, ratio, expected):
     (10.0, {"A": 0.1, "B": 0.1, "C": 0.1}, {"A": 10.0, "B": 10.0, "C": 10.0}),  # equal: exactly tq
     (10.0, {"A": 3.7}, {"A": 10.0}),                                            # alone: tq
     (10.0, {"A": None, "B": 3}, {"A": 5.0, "B": 15.0}),                         # None: 1.0
-    (10.0, {"A": 0.1, "B": 10}, {"A": TQ_FLOOR, "B": 10.0 * 10 / 5.05}),       # the floor bites
+    (10.0, {"A": 0.1, "B": 10}, {"A": 1.0, "B": 10.0 * 10 / 5.05}),            # the floor bites
     (100.0, {"A": 1, "B": 9}, {"A": 20.0, "B": TQ_CEILING}),                    # the ceiling bites
 ])
 def test_quantum_of_scales_tq_by_share_over_mean_share(tq, shares, expected):

@@ -22,7 +22,7 @@ import pytest
 
 from xpushare.protocol import DropReason
 from xpushare.scheduler.policy import (
-    TQ_CEILING, TQ_FLOOR, Arbiter, Drop, Evict, Grant, Mode, scaled_quantum,
+    SHARE_RATIO_MAX, SHARE_RATIO_MIN, TQ_CEILING, Arbiter, Drop, Evict, Grant, Mode, scaled_quantum,
 )
 
 from test_policy_replay import GiB, Replay
@@ -42,10 +42,9 @@ def _pick_tq(shares):
     """A quantum for which no client's scaled quantum meets a bound, when there is one; and
     whether there is."""
     mean = sum(shares) / len(shares)
-    low, high = TQ_FLOOR * mean / min(shares), TQ_CEILING * mean / max(shares)
-    if low <= high:
-        return math.sqrt(low * high), True
-    return 10.0, False
+    if min(shares) / mean < SHARE_RATIO_MIN or max(shares) / mean > SHARE_RATIO_MAX:
+        return 10.0, False
+    return min(10.0, TQ_CEILING * mean / max(shares)), True
 
 
 class Sim:

@@ -18,6 +18,8 @@ EVICT_AFTER_QUANTA = 2    # a dropped holder silent this many quanta after DROP_
 
 TQ_FLOOR = 2.0            # seconds: the dynamic quantum never goes below ...
 TQ_CEILING = 120.0        # ... nor above these
+SHARE_RATIO_MIN = 0.1     # a share-scaled quantum is at least this many quanta ...
+SHARE_RATIO_MAX = 10.0    # ... and at most this many (model.scaled_quantum)
 DEFAULT_DYNAMIC_TQ = 5.0  # seconds: the dynamic quantum until a switch has been measured
 QUANTA_PER_SWITCH = 19    # quantum = 19 x switch cost: switching is cost / (quantum + cost) = 5%
 EWMA_ALPHA = 0.3          # weight of the newest sample in the switch-cost averages
@@ -71,15 +73,19 @@ def check_share(share: float | None) -> float:
 
 def scaled_quantum(tq: float, ratio: float) -> float:
     """The quantum of a client whose share is `ratio` times the mean share of the clients
-    contending with it: tq * ratio, kept within [min(TQ_FLOOR, tq), max(TQ_CEILING, tq)].
+    contending with it: tq * ratio, kept within [SHARE_RATIO_MIN * tq, SHARE_RATIO_MAX * tq], at
+    most max(TQ_CEILING, tq) and at least TQ_MIN.
 
-    Scaling never makes a quantum shorter than TQ_FLOOR (switching would eat the GPU) nor longer
-    than TQ_CEILING (the others would wait too long), unless tq itself already lies beyond that
-    bound; then tq is the bound. So a ratio of 1 gives tq exactly, and time splits in proportion
-    to the shares as long as no quantum meets a bound."""
+    The bounds are relative to tq, not the dynamic quantum's floor: a quantum of a tenth of tq is
+    still twice the switch cost with the dynamic quantum (QUANTA_PER_SWITCH switches), so a share
+    under the mean shortens its turns, not just lengthens the others'. (A floor of TQ_FLOOR split a
+    30/70 pair at tq = 2 s as 2 s / 2.8 s, 42/58.) A ratio of 1 gives tq exactly, and time splits
+    in proportion to the shares while every ratio lies within [SHARE_RATIO_MIN, SHARE_RATIO_MAX]
+    and no quantum passes the ceiling."""
     if ratio == 1.0:
         return tq
-    return min(max(tq * ratio, min(TQ_FLOOR, tq)), max(TQ_CEILING, tq))
+    ratio = min(max(ratio, SHARE_RATIO_MIN), SHARE_RATIO_MAX)
+    return max(TQ_MIN, min(tq * ratio, max(TQ_CEILING, tq)))
 
 
 def _check_bytes(value: int, what: str) -> int:
