@@ -176,10 +176,23 @@ def baseline(cycles: int = 5000) -> dict:
     return {"registration_us": summary(reg), "round_trip_us": summary(rtt), "grant_us": summary(grant)}
 
 
+def adjacent_round_trips(cycles: int = 2000) -> list[float]:
+    """The raw socket's lock cycle (56 -> 28 bytes, +36), measured right next to a one-client
+    run: this machine's speed drifts within minutes, so the one-client ratio takes this baseline,
+    the run's own from before and after it, rather than the one measured at the start."""
+    with tempfile.TemporaryDirectory(prefix="nvs-load-", dir="/tmp") as tmp:
+        base = Baseline(Path(tmp))
+        try:
+            return base.ping_pong(56, REPLY_BYTES, 36, cycles)[0]
+        finally:
+            base.stop()
+
+
 def add_ratios(entry: dict, base: dict) -> None:
     hand = (entry["burst"]["handoff_us"] or {})
+    own = entry.get("adjacent_baseline_round_trip_us")
     pairs = {"registration": (entry["registration_us"], base["registration_us"]),
-             "round_trip": (entry["round_trip_us"], base["round_trip_us"]),
+             "round_trip": (entry["round_trip_us"], own or base["round_trip_us"]),
              "handoff": (hand, base["grant_us"])}
     entry["ratios"] = {k: {q: ratio(ours.get(q), b.get(q)) for q in ("p50", "p99", "max")}
                        for k, (ours, b) in pairs.items()}
@@ -195,7 +208,10 @@ def measure(p: dict) -> dict:
     for mode in p["modes"]:
         modes[mode] = {}
         for n in p["sizes"]:
+            before = adjacent_round_trips() if n == 1 else []
             entry = measure_one(mode, n, p)
+            if n == 1:
+                entry["adjacent_baseline_round_trip_us"] = summary(before + adjacent_round_trips())
             add_ratios(entry, base)
             modes[mode][str(n)] = entry
     return {"parameters": {**p, "think_s": {str(n): think_s(n) for n in p["sizes"]},
