@@ -99,10 +99,11 @@ def test_the_dashboard_is_a_grafana_dashboard_with_its_variables():
             assert p["targets"], p["title"]
     titles = {p["title"] for p in panels(d)}
     assert {"GPU memory", "GPU utilisation", "Memory per pod", "Lock-held share per pod",
+            "GPU time per pod",
             "Lock wait p50 / p99", "Switches per minute", "Switch cost by phase", "Mode",
             "Holders, waiters and clients", "Scheduler connections", "Malformed frames"} <= titles
-    (share,) = [p for p in panels(d) if p["title"] == "Lock-held share per pod"]
-    assert "not reported yet" in share["description"]
+    (busy,) = [p for p in panels(d) if p["title"] == "GPU time per pod"]
+    assert "xpushare_client_gpu_busy_seconds_total" in busy["targets"][0]["expr"]
 
 
 @pytest.fixture
@@ -133,6 +134,7 @@ def live_scrape(sockdir, tmp_path):
         a.release(drain_us=2000)
         b.expect(MessageType.LOCK_OK)
         a.request()
+        assert a.ctl("set_compute_limit", value=40, client_id=a.client_id)["ok"]
         a.ctl("status")
         b.ctl("status")
         s = scrape(port)
@@ -182,6 +184,7 @@ def test_every_series_and_label_the_dashboard_uses_is_scraped(live_scrape):
     # what the panels are for
     assert {"xpushare_gpu_capacity_bytes", "xpushare_gpu_memory_used_bytes", "xpushare_gpu_utilization_ratio",
             "xpushare_client_memory_bytes", "xpushare_client_lock_held_seconds_total",
+            "xpushare_client_gpu_busy_seconds_total", "xpushare_client_compute_limit_ratio",
             "xpushare_lock_wait_seconds_bucket", "xpushare_gpu_switches_total",
             "xpushare_gpu_switch_seconds_sum", "xpushare_gpu_switch_seconds_count",
             "xpushare_gpu_mode_info", "xpushare_gpu_lock_holders", "xpushare_gpu_lock_waiters",
