@@ -150,10 +150,7 @@ int nvs_busy_poll(nvs_dev *d)
     /* never beside a capture: the drain then waits on the checkpoints, which stay for it */
     if (!nvs_busy_measured() || atomic_load(&nvs_exiting) || nvs_capture_any()) return 0;
     nvs_ctxrec *recs[64];
-    int n = 0;
-    pthread_mutex_lock(&nvs_g.mu);
-    for (nvs_ctxrec *r = d->ctxs; r && n < 64; r = r->dev_next) recs[n++] = r;
-    pthread_mutex_unlock(&nvs_g.mu);
+    int n = nvs_dev_contexts(d, recs, 64);
     CUcontext prev = NULL;
     int switched = 0, left = 0;
     for (int i = 0; i < n; i++) {

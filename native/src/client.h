@@ -51,6 +51,7 @@ int nvs_sock_open_first(const char **path, char *why, char *distrust) NVS_HIDDEN
 /* nvs_g.mu held. No scheduler: every device may run iff `run`; nobody waits for a lock. */
 void nvs_session_down(int run) NVS_HIDDEN;
 /* nvs_g.mu held. One framed message; returns NULL or a description of what is malformed. */
+extern int nvs_settings_due NVS_HIDDEN; /* inbound.c sets it at a WELCOME with QUOTAS; nvs_g.mu */
 const char *nvs_session_handle(uint16_t type, const unsigned char *p, uint32_t len) NVS_HIDDEN;
 /* One round of outgoing work (client thread, without nvs_g.mu). Returns 1 when another round
  * should follow at once. */

@@ -192,6 +192,17 @@ uint64_t nvs_dev_limit(const nvs_dev *d, int *capped)
     return nvs_limit_for(d->physical, sched, capped);
 }
 
+/* The device's context records now (at most `cap`), for a walk outside nvs_g.mu: records are never
+ * freed, so the pointers stay valid. Takes nvs_g.mu. */
+int nvs_dev_contexts(nvs_dev *d, nvs_ctxrec **recs, int cap)
+{
+    int n = 0;
+    pthread_mutex_lock(&nvs_g.mu);
+    for (nvs_ctxrec *r = d->ctxs; r && n < cap; r = r->dev_next) recs[n++] = r;
+    pthread_mutex_unlock(&nvs_g.mu);
+    return n;
+}
+
 nvs_dev *nvs_dev_find_uuid(const char *uuid)
 {
     nvs_dev *found = NULL;

@@ -233,10 +233,7 @@ uint64_t nvs_drain(nvs_dev *d)
     uint64_t t1 = nvs_now_ns();
 
     nvs_ctxrec *recs[64];
-    int n = 0;
-    pthread_mutex_lock(&nvs_g.mu);
-    for (nvs_ctxrec *r = d->ctxs; r && n < 64; r = r->dev_next) recs[n++] = r;
-    pthread_mutex_unlock(&nvs_g.mu);
+    int n = nvs_dev_contexts(d, recs, 64);
 
     CUcontext prev = NULL;
     nvs_drv.cuCtxGetCurrent(&prev);

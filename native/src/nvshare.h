@@ -283,6 +283,7 @@ extern NVS_TLS unsigned nvs_tls_launches NVS_HIDDEN;
 
 void nvs_devices_init(void) NVS_HIDDEN;                   /* at library init */
 nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx) NVS_HIDDEN;     /* slow path of the TLS cache */
+int nvs_dev_contexts(nvs_dev *d, nvs_ctxrec **recs, int cap) NVS_HIDDEN; /* a snapshot */
 nvs_ctxrec *nvs_current_rec(void) NVS_HIDDEN;             /* current context's record or NULL */
 nvs_dev *nvs_dev_touch(CUdevice ordinal) NVS_HIDDEN;      /* learn uuid/name/physical once */
 void nvs_dev_attach_wait(nvs_dev *d) NVS_HIDDEN;          /* <= 1 s for ATTACHED, once */

@@ -107,16 +107,6 @@ uint64_t nvs_quota_pause_left(const nvs_dev *d, uint64_t now)
     return at > now ? at - now : 0;
 }
 
-/* The device's contexts (nvs_g.mu taken here). */
-static int dev_recs(nvs_dev *d, nvs_ctxrec **recs, int cap)
-{
-    int n = 0;
-    pthread_mutex_lock(&nvs_g.mu);
-    for (nvs_ctxrec *r = d->ctxs; r && n < cap; r = r->dev_next) recs[n++] = r;
-    pthread_mutex_unlock(&nvs_g.mu);
-    return n;
-}
-
 /* Close d's gate for the bucket: no new work, the calls inside the driver finish, and each
  * context's open busy span ends at a checkpoint on its legacy stream (after every blocking
  * stream's work), followed by an idle point: the pause is not charged as GPU time. */
@@ -132,7 +122,7 @@ static void throttle(nvs_dev *d)
     }
     if (!nvs_busy_measured()) return;
     nvs_ctxrec *recs[64];
-    int n = dev_recs(d, recs, 64);
+    int n = nvs_dev_contexts(d, recs, 64);
     CUcontext prev = NULL;
     nvs_drv.cuCtxGetCurrent(&prev);
     for (int i = 0; i < n && !atomic_load(&nvs_exiting); i++) {

@@ -74,10 +74,7 @@ static void issue_one(CUdeviceptr p, uint64_t size, void *arg)
 static nvs_ctxrec *enter_context(nvs_dev *d, CUcontext *prev)
 {
     nvs_ctxrec *recs[64];
-    int n = 0;
-    pthread_mutex_lock(&nvs_g.mu);
-    for (nvs_ctxrec *r = d->ctxs; r && n < 64; r = r->dev_next) recs[n++] = r;
-    pthread_mutex_unlock(&nvs_g.mu);
+    int n = nvs_dev_contexts(d, recs, 64);
     *prev = NULL;
     nvs_drv.cuCtxGetCurrent(prev);
     for (int i = 0; i < n; i++) {

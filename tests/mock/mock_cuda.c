@@ -94,6 +94,7 @@
 
 /* CUDA types (declared in one place for the mock and the test app; no cuda.h) */
 #include "mock_cuda_types.h"
+#include "mock_env.h"
 
 enum {
     CUDA_SUCCESS = 0,
@@ -250,24 +251,6 @@ static long long now_ns(void)
 
 static pid_t gettid_(void) { return (pid_t)syscall(SYS_gettid); }
 
-static unsigned long long parse_size(const char *s, unsigned long long dflt)
-{
-    if (!s || !*s) return dflt;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s) return dflt;
-    while (*end == ' ') end++;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': v *= 1024.0; break;
-    case 'M': v *= 1024.0 * 1024; break;
-    case 'G': v *= 1024.0 * 1024 * 1024; break;
-    case 'T': v *= 1024.0 * 1024 * 1024 * 1024; break;
-    default: break;
-    }
-    return (unsigned long long)v;
-}
-
 static void format_uuid(int phys, char *out, size_t n)
 {
     snprintf(out, n, "GPU-00000000-0000-0000-0000-0000000000%02x", phys & 0xff);
@@ -279,7 +262,7 @@ static void init_once(void)
     if ((s = getenv("MOCK_CUDA_DEVICES")) && *s) g_physical_devices = atoi(s);
     if (g_physical_devices < 0) g_physical_devices = 0;
     if (g_physical_devices > MAX_DEVICES) g_physical_devices = MAX_DEVICES;
-    g_total_mem = parse_size(getenv("MOCK_CUDA_TOTAL_MEM"), 16ull << 30);
+    g_total_mem = mock_parse_size(getenv("MOCK_CUDA_TOTAL_MEM"), 16ull << 30);
     if ((s = getenv("MOCK_CUDA_WORK_US")) && *s) g_work_us = atol(s);
     if ((s = getenv("MOCK_CUDA_SYNC_US")) && *s) g_sync_us = atol(s);
     if ((s = getenv("MOCK_CUDA_KERNEL_US")) && *s) g_kernel_us = atol(s);

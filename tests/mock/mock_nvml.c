@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mock_env.h"
 #include "mock_nvml_types.h"
 
 #define NVML_SUCCESS 0
@@ -46,18 +47,7 @@ static unsigned long long size_env(const char *name, const char *fallback_name, 
 {
     const char *s = getenv(name);
     if ((!s || !*s) && fallback_name) s = getenv(fallback_name);
-    if (!s || !*s) return dflt;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s) return dflt;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': v *= 1024.0; break;
-    case 'M': v *= 1024.0 * 1024; break;
-    case 'G': v *= 1024.0 * 1024 * 1024; break;
-    case 'T': v *= 1024.0 * 1024 * 1024 * 1024; break;
-    default: break;
-    }
-    return (unsigned long long)v;
+    return mock_parse_size(s, dflt);
 }
 
 static void setup(void)
