@@ -7,6 +7,8 @@
  *     of nvs_dev.may_run and of the lock state (plus the fork child handler);
  *   - nvs_g.mu guards device/context/client state, nvs_g.cv wakes app threads waiting for a
  *     grant or for ATTACHED; alloc.c and free.c share a mutex for their tables (alloc.h).
+ * One header, a little over 400 lines, on purpose: nvs_dev and nvs_ctxrec with the hot-line
+ * layout their comments explain, and the declarations every source file needs beside them.
  */
 #ifndef NVSHARE_INTERNAL_H
 #define NVSHARE_INTERNAL_H

@@ -3,6 +3,7 @@
 Frames are a 12-byte little-endian header (magic, version, type, length) and `length` payload bytes.
 Fixed payloads are packed structs; CTL_REQUEST/CTL_REPLY carry a JSON object, ERROR UTF-8 text.
 native/src/protocol.h mirrors this module; tests/test_protocol_agreement.py checks they agree.
+One file, a little over 400 lines, on purpose: it is the Python half of that pair, read beside it.
 """
 
 from __future__ import annotations

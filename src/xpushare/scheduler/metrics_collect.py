@@ -259,17 +259,8 @@ def _buckets(hist) -> tuple[list, float]:
 
 
 def _gauge(name: str, doc: str, value):
-    def make(rows):
-        family = GaugeMetricFamily(name, doc, labels=CLIENT)
-        for r in rows:
-            family.add_metric(r.labels, value(r))
-        return family
-    return make
-
-
-def _gauge_where_set(name: str, doc: str, value):
-    """A gauge of the clients for which `value` is not None (a limit not set is no sample: 0
-    would read as a limit of nothing)."""
+    """A gauge of the clients whose `value` is not None (a limit not set is no sample: 0 would
+    read as a limit of nothing)."""
     def make(rows):
         family = GaugeMetricFamily(name, doc, labels=CLIENT)
         for r in rows:
@@ -322,15 +313,15 @@ _CLIENT_FAMILIES = (  # (make a family of some clients' samples, samples per cli
     (_counter("xpushare_client_gpu_busy_seconds", "GPU time the client's own work took, as its "
               "library measures it with timing events (BUSY_UPDATE), cut to the wall time that "
               "passed.", lambda r: r.busy), 1),
-    (_gauge_where_set("xpushare_client_gpu_busy_ratio", "GPU time the client's own work took over "
+    (_gauge("xpushare_client_gpu_busy_ratio", "GPU time the client's own work took over "
                       "the wall time of the last 10 s: the share of the GPU it achieved.",
                       lambda r: r.busy_ratio), 1),
-    (_gauge_where_set("xpushare_client_compute_limit_ratio", "The client's compute limit, a "
+    (_gauge("xpushare_client_compute_limit_ratio", "The client's compute limit, a "
                       "fraction of the GPU's time (clients with a limit only).",
                       lambda r: r.compute_limit), 1),
     (_gauge("xpushare_client_compute_share", "The client's compute share (1 unless set).",
             lambda r: r.compute_share), 1),
-    (_gauge_where_set("xpushare_client_memory_limit_bytes", "The client's memory limit per GPU "
+    (_gauge("xpushare_client_memory_limit_bytes", "The client's memory limit per GPU "
                       "(clients with a limit only).", lambda r: r.memory_limit), 1),
 )
 
