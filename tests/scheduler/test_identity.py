@@ -116,3 +116,17 @@ def test_pod_and_command_are_read_when_the_process_connects():
         ours.close()
         theirs.close()
         loop.close()
+
+
+def test_pod_identity_root_is_the_schedulers_setting(tmp_path):
+    """NVSHARE_POD_IDENTITY_ROOT (the end-to-end tests' stand-in for /) is read from the
+    scheduler's environment; without it, /proc and /var/log/pods are read."""
+    from xpushare.scheduler.peer import POD_IDENTITY_ROOT_ENV, PodLookup
+    uid = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+    (tmp_path / "proc" / "42").mkdir(parents=True)
+    (tmp_path / "proc" / "42" / "cgroup").write_text(f"0::/kubepods/besteffort/pod{uid}/{'c' * 64}\n")
+    (tmp_path / "var" / "log" / "pods" / f"ns_p_{uid}").mkdir(parents=True)
+    pod = PodLookup({POD_IDENTITY_ROOT_ENV: str(tmp_path)})(42)
+    assert (pod.uid, pod.namespace, pod.name, pod.container_id) == (uid, "ns", "p", "c" * 64)
+    assert PodLookup({POD_IDENTITY_ROOT_ENV: str(tmp_path)})(43) is None   # no such pid there
+    assert PodLookup({}).root is None                                      # /proc, as deployed

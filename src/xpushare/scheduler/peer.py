@@ -62,14 +62,25 @@ def groups(pid: int, gid: int) -> set[int]:
     return found
 
 
+# Test seam: a directory standing in for / when pod identities are read (<root>/proc/<pid>/cgroup,
+# <root>/var/log/pods), so that an end-to-end test can give a local process a pod without a pod
+# cgroup. It is the scheduler's own environment, which only whoever starts the scheduler sets: a
+# client still cannot choose its identity. Deployments never set it (startup warns when it is set).
+POD_IDENTITY_ROOT_ENV = "NVSHARE_POD_IDENTITY_ROOT"
+
+
 class PodLookup:
     """pid -> pod identity through xpushare.kubernetes.podidentity, when that module is there.
     Called once per connection, when it is made (Conn.pod); never cached by pid, which the kernel
     reuses."""
 
-    def __init__(self):
+    def __init__(self, environ=None):
         self._fn = None
         self._loaded = False
+        self.root = (os.environ if environ is None else environ).get(POD_IDENTITY_ROOT_ENV) or None
+        if self.root is not None:
+            log.warning("pod identities are read below %s (%s), not from /proc and /var/log/pods: "
+                        "a test setting", self.root, POD_IDENTITY_ROOT_ENV)
 
     def __call__(self, pid: int):
         if not self._loaded:
@@ -77,6 +88,11 @@ class PodLookup:
             try:
                 from ..kubernetes.podidentity import pod_identity
                 self._fn = pod_identity
+                if self.root is not None:
+                    root = self.root
+                    self._fn = lambda pid: pod_identity(
+                        pid, proc_root=os.path.join(root, "proc"),
+                        pod_log_root=os.path.join(root, "var", "log", "pods"))
             except ImportError:
                 log.debug("pod identity: xpushare.kubernetes.podidentity not available")
         if self._fn is None or pid <= 0:

@@ -101,15 +101,18 @@ class Server:
     def _start_pod_watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """The pods' GPU annotations (quotas.py), when NVSHARE_POD_ANNOTATIONS is on (the chart
         sets it): watched in a thread of its own, reported on the loop. Without the kubernetes
-        client, credentials or NODE_NAME, the scheduler serves on without them (one warning)."""
+        client, credentials or NODE_NAME, the scheduler serves on without them (one warning).
+        The API server is the in-cluster one, or the one of the kubeconfig file NVSHARE_KUBECONFIG
+        names (a scheduler run outside a pod, and the end-to-end tests' fake API server)."""
         from ..kubernetes.pod_settings import enabled_from_env
         if not enabled_from_env():
             return
         quotas = self.state.quotas
         try:
             from ..kubernetes.pod_watch import PodSettingsWatcher
-            self.pod_watch = PodSettingsWatcher(on_changed=quotas.pod_changed,
-                                                on_removed=quotas.pod_removed, loop=loop).start()
+            self.pod_watch = PodSettingsWatcher(
+                on_changed=quotas.pod_changed, on_removed=quotas.pod_removed, loop=loop,
+                kubeconfig=os.environ.get("NVSHARE_KUBECONFIG") or None).start()
         except Exception as e:  # ImportError (no client), ConfigException, no NODE_NAME
             log.warning("pod annotations (nvshare.com/gpu-*) are not read: %s", e)
 
