@@ -211,11 +211,10 @@ def forget(state: SchedulerState, conn: Conn) -> None:
     """The connection is gone: its locks and requests go with it."""
     state.disconnected(conn)
     if conn.hello is not None:
-        held = [g.label for g in conn.gpus() if g.arbiter.holds(conn)]
+        held = [g.label for g in conn.gpus() if state.registry.gangs.holds(conn, g)]
         log.info("disconnect pid=%d client=%d%s", conn.pid, conn.id,
                  f" (held gpu {','.join(held)})" if held else "")
-    for gpu in conn.gpus():
-        state.registry.apply(gpu, gpu.arbiter.disconnect, conn)
+    state.registry.leave(conn)
 
 
 def dispatch(state: SchedulerState, conn: Conn, frame: Frame) -> None:

@@ -134,8 +134,7 @@ def op_set_priority(state: SchedulerState, msg: dict) -> dict:
     for conn in targets:
         conn.priority = prio
         log.info("priority pid=%d client=%d priority=%d", conn.pid, conn.id, prio)
-        for gpu in conn.gpus():
-            state.registry.apply(gpu, gpu.arbiter.set_priority, conn, prio)
+        state.registry.set_priority(conn, prio)
     return {"clients": len(targets)}
 
 

@@ -73,8 +73,8 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     if old is not None and old not in conn.devices.values():  # the ordinal now names another GPU
         conn.memory.pop(old.uuid, None)
         conn.locks.pop(old, None)
-        registry.apply(old, old.arbiter.disconnect, conn)
-    registry.apply(gpu, gpu.arbiter.set_priority, conn, conn.priority)
+        registry.detach(conn, old)
+    registry.join(conn, gpu)  # its job (jobs.py) gets a seat on this GPU
     state.quotas.attached(conn, gpu)
     metrics.attached(conn, gpu, registry.now())
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
@@ -89,7 +89,7 @@ def on_req_lock(state: SchedulerState, conn: Conn, msg: LockRequest) -> None:
     if gpu := _attached_gpu(conn, msg.device):
         log.debug("request pid=%d gpu=%s", conn.pid, gpu.label)
         metrics.requested(conn, gpu, state.registry.now())
-        state.registry.apply(gpu, gpu.arbiter.request, conn)
+        state.registry.request(conn, gpu)
 
 
 def on_lock_released(state: SchedulerState, conn: Conn, msg: Released) -> None:
@@ -97,7 +97,7 @@ def on_lock_released(state: SchedulerState, conn: Conn, msg: Released) -> None:
     gpu = _attached_gpu(conn, msg.device)
     if gpu is None:
         return
-    since = gpu.arbiter.held_since(conn)
+    since = state.registry.gangs.held_since(conn, gpu)
     if since is None:
         log.debug("pid=%d released gpu %s it does not hold; ignored", conn.pid, gpu.label)
         return
@@ -109,7 +109,7 @@ def on_lock_released(state: SchedulerState, conn: Conn, msg: Released) -> None:
                       state.registry.now() - since, report.drain * 1e3, report.evict * 1e3,
                       report.prefetch * 1e3)
     metrics.released(conn, gpu, report, state.registry.now())
-    state.registry.apply(gpu, gpu.arbiter.release, conn, report=report)
+    state.registry.release(conn, gpu, report)
 
 
 def on_mem_update(state: SchedulerState, conn: Conn, msg: MemUpdate) -> None:
@@ -119,8 +119,7 @@ def on_mem_update(state: SchedulerState, conn: Conn, msg: MemUpdate) -> None:
         if conn.memory.get(gpu.uuid) == memory:
             return  # the library sends one with every lock request; unchanged, it is no event
         conn.memory[gpu.uuid] = memory
-        state.registry.apply(gpu, gpu.arbiter.set_footprint, conn,
-                             msg.managed_bytes + msg.other_bytes)
+        state.registry.set_footprint(conn, gpu, msg.managed_bytes + msg.other_bytes)
 
 
 def on_busy_update(state: SchedulerState, conn: Conn, msg: BusyUpdate) -> None:

@@ -113,13 +113,13 @@ class Quotas:
             conn.send(encode(conn.quota_sent))
             log.info("limits pid=%d client=%d compute=%s memory=%s", conn.pid, conn.id,
                      _pct(quota.compute_limit), quota.memory_limit or "none")
-        if quota.compute_share != old.compute_share:
-            for gpu in conn.gpus():
-                self.attached(conn, gpu)
+        if quota.compute_share != old.compute_share and conn.gpus():
+            self.state.registry.set_share(conn, quota.compute_share)
 
     def attached(self, conn: Conn, gpu: Gpu) -> None:
-        """Tell the GPU's arbiter the client's share (after ATTACH, and when it changes)."""
-        self.state.registry.apply(gpu, gpu.arbiter.set_share, conn, conn.quota.compute_share)
+        """Tell the policy the client's share (after ATTACH; refresh() when it changes): its job's
+        seats take the highest share of their members (policy/gang.py)."""
+        self.state.registry.set_share(conn, conn.quota.compute_share)
 
     # -- the sources ---------------------------------------------------------------------------
     def settings(self, conn: Conn, msg: Settings) -> None:

@@ -27,7 +27,9 @@ from ..protocol import (
 )
 from . import limits, metrics, policy
 from .gpus import uuid_key, valid_uuid
+from .jobs import identify
 from .policy import Arbiter, Mode, check_tq
+from .policy.gang import Gangs, JobFormed, Outcome
 
 log = logging.getLogger("nvshare.scheduler")
 # Grants and releases, one line per lock cycle: off by default (nvshare-scheduler --log-locks), so
@@ -82,7 +84,10 @@ class GpuRegistry:
         self.default_tq = None if config.tq is None else check_tq(config.tq)
         self.gpus: dict[str, Gpu] = {}            # by uuid_key
         self.made: Counter[int] = Counter()       # uid -> client-made GPUs it made, still known
+        self.gangs = Gangs(order=_gpu_order)      # every client is a member of one job
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._gang_timer: asyncio.TimerHandle | None = None
+        self._gang_timer_at: float | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Serving begins: from now on events carry the loop's time and arm timers on it."""
@@ -156,29 +161,91 @@ class GpuRegistry:
         else:
             self.apply(gpu, gpu.arbiter.set_capacity, gpu.capacity)
 
-    def apply(self, gpu: Gpu, event: Callable[..., list[policy.Action]], *args, **kw) -> None:
-        """Call `event` (a method of gpu.arbiter) with the current time and carry out its actions.
+    # -- the bridge: events in, actions out --------------------------------------------------
+    def apply(self, gpu: Gpu, event: Callable[..., list[policy.Action]], *args) -> None:
+        """Call `event` (a method of gpu.arbiter that names no client: tick, set_mode, set_tq,
+        set_capacity) with the current time and carry out what it decides."""
+        self.carry(self.gangs.on_gpu(gpu, event, *args, now=self.now()))
 
-        The arbiter has already recorded every action it returns, so each one is carried out even
-        when another fails; a client that could not be told what the arbiter decided (e.g. a grant
-        it never received) loses its connection, which hands its lock on instead of leaving it
-        stuck. The timer is re-armed whatever happens. Every departure of a client from a GPU
-        comes through here (a disconnect event), so here a client-made GPU goes with its last one.
-        """
+    def join(self, conn, gpu: Gpu) -> None:
+        """conn uses gpu (its ATTACH): on its first, it joins its job (jobs.identify)."""
+        if conn not in self.gangs.job_of:
+            ident = identify(conn)
+            self.carry(self.gangs.join(conn, ident.key, ident.label, ident.size, conn.priority,
+                                       self.now()))
+        self.carry(self.gangs.attach(conn, gpu, self.now()))
+
+    def detach(self, conn, gpu: Gpu) -> None:
+        """conn no longer uses gpu (its ordinal was ATTACHed to another GPU)."""
+        self.carry(self.gangs.detach(conn, gpu, self.now()))
+        if gpu.made_by is not None:
+            self._left(gpu, conn)
+
+    def leave(self, conn) -> None:
+        """conn is gone: its locks and requests go with it, a client-made GPU with its last
+        client."""
+        self.carry(self.gangs.leave(conn, self.now()))
+        for gpu in conn.gpus():
+            if gpu.made_by is not None:
+                self._left(gpu, conn)
+
+    def request(self, conn, gpu: Gpu) -> None:
+        self.carry(self.gangs.request(conn, gpu, self.now()))
+
+    def release(self, conn, gpu: Gpu, report: policy.SwitchReport) -> None:
+        self.carry(self.gangs.release(conn, gpu, self.now(), report))
+
+    def set_footprint(self, conn, gpu: Gpu, nbytes: int) -> None:
+        self.carry(self.gangs.set_footprint(conn, gpu, nbytes, self.now()))
+
+    def set_priority(self, conn, priority: int) -> None:
+        if conn in self.gangs.job_of:
+            self.carry(self.gangs.set_priority(conn, priority, self.now()))
+
+    def set_share(self, conn, share: float | None) -> None:
+        if conn in self.gangs.job_of:
+            self.carry(self.gangs.set_share(conn, share, self.now()))
+
+    def carry(self, outcome: Outcome) -> None:
+        """Carry out what the policy decided, in order, and re-arm the timers.
+
+        The policy has already recorded every action it returns, so each one is carried out even
+        when another fails; a client that could not be told what was decided (e.g. a grant it
+        never received) loses its connection, which hands its lock on instead of leaving it
+        stuck. The timers are re-armed whatever happens."""
         now = self.now()
         try:
-            for action in event(*args, now, **kw):
+            for gpu, action in outcome.actions:
                 try:
                     _carry_out(gpu, action, now)
                 except Exception:  # a bug of ours: lose this client, never the other actions
-                    log.exception("pid=%d gpu=%s: cannot carry out %s; closing its connection",
-                                  action.client.pid, gpu.label, type(action).__name__.lower())
-                    with contextlib.suppress(Exception):
-                        action.client.close()
+                    log.exception("gpu=%s: cannot carry out %s; closing the client's connection",
+                                  getattr(gpu, "label", "-"), type(action).__name__.lower())
+                    if action.client is not None:
+                        with contextlib.suppress(Exception):
+                            action.client.close()
         finally:
-            self._arm(gpu)
-            if gpu.made_by is not None and getattr(event, "__func__", None) is Arbiter.disconnect:
-                self._left(gpu, args[0])
+            for gpu in outcome.gpus:
+                if self.gpus.get(uuid_key(gpu.uuid)) is gpu:
+                    self._arm(gpu)
+            self._arm_gangs()
+
+    def _arm_gangs(self) -> None:
+        """The timer of the first job that stops waiting for its missing members."""
+        deadline = self.gangs.next_deadline()
+        if deadline == self._gang_timer_at or self._loop is None:
+            return  # the usual case: no job waits for members, and none did
+        if self._gang_timer is not None:
+            self._gang_timer.cancel()
+            self._gang_timer = None
+        self._gang_timer_at = deadline
+        if deadline is not None:
+            self._gang_timer = self._loop.call_later(max(0.0, deadline - self.now()),
+                                                     self._fire_gangs)
+
+    def _fire_gangs(self) -> None:
+        self._gang_timer = self._gang_timer_at = None
+        self.carry(self.gangs.tick(self.now()))
 
     def _arm(self, gpu: Gpu) -> None:
         """Have the GPU's timer fire by the arbiter's next deadline. A timer already armed for that
@@ -207,7 +274,12 @@ def _carry_out(gpu: Gpu, a: policy.Action, now: float) -> None:
     """Turn one policy action into what the client is sent, what the log says and what the
     exporter counts."""
     conn = a.client  # a connection.Conn
-    if isinstance(a, policy.Grant):
+    if isinstance(a, JobFormed):
+        job = a.job
+        log.info("job %s: %s after %.1fs with %d member(s)%s", job.label,
+                 "complete" if a.complete else "runs as it is", a.waited, len(job.members),
+                 "" if a.complete else f" of {job.size} (the rest did not register in time)")
+    elif isinstance(a, policy.Grant):
         conn.send(_grant_frame(conn.ordinal(gpu), int(round(a.quantum * 1000)),
                                GRANT_PREFETCH if a.prefetch else 0))
         metrics.granted(conn, gpu, a.prefetch, now)
@@ -237,6 +309,12 @@ def _grant_frame(device: int, quantum_ms: int, flags: int) -> bytes:
     """LOCK_OK's bytes: few distinct ones are ever sent (a quantum changes seldom), and each is
     built once."""
     return encode(Grant(device, quantum_ms, flags))
+
+
+def _gpu_order(gpu: Gpu):
+    """The global order in which a job acquires its GPUs (gang.py): NVML's, then client-made
+    GPUs by UUID."""
+    return (gpu.index is None, gpu.index or 0, gpu.uuid)
 
 
 def _yes(flag: bool) -> str:

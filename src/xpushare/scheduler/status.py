@@ -31,6 +31,7 @@ def build(state: SchedulerState, msg: dict | None = None) -> dict:
                       "tq": registry.default_tq if registry.default_tq is not None else "auto"},
         "gpus": [gpu_status(g, now) for g in registry.in_order()],
         "clients": [client_status(state, c, now) for c in state.clients()],
+        "jobs": [job_status(j) for j in registry.gangs.jobs.values() if _shown(j)],
     }
     # A reply is one frame (MAX_CTL_REPLY): with very many clients, shorten the command lines; with
     # very many client-made GPUs, list only those that fit.
@@ -83,16 +84,39 @@ def gpu_status(g: Gpu, now: float) -> dict:
         "capacity": g.capacity, "capacity_source": g.capacity_source, "mode": s.mode.value,
         "operation": s.operation, "why": s.why, "used": s.used, "budget": s.budget,
         "tq": s.tq, "tq_source": s.tq_source, "switch_cost": s.switch_cost,
-        "holders": [{"pid": h.client.pid, "client_id": h.client.id, "priority": h.client.priority,
-                     "held_for": round(h.held_for, 3), "dropping": h.dropping, "share": h.share}
-                    for h in s.holders],
-        "queue": [c.pid for c in s.queue],
-        "blocked": [w.client.pid for w in s.waiters],
+        # The arbiter's clients are jobs' seats (policy/gang.py): a holder entry per member
+        # granted; a seat held while its job acquires its other GPUs lists its members as
+        # "reserved".
+        "holders": [{"pid": m.pid, "client_id": m.id, "priority": m.priority,
+                     "held_for": round(h.held_for, 3), "dropping": h.dropping, "share": h.share,
+                     "job": h.client.job.label, "reserved": not h.client.holding}
+                    for h in s.holders for m in _members(h.client.holding or h.client.members)],
+        "queue": [m.pid for seat in s.queue for m in _members(seat.members)],
+        "blocked": [m.pid for w in s.waiters for m in _members(w.client.members)],
     }
 
 
+def _members(conns) -> list:
+    return sorted(conns, key=lambda c: c.id)
+
+
+def _shown(job) -> bool:
+    """Jobs of more than one member or GPU: a process alone on one GPU is no news."""
+    return len(job.members) > 1 or len(job.seats) > 1 or job.size is not None
+
+
+def job_status(job) -> dict:
+    return {"job": job.label, "kind": job.key[0], "state": job.phase.value,
+            "formed": job.formed, "size": job.size,
+            "members": [c.pid for c in _members(job.members)],
+            "gpus": sorted((g.index if g.index is not None else g.uuid for g in job.seats),
+                           key=lambda x: (isinstance(x, str), x))}
+
+
 def client_status(state: SchedulerState, c: Conn, now: float) -> dict:
-    states = {g.uuid: g.arbiter.state_of(c) for g in c.gpus()}
+    gangs = state.registry.gangs
+    states = {g.uuid: gangs.state_of(c, g) for g in c.gpus()}
+    job = gangs.job_of.get(c)
     pod = c.pod
     hint = {"namespace": c.hello.pod_namespace, "name": c.hello.pod_name}
     quota, sources = state.quotas.effective(c)
@@ -109,6 +133,7 @@ def client_status(state: SchedulerState, c: Conn, now: float) -> dict:
         "pod": None if pod is None else {k: getattr(pod, k, None)
                                          for k in ("namespace", "name", "uid", "container_id")},
         "pod_hint": hint if (hint["name"] or hint["namespace"]) else None,
+        "job": None if job is None or not _shown(job) else job.label,
     }
 
 

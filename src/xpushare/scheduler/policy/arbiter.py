@@ -271,6 +271,21 @@ class Arbiter:
         self._queue.reprioritize(client, priority)
         return self._step(now)
 
+    def hold_off(self, client: Client) -> None:
+        """A holder that may not run yet (gang.py: its job waits for its other GPUs): its quantum
+        stops until resume(). It stays a holder: preemption and drops still apply."""
+        h = self.holders.get(client)
+        if h is not None and h.drop_sent is None:
+            self._held.arm(client, h, None)
+            self._held.set_expired(client, h, False)
+            self._shares.quantum_start.pop(client, None)
+
+    def resume(self, client: Client, now: float) -> None:
+        """A holder held off runs from `now`: a fresh quantum, in a mode with quanta."""
+        h = self.holders.get(client)
+        if h is not None and h.drop_sent is None and self.strategy.quantum(self, client):
+            self._start_quantum(client, now)
+
     # -- queries ----------------------------------------------------------------------------
     def next_deadline(self) -> float | None:
         return self._held.next_deadline()
