@@ -1,7 +1,8 @@
 """Test harness for libnvshare.so: real processes, the mock driver, the real scheduler.
 
-- build_artifacts(): compiles the mock libcuda.so.1, the scripted test program (cuda_app), the
-  RTLD_NEXT probe library, the mock libnvidia-ml.so.1 and its test program (nvml_app) with gcc.
+- build_artifacts(): compiles the mock libcuda.so.1 (mock_cuda.c with its modelled GPU,
+  mock_timeline.c), the scripted test program (cuda_app), the RTLD_NEXT probe library, the mock
+  libnvidia-ml.so.1 and its test program (nvml_app) with gcc.
 - locate_library(): the libnvshare.so under test (NVSHARE_LIBRARY, the package's copy, or a cmake
   build of native/ into a temporary directory).
 - Scheduler: `python -m xpushare.scheduler` on a private socket, with status() over the ctl protocol.
@@ -95,7 +96,7 @@ def _mock_library(out: Path, soname: str, source: str, *flags: str) -> Path:
 
 def build_artifacts(out: Path) -> Artifacts:
     out.mkdir(parents=True, exist_ok=True)
-    libcuda = _mock_library(out, "libcuda.so.1", "mock_cuda.c", "-pthread")
+    libcuda = _mock_library(out, "libcuda.so.1", "mock_cuda.c", MOCK_SRC / "mock_timeline.c", "-pthread")
     app = out / "cuda_app"
     _run(["gcc", "-O1", "-Wall", "-o", app, MOCK_SRC / "cuda_app.c", f"-L{out}", "-lcuda", "-ldl",
           "-pthread"])
@@ -113,7 +114,7 @@ def build_mock_variant(out: Path, *defines: str) -> Path:
     returns the directory to put first on LD_LIBRARY_PATH (cuda_app finds libcuda.so.1 there)."""
     out.mkdir(parents=True, exist_ok=True)
     _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", *(f"-D{d}" for d in defines), "-o", out / "libcuda.so.1",
-          "-Wl,-soname,libcuda.so.1", MOCK_SRC / "mock_cuda.c", "-pthread"])
+          "-Wl,-soname,libcuda.so.1", MOCK_SRC / "mock_cuda.c", MOCK_SRC / "mock_timeline.c", "-pthread"])
     return out
 
 

@@ -35,6 +35,10 @@
  *   gated-all                 call every gated entry point once (rets, and libs: where each lives)
  *   verify                    HtoD a pattern into the last allocation, DtoH it back, compare
  *   streamsync / ctxsync      cuStreamSynchronize(current) / cuCtxSynchronize
+ *   collective N K            N training steps on the current stream, as one rank of a job: K
+ *                             kernels, one collective (MOCK_COLLECTIVE_FUNCTION: it ends when every
+ *                             rank launched its own), cuStreamSynchronize; one line per step
+ *                             ("collective", with "i"), then {"step":"done","steps":N}
  *   capmode global|thread|relaxed   cuThreadExchangeStreamCaptureMode for this thread
  *   capture-begin MODE        cuStreamBeginCapture_v2 on the current stream
  *   capture-begin-v1          cuStreamBeginCapture (v1: global mode) on the current stream
@@ -609,6 +613,36 @@ static int is_gated_slot(int slot) { return slot >= S_LaunchKernel; }
 
 static int run_steps(char **av, int from, int to);
 
+static CUresult launch_on_stream(CUfunction f)
+{
+    return F(LaunchKernel, CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+             unsigned, CUstream, void **, void **)(f, 1, 1, 1, 32, 1, 1, 0, t_stream, NULL, NULL);
+}
+
+/* `collective N K`: the loop of a data-parallel training job (compute, all-reduce, wait), so that
+ * two ranks under the interposer meet in every step's collective. */
+static void collective_steps(int n, int kernels)
+{
+    struct out o;
+    int i = 0;
+    CUresult r = 0;
+    for (; i < n && !r; i++) {
+        for (int k = 0; k < kernels && !r; k++) r = launch_on_stream(FAKE_FUNC);
+        long long t_launch = now_ns();
+        if (!r) r = launch_on_stream(MOCK_COLLECTIVE_FUNCTION);
+        if (!r) r = F(StreamSynchronize, CUstream)(t_stream);
+        o_begin(&o, "collective");
+        o_int(&o, "i", i);
+        o_int(&o, "ret", r);
+        o_int(&o, "t_launch", t_launch);
+        o_end(&o);
+    }
+    if (r) return;
+    o_begin(&o, "done");
+    o_int(&o, "steps", n);
+    o_end(&o);
+}
+
 static int capture_mode_arg(const char *m)
 {
     if (strcmp(m, "global") == 0) return 0;
@@ -830,6 +864,10 @@ static int run_steps(char **av, int i, int to)
             o_u64(&o, "bytes", n);
             o_end(&o);
             i += 1;
+        } else if (strcmp(st, "collective") == 0) {
+            ARGS(2);
+            collective_steps(atoi(av[i + 1]), atoi(av[i + 2]));
+            i += 3;
         } else if (strcmp(st, "streamsync") == 0) {
             emit_ret(st, F(StreamSynchronize, CUstream)(t_stream));
             i += 1;

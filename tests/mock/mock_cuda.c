@@ -23,6 +23,11 @@
  *                          cuEventSynchronize waits), cuStreamSynchronize and cuCtxSynchronize wait
  *                          for all queued work, and cuEventElapsedTime is the time between the two
  *                          completions: busy and idle GPU time as a real one would show them
+ *                          (the timeline lives in mock_timeline.c)
+ *   MOCK_CUDA_COLLECTIVE_DIR, MOCK_CUDA_COLLECTIVE_WORLD   collectives on the modelled GPU: a launch
+ *                          of MOCK_COLLECTIVE_FUNCTION (mock_timeline.h) ends only when every rank
+ *                          (process) of the job launched its collective of the same number; see
+ *                          mock_timeline.c
  *   MOCK_CUDA_PREFETCH_US  every accepted cuMemPrefetchAsync(_v2) sleeps this long (default 0): the
  *                          migration is modelled as done by the call itself
  *   MOCK_CUDA_EVENT_SPAN_MS   what cuEventElapsedTime(_v2) returns (float ms); default: the host
@@ -95,6 +100,7 @@
 /* CUDA types (declared in one place for the mock and the test app; no cuda.h) */
 #include "mock_cuda_types.h"
 #include "mock_env.h"
+#include "mock_timeline.h"
 
 enum {
     CUDA_SUCCESS = 0,
@@ -136,8 +142,6 @@ static size_t g_total_mem = 16ull << 30;
 static long g_work_us = 0;
 static long g_sync_us = 0;
 static long g_kernel_us = 0;           /* MOCK_CUDA_KERNEL_US: the modelled GPU, 0 = off */
-static long long g_gpu_free_ns;        /* when its queued work ends (g_gpu_mu) */
-static pthread_mutex_t g_gpu_mu = PTHREAD_MUTEX_INITIALIZER;
 static long g_prefetch_us = 0;
 static double g_event_span_ms = -1; /* < 0: the host time between the records */
 static char g_event_span_file[512];
@@ -182,8 +186,8 @@ struct mock_event {
     int alive;
     unsigned flags;
     int recorded;
-    long long recorded_ns; /* when it was last recorded (it completes at once), or, with the
-                            * modelled GPU, when the work queued before that record ends */
+    struct mock_tl_point at; /* when it was last recorded (it completes at once), or, with the
+                              * modelled GPU, where the work queued before that record ends */
 };
 #define EVENT_DISABLE_TIMING 0x2u
 #define EVENT_MAGIC 0xE7E7E7E7u
@@ -256,6 +260,9 @@ static void format_uuid(int phys, char *out, size_t n)
     snprintf(out, n, "GPU-00000000-0000-0000-0000-0000000000%02x", phys & 0xff);
 }
 
+static void log_line(const char *fn, long long t0, long long t1, int dev, CUresult ret,
+                     const char *extra_fmt, ...);
+
 static void init_once(void)
 {
     const char *s;
@@ -312,6 +319,7 @@ static void init_once(void)
     }
     if ((s = getenv("MOCK_CUDA_LOG")) && *s)
         g_log_fd = open(s, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    mock_tl_config(log_line, g_physical_devices);
 }
 
 static inline void ensure_config(void) { pthread_once(&g_once, init_once); }
@@ -368,33 +376,11 @@ static CUresult check_stream(CUstream s)
     return CUDA_SUCCESS;
 }
 
-/* The modelled GPU: queue `us` of work; returns when it will end. us = 0: when queued work ends
- * (or now, when it is idle). */
-static long long gpu_queue(long us)
-{
-    long long now = now_ns();
-    pthread_mutex_lock(&g_gpu_mu);
-    long long start = g_gpu_free_ns > now ? g_gpu_free_ns : now;
-    g_gpu_free_ns = start + us * 1000ll;
-    long long end = g_gpu_free_ns;
-    pthread_mutex_unlock(&g_gpu_mu);
-    return end;
-}
-
-static void sleep_until(long long t)
-{
-    for (;;) {
-        long long left = t - now_ns();
-        if (left <= 0) break;
-        struct timespec ts = {left / 1000000000ll, left % 1000000000ll};
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* cuStreamSynchronize, cuCtxSynchronize with the modelled GPU: wait for its queued work */
+/* cuStreamSynchronize, cuCtxSynchronize with the modelled GPU: wait for its queued work (a
+ * collective among it: until its peers came) */
 static void gpu_wait_all(void)
 {
-    if (g_kernel_us > 0) sleep_until(gpu_queue(0));
+    if (g_kernel_us > 0) mock_tl_wait(mock_tl_queue(0));
 }
 
 static void sleep_work(long long t0)
@@ -449,6 +435,7 @@ struct gate {
     const char *fn;
     long long t0;
     int captured;
+    int collective; /* the kernel is MOCK_COLLECTIVE_FUNCTION */
     CUstream stream;
 };
 
@@ -459,6 +446,7 @@ static CUresult gate_begin(struct gate *g, const char *fn, CUstream s, int pt)
     g->fn = fn;
     g->t0 = now_ns();
     g->captured = 0;
+    g->collective = 0;
     g->stream = (pt && s == NULL) ? (CUstream)(uintptr_t)2 : s;
     if (!r) r = check_stream(s);
     if (!r && !stream_is_special(s) && s->capture_status != CAPTURE_STATUS_NONE) {
@@ -478,8 +466,11 @@ static CUresult gate_begin(struct gate *g, const char *fn, CUstream s, int pt)
 static CUresult gate_end(struct gate *g, CUresult r, const char *extra_fmt, ...)
 {
     if (!g->captured) sleep_work(g->t0);
-    if (!g->captured && !r && g_kernel_us > 0 && g->stream != (CUstream)~(uintptr_t)0)
-        gpu_queue(g_kernel_us);
+    long k = 0;
+    if (!g->captured && !r && g_kernel_us > 0 && g->stream != (CUstream)~(uintptr_t)0) {
+        if (g->collective) mock_tl_collective(g_visible[cur_dev()], cur_dev(), g_kernel_us, &k);
+        else mock_tl_queue(g_kernel_us);
+    }
     char extra[256] = "";
     if (extra_fmt) {
         va_list ap;
@@ -487,8 +478,10 @@ static CUresult gate_end(struct gate *g, CUresult r, const char *extra_fmt, ...)
         vsnprintf(extra, sizeof extra, extra_fmt, ap);
         va_end(ap);
     }
-    log_line(g->fn, g->t0, now_ns(), cur_dev(), r, ",\"gated\":1,\"stream\":%lu%s%s",
-             (unsigned long)(uintptr_t)g->stream, g->captured ? ",\"captured\":1" : "", extra);
+    char coll[40] = "";
+    if (g->collective) snprintf(coll, sizeof coll, ",\"collective\":%ld", k);
+    log_line(g->fn, g->t0, now_ns(), cur_dev(), r, ",\"gated\":1,\"stream\":%lu%s%s%s",
+             (unsigned long)(uintptr_t)g->stream, g->captured ? ",\"captured\":1" : "", coll, extra);
     return r;
 }
 
@@ -1170,6 +1163,7 @@ CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsig
         struct gate g;                                                                             \
         CUresult r = gate_begin(&g, #NAME, s, PT);                                                 \
         if (r) return r;                                                                           \
+        g.collective = f == MOCK_COLLECTIVE_FUNCTION;                                              \
         return gate_end(&g, f ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, NULL);                   \
     }
 DEF_LAUNCH(cuLaunchKernel, 0)
@@ -1183,6 +1177,7 @@ DEF_LAUNCH(cuLaunchKernel_ptsz, 1)
         struct gate g;                                                                             \
         CUresult r = gate_begin(&g, #NAME, config->hStream, PT);                                   \
         if (r) return r;                                                                           \
+        g.collective = f == MOCK_COLLECTIVE_FUNCTION;                                              \
         return gate_end(&g, f ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, NULL);                   \
     }
 DEF_LAUNCH_EX(cuLaunchKernelEx, 0)
@@ -1807,7 +1802,8 @@ static CUresult event_record(const char *fn, CUevent e, CUstream s)
     if (!r) {
         captured = !stream_is_special(s) && s->capture_status != CAPTURE_STATUS_NONE;
         e->recorded = 1;
-        e->recorded_ns = (g_kernel_us > 0 && !captured) ? gpu_queue(0) : now_ns();
+        e->at = (g_kernel_us > 0 && !captured) ? mock_tl_queue(0)
+                                               : (struct mock_tl_point){now_ns(), 0, 0};
     }
     log_line(fn, t0, now_ns(), cur_dev(), r, ",\"stream\":%lu,\"event\":%lu%s",
              (unsigned long)(uintptr_t)s, (unsigned long)(uintptr_t)e, captured ? ",\"captured\":1" : "");
@@ -1823,7 +1819,9 @@ CUresult cuEventQuery(CUevent e)
     CUresult r = need_init();
     if (!r && !valid_event(e)) r = CUDA_ERROR_INVALID_HANDLE;
     if (!r) r = capture_check("cuEventQuery", NULL, 0);
-    if (!r && g_kernel_us > 0 && e->recorded && now_ns() < e->recorded_ns) r = CUDA_ERROR_NOT_READY;
+    long long at;
+    if (!r && g_kernel_us > 0 && e->recorded && (!mock_tl_known(e->at, &at) || now_ns() < at))
+        r = CUDA_ERROR_NOT_READY;
     log_line("cuEventQuery", t0, now_ns(), cur_dev(), r, ",\"thread_mode\":%d", t_capture_mode);
     return r; /* every recorded event is complete at once, unless the GPU is modelled */
 }
@@ -1834,7 +1832,7 @@ CUresult cuEventSynchronize(CUevent e)
     CUresult r = need_init();
     if (!r && !valid_event(e)) r = CUDA_ERROR_INVALID_HANDLE;
     if (!r) r = capture_check("cuEventSynchronize", NULL, 0);
-    if (!r && g_kernel_us > 0 && e->recorded) sleep_until(e->recorded_ns);
+    if (!r && g_kernel_us > 0 && e->recorded) mock_tl_wait(e->at);
     log_line("cuEventSynchronize", t0, now_ns(), cur_dev(), r, ",\"thread_mode\":%d", t_capture_mode);
     return r;
 }
@@ -1863,9 +1861,12 @@ static CUresult elapsed_time(const char *fn, float *ms, CUevent start, CUevent e
     if (!r && (!valid_event(start) || !valid_event(end))) r = CUDA_ERROR_INVALID_HANDLE;
     if (!r && ((start->flags | end->flags) & EVENT_DISABLE_TIMING)) r = CUDA_ERROR_INVALID_HANDLE;
     if (!r && (!start->recorded || !end->recorded)) r = CUDA_ERROR_INVALID_HANDLE;
+    long long t_start = 0, t_end = 0; /* unknown behind a collective that waits: not complete */
+    if (!r && !(mock_tl_known(start->at, &t_start) && mock_tl_known(end->at, &t_end)))
+        r = CUDA_ERROR_NOT_READY;
     if (!r) {
         v = configured_span_ms();
-        if (v < 0) v = (double)(end->recorded_ns - start->recorded_ns) / 1e6;
+        if (v < 0) v = (double)(t_end - t_start) / 1e6;
         *ms = (float)v;
     }
     log_line(fn, t0, now_ns(), cur_dev(), r, ",\"start\":%lu,\"end\":%lu,\"ms\":%.3f",

@@ -77,4 +77,9 @@ typedef struct {
     } allocFlags;
 } CUmemAllocationProp;
 
+/* A kernel launched with this function handle is a collective on the mock's modelled GPU
+ * (cuLaunchKernel, cuLaunchKernelEx and their _ptsz variants; mock_timeline.c): the handle passes
+ * through an interposer unchanged, as NCCL's kernels do, so it is gated like any other launch. */
+#define MOCK_COLLECTIVE_FUNCTION ((CUfunction)(unsigned long)0xC011EC7ul)
+
 #endif /* MOCK_CUDA_TYPES_H */
