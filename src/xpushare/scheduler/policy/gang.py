@@ -312,10 +312,11 @@ class Gangs:
         job = seat.job
         if job.phase == Phase.RUNNING:
             job.phase = Phase.DROPPING
+            gang = len(job.members) > 1 or len(job.seats) > 1
             for s in self._ordered(job):
                 evict = drop.evict and s is seat
                 for m in s.holding:
-                    self._emit(s.gpu, Drop(m, drop.reason, evict))
+                    self._emit(s.gpu, Drop(m, drop.reason, evict, gang))
             self._reconsider(job)
         elif job.phase == Phase.ACQUIRING:
             self._restart(job)

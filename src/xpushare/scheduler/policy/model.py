@@ -112,6 +112,8 @@ class Drop:
     client: Client
     reason: DropReason
     evict: bool = False     # the next holder needs the room: move the allocations to host in bulk
+    gang: bool = False      # dropped with the rest of its job (gang.py): its drain may wait on a
+                            # collective whose peer is dropped too, so the library bounds it
 
 
 @dataclass(frozen=True)
