@@ -96,7 +96,7 @@ def test_struct_sizes_and_offsets_agree(c_side, struct):
     fields, size = STRUCTS[struct]
     c = c_side["structs"][struct]
     assert c["sizeof"] == size
-    assert {k: tuple(v) for k, v in c["fields"].items()} == P._layout(fields)
+    assert {k: tuple(v) for k, v in c["fields"].items()} == P.field_layout(fields)
 
 
 def test_message_types_agree(c_side):

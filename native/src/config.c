@@ -231,7 +231,7 @@ void nvs_config_load(void)
     /* NVSHARE_DEBUG first, so that warnings below carry the right prefix. */
     c->debug = (int)env_long("NVSHARE_DEBUG", 0, 0, 9);
     c->require_scheduler = env_bool("NVSHARE_REQUIRE_SCHEDULER");
-    /* The scheduler's range (PRIORITY_LIMIT, src/xpushare/protocol.py): a value past it is reported
+    /* The scheduler's range (PRIORITY_LIMIT, src/xpushare/messages.py): a value past it is reported
      * and ignored here, like any other bad value, instead of being clamped there silently. */
     c->priority = (int)env_long("NVSHARE_PRIORITY", 0, -1000, 1000);
     c->single_oversub = env_bool("NVSHARE_ENABLE_SINGLE_OVERSUB");
