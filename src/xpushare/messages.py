@@ -42,6 +42,7 @@ class MessageType(IntEnum):
     BUSY_UPDATE = 13  # only to a scheduler whose WELCOME has FEATURE_BUSY
     SETTINGS = 14     # only to a scheduler whose WELCOME has FEATURE_QUOTAS
     LIMITS = 15       # only to a client that sent SETTINGS
+    JOB = 16          # only to a scheduler whose WELCOME has FEATURE_JOBS
 
 
 class DropReason(IntEnum):
@@ -64,6 +65,10 @@ GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to
 DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
 FEATURE_BUSY = 1             # welcome.features bit 0: the scheduler takes BUSY_UPDATE
 FEATURE_QUOTAS = 2           # welcome.features bit 1: it takes SETTINGS and answers with LIMITS
+FEATURE_JOBS = 4             # welcome.features bit 2: it takes JOB
+JOB_EXPLICIT = 1             # job.kind: NVSHARE_JOB names the job
+JOB_TORCH = 2                # job.kind: a torch distributed run (WORLD_SIZE, MASTER_ADDR/PORT)
+JOB_UNKNOWN = 0xFFFFFFFF     # job.rank, job.local_rank: not known
 COMPUTE_LIMIT_SCALE = 1000   # settings/limits compute_limit: per mille of the GPU's time
 COMPUTE_SHARE_SCALE = 1000   # settings compute_share: thousandths (1000 = a share of 1)
 
@@ -246,6 +251,22 @@ class Limits(_Payload):
     memory_limit: int = 0    # bytes per GPU
 
 
+@dataclass
+class Job(_Payload):
+    """JOB: which multi-process job the client belongs to, for scheduling its GPUs together. Sizes
+    0 and ranks JOB_UNKNOWN are not known; name and rendezvous may be empty."""
+    FIELDS = (("kind", "B"), ("reserved", "3s"), ("world_size", "I"), ("local_world_size", "I"),
+              ("rank", "I"), ("local_rank", "I"), ("name", "128s"), ("rendezvous", "128s"))
+    kind: int = 0              # JOB_EXPLICIT or JOB_TORCH
+    reserved: str = ""         # 3 bytes of padding, zero
+    world_size: int = 0        # processes in the job (0 = unknown)
+    local_world_size: int = 0  # of them on this node (0 = unknown)
+    rank: int = JOB_UNKNOWN
+    local_rank: int = JOB_UNKNOWN
+    name: str = ""             # NVSHARE_JOB, or TORCHELASTIC_RUN_ID
+    rendezvous: str = ""       # "MASTER_ADDR:MASTER_PORT" (JOB_TORCH)
+
+
 # The payload class of every fixed-size type; the others are variable (JSON or text).
 PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.HELLO: Hello,
@@ -260,4 +281,5 @@ PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.BUSY_UPDATE: BusyUpdate,
     MessageType.SETTINGS: Settings,
     MessageType.LIMITS: Limits,
+    MessageType.JOB: Job,
 }
