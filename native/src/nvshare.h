@@ -62,6 +62,7 @@ typedef struct nvs_config {
 
 extern nvs_config nvs_cfg NVS_HIDDEN;
 void nvs_config_load(void) NVS_HIDDEN;
+void nvs_job_load(void) NVS_HIDDEN; /* job.c: the job the environment names, if any */
 int nvs_parse_size(const char *s, uint64_t *out) NVS_HIDDEN;
 
 /* ---------------------------------------------------------------- log.c */
