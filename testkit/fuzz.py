@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 
 from xpushare.protocol import (
-    Attach, Hello, LockRequest, MemUpdate, MessageType, Released, encode, encode_frame, encode_json,
+    Attach, Hello, Job, LockRequest, MemUpdate, MessageType, Released, encode, encode_frame,
+    encode_json,
 )
 from xpushare.scheduler import control
 
@@ -49,6 +50,7 @@ def request_frame(msg: dict) -> bytes:
 # (HELLO, ATTACH of uuid(0)) registers a client on the fuzz's own GPU.
 VALID = [encode(Hello(0, 3, "p", "n")), encode(Attach(0, 0, uuid(0), "Mock", 16 * GiB, 16 * GiB)),
          encode(LockRequest(0, 0)), encode(Released(0, 0, 1, 2, 3)), encode(MemUpdate(0, 0, GiB, 0)),
+         encode(Job(2, "", 4, 2, 1, 1, "run-1", "10.0.0.1:29500")),
          encode_json(MessageType.CTL_REQUEST, {"op": "status"})]
 REGISTER = VALID[0] + VALID[1]
 

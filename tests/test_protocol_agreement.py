@@ -34,6 +34,7 @@ STRUCTS = {  # C struct -> (Python field list, Python size)
     "nvs_busy": (P.BusyUpdate.FIELDS, P.BusyUpdate.SIZE),
     "nvs_settings": (P.Settings.FIELDS, P.Settings.SIZE),
     "nvs_limits": (P.Limits.FIELDS, P.Limits.SIZE),
+    "nvs_job": (P.Job.FIELDS, P.Job.SIZE),
 }
 OPTIONAL_MACROS = {  # compared when the header defines them
     "NVS_HELLO_REQUIRE_SCHEDULER": P.HELLO_REQUIRE_SCHEDULER,
@@ -45,6 +46,10 @@ OPTIONAL_MACROS = {  # compared when the header defines them
 REQUIRED_MACROS = {  # the header must define these
     "NVS_FEATURE_BUSY": P.FEATURE_BUSY,
     "NVS_FEATURE_QUOTAS": P.FEATURE_QUOTAS,
+    "NVS_FEATURE_JOBS": P.FEATURE_JOBS,
+    "NVS_JOB_EXPLICIT": P.JOB_EXPLICIT,
+    "NVS_JOB_TORCH": P.JOB_TORCH,
+    "NVS_JOB_UNKNOWN": P.JOB_UNKNOWN,
     "NVS_COMPUTE_LIMIT_SCALE": P.COMPUTE_LIMIT_SCALE,
     "NVS_COMPUTE_SHARE_SCALE": P.COMPUTE_SHARE_SCALE,
 }
@@ -96,7 +101,7 @@ def test_struct_sizes_and_offsets_agree(c_side, struct):
     fields, size = STRUCTS[struct]
     c = c_side["structs"][struct]
     assert c["sizeof"] == size
-    assert {k: tuple(v) for k, v in c["fields"].items()} == P._layout(fields)
+    assert {k: tuple(v) for k, v in c["fields"].items()} == P.field_layout(fields)
 
 
 def test_message_types_agree(c_side):
@@ -118,5 +123,5 @@ def test_documented_sizes():
     assert {s: size for s, (_, size) in STRUCTS.items()} == {
         "nvs_header": 12, "nvs_hello": 520, "nvs_welcome": 16, "nvs_attach": 168,
         "nvs_attached": 16, "nvs_device": 8, "nvs_grant": 16, "nvs_drop": 16, "nvs_released": 24,
-        "nvs_mem_update": 24, "nvs_busy": 16, "nvs_settings": 16, "nvs_limits": 16}
+        "nvs_mem_update": 24, "nvs_busy": 16, "nvs_settings": 16, "nvs_limits": 16, "nvs_job": 276}
     assert P.MAGIC.to_bytes(4, "little") == b"NVSH"

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xpushare.protocol import (
-    HEADER, MAX_JSON_DEPTH, MAX_PAYLOAD, Attach, Frame, FrameDecoder, Hello,
+    HEADER, MAX_JSON_DEPTH, MAX_PAYLOAD, Attach, Frame, FrameDecoder, Hello, Job,
     LockRequest, MemUpdate, MessageType, ProtocolError, Released, decode_json, encode,
     encode_frame, encode_json,
 )
@@ -23,6 +23,7 @@ VALID = [
     encode(LockRequest(0, 0)),
     encode(Released(0, 0, 1, 2, 3)),
     encode(MemUpdate(0, 0, 1 << 30, 1 << 20)),
+    encode(Job(2, "", 8, 4, 5, 1, "run-1", "10.0.0.1:29500")),
     encode_json(MessageType.CTL_REQUEST, {"op": "set_tq", "seconds": 5, "gpu": 0}),
     encode_json(MessageType.CTL_REPLY, {"ok": True, "gpus": [{"holders": [{"pid": 1}]}]}),
     encode_frame(MessageType.ERROR, "évincé".encode()),

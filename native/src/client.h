@@ -59,6 +59,10 @@ int nvs_session_work(uint64_t now) NVS_HIDDEN;
 /* nvs_g.mu held. Lowers *t (ns from now) to the session's next timed work. */
 void nvs_session_deadlines(uint64_t now, uint64_t *t) NVS_HIDDEN;
 
+/* ---------------------------------------------------------------- job.c (nvs_g.mu held) */
+void nvs_job_welcome(uint32_t features) NVS_HIDDEN;  /* a WELCOME: JOB is due if it offers JOBS */
+void nvs_job_put_if_due(nvs_outbox *o) NVS_HIDDEN; /* JOB once per connection, before ATTACH */
+
 /* ---------------------------------------------------------------- busy.c (reporting) */
 int nvs_busy_wanted(void) NVS_HIDDEN; /* the scheduler takes BUSY_UPDATE and it is measured */
 void nvs_busy_put(nvs_outbox *o, nvs_dev *d, uint64_t now) NVS_HIDDEN;        /* always */

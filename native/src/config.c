@@ -30,6 +30,8 @@
  *                                                 then evict while the next holder runs), wait
  *                                                 (release once the eviction finished)
  * NVSHARE_CUDA_LIBRARY          libcuda.so.1      the real driver to dlopen
+ * NVSHARE_JOB                   none              the job the process belongs to (sent in JOB;
+ *                                                 job.c, which also reads torch distributed's)
  *
  * Sizes (the project's grammar, as in the Python tools): a plain integer is bytes; a number (decimals
  * allowed) may be followed by a case-insensitive unit K, M, G or T with an optional "i" and/or "B"
@@ -231,7 +233,7 @@ void nvs_config_load(void)
     /* NVSHARE_DEBUG first, so that warnings below carry the right prefix. */
     c->debug = (int)env_long("NVSHARE_DEBUG", 0, 0, 9);
     c->require_scheduler = env_bool("NVSHARE_REQUIRE_SCHEDULER");
-    /* The scheduler's range (PRIORITY_LIMIT, src/xpushare/protocol.py): a value past it is reported
+    /* The scheduler's range (PRIORITY_LIMIT, src/xpushare/messages.py): a value past it is reported
      * and ignored here, like any other bad value, instead of being clamped there silently. */
     c->priority = (int)env_long("NVSHARE_PRIORITY", 0, -1000, 1000);
     c->single_oversub = env_bool("NVSHARE_ENABLE_SINGLE_OVERSUB");
@@ -254,6 +256,7 @@ void nvs_config_load(void)
     copy_str(c->cuda_library, sizeof(c->cuda_library), lib && *lib ? lib : "libcuda.so.1");
     copy_str(c->pod_name, sizeof(c->pod_name), getenv("NVSHARE_POD_NAME"));
     copy_str(c->pod_namespace, sizeof(c->pod_namespace), getenv("NVSHARE_POD_NAMESPACE"));
+    nvs_job_load(); /* NVSHARE_JOB or a torch distributed run's variables: job.c */
 
     /* Scheduler socket candidates (docs/protocol.md, "Transport"). */
     const char *sock = getenv("NVSHARE_SOCK_PATH");

@@ -4,7 +4,8 @@
  * and the one per-device reset a new or lost connection makes.
  *
  *   WELCOME: registered; every device goes back to asking for the lock at its next gated call;
- *     a scheduler offering QUOTAS is sent SETTINGS in the next round (session.c)
+ *     a scheduler offering QUOTAS is sent SETTINGS in the next round (session.c), one offering
+ *     JOBS the process's JOB (job.c), if its environment names one
  *   ATTACHED: the scheduler's capacity; LOCK_OK: may_run = 1 (after a bulk prefetch with PREFETCH);
  *   DROP_LOCK: a drain is due (session.c runs it); LIMITS: the process's limits (quota.c)
  */
@@ -77,6 +78,7 @@ static void on_welcome(nvs_dev *none, const unsigned char *p, uint32_t len, uint
      * environment's apply. */
     nvs_settings_due = (w.features & NVS_FEATURE_QUOTAS) != 0;
     if (!nvs_settings_due) nvs_quota_from_env();
+    nvs_job_welcome(w.features); /* the job this process belongs to, before any ATTACH */
     NVS_FOR_EACH_DEV(d) {
         d->busy_sent = 0; /* a new connection: its scheduler has heard nothing */
         d->busy_sent_ns = now;

@@ -7,8 +7,8 @@
  *     of nvs_dev.may_run and of the lock state (plus the fork child handler);
  *   - nvs_g.mu guards device/context/client state, nvs_g.cv wakes app threads waiting for a
  *     grant or for ATTACHED; alloc.c and free.c share a mutex for their tables (alloc.h).
- * One header, a little over 400 lines, on purpose: nvs_dev and nvs_ctxrec with the hot-line
- * layout their comments explain, and the declarations every source file needs beside them.
+ * One header for nvs_dev and nvs_ctxrec, with the hot-line layout their comments explain, and the
+ * declarations every source file needs beside them; the driver call list is driver.h's.
  */
 #ifndef NVSHARE_INTERNAL_H
 #define NVSHARE_INTERNAL_H
@@ -62,6 +62,7 @@ typedef struct nvs_config {
 
 extern nvs_config nvs_cfg NVS_HIDDEN;
 void nvs_config_load(void) NVS_HIDDEN;
+void nvs_job_load(void) NVS_HIDDEN; /* job.c: the job the environment names, if any */
 int nvs_parse_size(const char *s, uint64_t *out) NVS_HIDDEN;
 
 /* ---------------------------------------------------------------- log.c */
@@ -86,57 +87,7 @@ static inline uint32_t nvs_us32(uint64_t ns)
 }
 
 /* ---------------------------------------------------------------- real.c */
-/*
- * The driver functions we call that are not themselves hooked: ONE list, from which both the
- * struct nvs_driver and real.c's resolution are generated.
- *   X(field, (names), (params), fallback)
- *     field     nvs_drv.<field>
- *     names     the symbols to try in libcuda, in order; the first one present is used
- *     params    the C parameter list (named, for the generated stubs)
- *     fallback  STUB: a generated stub returning CUDA_ERROR_NOT_FOUND; NONE: NULL (the caller
- *               checks); OWN: the hand-written stub_<field> in real.c
- */
-/* clang-format off */
-#define NVS_DRIVER(X) \
-X(cuDeviceGetUuid, ("cuDeviceGetUuid"), (CUuuid *uuid, CUdevice dev), STUB) \
-X(cuDeviceGetUuid_v2, ("cuDeviceGetUuid_v2"), (CUuuid *uuid, CUdevice dev), STUB) \
-X(cuDeviceGetName, ("cuDeviceGetName"), (char *name, int len, CUdevice dev), STUB) \
-X(cuDeviceGetAttribute, ("cuDeviceGetAttribute"), \
-  (int *pi, CUdevice_attribute attrib, CUdevice dev), STUB) \
-X(cuCtxGetCurrent, ("cuCtxGetCurrent"), (CUcontext *pctx), OWN) \
-X(cuCtxSetCurrent, ("cuCtxSetCurrent"), (CUcontext ctx), STUB) \
-X(cuCtxGetDevice, ("cuCtxGetDevice"), (CUdevice *device), STUB) \
-X(cuCtxSynchronize, ("cuCtxSynchronize"), (void), STUB) \
-X(cuEventCreate, ("cuEventCreate"), (CUevent *phEvent, unsigned int flags), STUB) \
-X(cuEventRecord, ("cuEventRecord"), (CUevent hEvent, CUstream hStream), STUB) \
-X(cuEventQuery, ("cuEventQuery"), (CUevent hEvent), STUB) \
-X(cuEventSynchronize, ("cuEventSynchronize"), (CUevent hEvent), STUB) \
-X(cuEventDestroy_v2, ("cuEventDestroy_v2"), (CUevent hEvent), STUB) \
-X(cuStreamIsCapturing, ("cuStreamIsCapturing"), \
-  (CUstream hStream, CUstreamCaptureStatus *captureStatus), STUB) \
-X(cuThreadExchangeStreamCaptureMode, ("cuThreadExchangeStreamCaptureMode"), \
-  (CUstreamCaptureMode *mode), STUB) \
-X(cuStreamSynchronize, ("cuStreamSynchronize"), (CUstream hStream), STUB) \
-X(cuStreamCreate, ("cuStreamCreate"), (CUstream *phStream, unsigned int flags), STUB) \
-/* CUDA 12.8 added cuEventElapsedTime_v2 (the name CUDA 13's cuda.h maps to); older drivers have \
- * only the first one. Same signature. */ \
-X(cuEventElapsedTime, ("cuEventElapsedTime_v2", "cuEventElapsedTime"), \
-  (float *pMilliseconds, CUevent hStart, CUevent hEnd), STUB) \
-/* Bulk migration of managed memory; either may be NULL (then no fast switches). \
- * cuMemPrefetchAsync_v2 takes a CUmemLocation (exported since CUDA 12.2; what CUDA 13's cuda.h \
- * calls cuMemPrefetchAsync); older drivers have only (ptr, size, CUdevice, stream). */ \
-X(cuMemPrefetchAsync_v2, ("cuMemPrefetchAsync_v2"), \
-  (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, \
-   CUstream hStream), \
-  NONE) \
-X(cuMemPrefetchAsync, ("cuMemPrefetchAsync"), \
-  (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream), NONE)
-/* clang-format on */
-
-#define NVS_DRV_FIELD_(field, names, params, fallback) CUresult (*field) params;
-typedef struct nvs_driver {
-    NVS_DRIVER(NVS_DRV_FIELD_)
-} nvs_driver;
+#include "driver.h" /* the X-macro list NVS_DRIVER and struct nvs_driver */
 
 extern nvs_driver nvs_drv NVS_HIDDEN;
 extern void *nvs_real[NVS_NHOOKS] NVS_HIDDEN; /* libcuda's address of each table variant */

@@ -2,7 +2,7 @@
  * protocol.h - the XPUShare wire protocol, version 2 (docs/protocol.md is the definition).
  *
  * Frames are a 12-byte header followed by `length` payload bytes. Integers are little-endian,
- * structs packed. src/xpushare/protocol.py is the Python side; tests/test_protocol_agreement.py
+ * structs packed. src/xpushare/messages.py is the Python side; tests/test_protocol_agreement.py
  * compiles this header on its own and compares sizes, offsets and type numbers, so it must need
  * nothing but <stdint.h>.
  */
@@ -30,7 +30,8 @@ enum nvs_msg_type {
     NVS_ERROR = 12,
     NVS_BUSY_UPDATE = 13,
     NVS_SETTINGS = 14,
-    NVS_LIMITS = 15
+    NVS_LIMITS = 15,
+    NVS_JOB = 16
 };
 
 /* hello.flags */
@@ -39,6 +40,12 @@ enum nvs_msg_type {
 /* welcome.features: what the scheduler accepts beyond version 2's first message set */
 #define NVS_FEATURE_BUSY 1u   /* BUSY_UPDATE */
 #define NVS_FEATURE_QUOTAS 2u /* SETTINGS, answered with LIMITS */
+#define NVS_FEATURE_JOBS 4u   /* JOB */
+
+/* job.kind; job.rank and job.local_rank when not known */
+#define NVS_JOB_EXPLICIT 1u /* NVSHARE_JOB */
+#define NVS_JOB_TORCH 2u    /* torch distributed: WORLD_SIZE, MASTER_ADDR, MASTER_PORT */
+#define NVS_JOB_UNKNOWN 0xFFFFFFFFu
 
 /* settings/limits compute_limit: per mille of the GPU's time; settings compute_share: thousandths */
 #define NVS_COMPUTE_LIMIT_SCALE 1000u
@@ -155,6 +162,19 @@ struct nvs_limits {
     uint64_t memory_limit; /* bytes per GPU */
 } __attribute__((packed));
 
+/* JOB: which multi-process job the process belongs to (sent once, after WELCOME and before any
+ * ATTACH, to a scheduler that offers NVS_FEATURE_JOBS); sizes 0 = unknown */
+struct nvs_job {
+    uint8_t kind; /* NVS_JOB_* */
+    uint8_t reserved[3];
+    uint32_t world_size;
+    uint32_t local_world_size;
+    uint32_t rank;       /* NVS_JOB_UNKNOWN when not known */
+    uint32_t local_rank; /* NVS_JOB_UNKNOWN when not known */
+    char name[128];       /* NVSHARE_JOB, or TORCHELASTIC_RUN_ID; may be empty */
+    char rendezvous[128]; /* "MASTER_ADDR:MASTER_PORT" for NVS_JOB_TORCH, else empty */
+} __attribute__((packed));
+
 _Static_assert(sizeof(struct nvs_header) == 12, "nvs_header is 12 bytes");
 _Static_assert(sizeof(struct nvs_hello) == 520, "nvs_hello is 520 bytes");
 _Static_assert(sizeof(struct nvs_welcome) == 16, "nvs_welcome is 16 bytes");
@@ -168,5 +188,6 @@ _Static_assert(sizeof(struct nvs_mem_update) == 24, "nvs_mem_update is 24 bytes"
 _Static_assert(sizeof(struct nvs_busy) == 16, "nvs_busy is 16 bytes");
 _Static_assert(sizeof(struct nvs_settings) == 16, "nvs_settings is 16 bytes");
 _Static_assert(sizeof(struct nvs_limits) == 16, "nvs_limits is 16 bytes");
+_Static_assert(sizeof(struct nvs_job) == 276, "nvs_job is 276 bytes");
 
 #endif /* NVSHARE_PROTOCOL_H */

@@ -3,6 +3,7 @@
  * scheduler's answers lead to (their handlers: inbound.c; transport.c moves the bytes):
  *
  *   WELCOME: registered; every device goes back to asking for the lock at its next gated call
+ *   SETTINGS and JOB (job.c), when the WELCOME offers them, before any ATTACH
  *   ATTACH every device in use (-> ATTACHED: the scheduler's capacity)
  *   a waiting app thread -> MEM_UPDATE + REQ_LOCK -> LOCK_OK: may_run = 1
  *     (LOCK_OK with PREFETCH: bulk prefetch of the device's managed memory, switch.c; with
@@ -132,6 +133,7 @@ static int collect(uint64_t now, round_plan *pl)
         return 0;
     }
     if (nvs_settings_due) put_settings(); /* before any ATTACH */
+    nvs_job_put_if_due(&out);             /* likewise: the scheduler places the job's GPUs */
     NVS_FOR_EACH_DEV(d) {
         if (!d->attach_sent) put_attach(d);
         put_request_or_footprint(d, now);

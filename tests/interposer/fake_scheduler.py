@@ -160,6 +160,12 @@ class RecordingScheduler:
     def summary(self) -> list[str]:
         return [f"{r.type.name}({r.device})" for r in self.messages()]
 
+    def hang_up(self, conn: int = -1):
+        """Close a connection, as a scheduler that went away would (the client reconnects)."""
+        with self._mu:
+            c = self._conns[conn]
+        c.shutdown(socket.SHUT_RDWR)
+
     def connections(self) -> int:
         """How many clients connected so far."""
         with self._mu:

@@ -41,7 +41,9 @@ MIB = 1 << 20
 
 # Environment variables a test process must not inherit from the developer's shell.
 _SCRUB_PREFIXES = ("NVSHARE_", "MOCK_CUDA_", "MOCK_NVML_", "RTLD_NEXT_PROBE")
-_SCRUB = {"LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"}
+# The torch distributed variables name a job to the library (JOB): a test sets them or has none.
+_SCRUB = {"LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+          "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"}
 
 # Entry points whose calls are GPU work: the GATE lines of native/src/hooks.h, every variant.
 GATED = gated_names()

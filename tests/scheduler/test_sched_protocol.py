@@ -3,8 +3,8 @@
 import pytest
 
 from xpushare.protocol import (
-    HEADER, MAGIC, MAX_CTL_REPLY, MAX_PAYLOAD, VERSION, Attach, Attached, DropLock, FrameDecoder, Grant, Hello,
-    LockRequest, MemUpdate, Released, MessageType, ProtocolError, Welcome, decode_json, encode, encode_error, encode_frame,
+    HEADER, JOB_UNKNOWN, MAGIC, MAX_CTL_REPLY, MAX_PAYLOAD, VERSION, Attach, Attached, DropLock, FrameDecoder,
+    Grant, Hello, Job, LockRequest, MemUpdate, Released, MessageType, ProtocolError, Welcome, decode_json, encode, encode_error, encode_frame,
     encode_json,
 )
 
@@ -18,6 +18,8 @@ SAMPLES = [
     DropLock(1, 4, 1, 0),
     Released(1, 0, 12_000, 170_000, 40_000, 0),
     MemUpdate(0, 0, 5 << 30, 123),
+    Job(2, "", 16, 8, 9, 1, "elastic-run", "10.0.0.1:29500"),
+    Job(1, "", 0, 0, JOB_UNKNOWN, JOB_UNKNOWN, "train-a", ""),
 ]
 
 
@@ -46,7 +48,8 @@ def test_strings_are_nul_padded_and_cut_at_a_character_boundary():
 def test_each_fixed_payload_names_its_message_type():
     for msg, mtype in [(LockRequest(0, 0), MessageType.REQ_LOCK), (Grant(0, 1), MessageType.LOCK_OK),
                        (DropLock(1, 2, 1), MessageType.DROP_LOCK),
-                       (Released(1, 0, 5), MessageType.LOCK_RELEASED)]:
+                       (Released(1, 0, 5), MessageType.LOCK_RELEASED),
+                       (Job(1, name="x"), MessageType.JOB)]:
         (f,) = list(_decode(encode(msg)))
         assert f.type == mtype and f.decode() == msg
 
@@ -135,3 +138,14 @@ def test_only_a_control_client_accepts_a_control_reply_over_the_frame_limit():
         other.next_frame()
     with pytest.raises(ProtocolError, match="exceeds"):
         encode_frame(MessageType.CTL_REPLY, b" " * (MAX_CTL_REPLY + 1))
+
+
+def test_job_layout_is_the_documented_one():
+    """docs/protocol.md, `job`: kind at 0, the four u32 from 4, name at 20, rendezvous at 148."""
+    raw = Job(2, "", 4, 2, 3, 1, "run", "h:1").pack()
+    assert len(raw) == 276
+    assert raw[0] == 2 and raw[1:4] == bytes(3)
+    assert raw[4:20] == bytes.fromhex("04000000" "02000000" "03000000" "01000000")
+    assert raw[20:23] == b"run" and raw[23:148] == bytes(125)
+    assert raw[148:151] == b"h:1" and raw[151:] == bytes(125)
+    assert Job().rank == Job().local_rank == 0xFFFFFFFF

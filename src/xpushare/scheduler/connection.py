@@ -24,6 +24,7 @@ import os
 
 from ..protocol import Frame, FrameDecoder, Hello, Limits, ProtocolError, encode_error
 from . import handlers, limits, peer
+from .jobinfo import JobInfo
 from .metrics import LockStats
 from .quotas import Quota
 from .registry import Gpu
@@ -58,6 +59,7 @@ class Conn:
         self.quota_set: dict[str, tuple] = {}     # nvsharectl's for this client: field -> (value, when)
         self.quota = Quota()                      # what applies now (quotas.Quotas.refresh)
         self.quota_sent: Limits | None = None     # the last LIMITS sent
+        self.job_info: JobInfo | None = None      # JOB's (None: the client named no job)
 
     def ordinal(self, gpu: Gpu) -> int:
         for dev, g in self.devices.items():  # a loop, not next(genexpr): it is on every grant

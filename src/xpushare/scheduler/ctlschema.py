@@ -33,7 +33,7 @@ def show(value) -> str:
 
 
 def unsigned_max(payload, field: str) -> int:
-    """The largest value an unsigned integer field of a fixed payload (protocol.py) carries."""
+    """The largest value an unsigned integer field of a fixed payload (messages.py) carries."""
     _, size = payload.layout()[field]
     return (1 << (8 * size)) - 1
 

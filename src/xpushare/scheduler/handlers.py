@@ -12,11 +12,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..protocol import (
-    FEATURE_BUSY, FEATURE_QUOTAS, PRIORITY_LIMIT, VERSION, Attach, Attached, BusyUpdate, Hello,
-    LockRequest, MemUpdate, MessageType, ProtocolError, Released, ReleaseReason, Settings, Welcome,
-    encode, encode_error,
+    FEATURE_BUSY, FEATURE_JOBS, FEATURE_QUOTAS, PRIORITY_LIMIT, VERSION, Attach, Attached,
+    BusyUpdate, Hello, Job, LockRequest, MemUpdate, MessageType, ProtocolError, Released,
+    ReleaseReason, Settings, Welcome, encode, encode_error,
 )
 from . import control, metrics
+from .jobinfo import job_info
 from .policy import SwitchReport
 from .registry import Gpu, Refused, lock_log
 from .state import SchedulerState
@@ -46,7 +47,7 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
         raise ProtocolError("HELLO sent twice, or on a control connection")
     conn.hello = msg
     conn.priority = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
-    conn.send(encode(Welcome(conn.id, VERSION, FEATURE_BUSY | FEATURE_QUOTAS)))
+    conn.send(encode(Welcome(conn.id, VERSION, FEATURE_BUSY | FEATURE_QUOTAS | FEATURE_JOBS)))
     log.info("client pid=%d uid=%d client=%d priority=%d: %s", conn.pid, conn.uid, conn.id,
              msg.priority, conn.command[:120])
 
@@ -142,6 +143,24 @@ def on_settings(state: SchedulerState, conn: Conn, msg: Settings) -> None:
     state.quotas.settings(conn, msg)
 
 
+def on_job(state: SchedulerState, conn: Conn, msg: Job) -> None:
+    """The job the client belongs to (jobinfo.py), kept as conn.job_info. Once, and before the
+    first ATTACH: a policy that places a job's members together must know the job before any of
+    its GPUs is asked for, and a job that changed under a client's held locks would leave them
+    counted for the wrong group."""
+    _require_hello(conn)
+    if conn.job_info is not None:
+        raise ProtocolError("JOB sent twice")
+    if conn.devices:  # ATTACH adds the device, and nothing takes it out while the connection lives
+        raise ProtocolError("JOB after ATTACH")
+    info, dropped = job_info(msg)
+    conn.job_info = info
+    if dropped:
+        conn.warnings.warning("job", "pid=%d: JOB values out of range, taken as unknown: %s",
+                              conn.pid, ", ".join(dropped))
+    log.info("job pid=%d client=%d %s", conn.pid, conn.id, info.describe())
+
+
 def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:
     conn.ctl = conn.hello is None
     conn.send(control.handle(state, conn, msg))
@@ -155,5 +174,6 @@ HANDLERS = {
     MessageType.MEM_UPDATE: on_mem_update,
     MessageType.BUSY_UPDATE: on_busy_update,
     MessageType.SETTINGS: on_settings,
+    MessageType.JOB: on_job,
     MessageType.CTL_REQUEST: on_ctl,
 }

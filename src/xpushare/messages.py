@@ -1,0 +1,285 @@
+"""The XPUShare message set, version 2 (docs/protocol.md is the definition): type numbers,
+constants, the header and the fixed-size payloads as packed little-endian structs.
+
+native/src/protocol.h mirrors this module and tests/test_protocol_agreement.py checks that they
+agree, so it holds the definitions alone, to be read beside that header. How frames are encoded
+and decoded is protocol.py's, which re-exports every name here: import from xpushare.protocol.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import ClassVar
+
+MAGIC = 0x4853564E  # the bytes "NVSH" read as a little-endian u32
+VERSION = 2
+MAX_PAYLOAD = 65536
+# A CTL_REPLY alone may be larger: the scheduler's answer to nvsharectl (status with thousands of
+# clients). Only a control client accepts one (FrameDecoder(replies=True)); whatever a peer sends
+# the scheduler stays within MAX_PAYLOAD. Below limits.MAX_QUEUED, what one peer may have queued.
+MAX_CTL_REPLY = 2 << 20
+MAX_JSON_DEPTH = 32  # nesting of a CTL_* payload: requests are flat, replies a few levels deep
+
+HEADER = struct.Struct("<IHHI")  # magic, version, type, length
+HEADER_FIELDS = (("magic", "I"), ("version", "H"), ("type", "H"), ("length", "I"))
+
+
+class MessageType(IntEnum):
+    HELLO = 1
+    WELCOME = 2
+    ATTACH = 3
+    ATTACHED = 4
+    REQ_LOCK = 5
+    LOCK_OK = 6
+    DROP_LOCK = 7
+    LOCK_RELEASED = 8
+    MEM_UPDATE = 9
+    CTL_REQUEST = 10
+    CTL_REPLY = 11
+    ERROR = 12
+    BUSY_UPDATE = 13  # only to a scheduler whose WELCOME has FEATURE_BUSY
+    SETTINGS = 14     # only to a scheduler whose WELCOME has FEATURE_QUOTAS
+    LIMITS = 15       # only to a client that sent SETTINGS
+    JOB = 16          # only to a scheduler whose WELCOME has FEATURE_JOBS
+
+
+class DropReason(IntEnum):
+    """`device.reason` of DROP_LOCK."""
+    QUANTUM = 1
+    PREEMPTED = 2
+    ADMIN = 3
+    MEMORY = 4  # running clients no longer fit in the GPU's memory together
+
+
+class ReleaseReason(IntEnum):
+    """`device.reason` of LOCK_RELEASED."""
+    DROPPED = 0
+    IDLE = 1
+
+
+PRIORITY_LIMIT = 1000        # priorities are clamped to -PRIORITY_LIMIT..PRIORITY_LIMIT
+HELLO_REQUIRE_SCHEDULER = 1  # hello.flags bit 0
+GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
+DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
+FEATURE_BUSY = 1             # welcome.features bit 0: the scheduler takes BUSY_UPDATE
+FEATURE_QUOTAS = 2           # welcome.features bit 1: it takes SETTINGS and answers with LIMITS
+FEATURE_JOBS = 4             # welcome.features bit 2: it takes JOB
+JOB_EXPLICIT = 1             # job.kind: NVSHARE_JOB names the job
+JOB_TORCH = 2                # job.kind: a torch distributed run (WORLD_SIZE, MASTER_ADDR/PORT)
+JOB_UNKNOWN = 0xFFFFFFFF     # job.rank, job.local_rank: not known
+COMPUTE_LIMIT_SCALE = 1000   # settings/limits compute_limit: per mille of the GPU's time
+COMPUTE_SHARE_SCALE = 1000   # settings compute_share: thousandths (1000 = a share of 1)
+
+
+class ProtocolError(Exception):
+    """A malformed frame or payload."""
+
+
+def field_layout(fields) -> dict[str, tuple[int, int]]:
+    """{name: (offset, size)} for packed little-endian fields."""
+    out, offset = {}, 0
+    for name, fmt in fields:
+        size = struct.calcsize("<" + fmt)
+        out[name] = (offset, size)
+        offset += size
+    return out
+
+
+def _cstr(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def _fixed(text: str, size: int) -> bytes:
+    """UTF-8, cut at a character boundary to fit `size` bytes (struct pads with NULs)."""
+    data = text.encode("utf-8")
+    if len(data) > size:
+        data = data[:size].decode("utf-8", "ignore").encode("utf-8")
+    return data
+
+
+class _Payload:
+    """Base of the fixed-size payload dataclasses: FIELDS drives packing, size and layout."""
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]]
+    STRUCT: ClassVar[struct.Struct]
+    SIZE: ClassVar[int]
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls.STRUCT = struct.Struct("<" + "".join(fmt for _, fmt in cls.FIELDS))
+        cls.SIZE = cls.STRUCT.size
+        # Read once here, not per message: pack and unpack are on the lock round trip.
+        cls._NAMES = tuple(name for name, _ in cls.FIELDS)
+        cls._TEXT = tuple(struct.calcsize(fmt) if fmt.endswith("s") else 0 for _, fmt in cls.FIELDS)
+        cls._HAS_TEXT = any(cls._TEXT)
+
+    @classmethod
+    def layout(cls) -> dict[str, tuple[int, int]]:
+        return field_layout(cls.FIELDS)
+
+    def pack(self) -> bytes:
+        values = [getattr(self, name) for name in self._NAMES]
+        if self._HAS_TEXT:
+            values = [_fixed(v, size) if size and isinstance(v, str) else v
+                      for v, size in zip(values, self._TEXT)]
+        return self.STRUCT.pack(*values)
+
+    @classmethod
+    def unpack(cls, data: bytes):
+        if len(data) != cls.SIZE:
+            raise ProtocolError(f"{cls.__name__} payload is {len(data)} bytes, expected {cls.SIZE}")
+        values = cls.STRUCT.unpack(data)
+        if cls._HAS_TEXT:
+            values = [(_cstr(v) if isinstance(v, bytes) else v) for v in values]
+        return cls(*values)
+
+
+@dataclass
+class Hello(_Payload):
+    FIELDS = (("flags", "I"), ("priority", "i"), ("pod_name", "256s"), ("pod_namespace", "256s"))
+    flags: int = 0
+    priority: int = 0
+    pod_name: str = ""
+    pod_namespace: str = ""
+
+
+@dataclass
+class Welcome(_Payload):
+    FIELDS = (("client_id", "Q"), ("protocol_version", "I"), ("features", "I"))
+    client_id: int = 0
+    protocol_version: int = VERSION
+    features: int = 0  # FEATURE_* (0 from a scheduler that predates them: no BUSY_UPDATE)
+
+
+@dataclass
+class Attach(_Payload):
+    FIELDS = (("device", "I"), ("flags", "I"), ("uuid", "48s"), ("name", "96s"),
+              ("physical_memory", "Q"), ("capacity", "Q"))
+    device: int = 0
+    flags: int = 0
+    uuid: str = ""
+    name: str = ""
+    physical_memory: int = 0
+    capacity: int = 0
+
+
+@dataclass
+class Attached(_Payload):
+    FIELDS = (("device", "I"), ("flags", "I"), ("capacity", "Q"))
+    device: int = 0
+    flags: int = 0
+    capacity: int = 0
+
+
+@dataclass
+class LockRequest(_Payload):
+    """REQ_LOCK."""
+    FIELDS = (("device", "I"), ("reason", "I"))
+    device: int = 0
+    reason: int = 0
+
+
+@dataclass
+class Grant(_Payload):
+    """LOCK_OK."""
+    FIELDS = (("device", "I"), ("quantum_ms", "I"), ("flags", "I"), ("reserved", "I"))
+    device: int = 0
+    quantum_ms: int = 0
+    flags: int = 0  # GRANT_PREFETCH
+    reserved: int = 0
+
+
+@dataclass
+class DropLock(_Payload):
+    """DROP_LOCK."""
+    FIELDS = (("device", "I"), ("reason", "I"), ("flags", "I"), ("reserved", "I"))
+    device: int = 0
+    reason: int = 0  # DropReason
+    flags: int = 0   # DROP_EVICT
+    reserved: int = 0
+
+
+@dataclass
+class Released(_Payload):
+    """LOCK_RELEASED, with what the client measured of its switch (microseconds)."""
+    FIELDS = (("device", "I"), ("reason", "I"), ("drain_us", "I"), ("evict_us", "I"),
+              ("prefetch_us", "I"), ("reserved", "I"))
+    device: int = 0
+    reason: int = 0       # ReleaseReason
+    drain_us: int = 0     # DROP_LOCK/idle -> outstanding work finished
+    evict_us: int = 0     # bulk move to host (DROP_EVICT), 0 if none
+    prefetch_us: int = 0  # bulk move back at the grant being released, 0 if none
+    reserved: int = 0
+
+
+@dataclass
+class MemUpdate(_Payload):
+    FIELDS = (("device", "I"), ("reserved", "I"), ("managed_bytes", "Q"), ("other_bytes", "Q"))
+    device: int = 0
+    reserved: int = 0
+    managed_bytes: int = 0
+    other_bytes: int = 0
+
+
+@dataclass
+class BusyUpdate(_Payload):
+    """BUSY_UPDATE: the GPU time the client's own work took on the device, ns, cumulative."""
+    FIELDS = (("device", "I"), ("reserved", "I"), ("busy_ns", "Q"))
+    device: int = 0
+    reserved: int = 0
+    busy_ns: int = 0
+
+
+@dataclass
+class Settings(_Payload):
+    """SETTINGS: what the process's environment asks for (NVSHARE_COMPUTE_LIMIT,
+    NVSHARE_COMPUTE_SHARE, NVSHARE_GPU_MEMORY_LIMIT); 0 = not set."""
+    FIELDS = (("compute_limit", "I"), ("compute_share", "I"), ("memory_limit", "Q"))
+    compute_limit: int = 0   # per mille of the GPU's time, 1..COMPUTE_LIMIT_SCALE
+    compute_share: int = 0   # thousandths of a share, >= 1
+    memory_limit: int = 0    # bytes per GPU
+
+
+@dataclass
+class Limits(_Payload):
+    """LIMITS: the limits the client applies from now on (what the scheduler settled on from the
+    environment, the pod's annotations and nvsharectl); 0 = none."""
+    FIELDS = (("compute_limit", "I"), ("reserved", "I"), ("memory_limit", "Q"))
+    compute_limit: int = 0   # per mille of the GPU's time
+    reserved: int = 0
+    memory_limit: int = 0    # bytes per GPU
+
+
+@dataclass
+class Job(_Payload):
+    """JOB: which multi-process job the client belongs to, for scheduling its GPUs together. Sizes
+    0 and ranks JOB_UNKNOWN are not known; name and rendezvous may be empty."""
+    FIELDS = (("kind", "B"), ("reserved", "3s"), ("world_size", "I"), ("local_world_size", "I"),
+              ("rank", "I"), ("local_rank", "I"), ("name", "128s"), ("rendezvous", "128s"))
+    kind: int = 0              # JOB_EXPLICIT or JOB_TORCH
+    reserved: str = ""         # 3 bytes of padding, zero
+    world_size: int = 0        # processes in the job (0 = unknown)
+    local_world_size: int = 0  # of them on this node (0 = unknown)
+    rank: int = JOB_UNKNOWN
+    local_rank: int = JOB_UNKNOWN
+    name: str = ""             # NVSHARE_JOB, or TORCHELASTIC_RUN_ID
+    rendezvous: str = ""       # "MASTER_ADDR:MASTER_PORT" (JOB_TORCH)
+
+
+# The payload class of every fixed-size type; the others are variable (JSON or text).
+PAYLOADS: dict[MessageType, type[_Payload]] = {
+    MessageType.HELLO: Hello,
+    MessageType.WELCOME: Welcome,
+    MessageType.ATTACH: Attach,
+    MessageType.ATTACHED: Attached,
+    MessageType.REQ_LOCK: LockRequest,
+    MessageType.LOCK_OK: Grant,
+    MessageType.DROP_LOCK: DropLock,
+    MessageType.LOCK_RELEASED: Released,
+    MessageType.MEM_UPDATE: MemUpdate,
+    MessageType.BUSY_UPDATE: BusyUpdate,
+    MessageType.SETTINGS: Settings,
+    MessageType.LIMITS: Limits,
+    MessageType.JOB: Job,
+}
