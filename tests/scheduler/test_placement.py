@@ -52,7 +52,7 @@ def test_ranking_key(what, loads, memory, order):
 def test_more_gpus_than_known_is_an_error_naming_them():
     with pytest.raises(PlacementError, match=r"asked for 3 GPUs, but the scheduler knows 2 it can "
                                              r"place on \(0, 2\)"):
-        choose([gpu(2), gpu(0), gpu(1, healthy=False)], 3)
+        choose([gpu(2), gpu(0, waiters=1), gpu(1, healthy=False)], 3)  # in index order
     with pytest.raises(PlacementError, match=r"asked for 1 GPU, but .* knows 0 .*\(none\)"):
         choose([], 1)
     with pytest.raises(PlacementError, match="at least 1"):

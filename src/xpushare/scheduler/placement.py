@@ -54,8 +54,7 @@ class GpuLoad:
 
     def key(self, memory: int = 0) -> tuple:
         """The ranking key (module docstring): smaller is better."""
-        return (not self.fits(memory), self.waiters, self.committed, self.used,
-                self.index is None, self.index or 0, self.uuid)
+        return (not self.fits(memory), self.waiters, self.committed, self.used, *_in_order(self))
 
 
 def rank(loads: list[GpuLoad], memory: int = 0) -> list[GpuLoad]:
@@ -69,7 +68,7 @@ def choose(loads: list[GpuLoad], count: int, memory: int = 0) -> list[GpuLoad]:
         raise PlacementError(f"cannot place on {count} GPUs: ask for at least 1")
     ranked = rank(loads, memory)
     if count > len(ranked):
-        known = ", ".join(_label(g) for g in sorted(ranked, key=lambda g: g.key())) or "none"
+        known = ", ".join(_label(g) for g in sorted(ranked, key=_in_order)) or "none"
         raise PlacementError(f"asked for {count} GPU{'s' if count != 1 else ''}, but the scheduler "
                              f"knows {len(ranked)} it can place on ({known})")
     return ranked[:count]
@@ -87,6 +86,11 @@ def reason(g: GpuLoad, memory: int = 0) -> str:
     fit = "" if g.fits(memory) else ", does not fit " + (format_size(memory) if memory else "more")
     return (f"gpu {_label(g)}: {room}{fit}, {g.waiters} waiting, {g.holders} holding, "
             f"compute {g.committed:g} committed")
+
+
+def _in_order(g: GpuLoad) -> tuple:
+    """NVML's order, then GPUs without an index by UUID."""
+    return (g.index is None, g.index or 0, g.uuid)
 
 
 def _label(g: GpuLoad) -> str:
