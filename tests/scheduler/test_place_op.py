@@ -7,42 +7,21 @@ import os
 import pytest
 
 from ctl_state import FakeTransport, build_state
-from sched_harness import FakeClient, GiB, as_user, registered, uuid
+from place_load import ARGS, FOUR, ORDER, loaded_gpus
+from sched_harness import GiB, as_user, registered, uuid
 from xpushare.client import CtlClient
-from xpushare.protocol import FrameDecoder, MessageType
+from xpushare.protocol import FrameDecoder
 from xpushare.scheduler import control
 from xpushare.scheduler.connection import Conn
 
-FOUR = [{"uuid": uuid(i), "name": "Fake H100 80GB HBM3", "memory": 80 * GiB} for i in range(4)]
 NOBODY = 65534
-
-
-def client_on(sock, gpu: int, memory: int = 0) -> FakeClient:
-    c = registered(sock, devices=())
-    c.attach(0, uuid(gpu))
-    c.mem_update(0, memory, 0)
-    return c
 
 
 @pytest.fixture
 def loaded(start_scheduler):
-    """GPU 0: a holder and a waiter, each limited to 10% of the GPU's time; GPU 1: an idle client using 30 GiB, no compute limit; GPU 2:
-    nothing; GPU 3: an idle client limited to 25% of the GPU's time. (Serial mode, so that the
-    second client of GPU 0 waits; a 30 s quantum, so that nothing changes hands meanwhile.)"""
-    s = start_scheduler("--mode", "serial", "--tq", "30", nvml=FOUR)
-    clients = [client_on(s.sock, 0, GiB), client_on(s.sock, 0, GiB), client_on(s.sock, 1, 30 * GiB),
-               client_on(s.sock, 3)]
-    clients[0].request()
-    clients[0].expect(MessageType.LOCK_OK)
-    clients[1].request()
-    with CtlClient(s.sock) as ctl:
-        for c, pct in ((clients[0], 10), (clients[1], 10), (clients[3], 25)):
-            assert ctl.request("set_compute_limit", value=pct, client_id=c.client_id)["ok"]
-        for c in clients:  # a round trip each: their MEM_UPDATE and REQ_LOCK have been handled
-            c.nothing_sent()
+    s = start_scheduler(*ARGS, nvml=FOUR)
+    with loaded_gpus(s.sock) as ctl:
         yield s, ctl
-    for c in clients:
-        c.close()
 
 
 def test_least_loaded_first(loaded):
@@ -51,7 +30,7 @@ def test_least_loaded_first(loaded):
     assert reply["ok"], reply
     # 2 idle; 3 commits 0.25 of its time; 1 commits all of it (no limit); 0 has a waiter, which
     # counts before its lower commitment (0.2).
-    assert [g["index"] for g in reply["gpus"]] == [2, 3, 1, 0]
+    assert [g["index"] for g in reply["gpus"]] == ORDER == [2, 3, 1, 0]
     assert [g["uuid"] for g in reply["gpus"]] == [uuid(2), uuid(3), uuid(1), uuid(0)]
     why = reply["why"]
     assert why[0] == "gpu 2: 80GiB free of 80GiB, 0 waiting, 0 holding, compute 0 committed"
