@@ -5,8 +5,8 @@ keep frameworks off VMM allocations (which cannot be made managed), starts a per
 none answers (unless --no-start), with --gpus sets CUDA_VISIBLE_DEVICES to the GPUs the scheduler
 places the command on (run_gpus.py), then execs the command. A scheduler that cannot be started is a
 warning, never a reason not to run the command: the library then runs it ungated. The exception is
---gpus, which asked for the scheduler's choice: without one the command is not run (exit 1). A socket that is
-not trusted (paths.socket_trusted: planted by another user) is neither probed nor started on.
+--gpus, which asks for the scheduler's choice: without one the command is not run (exit 1). A socket
+that is not trusted (paths.socket_trusted: planted by another user) is neither probed nor started on.
 """
 
 from __future__ import annotations
