@@ -16,7 +16,7 @@ from xpushare.protocol import (
 from xpushare.scheduler import control
 
 GiB = 1 << 30
-FIELDS = ("seconds", "gpu", "mode", "bytes", "priority", "pid", "client_id")
+FIELDS = ("seconds", "gpu", "mode", "bytes", "priority", "pid", "client_id", "count", "memory")
 
 
 def uuid(i: int) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 
-from .paths import socket_trusted
+from .paths import client_socket_candidates, socket_trusted
 from .protocol import (
     Frame, FrameDecoder, MessageType, ProtocolError, encode_json,
 )
@@ -86,3 +86,18 @@ class CtlClient:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def connect_ctl(explicit=None) -> CtlClient:
+    """A control client on the first trusted socket of client_socket_candidates(explicit) that
+    answers; SchedulerUnavailable naming every socket tried (and why one was not trusted)."""
+    tried = []
+    for path in client_socket_candidates(explicit):
+        try:
+            return CtlClient(path)
+        except UntrustedSocket as e:  # say why: "no scheduler" would send the user looking
+            tried.append(f"{path}, {e}")
+        except SchedulerUnavailable:
+            tried.append(str(path))
+    raise SchedulerUnavailable(f"no scheduler is running (tried {'; '.join(tried)}); start one with "
+                               "nvshare-scheduler or nvshare-run")

@@ -17,8 +17,7 @@ import os
 import sys
 
 from . import __version__
-from .paths import client_socket_candidates
-from .client import CtlClient, SchedulerUnavailable, UntrustedSocket
+from .client import SchedulerUnavailable, connect_ctl
 from .protocol import PRIORITY_LIMIT, ProtocolError
 from .scheduler.policy import TQ_MAX, Mode
 from .sizes import size_argument
@@ -154,19 +153,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _connect(explicit) -> CtlClient:
-    tried = []
-    for path in client_socket_candidates(explicit):
-        try:
-            return CtlClient(path)
-        except UntrustedSocket as e:  # say why: "no scheduler" would send the user looking
-            tried.append(f"{path}, {e}")
-        except SchedulerUnavailable:
-            tried.append(str(path))
-    raise SchedulerUnavailable(f"no scheduler is running (tried {'; '.join(tried)}); start one with "
-                               "nvshare-scheduler or nvshare-run")
-
-
 QUOTA_FLAGS = (("set_compute_limit", "set_compute_limit"), ("set_compute_share", "set_compute_share"),
                ("set_memory_limit", "set_memory_limit"))  # (args attribute, op)
 SETTINGS_OPS = ("set_tq", "set_mode", "set_gpu_memory", "set_priority",
@@ -247,7 +233,7 @@ def _main(argv: list[str] | None) -> int:
         return 0
 
     try:
-        with _connect(args.socket) as client:
+        with connect_ctl(args.socket) as client:
             for op, fields in requests:
                 reply = client.request(op, **fields)
                 if not reply.get("ok"):

@@ -2,9 +2,11 @@
 
 Sets LD_PRELOAD (ours first, no duplicate), NVSHARE_* from the flags and the allocator recipes that
 keep frameworks off VMM allocations (which cannot be made managed), starts a per-user scheduler when
-none answers (unless --no-start), then execs the command. A scheduler that cannot be started is a
-warning, never a reason not to run the command: the library then runs it ungated. A socket that is
-not trusted (paths.socket_trusted: planted by another user) is neither probed nor started on.
+none answers (unless --no-start), with --gpus sets CUDA_VISIBLE_DEVICES to the GPUs the scheduler
+places the command on (run_gpus.py), then execs the command. A scheduler that cannot be started is a
+warning, never a reason not to run the command: the library then runs it ungated. The exception is
+--gpus, which asks for the scheduler's choice: without one the command is not run (exit 1). A socket
+that is not trusted (paths.socket_trusted: planted by another user) is neither probed nor started on.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from . import __version__
+from . import __version__, run_gpus
 from .paths import (
     LIBRARY_NAME, TRUST_FIX, can_create_dir, client_socket_candidates, default_socket_path,
     ensure_socket_dir, library_path, socket_override, socket_trusted,
@@ -43,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-start", action="store_true",
                    help="do not start a per-user scheduler when none answers")
     p.add_argument("--socket", metavar="PATH", help="scheduler socket (sets NVSHARE_SOCK_PATH)")
+    p.add_argument("--gpus", type=run_gpus.gpus_argument, metavar="N|auto",
+                   help="run on the N least-loaded GPUs the scheduler chooses: sets "
+                        "CUDA_VISIBLE_DEVICES to their UUIDs (refused when it is already set). "
+                        "auto: N is torchrun's --nproc-per-node when CMD is torchrun or python -m "
+                        "torch.distributed.run (gpu or auto there: every GPU), else "
+                        "$LOCAL_WORLD_SIZE, else 1")
     p.add_argument("--print-lib", action="store_true", help="print the path of libnvshare.so and exit")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
                    help="print the version and exit (before --; after it, --version is CMD's)")
@@ -148,6 +156,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         _warn("error: no command given (nvshare-run [options] -- CMD [ARGS...])")
         return 2
+    if args.gpus is not None and not args.print_lib:
+        try:
+            count, source = run_gpus.wanted(args.gpus, cmd, dict(os.environ))
+        except run_gpus.Usage as e:
+            parser.print_usage(sys.stderr)
+            _warn(f"error: {e}")
+            return 2
     try:
         lib = str(library_path())
     except FileNotFoundError as e:
@@ -162,6 +177,14 @@ def main(argv: list[str] | None = None) -> int:
         _warn(f"{cmd[0]}: command not found")
         return 127
     ensure_scheduler(args.socket, args.no_start)
+    if args.gpus is not None:
+        try:
+            reply = run_gpus.place(args.socket, count)
+        except run_gpus.Failed as e:
+            _warn(f"error: {e}")
+            return 1
+        env["CUDA_VISIBLE_DEVICES"] = run_gpus.visible_devices(reply)
+        _warn(run_gpus.summary(reply, source))
     for w in warnings:
         _warn(f"warning: {w}")
     try:

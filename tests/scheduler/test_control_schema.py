@@ -38,6 +38,9 @@ GOOD = [
     {"op": "set_gpu_memory", "bytes": U64, "gpu": 0},  # the largest ATTACHED carries
     {"op": "set_priority", "priority": -1000, "pid": 1001},
     {"op": "set_priority", "priority": 1000, "client_id": 2},
+    {"op": "place", "count": 1},
+    {"op": "place", "count": 2, "memory": 0},
+    {"op": "place", "count": 2, "memory": U64},  # fits nowhere: placed all the same, last key first
 ]
 
 
@@ -89,6 +92,12 @@ BAD = [
     *_bad("set_priority", "client_id", (0, -1, 2**63, "1", *JUNK), "invalid client_id", priority=1),
     ({"op": "set_priority", "priority": 1, "pid": 999}, "no client with pid 999"),
     ({"op": "set_priority", "priority": 1, "client_id": 999}, "no client with client_id 999"),
+    # place
+    ({"op": "place"}, "place needs count: how many GPUs"),
+    *_bad("place", "count", (0, -1, 2**31, "2", "auto", *JUNK), "invalid count"),
+    *_bad("place", "memory", (-1, "1GiB", U64 + 1, *JUNK), "invalid memory", count=1),
+    ({"op": "place", "count": 3}, "asked for 3 GPUs, but the scheduler knows 2 it can place on"),
+    ({"op": "place", "count": 1, "gpu": 0}, "unknown field 'gpu' for place (it takes count, memory)"),
 ]
 
 

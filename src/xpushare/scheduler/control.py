@@ -16,7 +16,7 @@ from .. import __version__
 from ..protocol import (
     PRIORITY_LIMIT, Attach, Attached, MessageType, ProtocolError, encode_json,
 )
-from . import peer, status
+from . import peer, placement, status
 from .ctlschema import (
     Choice, Field, GpuSelector, Int, Invalid, Number, PodName, Schema, show, unsigned_max, validate,
 )
@@ -155,6 +155,37 @@ def _set_quota(field: str, convert: Callable):
     return op
 
 
+def op_place(state: SchedulerState, msg: dict) -> dict:
+    """The `count` least-loaded GPUs for a job (placement.py has the ranking). Open to every local
+    user: it changes nothing and tells less than status does."""
+    memory = msg.get("memory", 0)
+    try:
+        chosen = placement.choose(_loads(state), msg["count"], memory)
+    except placement.PlacementError as e:
+        raise CtlError(str(e)) from None
+    return {"gpus": [{"index": g.index, "uuid": g.uuid} for g in chosen],
+            "why": [placement.reason(g, memory) for g in chosen]}
+
+
+def _loads(state: SchedulerState) -> list[placement.GpuLoad]:
+    """Each GPU's load as placement reads it. Only GPUs from NVML are placed on: a client-made one
+    may be a device this node's CUDA cannot see, and is forgotten with its last client."""
+    attached: dict[Gpu, list[Conn]] = {}
+    for c in state.clients():
+        for g in c.gpus():
+            attached.setdefault(g, []).append(c)
+    loads = []
+    for g in state.registry.in_order():
+        clients, arb = attached.get(g, []), g.arbiter
+        # The sizes of the public maps, not a snapshot: that sorts the waiters, and only counts
+        # are needed here.
+        loads.append(placement.GpuLoad(
+            g.index, g.uuid, g.capacity, arb.footprints(clients), len(arb.waiting),
+            len(arb.holders), sum(c.quota.compute_limit or placement.UNLIMITED for c in clients),
+            healthy=g.made_by is None))
+    return loads
+
+
 # -- the schema of each op's fields: bounded by what the protocol carries --------------------------
 
 # An NVML index (an unsigned 32-bit number), or a UUID (prefix) no longer than ATTACH's uuid field.
@@ -173,11 +204,16 @@ COMPUTE_LIMIT = Number(0, 100, 'a percentage of the GPU\'s time above 0 and at m
                        words=("none",))
 COMPUTE_SHARE = Number(0, 1e6, "a positive number (a weight) up to 1000000")
 MEMORY_LIMIT = Int(1, CAPACITY_MAX, 'a positive number of bytes, or "none"', words=("none",))
+COUNT = Int(1, 2**31 - 1, "how many GPUs: a positive integer")
+JOB_MEMORY = Int(0, CAPACITY_MAX, "bytes the job needs on each GPU (a non-negative integer; 0: none "
+                 "named)")
 TARGET = (Field("pid", PID), Field("client_id", CLIENT_ID), Field("pod", PodName()))
 
 OPS: dict[str, Op] = {
     "ping": Op(op_ping, admin=False),
     "status": Op(status.build, admin=False),
+    "place": Op(op_place, admin=False, schema=Schema((
+        Field("count", COUNT, required=True), Field("memory", JOB_MEMORY)))),
     "set_tq": Op(op_set_tq, admin=True, schema=Schema((
         Field("seconds", SECONDS, required=True), Field("gpu", GPU_SELECTOR)))),
     "set_mode": Op(op_set_mode, admin=True, schema=Schema((
