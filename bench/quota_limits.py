@@ -9,13 +9,26 @@
     memory): without shares, then with NVSHARE_COMPUTE_SHARE=30 and =70. Each one's fraction of the
     pair's combined throughput (goal 30 +/- 3 and 70 +/- 3), and the combined throughput with shares
     over the combined throughput without (goal >= 0.95).
+(c) CUDA graphs: the same products, 8 to a captured graph that the workload replays (--graph), alone
+    with no limit and with NVSHARE_COMPUTE_LIMIT=30: goal 30 +/- 3 points of the graph's own solo
+    throughput (a graph launch is bound like the launches it holds).
+(d) a live change: one workload started with NVSHARE_COMPUTE_LIMIT=75 that records a CUDA event
+    every 16 products; CHANGE_AT (3 s) after its start the limit is lowered to 25 through the
+    scheduler's control operation (as `nvsharectl --set-compute-limit 25 --pid PID`). From its
+    trace: percent of solo over the second before the change and the two after it, and effect_s, the
+    time after the change from which every 0.5 s window (stepped by 0.1 s) is at most 25 + 3 points.
+    Goals: effect_s <= 1 s, and 25 +/- 3 over the second second after the change.
+Every run records the GPU's mean SM clock, power draw and utilisation while it is measured
+(nvidia-smi every 50 ms, bench/gpu_clocks.py; blank without nvidia-smi): a GPU busy part of the time
+runs at a higher clock than one held at its power cap, so a limit of L gives a little more than L.
 
     python3 bench/quota_limits.py [--quick] [--seconds 8] [--tq 2] [--json out.json]
 
---tq is the scheduler's quantum (default 2 s; a shorter one makes turns finer). The whole run takes
-about 2 minutes (--quick: about 1). The workloads need PyTorch: the first of $BUSY_PYTHON, this
-Python, python3, /opt/torch/.venv/bin/python3 that imports torch runs them. GPU safety: each process
-holds about 100 MiB and is capped at 1 GiB (NVSHARE_GPU_MEMORY_LIMIT).
+--tq is the scheduler's quantum (default 2 s; a shorter one makes turns finer). Nine runs of --seconds
+each (the live one at least CHANGE_AT + 4 s), each after a start-up of PyTorch of some seconds: the
+whole run takes about 3 minutes (--quick: 3 s runs, about 2). The workloads need PyTorch: the first
+of $BUSY_PYTHON, this Python, python3, /opt/torch/.venv/bin/python3 that imports torch runs them. GPU
+safety: each process holds about 100 MiB and is capped at 1 GiB (NVSHARE_GPU_MEMORY_LIMIT).
 """
 
 from __future__ import annotations
@@ -31,61 +44,34 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 from busy_accuracy import torch_python  # noqa: E402
-from render import error_of, error_row, f, goal_row, num, yes_no  # noqa: E402
+from gpu_clocks import ClockSampler, smi_argv  # noqa: E402
+from quota_analysis import (GOAL_COMBINED, GOAL_POINTS, all_met, judge_limit,  # noqa: E402,F401
+                            judge_live, judge_shares)
+from quota_report import goals, section  # noqa: E402,F401  (the suite's interface)
 
 NAME = "quota_limits"
 TITLE = "Quotas: compute limits and compute shares (throughput of saturating workloads)"
-SHARE, MIN_S, GPU = 150, 70, True
+SHARE, MIN_S, GPU = 200, 100, True
 DEFAULT = False  # run it with --only quota_limits, or alone
 RERUN = "python3 bench/quota_limits.py"
 LIMITS = (25, 50, 75)
 SHARES = (30, 70)
-GOAL_POINTS = 3.0         # a limit or a share is met within this many points
-GOAL_COMBINED = 0.95      # combined throughput with shares over without
+GRAPH_LIMIT = 30
+LIVE_FROM, LIVE_TO = 75, 25
+CHANGE_AT = 3.0           # seconds after the live workload's go file when its limit is lowered
+AFTER_CHANGE = 4.0        # seconds of trace the live run keeps after the change, at least
+TRACE_EVERY = 16          # products between two of the live workload's CUDA events
+CLOCK_SKIP = (0.5, 0.2)   # clock samples count from go + 0.5 s to ready - 0.2 s (no start, no end)
 MEMORY_LIMIT = "1GiB"     # per process
 WORKLOAD = BENCH / "quota_workload.py"
 
 
-# ----------------------------------------------------------------------------- pure parts
-
 def plan(quick: bool, seconds: float | None, tq: float | None) -> dict:
-    return {"seconds": seconds if seconds else (3.0 if quick else 8.0),
-            "tq": tq if tq else 2.0, "limits": list(LIMITS), "shares": list(SHARES)}
-
-
-def judge_limit(solo_ips: float | None, ips: float | None, limit_pct: float) -> dict:
-    """The fraction of the solo throughput a limited run got, in percent, and whether it is within
-    GOAL_POINTS of the limit (None when it cannot be told)."""
-    if not solo_ips or ips is None:
-        return {"percent": None, "met": None}
-    pct = 100.0 * ips / solo_ips
-    return {"percent": pct, "met": abs(pct - limit_pct) <= GOAL_POINTS}
-
-
-def judge_shares(without: list[float | None], with_shares: list[float | None],
-                 shares: list[float]) -> dict:
-    """Each workload's percent of the pair's combined throughput with shares (goal: its share of
-    the shares' sum, within GOAL_POINTS), and combined with shares over combined without."""
-    out = {"percent": [None] * len(shares), "expected": [100.0 * s / sum(shares) for s in shares],
-           "met": [None] * len(shares), "combined_ratio": None, "combined_met": None}
-    if any(x is None for x in with_shares):
-        return out
-    total = sum(with_shares)
-    if total > 0:
-        out["percent"] = [100.0 * x / total for x in with_shares]
-        out["met"] = [abs(p - e) <= GOAL_POINTS for p, e in zip(out["percent"], out["expected"])]
-    if all(x is not None for x in without) and sum(without) > 0:
-        out["combined_ratio"] = total / sum(without)
-        out["combined_met"] = out["combined_ratio"] >= GOAL_COMBINED
-    return out
-
-
-def all_met(result: dict) -> bool:
-    limits = result.get("limits") or {}
-    shares = (result.get("shares") or {}).get("verdict") or {}
-    flags = [row.get("met") for k, row in limits.items() if k != "none"]
-    flags += list(shares.get("met") or [None]) + [shares.get("combined_met")]
-    return bool(flags) and all(x is True for x in flags)
+    seconds = seconds if seconds else (3.0 if quick else 8.0)
+    return {"seconds": seconds, "tq": tq if tq else 2.0, "limits": list(LIMITS),
+            "shares": list(SHARES), "graph_limit": GRAPH_LIMIT,
+            "live": {"from": LIVE_FROM, "to": LIVE_TO, "change_at": CHANGE_AT,
+                     "seconds": max(seconds, CHANGE_AT + AFTER_CHANGE), "trace_every": TRACE_EVERY}}
 
 
 # ----------------------------------------------------------------------------- the measurement
@@ -101,8 +87,11 @@ def _wait_file(path: Path, proc, timeout: float, what: str) -> None:
 
 
 def run_group(envs: list[dict], python: str, seconds: float, tmp: Path, tag: str,
-              script: Path = WORKLOAD) -> list[dict]:
-    """Start one workload per environment, let them go together, return their results."""
+              script: Path = WORKLOAD, extra: tuple[str, ...] = (), during=None,
+              sampler: ClockSampler | None = None) -> dict:
+    """Start one workload per environment, let them go together, return {"results" (theirs),
+    "t_go", "t_ready" (time.monotonic()), "during" (what during(pids, t_go) returned, called right
+    after the go), "clocks" (the sampler's means over the measured phase, less its edges)}."""
     import subprocess
 
     procs = []
@@ -111,17 +100,21 @@ def run_group(envs: list[dict], python: str, seconds: float, tmp: Path, tag: str
         for i, env in enumerate(envs):
             files = {k: tmp / f"{tag}.{i}.{k}" for k in ("warm", "ready")}
             argv = [python, str(script), "--seconds", str(seconds), "--go", str(go),
-                    "--warm", str(files["warm"]), "--ready", str(files["ready"])]
+                    "--warm", str(files["warm"]), "--ready", str(files["ready"]), *extra]
             procs.append((subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                            stderr=subprocess.STDOUT, text=True), files))
         for i, (p, files) in enumerate(procs):
             _wait_file(files["warm"], p, 180, f"workload {tag}.{i}")
         go.touch()
+        t_go = time.monotonic()
+        done = during([p.pid for p, _ in procs], t_go) if during else None
         out = []
         for i, (p, files) in enumerate(procs):
             _wait_file(files["ready"], p, 60 + 20 * seconds, f"workload {tag}.{i}")
             out.append(json.loads(files["ready"].read_text()))
-        return out
+        t_ready = time.monotonic()
+        clocks = (sampler or ClockSampler(None)).window(t_go + CLOCK_SKIP[0], t_ready - CLOCK_SKIP[1])
+        return {"results": out, "t_go": t_go, "t_ready": t_ready, "during": done, "clocks": clocks}
     finally:
         for p, _ in procs:
             try:
@@ -131,6 +124,75 @@ def run_group(envs: list[dict], python: str, seconds: float, tmp: Path, tag: str
                 p.communicate()
 
 
+def _row(group: dict) -> dict:
+    (r,) = group["results"]
+    return {"ips": r["ips"], "iterations": r["iterations"], "wall_s": r["wall_s"],
+            "clocks": group["clocks"]}
+
+
+def _live(p: dict, run, set_limit, solo_ips: float | None) -> dict:
+    """(d): the limit lowered from live.from to live.to change_at seconds after the go."""
+    lv = p["live"]
+
+    def change(pids, t_go):
+        time.sleep(max(0.0, t_go + lv["change_at"] - time.monotonic()))
+        t_request = time.monotonic()
+        reply = set_limit(pids[0], lv["to"])
+        return {"t_request": t_request, "t_reply": time.monotonic(), "reply": reply}
+    g = run([{"NVSHARE_COMPUTE_LIMIT": lv["from"]}], "live", lv["seconds"],
+            ("--trace-every", str(lv["trace_every"])), change)
+    (r,) = g["results"]
+    done = g["during"]
+    reply = done["reply"] or {}
+    if not reply.get("ok") or reply.get("clients") == 0:  # nothing changed: nothing to measure
+        raise RuntimeError(f"set_compute_limit was refused: {done['reply']}")
+    # The workload's t0 is on the same monotonic clock; its trace counts from its start event,
+    # recorded right after t0 on an idle GPU.
+    change_s = done["t_reply"] - r["start"]
+    return {"ips": r["ips"], "iterations": r["iterations"], "wall_s": r["wall_s"],
+            "clocks": g["clocks"], "change_s": change_s,
+            "reply_s": done["t_reply"] - done["t_request"], "trace": r["trace"],
+            "verdict": judge_live(r["trace"], change_s, solo_ips, lv["to"])}
+
+
+def measure_parts(p: dict, python: str, env, tmp: Path, set_limit, sampler: ClockSampler | None,
+                  script: Path = WORKLOAD) -> dict:
+    """All four parts. env(**extra) -> a workload's environment; set_limit(pid, pct) -> the
+    scheduler's reply to set_compute_limit."""
+    def run(extras: list[dict], tag: str, seconds: float = p["seconds"], args=(), during=None):
+        return run_group([env(**e) for e in extras], python, seconds, tmp, tag, script, tuple(args),
+                         during, sampler)
+
+    limits = {"none": _row(run([{}], "solo"))}
+    solo_ips = limits["none"]["ips"]
+    for lim in p["limits"]:
+        row = _row(run([{"NVSHARE_COMPUTE_LIMIT": lim}], f"limit{lim}"))
+        limits[str(lim)] = {**row, **judge_limit(solo_ips, row["ips"], lim)}
+    graph = {"solo": _row(run([{}], "graph", args=["--graph"]))}
+    row = _row(run([{"NVSHARE_COMPUTE_LIMIT": p["graph_limit"]}], "graph_limit", args=["--graph"]))
+    graph["limited"] = {**row, "limit": p["graph_limit"],
+                        **judge_limit(graph["solo"]["ips"], row["ips"], p["graph_limit"])}
+    live = _live(p, run, set_limit, solo_ips)
+    pair = run([{}, {}], "pair")
+    shared = run([{"NVSHARE_COMPUTE_SHARE": s} for s in p["shares"]], "shares")
+    without = [r["ips"] for r in pair["results"]]
+    with_ = [r["ips"] for r in shared["results"]]
+    shares = {"without": without, "with": with_, "clocks_without": pair["clocks"],
+              "clocks_with": shared["clocks"], "verdict": judge_shares(without, with_, p["shares"])}
+    return {"limits": limits, "graph": graph, "live": live, "shares": shares}
+
+
+def scheduler_set_limit(sock: Path):
+    """set_limit(pid, pct) through the scheduler's control operation, as `nvsharectl
+    --set-compute-limit PCT --pid PID` sends it: the scheduler's reply."""
+    def set_limit(pid: int, pct: float) -> dict:
+        from xpushare.client import CtlClient
+
+        with CtlClient(sock) as ctl:
+            return ctl.request("set_compute_limit", value=pct, pid=pid)
+    return set_limit
+
+
 def measure(quick: bool = False, seconds: float | None = None, tq: float | None = None) -> dict:
     from common import harness, require_safe_gpu
 
@@ -138,109 +200,25 @@ def measure(quick: bool = False, seconds: float | None = None, tq: float | None 
     p = plan(quick, seconds, tq)
     python = torch_python()
     lib = harness.library_path()
-    limits: dict = {}
-    shares: dict = {}
-    with harness.Scheduler(mode="auto", tq=p["tq"]) as sched:
-        tmp = sched.workdir
-
+    argv = smi_argv(harness.visible_gpu_index())
+    with harness.Scheduler(mode="auto", tq=p["tq"]) as sched, ClockSampler(argv) as sampler:
         def env(**extra):
             return harness.library_env(lib, sched.socket, NVSHARE_GPU_MEMORY_LIMIT=MEMORY_LIMIT,
                                        **extra)
-        (solo,) = run_group([env()], python, p["seconds"], tmp, "solo")
-        limits["none"] = {"ips": solo["ips"], "iterations": solo["iterations"],
-                          "wall_s": solo["wall_s"]}
-        for lim in p["limits"]:
-            (r,) = run_group([env(NVSHARE_COMPUTE_LIMIT=lim)], python, p["seconds"], tmp,
-                             f"limit{lim}")
-            limits[str(lim)] = {"ips": r["ips"], "iterations": r["iterations"],
-                                "wall_s": r["wall_s"], **judge_limit(solo["ips"], r["ips"], lim)}
-        pair = run_group([env(), env()], python, p["seconds"], tmp, "pair")
-        shared = run_group([env(NVSHARE_COMPUTE_SHARE=s) for s in p["shares"]], python,
-                           p["seconds"], tmp, "shares")
-        shares = {"without": [r["ips"] for r in pair], "with": [r["ips"] for r in shared],
-                  "verdict": judge_shares([r["ips"] for r in pair], [r["ips"] for r in shared],
-                                          p["shares"])}
+
+        parts = measure_parts(p, python, env, sched.workdir, scheduler_set_limit(sched.socket),
+                              sampler)
     return {"parameters": {**p, "python": python, "scheduler_mode": "auto",
                            "memory_limit": MEMORY_LIMIT, "goal_points": GOAL_POINTS,
-                           "goal_combined": GOAL_COMBINED},
-            "limits": limits, "shares": shares}
+                           "goal_combined": GOAL_COMBINED, "clocks": argv is not None},
+            **parts}
 
 
 def run(quick: bool = False, time_left: float | None = None) -> dict:
-    quick = quick or (time_left is not None and time_left < 130)
+    quick = quick or (time_left is not None and time_left < 180)
     result = measure(quick=quick)
     result["rerun"] = RERUN + (" --quick" if quick else "")
     return result
-
-
-# ----------------------------------------------------------------------------- its report
-
-def goals(section: dict) -> list[str]:
-    if error_of(section):
-        return [error_row("compute limits and shares", error_of(section))]
-    rows = []
-    solo = (section.get("limits") or {}).get("none") or {}
-    for key, row in (section.get("limits") or {}).items():
-        if key == "none":
-            continue
-        rows.append(goal_row(f"compute limit {key}%", f"{f(row.get('ips'), 1)} products/s",
-                             f"{f(solo.get('ips'), 1)} products/s (no limit)",
-                             f"**{f(num(row.get('percent')), 1)}%**",
-                             f"{key} ± {GOAL_POINTS:g} points", row.get("met")))
-    sh = section.get("shares") or {}
-    v = sh.get("verdict") or {}
-    params = section.get("parameters") or {}
-    for i, share in enumerate(params.get("shares") or SHARES):
-        pct = (v.get("percent") or [None] * 2)[i]
-        exp = (v.get("expected") or [None] * 2)[i]
-        met = (v.get("met") or [None] * 2)[i]
-        rows.append(goal_row(f"compute share {share} (of {'+'.join(map(str, params.get('shares') or SHARES))})",
-                             f"{f((sh.get('with') or [None] * 2)[i], 1)} products/s",
-                             "the pair's combined throughput", f"**{f(num(pct), 1)}%**",
-                             f"{f(exp, 0)} ± {GOAL_POINTS:g} points", met))
-    rows.append(goal_row("combined throughput with shares", f"{f(sum(sh.get('with') or [0]), 1)} products/s"
-                         if all(x is not None for x in sh.get("with") or [None]) else "—",
-                         "the same pair without shares", f"**{f(num(v.get('combined_ratio')), 3)}x**",
-                         f">= {GOAL_COMBINED}x", v.get("combined_met")))
-    return rows
-
-
-def section(s: dict) -> str:
-    params = s.get("parameters") or {}
-    lines = ["| run | products/s | **percent of solo** | goal | met |", "|---|---:|---:|---|---|"]
-    for key, row in (s.get("limits") or {}).items():
-        if key == "none":
-            lines.append(f"| alone, no limit | {f(row.get('ips'), 1)} | 100 | — | — |")
-        else:
-            lines.append(f"| alone, NVSHARE_COMPUTE_LIMIT={key} | {f(row.get('ips'), 1)} | "
-                         f"**{f(num(row.get('percent')), 1)}** | {key} ± {GOAL_POINTS:g} | "
-                         f"{yes_no(row.get('met'))} |")
-    sh = s.get("shares") or {}
-    v = sh.get("verdict") or {}
-    shares = params.get("shares") or list(SHARES)
-    lines += ["", "| pair (mode auto) | products/s each | combined | **percent of combined** | goal | met |",
-              "|---|---:|---:|---:|---|---|"]
-    without = sh.get("without") or []
-    if without and all(x is not None for x in without):
-        tot = sum(without)
-        lines.append(f"| no shares | {' / '.join(f(x, 1) for x in without)} | {f(tot, 1)} | "
-                     f"{' / '.join(f(100 * x / tot, 1) for x in without)} | — | — |")
-    with_ = sh.get("with") or []
-    if with_ and all(x is not None for x in with_):
-        lines.append(f"| NVSHARE_COMPUTE_SHARE={' / '.join(map(str, shares))} | "
-                     f"{' / '.join(f(x, 1) for x in with_)} | {f(sum(with_), 1)} | "
-                     f"**{' / '.join(f(num(x), 1) for x in (v.get('percent') or []))}** | "
-                     f"{' / '.join(f(x, 0) for x in (v.get('expected') or []))} ± {GOAL_POINTS:g} | "
-                     f"{' / '.join(yes_no(m) for m in (v.get('met') or []))} |")
-    lines.append(f"\nCombined throughput with shares over without: **{f(num(v.get('combined_ratio')), 3)}x** "
-                 f"(goal >= {GOAL_COMBINED}; {yes_no(v.get('combined_met'))}).")
-    return "\n".join(lines) + (
-        f"\n\nEach workload (bench/quota_workload.py) issues back-to-back {params.get('seconds', '?')} s of "
-        "4096 x 4096 16-bit matrix products and counts them from one synchronisation to the next. "
-        "Limits: one process alone under a scheduler; its throughput over the same workload's with no "
-        "limit (solo, measured in the same run). Shares: two processes started together under one "
-        f"scheduler in mode auto (tq {params.get('tq', '?')} s); each one's part of their combined "
-        "throughput.\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
-"""bench/quota_limits.py: its pure parts (the plan, the verdicts, the report) and its group runner
-with a stand-in workload (no GPU)."""
+"""bench/quota_limits.py: its pure parts (the plan, the verdicts, the report), its group runner and
+all four parts end to end with a stand-in workload and a stand-in nvidia-smi (no GPU), and the
+control operation it lowers a limit with, against a real scheduler."""
 
 from __future__ import annotations
 
@@ -11,16 +12,22 @@ import pytest
 
 import quota_limits as ql
 import quota_workload as qw
+from gpu_clocks import ClockSampler
 
-FAKE = Path(__file__).resolve().parent / "fake_quota_workload.py"
+HERE = Path(__file__).resolve().parent
+FAKE = HERE / "fake_quota_workload.py"
+FAKE_SMI = HERE / "fake_nvidia_smi.py"
 
 
 def test_plan():
+    live = {"from": 75, "to": 25, "change_at": 3.0, "seconds": 8.0, "trace_every": 16}
     assert ql.plan(False, None, None) == {"seconds": 8.0, "tq": 2.0, "limits": [25, 50, 75],
-                                          "shares": [30, 70]}
-    assert ql.plan(True, None, 0.5)["seconds"] == 3.0
-    assert ql.plan(True, 5.0, 0.5) == {"seconds": 5.0, "tq": 0.5, "limits": [25, 50, 75],
-                                       "shares": [30, 70]}
+                                          "shares": [30, 70], "graph_limit": 30, "live": live}
+    quick = ql.plan(True, None, 0.5)
+    assert quick["seconds"] == 3.0
+    assert quick["live"]["seconds"] == 7.0  # the live run keeps 4 s after its change
+    assert ql.plan(True, 5.0, 0.5)["tq"] == 0.5
+    assert ql.plan(False, 12.0, None)["live"]["seconds"] == 12.0
 
 
 def test_judge_limit():
@@ -81,15 +88,149 @@ def test_main_rejects_bad_arguments():
 
 
 def test_workload_arguments():
-    a = qw.parse(["--seconds", "3", "--warm", "w", "--go", "g", "--ready", "r"])
-    assert (a.seconds, a.matrix, a.dtype, a.ready) == (3.0, 4096, "float16", "r")
-    with pytest.raises(SystemExit):
-        qw.parse(["--dtype", "int8", "--warm", "w", "--go", "g", "--ready", "r"])
+    files = ["--warm", "w", "--go", "g", "--ready", "r"]
+    a = qw.parse(["--seconds", "3", *files])
+    assert (a.seconds, a.matrix, a.dtype, a.ready, a.graph, a.trace_every) == \
+        (3.0, 4096, "float16", "r", False, 0)
+    a = qw.parse(["--graph", "--trace-every", "16", *files])
+    assert (a.graph, a.trace_every) == (True, 16)
+    assert qw.GRAPH_PRODUCTS == qw.CHUNK  # one replay is one chunk: iterations count products
+    for bad in (["--dtype", "int8"], ["--trace-every", "12"], ["--trace-every", "0"]):
+        with pytest.raises(SystemExit):
+            qw.parse([*bad, *files])
 
 
 def test_run_group_starts_them_together_and_reads_their_results(tmp_path):
     env = {**os.environ, "FAKE_IPS": "80", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    seen = []
     out = ql.run_group([env, {**env, "NVSHARE_COMPUTE_LIMIT": "25"}], sys.executable, 0.2, tmp_path,
-                       "t", script=FAKE)
-    assert [r["ips"] for r in out] == [80.0, 20.0]
+                       "t", script=FAKE, during=lambda pids, t_go: seen.append((pids, t_go)) or "x")
+    assert [r["ips"] for r in out["results"]] == [80.0, 20.0]
     assert (tmp_path / "t.go").exists()
+    assert out["during"] == "x"
+    assert seen[0][0] == [r["pid"] for r in out["results"]]  # the workloads' own pids
+    assert seen[0][1] == out["t_go"] < out["t_ready"]
+    assert out["clocks"] == {"samples": 0, "sm_mhz": None, "power_w": None, "util_pct": None}
+
+
+def test_an_earlier_result_renders_without_the_new_parts():
+    text = ql.section(_result())
+    assert "| alone, no limit | 200.0 | 100 | — | — |\n" in text
+    assert "CUDA graph" not in text and "live change" not in text and "SM clock" not in text
+    assert not any("graph" in row or "lowered" in row for row in ql.goals(_result()))
+
+
+def test_clock_columns_are_blank_without_nvidia_smi():
+    r = _result()
+    r["parameters"]["clocks"] = False
+    r["limits"]["25"]["clocks"] = {"samples": 0, "sm_mhz": None, "power_w": None, "util_pct": None}
+    r["limits"]["50"]["clocks"] = {"samples": 40, "sm_mhz": 1771.4, "power_w": 509.6, "util_pct": 51.0}
+    text = ql.section(r)
+    assert "| run | products/s | **percent of solo** | goal | met | SM clock (MHz) | power (W) | " \
+           "GPU util (%) |" in text
+    assert "| alone, NVSHARE_COMPUTE_LIMIT=25 | 51.0 | **25.5** | 25 ± 3 | **yes** |  |  |  |" in text
+    assert "| alone, NVSHARE_COMPUTE_LIMIT=50 | 90.0 | **45.0** | 50 ± 3 | **no** | 1771 | 510 | 51 |" in text
+
+
+def _env(tmp_path: Path, **extra) -> dict:
+    return {**os.environ, "FAKE_IPS": "200", "FAKE_GRAPH_IPS": "300",
+            "FAKE_LIMIT_FILE": str(tmp_path / "limit"),
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            **{k: str(v) for k, v in extra.items()}}
+
+
+def _writes_limit(tmp_path: Path, reply: dict | None = None):
+    """set_limit as the scheduler would carry it to the stand-in: a file it reads."""
+    calls = []
+
+    def set_limit(pid, pct):
+        calls.append((pid, pct))
+        if reply is None:
+            (tmp_path / "limit").write_text(str(pct))
+        return reply or {"ok": True, "clients": 1}
+    return set_limit, calls
+
+
+def _short_plan() -> dict:
+    p = ql.plan(True, 0.2, None)
+    p["live"].update(change_at=1.2, seconds=3.5)  # a second before the change, two after it
+    return p
+
+
+def test_all_four_parts_end_to_end_with_stand_ins(tmp_path):
+    p = _short_plan()
+    set_limit, calls = _writes_limit(tmp_path)
+    with ClockSampler([sys.executable, str(FAKE_SMI)]) as sampler:
+        parts = ql.measure_parts(p, sys.executable, lambda **e: _env(tmp_path, **e), tmp_path,
+                                 set_limit, sampler, script=FAKE)
+    assert [parts["limits"][k]["percent"] for k in ("25", "50", "75")] == \
+        [pytest.approx(25.0), pytest.approx(50.0), pytest.approx(75.0)]
+    g = parts["graph"]
+    assert g["solo"]["ips"] == 300.0 and g["limited"]["limit"] == 30
+    assert g["limited"]["percent"] == pytest.approx(30.0) and g["limited"]["met"] is True
+    live = parts["live"]
+    assert calls == [(calls[0][0], 25)] and calls[0][0] > 0
+    assert 1.1 <= live["change_s"] < 1.5  # the workload starts its clock just after the go
+    v = live["verdict"]
+    assert v["windows"]["before"] == pytest.approx(75.0, abs=2)
+    assert v["windows"]["second_s"] == pytest.approx(25.0, abs=2)
+    assert v["effect_s"] <= 0.2 and v["effect_met"] is True and v["settled_met"] is True
+    # Clocks: the 0.2 s runs have no samples inside their window; the live run has.
+    assert parts["limits"]["none"]["clocks"]["samples"] == 0
+    assert live["clocks"]["samples"] > 10 and live["clocks"]["sm_mhz"] == 1755.0
+    assert parts["shares"]["verdict"]["met"] == [True, True]
+
+    result = {"parameters": {**p, "clocks": True}, **parts}
+    assert ql.all_met(result) is True
+    text = ql.section(result)
+    assert "| CUDA graph, NVSHARE_COMPUTE_LIMIT=30 | 90.0 | **30.0** (of graph solo) | 30 ± 3 | **yes** |" \
+        in text
+    live_row = next(line for line in text.splitlines() if line.startswith("| NVSHARE_COMPUTE_LIMIT=75"))
+    assert "lowered to 25" in live_row and "| 1755 | 512 | 100 |" in live_row
+    assert "**yes** / **yes**" in live_row
+    rows = ql.goals(result)
+    assert len(rows) == 9
+    assert any("compute limit 30%, CUDA graph replays" in r and "**30.0%**" in r for r in rows)
+    assert any("75 → 25% while running: takes effect" in r and "**yes**" in r for r in rows)
+
+
+def test_a_change_that_takes_too_long_is_not_met(tmp_path):
+    p = _short_plan()
+    set_limit, _ = _writes_limit(tmp_path)
+
+    def run(extras, tag, seconds, args, during):
+        env = _env(tmp_path, FAKE_LAG=1.5, **extras[0])
+        return ql.run_group([env], sys.executable, seconds, tmp_path, tag, FAKE, tuple(args), during)
+    live = ql._live(p, run, set_limit, 200.0)
+    v = live["verdict"]
+    assert v["effect_s"] == pytest.approx(1.5, abs=0.15)
+    assert v["effect_met"] is False and v["settled_met"] is False
+    result = {**_result(), "live": live, "parameters": p}
+    assert ql.all_met(result) is False
+    assert any("takes effect" in r and "**no**" in r for r in ql.goals(result))
+
+
+def test_a_refused_change_is_an_error(tmp_path):
+    p = _short_plan()
+    p["live"].update(change_at=0.1, seconds=0.4)
+    set_limit, _ = _writes_limit(tmp_path, {"ok": False, "error": "no client with pid 1"})
+
+    def run(extras, tag, seconds, args, during):
+        return ql.run_group([_env(tmp_path, **extras[0])], sys.executable, seconds, tmp_path, tag,
+                            FAKE, tuple(args), during)
+    with pytest.raises(RuntimeError, match="no client with pid"):
+        ql._live(p, run, set_limit, 200.0)
+
+
+def test_the_control_operation_lowers_a_clients_limit(start_scheduler):
+    from protoclient import ProtoClient, ctl
+
+    sched = start_scheduler("auto", 2.0)
+    set_limit = ql.scheduler_set_limit(sched.socket)
+    with ProtoClient(sched.socket) as c:
+        c.attach("GPU-00000000-0000-0000-0000-0000000000c1")
+        reply = set_limit(os.getpid(), 25)
+        assert reply.get("ok") is True and reply.get("clients") == 1
+        me = next(x for x in ctl(sched.socket, "status")["clients"] if x["client_id"] == c.client_id)
+        assert me["quota"]["compute_limit"] == 25
+    assert set_limit(os.getpid(), 25).get("ok") is False  # gone: nothing to lower

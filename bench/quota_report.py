@@ -1,0 +1,199 @@
+"""The report of bench/quota_limits.py: its rows of the headline table and its section.
+
+A result of an earlier version (no graph, no live change, no clocks) still renders: those rows and
+the clock columns are left out. A run without nvidia-smi has the clock columns, blank.
+"""
+
+from __future__ import annotations
+
+from quota_analysis import GOAL_COMBINED, GOAL_EFFECT_S, GOAL_POINTS
+from render import error_of, error_row, f, goal_row, num, yes_no
+
+DEFAULT_SHARES = (30, 70)
+CLOCK_HEAD = " SM clock (MHz) | power (W) | GPU util (%) |"
+CLOCK_RULE = "---:|---:|---:|"
+
+
+def _has_clocks(s: dict) -> bool:
+    """Whether the run sampled clocks, or tried to (a result from before the clocks has no such key)."""
+    return "clocks" in (s.get("parameters") or {})
+
+
+def clock_head(s: dict) -> tuple[str, str]:
+    return (CLOCK_HEAD, CLOCK_RULE) if _has_clocks(s) else ("", "")
+
+
+def clock_cells(clocks, shown: bool = True) -> str:
+    """The three clock columns of a run (blank where there is no sample, e.g. without nvidia-smi)."""
+    if not shown:
+        return ""
+    clocks = clocks if isinstance(clocks, dict) else {}
+    cells = [f(v, 0) if num(v) is not None else "" for v in
+             (clocks.get("sm_mhz"), clocks.get("power_w"), clocks.get("util_pct"))]
+    return "".join(f" {c} |" for c in cells)
+
+
+def _pct(value, digits: int = 1) -> str:
+    return f"{f(num(value), digits)}%"
+
+
+def goals(section: dict) -> list[str]:
+    if error_of(section):
+        return [error_row("compute limits and shares", error_of(section))]
+    rows = []
+    solo = (section.get("limits") or {}).get("none") or {}
+    for key, row in (section.get("limits") or {}).items():
+        if key == "none":
+            continue
+        rows.append(goal_row(f"compute limit {key}%", f"{f(row.get('ips'), 1)} products/s",
+                             f"{f(solo.get('ips'), 1)} products/s (no limit)",
+                             f"**{_pct(row.get('percent'))}**",
+                             f"{key} ± {GOAL_POINTS:g} points", row.get("met")))
+    rows += _graph_goals(section) + _live_goals(section) + _share_goals(section)
+    return rows
+
+
+def _graph_goals(section: dict) -> list[str]:
+    if "graph" not in section:
+        return []
+    g = section.get("graph") or {}
+    lim, solo = g.get("limited") or {}, g.get("solo") or {}
+    return [goal_row(f"compute limit {lim.get('limit', '?')}%, CUDA graph replays",
+                     f"{f(lim.get('ips'), 1)} products/s",
+                     f"{f(solo.get('ips'), 1)} products/s (graph, no limit)",
+                     f"**{_pct(lim.get('percent'))}**",
+                     f"{lim.get('limit', '?')} ± {GOAL_POINTS:g} points", lim.get("met"))]
+
+
+def _live_goals(section: dict) -> list[str]:
+    if "live" not in section:
+        return []
+    live = section.get("live") or {}
+    v = live.get("verdict") or {}
+    lv = (section.get("parameters") or {}).get("live") or {}
+    what = f"limit lowered {lv.get('from', '?')} → {lv.get('to', '?')}% while running"
+    return [goal_row(f"{what}: takes effect", f"**{f(v.get('effect_s'), 1)} s** after the reply",
+                     "—", "—", f"<= {GOAL_EFFECT_S:g} s", v.get("effect_met")),
+            goal_row(f"{what}: second 1-2 after", "the GPU's clock (CUDA events)",
+                     f"{f((section.get('limits') or {}).get('none', {}).get('ips'), 1)} products/s "
+                     "(no limit)", f"**{_pct((v.get('windows') or {}).get('second_s'))}**",
+                     f"{lv.get('to', '?')} ± {GOAL_POINTS:g} points", v.get("settled_met"))]
+
+
+def _share_goals(section: dict) -> list[str]:
+    rows = []
+    sh = section.get("shares") or {}
+    v = sh.get("verdict") or {}
+    shares = (section.get("parameters") or {}).get("shares") or list(DEFAULT_SHARES)
+    for i, share in enumerate(shares):
+        pct = (v.get("percent") or [None] * 2)[i]
+        exp = (v.get("expected") or [None] * 2)[i]
+        met = (v.get("met") or [None] * 2)[i]
+        rows.append(goal_row(f"compute share {share} (of {'+'.join(map(str, shares))})",
+                             f"{f((sh.get('with') or [None] * 2)[i], 1)} products/s",
+                             "the pair's combined throughput", f"**{_pct(pct)}**",
+                             f"{f(exp, 0)} ± {GOAL_POINTS:g} points", met))
+    with_ = sh.get("with") or [None]
+    rows.append(goal_row("combined throughput with shares",
+                         f"{f(sum(with_), 1)} products/s" if all(x is not None for x in with_) else "—",
+                         "the same pair without shares", f"**{f(num(v.get('combined_ratio')), 3)}x**",
+                         f">= {GOAL_COMBINED}x", v.get("combined_met")))
+    return rows
+
+
+def _limit_lines(s: dict) -> list[str]:
+    head, rule = clock_head(s)
+    shown = _has_clocks(s)
+    lines = ["| run | products/s | **percent of solo** | goal | met |" + head, "|---|---:|---:|---|---|" + rule]
+    for key, row in (s.get("limits") or {}).items():
+        if key == "none":
+            lines.append(f"| alone, no limit | {f(row.get('ips'), 1)} | 100 | — | — |"
+                         + clock_cells(row.get("clocks"), shown))
+        else:
+            lines.append(f"| alone, NVSHARE_COMPUTE_LIMIT={key} | {f(row.get('ips'), 1)} | "
+                         f"**{f(num(row.get('percent')), 1)}** | {key} ± {GOAL_POINTS:g} | "
+                         f"{yes_no(row.get('met'))} |" + clock_cells(row.get("clocks"), shown))
+    if "graph" in s:
+        g = s.get("graph") or {}
+        solo, lim = g.get("solo") or {}, g.get("limited") or {}
+        lines.append(f"| CUDA graph (8 products a replay), no limit | {f(solo.get('ips'), 1)} | "
+                     f"100 (graph solo) | — | — |" + clock_cells(solo.get("clocks"), shown))
+        lines.append(f"| CUDA graph, NVSHARE_COMPUTE_LIMIT={lim.get('limit', '?')} | "
+                     f"{f(lim.get('ips'), 1)} | **{f(num(lim.get('percent')), 1)}** (of graph solo) | "
+                     f"{lim.get('limit', '?')} ± {GOAL_POINTS:g} | {yes_no(lim.get('met'))} |"
+                     + clock_cells(lim.get("clocks"), shown))
+    return lines
+
+
+def _live_lines(s: dict) -> list[str]:
+    if "live" not in s:
+        return []
+    live = s.get("live") or {}
+    v = live.get("verdict") or {}
+    w = v.get("windows") or {}
+    lv = (s.get("parameters") or {}).get("live") or {}
+    head, rule = clock_head(s)
+    return ["", "| live change (percent of solo, GPU clock) | change at | second before | "
+                "second after | **second 1-2 after** | **effect_s** | goal | met |" + head,
+            "|---|---:|---:|---:|---:|---:|---|---|" + rule,
+            f"| NVSHARE_COMPUTE_LIMIT={lv.get('from', '?')}, lowered to {lv.get('to', '?')} | "
+            f"{f(live.get('change_s'), 2)} s | {f(num(w.get('before')), 1)} | "
+            f"{f(num(w.get('first_s')), 1)} | **{f(num(w.get('second_s')), 1)}** | "
+            f"**{f(v.get('effect_s'), 1)} s** | <= {GOAL_EFFECT_S:g} s; {lv.get('to', '?')} ± "
+            f"{GOAL_POINTS:g} | {yes_no(v.get('effect_met'))} / {yes_no(v.get('settled_met'))} |"
+            + clock_cells(live.get("clocks"), _has_clocks(s))]
+
+
+def _share_lines(s: dict) -> list[str]:
+    params = s.get("parameters") or {}
+    sh = s.get("shares") or {}
+    v = sh.get("verdict") or {}
+    shares = params.get("shares") or list(DEFAULT_SHARES)
+    head, rule = clock_head(s)
+    shown = _has_clocks(s)
+    lines = ["", "| pair (mode auto) | products/s each | combined | **percent of combined** | goal | "
+                 "met |" + head, "|---|---:|---:|---:|---|---|" + rule]
+    without = sh.get("without") or []
+    if without and all(x is not None for x in without):
+        tot = sum(without)
+        lines.append(f"| no shares | {' / '.join(f(x, 1) for x in without)} | {f(tot, 1)} | "
+                     f"{' / '.join(f(100 * x / tot, 1) for x in without)} | — | — |"
+                     + clock_cells(sh.get("clocks_without"), shown))
+    with_ = sh.get("with") or []
+    if with_ and all(x is not None for x in with_):
+        lines.append(f"| NVSHARE_COMPUTE_SHARE={' / '.join(map(str, shares))} | "
+                     f"{' / '.join(f(x, 1) for x in with_)} | {f(sum(with_), 1)} | "
+                     f"**{' / '.join(f(num(x), 1) for x in (v.get('percent') or []))}** | "
+                     f"{' / '.join(f(x, 0) for x in (v.get('expected') or []))} ± {GOAL_POINTS:g} | "
+                     f"{' / '.join(yes_no(m) for m in (v.get('met') or []))} |"
+                     + clock_cells(sh.get("clocks_with"), shown))
+    lines.append(f"\nCombined throughput with shares over without: **{f(num(v.get('combined_ratio')), 3)}x** "
+                 f"(goal >= {GOAL_COMBINED}; {yes_no(v.get('combined_met'))}).")
+    return lines
+
+
+def section(s: dict) -> str:
+    params = s.get("parameters") or {}
+    lv = params.get("live") or {}
+    text = (f"\n\nEach workload (bench/quota_workload.py) issues back-to-back {params.get('seconds', '?')} s of "
+            "4096 x 4096 16-bit matrix products and counts them from one synchronisation to the next. "
+            "Limits: one process alone under a scheduler; its throughput over the same workload's with no "
+            "limit (solo, measured in the same run). Shares: two processes started together under one "
+            f"scheduler in mode auto (tq {params.get('tq', '?')} s); each one's part of their combined "
+            "throughput.")
+    if "graph" in s:
+        text += (" CUDA graph: the products captured 8 to a graph that the workload replays; its percent "
+                 "is of the graph's own solo throughput.")
+    if "live" in s:
+        text += (f" Live change: one workload under NVSHARE_COMPUTE_LIMIT={lv.get('from', '?')} records a "
+                 f"CUDA event every {lv.get('trace_every', '?')} products; {lv.get('change_at', '?')} s "
+                 f"after its go the limit is set to {lv.get('to', '?')} through the scheduler "
+                 "(`nvsharectl --set-compute-limit`), and the change is placed where the reply came; "
+                 "effect_s is the time after it from which every 0.5 s window (stepped by 0.1 s) stays "
+                 f"within {lv.get('to', '?')} + {GOAL_POINTS:g} points.")
+    if _has_clocks(s):
+        text += (" Clocks: nvidia-smi every 50 ms, means over each run's measured phase less its first 0.5 s "
+                 "and last 0.2 s (blank: no nvidia-smi). A GPU that is busy only part of the time is "
+                 "not held at its power cap and runs at a higher clock, so each product is faster and a "
+                 "limit of L% of the GPU's time gives a little more than L% of the solo throughput.")
+    return "\n".join(_limit_lines(s) + _live_lines(s) + _share_lines(s)) + text + "\n"
