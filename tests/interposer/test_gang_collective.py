@@ -95,7 +95,6 @@ def test_without_job_identity_two_jobs_deadlock(world):
     assert ("drop", victim) in lock_events and ("release", victim) not in lock_events, lock_events
 
 
-@pytest.mark.xfail(strict=True, reason="needs gang scheduling (issue 12)")
 def test_with_job_identity_both_jobs_finish(world):
     sched = _scheduler(world)
     identities = {"A0": _torch_env("jobA", 29500, 0), "A1": _torch_env("jobA", 29500, 1),

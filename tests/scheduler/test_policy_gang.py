@@ -124,9 +124,12 @@ def test_a_job_of_known_size_waits_for_its_members_or_the_timeout():
     g.join("r0", "T", "T", 2, 0, 0.0)
     g.attach("r0", gpus[0], 0.0)
     assert grants(g.request("r0", gpus[0], 0.0)) == []
-    out = g.join("r1", "T", "T", 2, 0, 1.0)
+    g.join("r1", "T", "T", 2, 0, 1.0)       # counts once it attached a GPU
+    assert g.jobs["T"].phase == Phase.IDLE and not g.jobs["T"].formed
+    out = g.attach("r1", gpus[1], 1.0)
     assert [a for _, a in out.actions if isinstance(a, JobFormed)][0].complete
-    assert grants(out) == [(0, "r0")]
+    assert grants(out) == [(0, "r0")]  # both seats held: r0 runs; r1 has asked nothing yet
+    assert g.jobs["T"].phase == Phase.RUNNING and gpus[1].arbiter.holds(g.jobs["T"].seats[gpus[1]])
     g.join("s0", "S", "S", 2, 0, 2.0)
     g.attach("s0", gpus[1], 2.0)
     g.request("s0", gpus[1], 2.0)

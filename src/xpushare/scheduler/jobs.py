@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import NamedTuple
 
-JOB_EXPLICIT = 1
-JOB_TORCH = 2
+from ..protocol import JOB_EXPLICIT, JOB_TORCH
 
 
 class Identity(NamedTuple):

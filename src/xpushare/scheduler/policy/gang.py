@@ -74,8 +74,7 @@ class Gangs:
             job.size = size
         job.members[member] = Member(priority=priority)
         self.job_of[member] = job
-        self._try_form(job)
-        return self._end()
+        return self._end()  # it counts for the job's size once it attached a GPU (attach)
 
     def attach(self, member, gpu, now: float) -> Outcome:
         """`member` uses `gpu`; its job gets a seat there (asked for in order)."""
@@ -91,6 +90,7 @@ class Gangs:
             self._seat_added(job, seat)
         else:
             seat.members.setdefault(member, 0)
+        self._try_form(job)
         return self._end()
 
     def detach(self, member, gpu, now: float) -> Outcome:
@@ -253,7 +253,9 @@ class Gangs:
             self._call(seat.gpu, arb.set_footprint, seat, sum(seat.members.values()))
 
     def _try_form(self, job: Job) -> None:
-        if not job.formed and len(job.members) >= (job.size or 0):
+        """Formed once `size` members have each attached a GPU: a member's seats exist before the
+        job first runs (a seat added while it runs drops it)."""
+        if not job.formed and sum(1 for m in job.members.values() if m.gpus) >= (job.size or 0):
             self._form(job, complete=True)
 
     def _form(self, job: Job, complete: bool) -> None:
