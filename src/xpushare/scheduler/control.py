@@ -177,10 +177,12 @@ def _loads(state: SchedulerState) -> list[placement.GpuLoad]:
     loads = []
     for g in state.registry.in_order():
         clients, arb = attached.get(g, []), g.arbiter
-        # The sizes of the public maps, not a snapshot: that sorts the waiters, and only counts
-        # are needed here.
+        # The arbiter's clients are the jobs' seats (policy/gang.py): their footprints are the
+        # members'. The sizes of the public maps, not a snapshot: that sorts the waiters, and
+        # only counts are needed here.
+        seats = {state.registry.gangs.seat_of(c, g) for c in clients} - {None}
         loads.append(placement.GpuLoad(
-            g.index, g.uuid, g.capacity, arb.footprints(clients), len(arb.waiting),
+            g.index, g.uuid, g.capacity, arb.footprints(seats), len(arb.waiting),
             len(arb.holders), sum(c.quota.compute_limit or placement.UNLIMITED for c in clients),
             healthy=g.made_by is None))
     return loads

@@ -194,6 +194,11 @@ class Gangs:
             return "holding"
         return "waiting" if gpu in job.members[member].wants else "idle"
 
+    def seat_of(self, member, gpu) -> Seat | None:
+        """The seat of member's job on gpu (the client gpu's arbiter knows), None if none."""
+        job = self.job_of.get(member)
+        return None if job is None else job.seats.get(gpu)
+
     def holds(self, member, gpu) -> bool:
         return self.state_of(member, gpu) == "holding"
 
