@@ -41,6 +41,7 @@ OPTIONAL_MACROS = {  # compared when the header defines them
     "NVS_DROP_QUANTUM": P.DropReason.QUANTUM, "NVS_DROP_PREEMPTED": P.DropReason.PREEMPTED,
     "NVS_DROP_ADMIN": P.DropReason.ADMIN, "NVS_DROP_MEMORY": P.DropReason.MEMORY,
     "NVS_GRANT_PREFETCH": P.GRANT_PREFETCH, "NVS_DROP_EVICT": P.DROP_EVICT,
+    "NVS_DROP_GANG": P.DROP_GANG,
     "NVS_RELEASE_DROPPED": P.ReleaseReason.DROPPED, "NVS_RELEASE_IDLE": P.ReleaseReason.IDLE,
 }
 REQUIRED_MACROS = {  # the header must define these

@@ -32,6 +32,10 @@ static inline void nvs_deadline_min(uint64_t *t, uint64_t now, uint64_t deadline
     if (left < *t) *t = left;
 }
 
+/* ---------------------------------------------------------------- drainbound.c */
+/* The drain of a DROP_LOCK with GANG: at most about `ms`; returns the time waited, ns. */
+uint64_t nvs_drain_bounded(nvs_dev *d, unsigned ms) NVS_HIDDEN;
+
 /* ---------------------------------------------------------------- transport.c */
 int nvs_tx_connected(void) NVS_HIDDEN;
 /* Sends o (nothing when empty). Returns -1 when the connection was lost (already handled). */

@@ -250,6 +250,7 @@ void nvs_config_load(void)
     c->idle_release_ms = (unsigned)env_long("NVSHARE_IDLE_RELEASE_MS", 250, 0, 86400000);
     c->max_inflight = (unsigned)env_long("NVSHARE_MAX_INFLIGHT", 1024, 0, 1 << 24);
     c->drain_target_ms = (unsigned)env_long("NVSHARE_DRAIN_TARGET_MS", 100, 0, 3600000);
+    c->gang_drain_ms = (unsigned)env_long("NVSHARE_GANG_DRAIN_MS", 500, 0, 3600000);
     c->prefetch = env_prefetch();
     c->evict = env_evict();
     const char *lib = getenv("NVSHARE_CUDA_LIBRARY");

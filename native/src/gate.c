@@ -137,6 +137,21 @@ void nvs_retire_done(nvs_ctxrec *rec)
     }
 }
 
+/* ring_mu held, the ring not full: record a checkpoint on s into the next slot. */
+static void record_checkpoint(nvs_ctxrec *rec, CUstream s)
+{
+    int slot = (rec->head + rec->count) % NVS_RING;
+    if (!rec->ring[slot] &&
+        nvs_drv.cuEventCreate(&rec->ring[slot], timed_checkpoints() ? CU_EVENT_DEFAULT
+                                                                    : CU_EVENT_DISABLE_TIMING) !=
+            CUDA_SUCCESS)
+        rec->ring[slot] = NULL;
+    if (rec->ring[slot] && nvs_drv.cuEventRecord(rec->ring[slot], s) == CUDA_SUCCESS) {
+        nvs_busy_tag(rec, slot);
+        rec->count++;
+    }
+}
+
 /* COLD (every rec->ckpt_interval stream calls of a thread). In-flight bound without whole-context
  * syncs: record an event on the launch's stream into the context's ring of NVS_RING; retire the
  * completed ones (adapting the interval to the GPU time between them); when the ring is full, wait
@@ -160,19 +175,25 @@ NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread)
         NVS_TRACE("device %d: in-flight bound reached, waited %.3f ms", rec->dev->ordinal,
                   (double)(nvs_now_ns() - t0) / 1e6);
     }
-    int slot = (rec->head + rec->count) % NVS_RING;
-    if (!rec->ring[slot] &&
-        nvs_drv.cuEventCreate(&rec->ring[slot], timed_checkpoints() ? CU_EVENT_DEFAULT
-                                                                    : CU_EVENT_DISABLE_TIMING) !=
-            CUDA_SUCCESS)
-        rec->ring[slot] = NULL;
-    if (rec->ring[slot] && nvs_drv.cuEventRecord(rec->ring[slot], s) == CUDA_SUCCESS) {
-        nvs_busy_tag(rec, slot);
-        rec->count++;
-    }
+    record_checkpoint(rec, s);
     nvs_relaxed_end(old);
     pthread_mutex_unlock(&rec->ring_mu);
     if (quiet) nvs_nocap_leave();
+}
+
+/* Client thread, in a "no capture" section, the context current: a checkpoint on the legacy stream
+ * (the end of the open busy span, as the drain's own) unless that would wait: ring_mu is held by an
+ * application thread waiting for a full ring, or the ring is full. A bounded drain must not wait
+ * there: the oldest checkpoint may lie behind a collective whose peer never comes. Returns 1 when
+ * it recorded one. */
+int nvs_checkpoint_try(nvs_ctxrec *rec)
+{
+    if (!nvs_ckpt_interval || pthread_mutex_trylock(&rec->ring_mu) != 0) return 0;
+    nvs_retire_done(rec);
+    int ok = rec->count < NVS_RING;
+    if (ok) record_checkpoint(rec, NULL);
+    pthread_mutex_unlock(&rec->ring_mu);
+    return ok;
 }
 
 static void pause_briefly(unsigned *spins)

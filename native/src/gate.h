@@ -69,4 +69,7 @@ static inline __attribute__((always_inline)) void nvs_gate_end(nvs_gate *g, CUre
     }
 }
 
+/* gate.c, client thread: a checkpoint on the legacy stream unless that would wait (1: recorded) */
+int nvs_checkpoint_try(nvs_ctxrec *rec) NVS_HIDDEN;
+
 #endif /* NVSHARE_GATE_H */

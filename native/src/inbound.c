@@ -24,7 +24,7 @@ static void reset_device(nvs_dev *d, int run)
     d->attach_sent = 0;
     d->lock_state = NVS_LOCK_IDLE;
     d->drain_reason = -1;
-    d->evict = d->prefetch_pending = 0;
+    d->evict = d->gang = d->prefetch_pending = 0;
     d->mem_sent_valid = 0;
     nvs_dev_set_run(d, run);
 }
@@ -118,7 +118,7 @@ static void on_lock_ok(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_
     d->lock_state = NVS_LOCK_HELD;
     d->want = 0;
     d->drain_reason = -1;
-    d->evict = 0;
+    d->evict = d->gang = 0;
     d->prefetch_pending = prefetch;
     d->prefetch_us = 0;
     d->pf_outstanding = 0;
@@ -141,13 +141,17 @@ static void on_drop(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t n
     struct nvs_drop m;
     memcpy(&m, p, sizeof(m));
     int evict = (m.flags & NVS_DROP_EVICT) != 0;
+    int gang = (m.flags & NVS_DROP_GANG) != 0;
     if (d->lock_state == NVS_LOCK_HELD && d->drain_reason < 0) {
         d->drain_reason = NVS_RELEASE_DROPPED;
         d->evict = evict;
-        NVS_DEBUG("drop device %u (%s%s) after holding it %.3f s", m.device, drop_reason(m.reason),
-                  evict ? ", evict" : "", (double)(now - d->grant_ns) / 1e9);
+        d->gang = gang;
+        NVS_DEBUG("drop device %u (%s%s%s) after holding it %.3f s", m.device,
+                  drop_reason(m.reason), evict ? ", evict" : "", gang ? ", gang" : "",
+                  (double)(now - d->grant_ns) / 1e9);
     } else if (d->lock_state == NVS_LOCK_HELD) {
         d->evict |= evict; /* a second drop before the release: it evicts if either asks */
+        d->gang |= gang;
         NVS_DEBUG("drop device %u: already releasing it%s", m.device, evict ? " (evict)" : "");
     } else {
         NVS_DEBUG("drop device %u ignored (not holding it)", m.device);

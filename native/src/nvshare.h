@@ -51,6 +51,7 @@ typedef struct nvs_config {
     unsigned idle_release_ms; /* NVSHARE_IDLE_RELEASE_MS, 0 = never */
     unsigned max_inflight;    /* NVSHARE_MAX_INFLIGHT, 0 = unbounded */
     unsigned drain_target_ms; /* NVSHARE_DRAIN_TARGET_MS, 0 = launch-count bound only */
+    unsigned gang_drain_ms;   /* NVSHARE_GANG_DRAIN_MS: bound of a DROP_GANG drain, 0 = none */
     int prefetch;             /* NVSHARE_PREFETCH: NVS_PREFETCH_* */
     int evict;                /* NVSHARE_EVICT: NVS_EVICT_* */
     char cuda_library[512];   /* NVSHARE_CUDA_LIBRARY */
@@ -155,7 +156,7 @@ typedef struct nvs_dev {
     uint64_t mem_sent_managed, mem_sent_other, mem_sent_ns; /* client thread */
     int mem_sent_valid;                                     /* client thread */
     /* Fast context switches (switch.c). Flags: nvs_g.mu; the rest: client thread. */
-    int evict;            /* the pending (or running) drain must evict to host (DROP_LOCK EVICT) */
+    int evict, gang;      /* the pending (or running) drain evicts to host (EVICT); is bounded (GANG) */
     int prefetch_pending; /* a grant asked for PREFETCH; done by nvs_session_work(), not under mu */
     int pf_outstanding;   /* an overlapped prefetch was issued; its end event not yet seen */
     nvs_ctxrec *pf_rec;   /* the context whose stream and events it used */

@@ -60,6 +60,8 @@ enum nvs_msg_type {
 /* grant.flags, drop.flags */
 #define NVS_GRANT_PREFETCH 1u /* bring the allocations back to the GPU in bulk */
 #define NVS_DROP_EVICT 1u     /* move the allocations to host memory in bulk before releasing */
+#define NVS_DROP_GANG 2u      /* dropped with the rest of its job: the drain may wait on work that
+                               * waits for a peer that is itself dropped (bounded drain) */
 
 /* device.reason of LOCK_RELEASED */
 #define NVS_RELEASE_DROPPED 0u
@@ -118,7 +120,7 @@ struct nvs_grant {
 struct nvs_drop {
     uint32_t device;
     uint32_t reason; /* NVS_DROP_* */
-    uint32_t flags;  /* NVS_DROP_EVICT */
+    uint32_t flags;  /* NVS_DROP_EVICT, NVS_DROP_GANG */
     uint32_t reserved;
 } __attribute__((packed));
 

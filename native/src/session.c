@@ -162,7 +162,10 @@ static void run_prefetch(nvs_dev *d)
 /* Drain d [evict], LOCK_RELEASED. Returns -1 when the connection was lost. */
 static int run_drain(nvs_dev *d)
 {
-    uint64_t drain_ns = nvs_drain(d);
+    /* A job's members are dropped together: a drain that waited for all its work could wait for
+     * a collective whose peer is gated on another GPU (or in another process) forever. */
+    uint64_t drain_ns = d->gang && nvs_cfg.gang_drain_ms ? nvs_drain_bounded(d, nvs_cfg.gang_drain_ms)
+                                                         : nvs_drain(d);
     nvs_switch_prefetch_poll(d, 1); /* an overlapped prefetch of this grant: its time */
     /* Moving pages to host runs at the CPU's pace inside the driver call (see
      * docs/benchmarks.md): by default it happens after LOCK_RELEASED, while the next holder
@@ -184,6 +187,7 @@ static int run_drain(nvs_dev *d)
     }
     d->drain_reason = -1;
     d->evict = 0;
+    d->gang = 0;
     pthread_mutex_unlock(&nvs_g.mu);
     if (nvs_tx_send(&out) != 0) return -1;
     if (evict_after) nvs_switch_evict(d);

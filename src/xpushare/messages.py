@@ -63,6 +63,8 @@ PRIORITY_LIMIT = 1000        # priorities are clamped to -PRIORITY_LIMIT..PRIORI
 HELLO_REQUIRE_SCHEDULER = 1  # hello.flags bit 0
 GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
 DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
+DROP_GANG = 2                # drop.flags bit 1: dropped with the rest of its job, so the drain
+                             # may wait on a collective whose peer is dropped too: it is bounded
 FEATURE_BUSY = 1             # welcome.features bit 0: the scheduler takes BUSY_UPDATE
 FEATURE_QUOTAS = 2           # welcome.features bit 1: it takes SETTINGS and answers with LIMITS
 FEATURE_JOBS = 4             # welcome.features bit 2: it takes JOB

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..protocol import (
-    DROP_EVICT, GRANT_PREFETCH, DropLock, Grant, ProtocolError, encode, encode_error,
+    DROP_EVICT, DROP_GANG, GRANT_PREFETCH, DropLock, Grant, ProtocolError, encode, encode_error,
 )
 from . import limits, metrics, policy
 from .gpus import uuid_key, valid_uuid
@@ -287,7 +287,8 @@ def _carry_out(gpu: Gpu, a: policy.Action, now: float) -> None:
             lock_log.info("grant pid=%d gpu=%s quantum=%s prefetch=%s", conn.pid, gpu.label,
                           f"{a.quantum:g}s" if a.quantum else "none", _yes(a.prefetch))
     elif isinstance(a, policy.Drop):
-        conn.send(encode(DropLock(conn.ordinal(gpu), int(a.reason), DROP_EVICT if a.evict else 0)))
+        flags = (DROP_EVICT if a.evict else 0) | (DROP_GANG if a.gang else 0)
+        conn.send(encode(DropLock(conn.ordinal(gpu), int(a.reason), flags)))
         metrics.dropped(conn, gpu, a.reason, a.evict)
         log.info("drop pid=%d gpu=%s reason=%s evict=%s", conn.pid, gpu.label,
                  a.reason.name.lower(), _yes(a.evict))
