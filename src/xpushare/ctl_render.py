@@ -18,6 +18,7 @@ from .sizes import format_size
 
 DEFAULT_WIDTH = 200  # of output that is not a terminal, unless --width or COLUMNS says otherwise
 COMMAND_WIDTH = 60  # a command line wider than this is shortened even with room to spare
+JOB_WIDTH = 40  # so is a job's name (NVSHARE_JOB, a torchrun id: up to 128 characters)
 FREE_MIN = 12  # narrowest a free-text column is worth showing; below that it is dropped
 
 
@@ -137,11 +138,15 @@ GPU_COLUMNS = [Column("GPU", 1), Column("UUID", 9), Column("Name", 8, free=True)
                Column("Memory", 6), Column("Capacity", 5), Column("Mode", 2),
                Column("TQ", 7, wrap=True), Column("Holders", 3, wrap=True),
                Column("Queue", 4, wrap=True)]
-CLIENT_COLUMNS = [Column("PID", 1), Column("UID", 7), Column("Priority", 3), Column("State", 2),
-                  Column("GPU", 4, wrap=True), Column("Memory", 5, wrap=True),
-                  Column("GPU time", 7, wrap=True), Column("Pod", 6),
-                  Column("Quota", 8, wrap=True),
-                  Column("Command", 9, free=True, limit=COMMAND_WIDTH)]
+CLIENT_COLUMNS = [Column("PID", 1), Column("UID", 8), Column("Priority", 3), Column("State", 2),
+                  Column("Job", 5, free=True, limit=JOB_WIDTH),
+                  Column("GPU", 4, wrap=True), Column("Memory", 6, wrap=True),
+                  Column("GPU time", 8, wrap=True), Column("Pod", 7),
+                  Column("Quota", 9, wrap=True),
+                  Column("Command", 10, free=True, limit=COMMAND_WIDTH)]
+JOB_COLUMNS = [Column("Job", 1, free=True, limit=JOB_WIDTH), Column("Kind", 6),
+               Column("State", 2), Column("Members", 3), Column("PIDs", 5, wrap=True),
+               Column("GPUs", 4, wrap=True)]
 
 
 def _gpu_row(g: dict) -> list[str]:
@@ -183,12 +188,34 @@ def _client_row(c: dict) -> list[str]:
     mem = [format_size(d["managed_bytes"] + d["other_bytes"]) for d in c["gpus"]]
     busy = [busy_cell(d.get("gpu_busy_seconds")) for d in c["gpus"]]
     return [str(c["pid"]), str(c["uid"]), str(c.get("priority", 0)), c["state"],
-            " ".join(gpu_cells) or "-", " ".join(mem) or "-", " ".join(busy) or "-", pod_cell(c),
+            c.get("job") or "-", " ".join(gpu_cells) or "-", " ".join(mem) or "-", " ".join(busy) or "-", pod_cell(c),
             quota_cell(c), c["command"] or "?"]
 
 
+def without_job(columns: list[Column], rows: list[list[str]], clients: list[dict]):
+    """The Job column says something only when some client is in a job status shows (one of more
+    than one member or GPU): otherwise it is left out, with its cells."""
+    if any(c.get("job") for c in clients):
+        return columns, rows
+    i = next(i for i, col in enumerate(columns) if col.name == "Job")
+    return columns[:i] + columns[i + 1:], [r[:i] + r[i + 1:] for r in rows]
+
+
+def job_members_cell(j: dict) -> str:
+    """Its members, out of its size when known ("2/4"); "forming" while it waits for the rest."""
+    n = len(j.get("members", []))
+    text = f"{n}/{j['size']}" if j.get("size") else str(n)
+    return text + ("" if j.get("formed", True) else " forming")
+
+
+def _job_row(j: dict) -> list[str]:
+    return [j["job"], j.get("kind", "?"), j.get("state", "?"), job_members_cell(j),
+            " ".join(str(p) for p in j.get("members", [])) or "-",
+            " ".join(str(g) for g in j.get("gpus", [])) or "-"]
+
+
 def render_status(status: dict, file=None, width: int | None = None) -> None:
-    """Two tables (GPUs, clients), each fitted to the console's width."""
+    """Tables (GPUs, clients, and jobs when there are any), each fitted to the console's width."""
     console = make_console(file, width)
     sched = status.get("scheduler", {})
     console.print(f"nvshare-scheduler {sched.get('version', '?')} (pid {sched.get('pid', '?')}) on "
@@ -203,7 +230,11 @@ def render_status(status: dict, file=None, width: int | None = None) -> None:
             console.print(f"GPU {gpu_label(g)}: {g['why']}", overflow="fold")
     clients = status.get("clients", [])
     if clients:
-        rows = [_client_row(c) for c in clients]
-        console.print(fitted_table("Clients", CLIENT_COLUMNS, rows, console.width))
+        columns, rows = without_job(CLIENT_COLUMNS, [_client_row(c) for c in clients], clients)
+        console.print(fitted_table("Clients", columns, rows, console.width))
     else:
         console.print("No clients.")
+    jobs = status.get("jobs")  # only jobs of more than one member or GPU, or of a known size
+    if jobs:
+        console.print(fitted_table("Jobs", JOB_COLUMNS, [_job_row(j) for j in jobs],
+                                   console.width))

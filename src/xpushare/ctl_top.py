@@ -20,7 +20,8 @@ from rich.console import Group
 from rich.text import Text
 
 from .ctl_render import (
-    Column, client_bytes, duration, fitted_table, gpu_label, make_console, quota_cell,
+    JOB_WIDTH, Column, client_bytes, duration, fitted_table, gpu_label, make_console, quota_cell,
+    without_job,
 )
 from .ctl_keys import KeyReader
 from .sizes import format_size
@@ -170,16 +171,18 @@ def _gpu_lines(g: dict, footprint: int, width: int, bar_width: int) -> list[Text
     return lines
 
 
-TOP_COLUMNS = [Column("Client", 1), Column("PID", 7), Column("Priority", 3), Column("State", 2),
-               Column("GPU", 8, wrap=True), Column("Memory", 4), Column("Held", 6), Column("Wait", 5),
-               Column("Grants", 9), Column("Busy", 10), Column("Quota", 11, wrap=True)]
+TOP_COLUMNS = [Column("Client", 1), Column("PID", 8), Column("Priority", 3), Column("State", 2),
+               Column("Job", 5, free=True, limit=JOB_WIDTH),
+               Column("GPU", 9, wrap=True), Column("Memory", 4), Column("Held", 7), Column("Wait", 6),
+               Column("Grants", 10), Column("Busy", 11), Column("Quota", 12, wrap=True)]
 TABLE_FRAME = 5  # lines a table takes besides its rows: title, top rule, header, rule, bottom rule
 
 
 def _client_row(c: dict, held: dict[int, float], tracker: Tracker, now: float) -> list[str]:
     gpus = " ".join(f"{'-' if d['index'] is None else d['index']}:{d['state']}" for d in c["gpus"])
     cid = c["client_id"]
-    return [client_label(c), str(c["pid"]), str(c.get("priority", 0)), c["state"], gpus or "-",
+    return [client_label(c), str(c["pid"]), str(c.get("priority", 0)), c["state"],
+            c.get("job") or "-", gpus or "-",
             format_size(client_bytes(c)), duration(held[cid]) if cid in held else "-",
             tracker.wait_of(cid, now) if c["state"] == "waiting" else "-",
             tracker.grants_of(cid), tracker.busy_of(cid), quota_cell(c)]
@@ -219,11 +222,10 @@ def render_frame(status: dict, tracker: Tracker, width: int, height: int | None,
     if clients:
         held = _held_for(status)
         rows = [_client_row(c, held, tracker, now) for c in shown]
+        columns, rows = without_job(TOP_COLUMNS, rows, shown)
         # The PID column says something only where a pod names the client instead.
-        columns = TOP_COLUMNS if any(c.get("pod") for c in shown) else \
-            [col for col in TOP_COLUMNS if col.name != "PID"]
-        if len(columns) < len(TOP_COLUMNS):
-            rows = [r[:1] + r[2:] for r in rows]
+        if not any(c.get("pod") for c in shown):
+            columns, rows = columns[:1] + columns[2:], [r[:1] + r[2:] for r in rows]
         parts.append(fitted_table("Clients", columns, rows, width))
     else:
         parts.append(Text("No clients."))
@@ -240,7 +242,8 @@ def _lines(part: Text, width: int) -> int:
 def json_frame(status: dict, tracker: Tracker | None = None) -> dict:
     """One frame for programs: per GPU and per client what top shows; null where not reported.
     busy_share: GPU busy time over wall time since the tracker's previous sample (1.0 = one GPU
-    kept busy); gpu_busy_seconds: the client's total, summed over its GPUs."""
+    kept busy); gpu_busy_seconds: the client's total, summed over its GPUs. jobs: as status has
+    them (those of more than one member or GPU, or of a known size), and each client's job."""
     footprints = _gpu_footprints(status)
     held = _held_for(status)
     keys = ("index", "uuid", "name", "mode", "operation", "why", "tq", "tq_source", "switch_cost",
@@ -256,10 +259,11 @@ def json_frame(status: dict, tracker: Tracker | None = None) -> dict:
                 "lock_wait": None, "grants": None,
                 "gpu_busy_seconds": sum(d.get("gpu_busy_seconds") or 0.0 for d in c["gpus"]),
                 "busy_share": tracker.busy_share.get(c["client_id"]) if tracker else None,
-                "quota": c.get("quota")}
+                "quota": c.get("quota"), "job": c.get("job")}
                for c in ordered_clients(status.get("clients", []))]
     return {"time": time.time(), "scheduler": status.get("scheduler", {}), "gpus": gpus,
-            "clients": clients, "gpus_not_listed": status.get("gpus_not_listed", 0),
+            "clients": clients, "jobs": status.get("jobs", []),
+            "gpus_not_listed": status.get("gpus_not_listed", 0),
             "not_reported": ["lock_wait", "grants"]}
 
 

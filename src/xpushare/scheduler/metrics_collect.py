@@ -29,6 +29,7 @@ from .. import __version__
 from ..protocol import DropReason, MessageType
 from . import metrics
 from .metrics import PHASES
+from .metrics_jobs import JOB_FAMILIES, JobRow, take_jobs
 from .policy import DEFAULT_SHARE
 
 log = logging.getLogger("nvshare.scheduler")
@@ -80,6 +81,7 @@ class ClientRow(NamedTuple):  # a tuple: a thousand are made on the loop at each
 class Scrape:
     gpus: list[GpuRow] = field(default_factory=list)
     clients: list[ClientRow] = field(default_factory=list)
+    jobs: list[JobRow] = field(default_factory=list)
     connections: int = 0
     accepted: int = 0
     messages: dict[int, int] = field(default_factory=dict)
@@ -97,7 +99,8 @@ def take_pieces(state, now: float, nvml=None) -> Iterator[Scrape]:
     """Copy what the series show out of `state` at `now`, no formatting: the scheduler's counts
     and the GPUs, then the clients TAKE_CLIENTS at a time, yielding the Scrape after each piece so
     that the caller may return to the loop (some 1.5 us a client); complete at the last. The
-    clients are those connected at the start; one that leaves meanwhile shows once more.
+    clients are those connected at the start; one that leaves meanwhile shows once more. Then the
+    jobs (metrics_jobs.take_jobs), as they are when their piece is taken.
     nvml: an NvmlReader, or None for no NVML series."""
     stats = state.stats
     scrape = Scrape(connections=len(state.conns), accepted=stats.connections,
@@ -114,6 +117,8 @@ def take_pieces(state, now: float, nvml=None) -> Iterator[Scrape]:
             for g in c.devices.values():
                 per_gpu[g] += 1
                 scrape.clients.append(_client_row(c, g, ident, now))
+        yield scrape
+    for _ in take_jobs(state.registry, scrape.jobs):
         yield scrape
     for g, n in per_gpu.items():
         if g in rows:
@@ -152,16 +157,17 @@ def _client_row(c, g, ident: tuple, now: float) -> ClientRow:
 
 def render(scrape: Scrape, encoder, openmetrics: bool) -> Iterator[bytes]:
     """The exposition of `scrape` in pieces (encoder: prometheus_client's generate_latest of the
-    format asked for). Each piece is one or more whole metric families, or the next clients'
-    samples of a client family (about PIECE_SAMPLES), whose HELP and TYPE lines only its first
-    piece carries."""
+    format asked for). Each piece is one or more whole metric families, or the next clients' (or
+    jobs') samples of a client (job) family (about PIECE_SAMPLES), whose HELP and TYPE lines only
+    its first piece carries."""
     yield _encode(encoder, list(_scheduler_families(scrape)))
     yield _encode(encoder, list(_gpu_families(scrape)))
-    for make, per_client in _CLIENT_FAMILIES:
-        step = max(1, PIECE_SAMPLES // per_client)
-        for start in range(0, max(1, len(scrape.clients)), step):
-            text = _encode(encoder, [make(scrape.clients[start:start + step])])
-            yield _strip_header(text) if start else text
+    for families, rows in ((_CLIENT_FAMILIES, scrape.clients), (JOB_FAMILIES, scrape.jobs)):
+        for make, per_row in families:
+            step = max(1, PIECE_SAMPLES // per_row)
+            for start in range(0, max(1, len(rows)), step):
+                text = _encode(encoder, [make(rows[start:start + step])])
+                yield _strip_header(text) if start else text
     if openmetrics:
         yield b"# EOF\n"
 
