@@ -1,7 +1,7 @@
 """The exporter's job series (docs/metrics.md, Jobs): the jobs nvsharectl status shows, copied out
 of policy/gang.py's records a piece at a time like the clients (metrics_collect.take_pieces).
 
-Only jobs of more than one member or GPU, or of a known size, have series (status._shown, the same
+Only jobs of more than one member or GPU, or of a known size, have series (status.job_shown, the same
 rule as status and top): every process alone is a job of its own, and a set of series for each would
 double the scrape for nothing the client series do not already say.
 
@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 
-from .status import _shown as shown  # one rule for which jobs are news, wherever they are shown
+from .status import job_shown as shown  # one rule for which jobs are news, wherever they are shown
 
 JOB = ("job_name", "kind")
 TAKE_JOBS = 500  # jobs looked at between two returns to the loop (a few attribute reads each)

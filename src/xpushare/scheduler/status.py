@@ -31,7 +31,7 @@ def build(state: SchedulerState, msg: dict | None = None) -> dict:
                       "tq": registry.default_tq if registry.default_tq is not None else "auto"},
         "gpus": [gpu_status(g, now) for g in registry.in_order()],
         "clients": [client_status(state, c, now) for c in state.clients()],
-        "jobs": [job_status(j) for j in registry.gangs.jobs.values() if _shown(j)],
+        "jobs": [job_status(j) for j in registry.gangs.jobs.values() if job_shown(j)],
     }
     # A reply is one frame (MAX_CTL_REPLY): with very many clients, shorten the command lines; with
     # very many client-made GPUs, list only those that fit.
@@ -100,13 +100,15 @@ def _members(conns) -> list:
     return sorted(conns, key=lambda c: c.id)
 
 
-def _shown(job) -> bool:
+def job_shown(job) -> bool:
     """Jobs of more than one member or GPU: a process alone on one GPU is no news."""
     return len(job.members) > 1 or len(job.seats) > 1 or job.size is not None
 
 
 def job_status(job) -> dict:
-    return {"job": job.label, "kind": job.key[0], "state": job.phase.value,
+    # uid: jobs named alike by two users are two jobs (jobs.py keys them per uid).
+    uid = job.key[1] if job.key[0] in ("name", "torchrun") else None
+    return {"job": job.label, "kind": job.key[0], "uid": uid, "state": job.phase.value,
             "formed": job.formed, "size": job.size,
             "members": [c.pid for c in _members(job.members)],
             "gpus": sorted((g.index if g.index is not None else g.uuid for g in job.seats),
@@ -133,7 +135,7 @@ def client_status(state: SchedulerState, c: Conn, now: float) -> dict:
         "pod": None if pod is None else {k: getattr(pod, k, None)
                                          for k in ("namespace", "name", "uid", "container_id")},
         "pod_hint": hint if (hint["name"] or hint["namespace"]) else None,
-        "job": None if job is None or not _shown(job) else job.label,
+        "job": None if job is None or not job_shown(job) else job.label,
     }
 
 
