@@ -29,7 +29,8 @@ DEFAULT_RERUN_ALL = "bash bench/gpu_validate.sh --bench-only   # or: python3 ben
 EARLIER = {"launch-training-idle.json": "the full forms of launch overhead, training step time (three sizes) "
                                         "and idle release",
            "busy-accuracy.json": "per-client GPU busy time against the application's own timing",
-           "quota-limits.json": "compute limits and shares"}
+           "quota-limits.json": "compute limits and shares",
+           "gang-ddp.json": "gang-scheduled torchrun DDP jobs"}
 # Runs of the benchmarks without a GPU (suite.CPU), next to the suite's JSON: file -> their part's title.
 SEPARATE = {"cpu.json": "Without a GPU: many clients and soak"}
 # Facts measured once outside the suite, which defaults and design rest on: shown last.

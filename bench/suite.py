@@ -32,10 +32,10 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 SUITE = ("train_overhead", "launch_overhead", "sched_latency", "switch_cost", "makespan_fit", "makespan_pair",
-         "interactive", "idle_release", "load", "soak", "busy_accuracy", "quota_limits")
+         "interactive", "idle_release", "load", "soak", "busy_accuracy", "quota_limits", "gang_ddp")
 GOALS = ("makespan_fit", "makespan_pair", "switch_cost", "interactive")  # the headline table, in this order
 OTHER = ("sched_latency", "train_overhead", "launch_overhead",  # "other measurements", when they ran
-         "busy_accuracy", "quota_limits")
+         "busy_accuracy", "quota_limits", "gang_ddp")
 # The benchmarks without a GPU that are not part of the GPU suite's run (DEFAULT False): they load the
 # scheduler with many clients and with fuzz, which tells about the CPU, not the GPU. `run_all.py --only
 # load,soak` runs them on any machine into bench/results/cpu.json, which the report shows in a part of its
