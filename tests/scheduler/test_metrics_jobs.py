@@ -30,7 +30,8 @@ def test_a_named_job_of_two_members_shows_until_one_leaves(metrics_scheduler):
     lone = registered(sched.socket)   # a process alone: no job, in status or in the metrics
     a, b = member(sched.socket, 0), member(sched.socket, 1)
     status = b.ctl("status")
-    assert status["jobs"] == [{"job": "train", "kind": "name", "state": "idle", "formed": True,
+    assert status["jobs"] == [{"job": "train", "kind": "name", "uid": os.getuid(), "state": "idle",
+                               "formed": True,
                                "size": None, "members": [os.getpid()] * 2,
                                "gpus": sorted(g["uuid"] for g in status["gpus"])}]
     jobs = {c["client_id"]: c["job"] for c in status["clients"]}

@@ -114,10 +114,12 @@ PREFETCHES = [0.0, 0.05, 0.4, 3.0, 4294.967295]  # seconds; the last is LOCK_REL
 
 
 def _plain(value):
-    """Actions, snapshots and records as plain tuples, so that the two packages' classes compare."""
+    """Actions, snapshots and records as plain tuples, so that the two packages' classes compare.
+    Fields left out of equality (Drop.gang, set by the jobs layer above the arbiter) are left out
+    here too."""
     if dataclasses.is_dataclass(value):
         return (type(value).__name__,) + tuple(_plain(getattr(value, f.name))
-                                               for f in dataclasses.fields(value))
+                                               for f in dataclasses.fields(value) if f.compare)
     if isinstance(value, (list, tuple)):
         return tuple(_plain(v) for v in value)
     if hasattr(value, "value") and not isinstance(value, (int, float)):  # enums (Mode)

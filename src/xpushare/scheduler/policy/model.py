@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from ...protocol import DropReason
@@ -112,8 +112,10 @@ class Drop:
     client: Client
     reason: DropReason
     evict: bool = False     # the next holder needs the room: move the allocations to host in bulk
-    gang: bool = False      # dropped with the rest of its job (gang.py): its drain may wait on a
-                            # collective whose peer is dropped too, so the library bounds it
+    # Dropped with the rest of its job (gang.py): its drain may wait on a collective whose peer is
+    # dropped too, so the library bounds it. Not part of equality: what a strategy decides is the
+    # same drop whatever job it falls on.
+    gang: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
