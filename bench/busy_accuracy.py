@@ -34,7 +34,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-from render import error_of, error_row, f, goal_row, num  # noqa: E402
+from render import error_of, error_row, f, finish, goal_row, num  # noqa: E402
 
 NAME = "busy_accuracy"
 TITLE = "Per-client GPU busy time: exporter vs the application's own CUDA events"
@@ -264,11 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--seconds must be from 0.5 to 120")
     t0 = time.monotonic()
     result = measure(args.quick, args.seconds, args.together)
-    result["seconds"] = time.monotonic() - t0
-    result["rerun"] = RERUN + (" --quick" if args.quick else "")
-    print(section(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    finish(result, t0, RERUN, args.quick, section, args.json)
     return 0 if all(r.get("met") for r in result["workloads"].values()) else 1
 
 

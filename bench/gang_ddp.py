@@ -39,6 +39,7 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 from gang_ddp_report import DROP_RE, all_met, compare, evict_lines, goals, judge, section  # noqa: E402,F401
+from render import finish  # noqa: E402
 
 NAME = "gang_ddp"
 TITLE = "Gang scheduling: two torchrun DDP jobs sharing the GPU"
@@ -200,11 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     t0 = time.monotonic()
     result = measure(args.quick, args.steps, args.tq, args.port)
-    result["seconds"] = time.monotonic() - t0
-    result["rerun"] = RERUN + (" --quick" if args.quick else "")
-    print(section(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    finish(result, t0, RERUN, args.quick, section, args.json)
     return 0 if all_met(result) else 1
 
 

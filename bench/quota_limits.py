@@ -48,6 +48,7 @@ from gpu_clocks import ClockSampler, smi_argv  # noqa: E402
 from quota_analysis import (GOAL_COMBINED, GOAL_POINTS, all_met, judge_limit,  # noqa: E402,F401
                             judge_live, judge_shares)
 from quota_report import goals, section  # noqa: E402,F401  (the suite's interface)
+from render import finish  # noqa: E402
 
 NAME = "quota_limits"
 TITLE = "Quotas: compute limits and compute shares (throughput of saturating workloads)"
@@ -234,11 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--tq must be from 0.05 to 60")
     t0 = time.monotonic()
     result = measure(args.quick, args.seconds, args.tq)
-    result["seconds"] = time.monotonic() - t0
-    result["rerun"] = RERUN + (" --quick" if args.quick else "")
-    print(section(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    finish(result, t0, RERUN, args.quick, section, args.json)
     return 0 if all_met(result) else 1
 
 

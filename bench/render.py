@@ -145,3 +145,16 @@ def table_bars(plt, table: Any, ways: tuple[tuple[str, str], ...], group: str, y
         return None
     series = {label: [num(dig(r, key)) for _, r in rows] for label, key in ways}
     return bars(plt, [group.format(k) for k, _ in rows], series, ylabel, title)
+
+
+def finish(result: dict, started: float, rerun: str, quick: bool, section, json_path) -> None:
+    """The end of a GPU benchmark run alone: stamp its duration and rerun command on `result`,
+    print its section, and write it to `json_path` (None: nowhere)."""
+    import json
+    import time
+
+    result["seconds"] = time.monotonic() - started
+    result["rerun"] = rerun + (" --quick" if quick else "")
+    print(section(result))
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=2))
