@@ -18,8 +18,10 @@ _Atomic int nvs_exiting;
 
 /* With a compute limit, checkpoints start QUOTA_FIRST_INTERVAL launches apart (and adapt up
  * from there): the first NVS_RING intervals are what a fresh context may queue before any has
- * been measured, and work queued past the gate runs on when it closes (quota.c). */
-#define QUOTA_FIRST_INTERVAL 8u
+ * been measured, and work queued past the gate runs on when it closes (quota.c). One launch:
+ * a fresh context's first burst is then at most NVS_RING launches past the bucket (8 launches
+ * apart, it was 64: 84 ms of 1 ms kernels at 25%, then a pause of 190 ms). */
+#define QUOTA_FIRST_INTERVAL 1u
 
 unsigned nvs_ckpt_initial(void)
 {
@@ -149,6 +151,7 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s)
     if (rec->ring[slot] && nvs_drv.cuEventRecord(rec->ring[slot], s) == CUDA_SUCCESS) {
         nvs_busy_tag(rec, slot);
         rec->count++;
+        nvs_quota_checkpoint(rec->dev);
     }
 }
 

@@ -176,6 +176,8 @@ typedef struct nvs_dev {
     uint64_t q_busy_seen;  /* busy_ns charged so far */
     uint64_t q_poll_ns;    /* the next retirement of finished checkpoints */
     int q_pending;         /* checkpoints still outstanding at the last one */
+    int q_armed;           /* q_wake was set at the last retirement, which found none outstanding */
+    _Atomic int q_wake;    /* set: the next checkpoint recorded wakes the client thread (quota.c) */
 } nvs_dev;
 
 struct nvs_ctxrec {
@@ -299,6 +301,8 @@ void nvs_quota_deadline(uint64_t now, uint64_t *t) NVS_HIDDEN;
 /* nvs_g.mu held: ns until a throttled device may run again (0 when it is not throttled). */
 uint64_t nvs_quota_pause_left(const nvs_dev *d, uint64_t now) NVS_HIDDEN;
 void nvs_quota_reset_after_fork(nvs_dev *d) NVS_HIDDEN;
+/* A checkpoint was just recorded on d (gate.c): wakes a client thread that waits for one. */
+void nvs_quota_checkpoint(nvs_dev *d) NVS_HIDDEN;
 /* alloc.c: the memory limit changed; the next refusal is said again on stderr. */
 void nvs_alloc_limit_changed(void) NVS_HIDDEN;
 

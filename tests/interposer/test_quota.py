@@ -77,6 +77,38 @@ def test_the_limit_holds_in_every_mode_and_ungated(world, how):
     assert got == pytest.approx(0.40, abs=TOLERANCE)
 
 
+BUCKET_MS_PER_POINT = 0.5   # quota.c: the bucket holds L x 50 ms
+QUEUE_MS = 20               # gate.c: what may be queued past the gate under a limit
+SLACK_MS = 8                # the client thread's lateness on a loaded machine
+
+
+def _worst_excess_ms(iv, frac: float) -> float:
+    """The most GPU time any window (20 to 400 ms long, starting at a launch) holds beyond the
+    limit's share of it."""
+    end, worst = iv[-1][1], 0.0
+    for start, _ in iv:
+        for w_ms in (20, 50, 100, 200, 400):
+            w = w_ms * 1_000_000
+            if start + w <= end:
+                worst = max(worst, (_busy_fraction(iv, start, start + w) - frac) * w / 1e6)
+    return worst
+
+
+@pytest.mark.parametrize("limit", [25, 50])
+def test_no_window_holds_more_than_the_limit_plus_one_burst(world, limit):
+    """The token bucket's bound: any window of W holds at most L x W of GPU time plus the bucket
+    and the queue. The first work after a pause is charged as promptly as the rest (a recorded
+    checkpoint wakes the client thread), so a burst never runs on for a slow retirement tick
+    (which let 25% run 65 ms bursts)."""
+    world.scheduler(mode="auto")
+    n = int(1.6 * limit / 100 * 1e6 / KERNEL_US)
+    app = world.app("init", "ctx", "0", "launch", str(n), "ctxsync",
+                    env={"MOCK_CUDA_KERNEL_US": KERNEL_US, "NVSHARE_COMPUTE_LIMIT": limit})
+    assert app.finish(60) == 0, app.stderr()
+    excess = _worst_excess_ms(_intervals(world, app.pid), limit / 100)
+    assert excess <= limit * BUCKET_MS_PER_POINT + QUEUE_MS + SLACK_MS
+
+
 def test_without_a_limit_the_program_saturates_the_gpu(world):
     world.scheduler(mode="auto")
     got, _ = _saturate(world, None, 0.8)
