@@ -11,9 +11,9 @@ from __future__ import annotations
 
 GOAL_POINTS = 3.0         # a limit or a share is met within this many points
 GOAL_COMBINED = 0.95      # combined throughput with shares over without
-GOAL_EFFECT_S = 1.0       # a lowered limit holds within this many seconds of the change
-EFFECT_WINDOW_S = 0.5     # effect_s: windows this long ...
-EFFECT_STEP_S = 0.1       # ... stepped by this much
+WINDOW_S = 1.0            # a live change is judged on the achieved share over 1 s windows ...
+WINDOW_STEP_S = 0.1       # ... stepped by this much from the change to the end of the trace
+BURST_WINDOW_S = 0.25     # the spread of these windows once settled says how even the work is
 
 
 def judge_limit(solo_ips: float | None, ips: float | None, limit_pct: float) -> dict:
@@ -72,57 +72,73 @@ def window_percent(trace: list, t_from: float, t_to: float, solo_ips: float | No
 
 def change_windows(trace: list, change: float, solo_ips: float | None) -> dict:
     """Percent of solo over the second before the change, the second after it and the one after that."""
-    return {"before": window_percent(trace, change - 1.0, change, solo_ips),
-            "first_s": window_percent(trace, change, change + 1.0, solo_ips),
-            "second_s": window_percent(trace, change + 1.0, change + 2.0, solo_ips)}
+    return {"before": window_percent(trace, change - WINDOW_S, change, solo_ips),
+            "first_s": window_percent(trace, change, change + WINDOW_S, solo_ips),
+            "second_s": window_percent(trace, change + WINDOW_S, change + 2 * WINDOW_S, solo_ips)}
 
 
-def effect_s(trace: list, change: float, solo_ips: float | None, target: float) -> float | None:
-    """The earliest time after the change (on a EFFECT_STEP_S grid) from which every EFFECT_WINDOW_S
-    window, stepped by EFFECT_STEP_S, to the end of the trace is at most target + GOAL_POINTS percent
-    of solo. None when no window after the change fits in the trace, or the last ones are above."""
+def window_range(trace: list, t_from: float, width: float, solo_ips: float | None) -> list | None:
+    """[lowest, highest] percent of solo over the windows of `width` that start at t_from, t_from +
+    WINDOW_STEP_S, ... and end within the trace; None when none fits."""
     if not trace or not solo_ips:
         return None
-    starts = []
-    k = 0
-    while change + k * EFFECT_STEP_S + EFFECT_WINDOW_S <= trace[-1][0] + 1e-9:
-        starts.append(k)
+    values, k = [], 0
+    while t_from + k * WINDOW_STEP_S + width <= trace[-1][0] + 1e-9:
+        t = t_from + k * WINDOW_STEP_S
+        values.append(window_percent(trace, t, min(t + width, trace[-1][0]), solo_ips))
         k += 1
-    found = None
-    for k in reversed(starts):  # walk back from the end while the windows hold
-        t = change + k * EFFECT_STEP_S
-        pct = window_percent(trace, t, min(t + EFFECT_WINDOW_S, trace[-1][0]), solo_ips)
-        if pct is None or pct > target + GOAL_POINTS:
-            break
-        found = k * EFFECT_STEP_S
-    return None if found is None else round(found, 6)
+    values = [v for v in values if v is not None]
+    return [min(values), max(values)] if values else None
 
 
 def judge_live(trace: list | None, change: float | None, solo_ips: float | None,
                to_pct: float) -> dict:
-    """The verdict on a limit lowered to to_pct while running: the windows around the change,
-    effect_s (goal <= GOAL_EFFECT_S) and the second second after it (goal to_pct +/- GOAL_POINTS)."""
-    out = {"windows": {"before": None, "first_s": None, "second_s": None}, "effect_s": None,
-           "effect_met": None, "settled_met": None}
+    """The verdict on a limit lowered to to_pct while running. effect_met: the share achieved over
+    the WINDOW_S right after the change is to_pct +/- GOAL_POINTS (it took effect within that
+    second). held: the range of every WINDOW_S window from the change to the end of the trace,
+    held_met when all are within the points. spread: the range of BURST_WINDOW_S windows from a
+    second after the change (how evenly the limited work runs; no goal)."""
+    out = {"windows": {"before": None, "first_s": None, "second_s": None}, "effect_met": None,
+           "held": None, "held_met": None, "spread": None}
     if not trace or change is None or not solo_ips:
         return out
     out["windows"] = change_windows(trace, change, solo_ips)
-    out["effect_s"] = effect_s(trace, change, solo_ips, to_pct)
-    out["effect_met"] = out["effect_s"] is not None and out["effect_s"] <= GOAL_EFFECT_S
-    second = out["windows"]["second_s"]
-    out["settled_met"] = second is not None and abs(second - to_pct) <= GOAL_POINTS
+    first = out["windows"]["first_s"]
+    out["effect_met"] = first is not None and abs(first - to_pct) <= GOAL_POINTS
+    out["held"] = window_range(trace, change, WINDOW_S, solo_ips)
+    out["held_met"] = out["held"] is not None and all(
+        abs(v - to_pct) <= GOAL_POINTS for v in out["held"])
+    out["spread"] = window_range(trace, change + WINDOW_S, BURST_WINDOW_S, solo_ips)
     return out
 
 
+def judge_gpu_time(clocks: dict | None, limit_pct: float) -> dict:
+    """The GPU's own utilisation over a limited run (NVML, sampled by nvidia-smi: the share of time
+    a kernel ran), and whether it is within GOAL_POINTS of the limit: the GPU time the limit bounds,
+    measured outside the library. None without samples."""
+    util = (clocks or {}).get("util_pct")
+    if util is None:
+        return {"util_pct": None, "met": None}
+    return {"util_pct": util, "met": abs(util - limit_pct) <= GOAL_POINTS}
+
+
 def all_met(result: dict) -> bool:
-    """Every goal of a result met (the graph and live parts count when the result has them)."""
+    """Every goal of a result met (the graph, live, memory-bound and GPU-time parts count when the
+    result has them)."""
     limits = result.get("limits") or {}
     shares = (result.get("shares") or {}).get("verdict") or {}
-    flags = [row.get("met") for k, row in limits.items() if k != "none"]
+    flags = []
+    for rows in (limits, result.get("memory_bound") or {}):
+        for key, row in rows.items():
+            if key == "none":
+                continue
+            flags.append(row.get("met"))
+            if "gpu_time" in row:
+                flags.append((row.get("gpu_time") or {}).get("met"))
     flags += list(shares.get("met") or [None]) + [shares.get("combined_met")]
     if "graph" in result:
         flags.append(((result.get("graph") or {}).get("limited") or {}).get("met"))
     if "live" in result:
         verdict = (result.get("live") or {}).get("verdict") or {}
-        flags += [verdict.get("effect_met"), verdict.get("settled_met")]
+        flags += [verdict.get("effect_met"), verdict.get("held_met")]
     return bool(flags) and all(x is True for x in flags)

@@ -48,52 +48,74 @@ def test_window_percent(t_from, t_to, solo, expected):
     assert got == (None if expected is None else pytest.approx(expected))
 
 
-# (what, segments of percent of solo, effect_s, its goal met, second 1-2 after the change, met)
+# (what, segments of percent of solo, the second after the change, its goal met,
+#  [lowest, highest] 1 s window from the change on, all of them met)
 CASES = [
-    ("drops at the change", [(3.0, 75), (8.0, 25)], 0.0, True, 25.0, True),
-    ("drops 0.4 s after", [(3.4, 75), (8.0, 25)], 0.4, True, 25.0, True),
-    ("drops 1.0 s after", [(4.0, 75), (8.0, 25)], 1.0, True, 25.0, True),
-    ("settles within the points", [(3.0, 75), (3.2, 40), (8.0, 27)], 0.2, True, 27.0, True),
-    ("stays at 75 for 1.5 s", [(4.5, 75), (8.0, 25)], 1.5, False, 50.0, False),
-    ("a burst at 100% 3 s after", [(3.0, 75), (6.0, 25), (6.2, 100), (8.0, 25)], 3.2, False, 25.0, True),
-    ("settles too high", [(3.0, 75), (8.0, 32)], None, False, 32.0, False),
-    ("never changes", [(8.0, 75)], None, False, 75.0, False),
+    ("drops at the change", [(3.0, 75), (8.0, 25)], 25.0, True, [25.0, 25.0], True),
+    ("drops 0.1 s after", [(3.1, 75), (8.0, 25)], 30.0, False, [25.0, 30.0], False),
+    ("settles within the points", [(3.0, 75), (3.2, 28), (8.0, 24)], 24.8, True, [24.0, 24.8], True),
+    ("stays at 75 for 1.5 s", [(4.5, 75), (8.0, 25)], 75.0, False, [25.0, 75.0], False),
+    ("a burst at 100% 3 s after", [(3.0, 75), (6.0, 25), (6.2, 100), (8.0, 25)], 25.0, True,
+     [25.0, 40.0], False),
+    ("settles too low", [(3.0, 75), (8.0, 20)], 20.0, False, [20.0, 20.0], False),
+    ("never changes", [(8.0, 75)], 75.0, False, [75.0, 75.0], False),
 ]
 
 
-@pytest.mark.parametrize("what,segments,effect,effect_met,second,settled_met", CASES,
+@pytest.mark.parametrize("what,segments,first,effect_met,held,held_met", CASES,
                          ids=[c[0] for c in CASES])
-def test_judge_live(what, segments, effect, effect_met, second, settled_met):
+def test_judge_live(what, segments, first, effect_met, held, held_met):
     v = qa.judge_live(make_trace(segments), 3.0, SOLO, 25)
-    assert v["effect_s"] == (None if effect is None else pytest.approx(effect))
-    assert v["effect_met"] is effect_met
     assert v["windows"]["before"] == pytest.approx(75.0)
-    assert v["windows"]["second_s"] == pytest.approx(second)
-    assert v["settled_met"] is settled_met
+    assert v["windows"]["first_s"] == pytest.approx(first)
+    assert v["effect_met"] is effect_met
+    assert v["held"] == pytest.approx(held)
+    assert v["held_met"] is held_met
+
+
+def test_the_spread_of_short_windows_shows_bursts():
+    even = qa.judge_live(make_trace([(3.0, 75), (8.0, 25)]), 3.0, SOLO, 25)
+    assert even["spread"] == pytest.approx([25.0, 25.0])
+    bursts = [(3.0, 75)] + [seg for k in range(10) for seg in ((4.0 + 0.4 * k, 0), (4.1 + 0.4 * k, 100))]
+    v = qa.judge_live(make_trace(bursts + [(8.0, 25)], step=0.01), 3.0, SOLO, 25)
+    lo, hi = v["spread"]
+    assert lo < 10 and hi > 40  # 100 ms of everything, then 300 ms of nothing
 
 
 def test_judge_live_without_enough_trace():
-    short = make_trace([(3.0, 75), (3.4, 25)])  # no 0.5 s window after the change fits
+    short = make_trace([(3.0, 75), (3.4, 25)])  # no 1 s window after the change fits
     v = qa.judge_live(short, 3.0, SOLO, 25)
-    assert v["effect_s"] is None and v["effect_met"] is False
-    assert v["windows"]["first_s"] is None and v["settled_met"] is False
+    assert v["effect_met"] is False and v["held"] is None and v["held_met"] is False
+    assert v["windows"]["first_s"] is None and v["spread"] is None
     assert qa.judge_live(short, 0.5, SOLO, 25)["windows"]["before"] is None  # before the start
     for trace, change, solo in ((None, 3.0, SOLO), (short, None, SOLO), (short, 3.0, None)):
         assert qa.judge_live(trace, change, solo, 25) == {
-            "windows": {"before": None, "first_s": None, "second_s": None}, "effect_s": None,
-            "effect_met": None, "settled_met": None}
+            "windows": {"before": None, "first_s": None, "second_s": None}, "effect_met": None,
+            "held": None, "held_met": None, "spread": None}
 
 
-def test_all_met_counts_graph_and_live_when_present():
+def test_judge_gpu_time():
+    assert qa.judge_gpu_time({"util_pct": 49.3}, 50) == {"util_pct": 49.3, "met": True}
+    assert qa.judge_gpu_time({"util_pct": 55.8}, 50)["met"] is False
+    assert qa.judge_gpu_time({}, 50) == {"util_pct": None, "met": None}
+    assert qa.judge_gpu_time(None, 50) == {"util_pct": None, "met": None}
+
+
+def test_all_met_counts_every_part_present():
     base = {"limits": {"none": {}, "25": {"met": True}},
             "shares": {"verdict": {"met": [True, True], "combined_met": True}}}
     assert qa.all_met(base) is True
     assert qa.all_met({**base, "graph": {"limited": {"met": True}}}) is True
     assert qa.all_met({**base, "graph": {"limited": {"met": False}}}) is False
-    live = {"verdict": {"effect_met": True, "settled_met": True}}
+    live = {"verdict": {"effect_met": True, "held_met": True}}
     assert qa.all_met({**base, "live": live}) is True
-    assert qa.all_met({**base, "live": {"verdict": {"effect_met": False, "settled_met": True}}}) is False
+    assert qa.all_met({**base, "live": {"verdict": {"effect_met": False, "held_met": True}}}) is False
+    assert qa.all_met({**base, "live": {"verdict": {"effect_met": True, "held_met": False}}}) is False
     assert qa.all_met({**base, "live": {}}) is False  # asked for, not measured
+    gpu = {"limits": {"none": {}, "25": {"met": True, "gpu_time": {"met": False}}}}
+    assert qa.all_met({**base, **gpu}) is False
+    memory = {"none": {}, "50": {"met": False}}
+    assert qa.all_met({**base, "memory_bound": memory}) is False
     assert qa.all_met({}) is False
 
 
