@@ -19,8 +19,10 @@ import sys
 from . import __version__
 from .client import SchedulerUnavailable, connect_ctl
 from .protocol import PRIORITY_LIMIT, ProtocolError
+from .scheduler.ctlschema import Invalid
 from .scheduler.policy import TQ_MAX, Mode
-from .sizes import size_argument
+from .scheduler.quota_ranges import CLEAR, COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
+from .sizes import parse_size, size_argument
 from . import ctl_top
 from .ctl_render import render_status
 
@@ -52,37 +54,33 @@ def _priority(text: str) -> int:
     return value
 
 
-def _compute_limit(text: str) -> float | str:
-    if text == "none":
-        return text
-    try:
-        value = float(text.rstrip("%"))
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 100:
-        raise argparse.ArgumentTypeError(f"invalid compute limit {text!r}: a percentage above 0 "
-                                         "and at most 100, or none")
-    return value
+def _quota_argument(kind, what: str, read, accepted: str):
+    """`type=` for a quota flag: the text as `read` understands it, kept exactly when the scheduler's
+    schema for the op accepts that value (quota_ranges.py), so the flag and the op never disagree
+    about a range; `accepted` says what is, in the words of the command line."""
+    def argument(text: str):
+        if text in kind.words:
+            return text
+        try:
+            value = read(text)
+        except ValueError:
+            value = None  # no number at all: refused below, with the range in the message
+        try:
+            return kind.check(what, value)
+        except Invalid:
+            raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: {accepted}") from None
+    return argument
 
 
-def _compute_share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 1e6:
-        raise argparse.ArgumentTypeError(f"invalid compute share {text!r}: a positive number "
-                                         "(a weight) up to 1000000")
-    return value
-
-
-def _memory_limit(text: str) -> int | str:
-    if text == "none":
-        return text
-    value = size_argument(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"invalid memory limit {text!r}: a positive size, or none")
-    return value
+_compute_limit = _quota_argument(
+    COMPUTE_LIMIT, "compute limit", lambda text: float(text.rstrip("%")),
+    f"a percentage above {COMPUTE_LIMIT.above:g} and at most {COMPUTE_LIMIT.hi:g}, or {CLEAR}")
+_compute_share = _quota_argument(
+    COMPUTE_SHARE, "compute share", float,
+    f"a number (a weight) above {COMPUTE_SHARE.above:g} and at most {COMPUTE_SHARE.hi}")
+_memory_limit = _quota_argument(
+    MEMORY_LIMIT, "memory limit", parse_size,
+    f"a size (e.g. 512MiB, 4GiB) of {MEMORY_LIMIT.lo} to {MEMORY_LIMIT.hi} bytes, or {CLEAR}")
 
 
 def _pod(text: str) -> str:

@@ -18,9 +18,10 @@ from ..protocol import (
 )
 from . import peer, placement, status
 from .ctlschema import (
-    Choice, Field, GpuSelector, Int, Invalid, Number, PodName, Schema, show, unsigned_max, validate,
+    Choice, Field, GpuSelector, Int, Invalid, PodName, Schema, show, unsigned_max, validate,
 )
 from .policy import TQ_MAX, Mode
+from .quota_ranges import CLEAR, COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
 from .registry import Gpu
 from .state import SchedulerState
 
@@ -142,7 +143,7 @@ def _set_quota(field: str, convert: Callable):
     """An op setting one quota field (quotas.py) of a pod's clients (now and later) or of the
     clients a pid or client id names; "none" clears a limit."""
     def op(state: SchedulerState, msg: dict) -> dict:
-        value = None if msg["value"] == "none" else convert(msg["value"])
+        value = None if msg["value"] == CLEAR else convert(msg["value"])
         if "pod" in msg:
             namespace, name = msg["pod"]
             targets = state.quotas.set_pod(namespace, name, field, value)
@@ -202,10 +203,6 @@ PRIORITY = Int(-PRIORITY_LIMIT, PRIORITY_LIMIT,
                f"an integer from {-PRIORITY_LIMIT} to {PRIORITY_LIMIT}")
 PID = Int(1, 2**31 - 1, "a process id (a positive integer)")  # pid_t is a signed 32-bit number
 CLIENT_ID = Int(1, 2**63 - 1, "a client id (a positive integer)")  # WELCOME's, counted from 1
-COMPUTE_LIMIT = Number(0, 100, 'a percentage of the GPU\'s time above 0 and at most 100, or "none"',
-                       words=("none",))
-COMPUTE_SHARE = Number(0, 1e6, "a positive number (a weight) up to 1000000")
-MEMORY_LIMIT = Int(1, CAPACITY_MAX, 'a positive number of bytes, or "none"', words=("none",))
 COUNT = Int(1, 2**31 - 1, "how many GPUs: a positive integer")
 JOB_MEMORY = Int(0, CAPACITY_MAX, "bytes the job needs on each GPU (a non-negative integer; 0: none "
                  "named)")
