@@ -123,18 +123,13 @@ def judge_gpu_time(clocks: dict | None, limit_pct: float) -> dict:
 
 
 def all_met(result: dict) -> bool:
-    """Every goal of a result met (the graph, live, memory-bound and GPU-time parts count when the
-    result has them)."""
+    """Every goal of a result met (the graph, live and memory-bound parts count when the result has
+    them)."""
     limits = result.get("limits") or {}
     shares = (result.get("shares") or {}).get("verdict") or {}
-    flags = []
-    for rows in (limits, result.get("memory_bound") or {}):
-        for key, row in rows.items():
-            if key == "none":
-                continue
-            flags.append(row.get("met"))
-            if "gpu_time" in row:
-                flags.append((row.get("gpu_time") or {}).get("met"))
+    # a limit row's "met" is its goal's verdict (throughput or GPU time: quota_limits._limit_rows)
+    flags = [row.get("met") for rows in (limits, result.get("memory_bound") or {})
+             for key, row in rows.items() if key != "none"]
     flags += list(shares.get("met") or [None]) + [shares.get("combined_met")]
     if "graph" in result:
         flags.append(((result.get("graph") or {}).get("limited") or {}).get("met"))

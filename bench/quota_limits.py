@@ -1,31 +1,31 @@
 #!/usr/bin/env python3
 """Quotas: compute limits and compute shares on a real GPU, as throughput ratios.
 
-(a) limits: one saturating workload (bench/quota_workload.py: back-to-back 4096 x 4096 matrix
-    products in 16 bits) under libnvshare.so and a scheduler, alone: with no limit (solo), then
-    with NVSHARE_COMPUTE_LIMIT=25, 50 and 75. Its throughput over the solo throughput is the
-    fraction it got; the goal is L +/- 3 points.
-(b) shares: two such workloads started together under one scheduler in mode auto (both fit in
+Two workloads (bench/quota_workload.py), each alone or in pairs under libnvshare.so and a scheduler:
+back-to-back 4096 x 4096 matrix products in 16 bits, bound by arithmetic, and element-wise sums of
+two 64 Mi-element 16-bit vectors (--op add), bound by memory bandwidth. Products hold an H100 at its
+power cap when alone; under a limit the GPU is busy part of the time, below its cap, and runs them
+at a higher clock, so they get a little more than L of their solo throughput for L of the GPU's time.
+Sums run at the same clock whatever the limit, so their throughput is the GPU time they got.
+
+(a) limits: each workload alone with no limit (solo), then with NVSHARE_COMPUTE_LIMIT=25, 50 and
+    75: its throughput over the solo one, and the GPU's own utilisation (NVML, the share of time a
+    kernel ran). Goal L +/- 3 points: of throughput for the sums, of GPU time for the products.
+(b) shares: two product workloads started together under one scheduler in mode auto (both fit in
     memory): without shares, then with NVSHARE_COMPUTE_SHARE=30 and =70. Each one's fraction of the
     pair's combined throughput (goal 30 +/- 3 and 70 +/- 3), and the combined throughput with shares
-    over the combined throughput without (goal >= 0.95).
-(c) CUDA graphs: the same products, 8 to a captured graph that the workload replays (--graph), alone
-    with no limit and with NVSHARE_COMPUTE_LIMIT=30: goal 30 +/- 3 points of the graph's own solo
+    over the combined throughput without (goal >= 0.95). Both pairs keep the GPU saturated.
+(c) CUDA graphs: the sums, 8 to a captured graph that the workload replays (--graph), alone with no
+    limit and with NVSHARE_COMPUTE_LIMIT=30: goal 30 +/- 3 points of the graph's own solo
     throughput (a graph launch is bound like the launches it holds).
-(d) a live change: one workload started with NVSHARE_COMPUTE_LIMIT=75 that records a CUDA event
-    every 16 products; CHANGE_AT (3 s) after its start the limit is lowered to 25 through the
+(d) a live change: a sum workload started with NVSHARE_COMPUTE_LIMIT=75 that records a CUDA event
+    every 16 sums; CHANGE_AT (3 s) after its start the limit is lowered to 25 through the
     scheduler's control operation (as `nvsharectl --set-compute-limit 25 --pid PID`). From its
     trace: percent of solo over the second before the change and the two after it. Goals: 25 +/- 3
     over the second right after the change (it took effect within 1 s), and over every 1 s window
     (stepped by 0.1 s) from the change to the end; the spread of 0.25 s windows is shown too.
-(e) (a) again with a workload bound by memory bandwidth (--op add: sums of two 64 Mi-element
-    vectors), which draws less power than the products (its clocks say whether the GPU reached its
-    power cap alone).
 Every run records the GPU's mean SM clock, power draw and utilisation while it is measured
-(nvidia-smi every 50 ms, bench/gpu_clocks.py; blank without nvidia-smi): a GPU busy part of the time
-runs at a higher clock than one held at its power cap, so a limit of L gives a little more than L
-of the throughput of a workload bound by arithmetic; each limited run is also judged by the GPU's
-own utilisation (NVML: the share of time a kernel ran), the GPU time the limit bounds.
+(nvidia-smi every 50 ms, bench/gpu_clocks.py; blank without nvidia-smi).
 
     python3 bench/quota_limits.py [--quick] [--seconds 8] [--tq 2] [--json out.json]
 
@@ -67,7 +67,7 @@ GRAPH_LIMIT = 30
 LIVE_FROM, LIVE_TO = 75, 25
 CHANGE_AT = 3.0           # seconds after the live workload's go file when its limit is lowered
 AFTER_CHANGE = 4.0        # seconds of trace the live run keeps after the change, at least
-TRACE_EVERY = 16          # products between two of the live workload's CUDA events
+TRACE_EVERY = 16          # operations between two of the live workload's CUDA events
 CLOCK_SKIP = (0.5, 0.2)   # clock samples count from go + 0.5 s to ready - 0.2 s (no start, no end)
 MEMORY_LIMIT = "1GiB"     # per process
 WORKLOAD = BENCH / "quota_workload.py"
@@ -77,7 +77,7 @@ MEMORY_BOUND_ARGS = ("--op", "add")  # vector sums: bound by memory bandwidth, b
 def plan(quick: bool, seconds: float | None, tq: float | None) -> dict:
     seconds = seconds if seconds else (3.0 if quick else 8.0)
     return {"seconds": seconds, "tq": tq if tq else 2.0, "limits": list(LIMITS),
-            "shares": list(SHARES), "graph_limit": GRAPH_LIMIT,
+            "shares": list(SHARES), "graph_limit": GRAPH_LIMIT, "graph_live_op": "add",
             "live": {"from": LIVE_FROM, "to": LIVE_TO, "change_at": CHANGE_AT,
                      "seconds": max(seconds, CHANGE_AT + AFTER_CHANGE), "trace_every": TRACE_EVERY}}
 
@@ -138,8 +138,9 @@ def _row(group: dict) -> dict:
             "clocks": group["clocks"]}
 
 
-def _live(p: dict, run, set_limit, solo_ips: float | None) -> dict:
-    """(d): the limit lowered from live.from to live.to change_at seconds after the go."""
+def _live(p: dict, run, set_limit, solo_ips: float | None, args: tuple = ()) -> dict:
+    """(d): the limit lowered from live.from to live.to change_at seconds after the go; solo_ips:
+    the workload's (args') throughput with no limit."""
     lv = p["live"]
 
     def change(pids, t_go):
@@ -148,7 +149,7 @@ def _live(p: dict, run, set_limit, solo_ips: float | None) -> dict:
         reply = set_limit(pids[0], lv["to"])
         return {"t_request": t_request, "t_reply": time.monotonic(), "reply": reply}
     g = run([{"NVSHARE_COMPUTE_LIMIT": lv["from"]}], "live", lv["seconds"],
-            ("--trace-every", str(lv["trace_every"])), change)
+            (*args, "--trace-every", str(lv["trace_every"])), change)
     (r,) = g["results"]
     done = g["during"]
     reply = done["reply"] or {}
@@ -163,14 +164,18 @@ def _live(p: dict, run, set_limit, solo_ips: float | None) -> dict:
             "verdict": judge_live(r["trace"], change_s, solo_ips, lv["to"])}
 
 
-def _limit_rows(run, limits, args: tuple, tag: str) -> dict:
+def _limit_rows(run, limits, args: tuple, tag: str, goal: str) -> dict:
     """One workload alone with no limit ("none"), then with each limit: its throughput over the
-    solo one (judge_limit) and the GPU's utilisation against the limit (judge_gpu_time)."""
+    solo one (percent, throughput_met) and the GPU's utilisation against the limit (gpu_time). `goal`
+    says which of the two the row is judged by ("throughput" or "gpu_time"): its "met"."""
     rows = {"none": _row(run([{}], f"{tag}solo", args=args))}
     for lim in limits:
         row = _row(run([{"NVSHARE_COMPUTE_LIMIT": lim}], f"{tag}limit{lim}", args=args))
-        rows[str(lim)] = {**row, **judge_limit(rows["none"]["ips"], row["ips"], lim),
-                          "gpu_time": judge_gpu_time(row["clocks"], lim)}
+        throughput = judge_limit(rows["none"]["ips"], row["ips"], lim)
+        gpu_time = judge_gpu_time(row["clocks"], lim)
+        rows[str(lim)] = {**row, "percent": throughput["percent"],
+                          "throughput_met": throughput["met"], "gpu_time": gpu_time, "goal": goal,
+                          "met": throughput["met"] if goal == "throughput" else gpu_time["met"]}
     return rows
 
 
@@ -182,14 +187,19 @@ def measure_parts(p: dict, python: str, env, tmp: Path, set_limit, sampler: Cloc
         return run_group([env(**e) for e in extras], python, seconds, tmp, tag, script, tuple(args),
                          during, sampler)
 
-    limits = _limit_rows(run, p["limits"], (), "")
-    solo_ips = limits["none"]["ips"]
-    memory_bound = _limit_rows(run, p["limits"], MEMORY_BOUND_ARGS, "add_")
-    graph = {"solo": _row(run([{}], "graph", args=["--graph"]))}
-    row = _row(run([{"NVSHARE_COMPUTE_LIMIT": p["graph_limit"]}], "graph_limit", args=["--graph"]))
+    # Arithmetic-bound products hold the GPU at its power cap alone, so their throughput under a
+    # limit gains from the higher clock: they are judged by GPU time. The memory-bound sums run at
+    # one clock whatever the limit: judged by throughput, and used for graphs and the live change,
+    # whose numbers then speak of the limiter and not of the GPU's power state.
+    limits = _limit_rows(run, p["limits"], (), "", "gpu_time")
+    memory_bound = _limit_rows(run, p["limits"], MEMORY_BOUND_ARGS, "add_", "throughput")
+    assert p["graph_live_op"] == "add"  # the report names their unit from it
+    graph_args = [*MEMORY_BOUND_ARGS, "--graph"]
+    graph = {"solo": _row(run([{}], "graph", args=graph_args))}
+    row = _row(run([{"NVSHARE_COMPUTE_LIMIT": p["graph_limit"]}], "graph_limit", args=graph_args))
     graph["limited"] = {**row, "limit": p["graph_limit"],
                         **judge_limit(graph["solo"]["ips"], row["ips"], p["graph_limit"])}
-    live = _live(p, run, set_limit, solo_ips)
+    live = _live(p, run, set_limit, memory_bound["none"]["ips"], MEMORY_BOUND_ARGS)
     pair = run([{}, {}], "pair")
     shared = run([{"NVSHARE_COMPUTE_SHARE": s} for s in p["shares"]], "shares")
     without = [r["ips"] for r in pair["results"]]

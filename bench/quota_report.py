@@ -50,32 +50,50 @@ def goals(section: dict) -> list[str]:
     return rows
 
 
+GOAL_WORDS = {"throughput": "of solo throughput", "gpu_time": "of the GPU's time (NVML)"}
+
+
+def _goal_of(row: dict) -> str:
+    """What a limit row is judged by (a result from before GPU time was judged: throughput)."""
+    return row.get("goal") or "throughput"
+
+
 def _limit_goals(limits: dict, what: str, unit: str) -> list[str]:
-    """A throughput row for each limit, and a GPU-time row where the run sampled the GPU's
-    utilisation."""
+    """A row for each limit: its throughput, and the GPU's utilisation when it was sampled; judged
+    by the one the run names as its goal."""
     rows, solo = [], limits.get("none") or {}
     for key, row in limits.items():
         if key == "none":
             continue
-        target = f"{key} ± {GOAL_POINTS:g} points"
-        rows.append(goal_row(f"compute limit {key}%{what}", f"{f(row.get('ips'), 1)} {unit}/s",
-                             f"{f(solo.get('ips'), 1)} {unit}/s (no limit)",
-                             f"**{_pct(row.get('percent'))}**", target, row.get("met")))
-        gpu = row.get("gpu_time") or {}
+        goal = _goal_of(row)
+        gpu = (row.get("gpu_time") or {}).get("util_pct")
+        measured = f"{_pct(row.get('percent'))} of solo"
         if "gpu_time" in row:
-            rows.append(goal_row(f"compute limit {key}%{what}: GPU time", "GPU utilisation (NVML)",
-                                 "—", f"**{_pct(gpu.get('util_pct'))}**", target, gpu.get("met")))
+            measured += f", GPU time {_pct(gpu)}"
+        shown = _pct(gpu) if goal == "gpu_time" else _pct(row.get("percent"))
+        rows.append(goal_row(f"compute limit {key}%{what}", measured,
+                             f"{f(solo.get('ips'), 1)} {unit}/s (no limit)", f"**{shown}**",
+                             f"{key} ± {GOAL_POINTS:g} points {GOAL_WORDS[goal]}", row.get("met")))
     return rows
+
+
+def _timing_workload(s: dict) -> tuple[str, dict]:
+    """The unit of the graph and live parts' workload and its limit-free run ("none" row): sums
+    in a result that names --op add for them, products in an earlier one."""
+    if (s.get("parameters") or {}).get("graph_live_op") == "add":
+        return "sums", (s.get("memory_bound") or {}).get("none") or {}
+    return "products", (s.get("limits") or {}).get("none") or {}
 
 
 def _graph_goals(section: dict) -> list[str]:
     if "graph" not in section:
         return []
+    unit = _timing_workload(section)[0]
     g = section.get("graph") or {}
     lim, solo = g.get("limited") or {}, g.get("solo") or {}
     return [goal_row(f"compute limit {lim.get('limit', '?')}%, CUDA graph replays",
-                     f"{f(lim.get('ips'), 1)} products/s",
-                     f"{f(solo.get('ips'), 1)} products/s (graph, no limit)",
+                     f"{f(lim.get('ips'), 1)} {unit}/s",
+                     f"{f(solo.get('ips'), 1)} {unit}/s (graph, no limit)",
                      f"**{_pct(lim.get('percent'))}**",
                      f"{lim.get('limit', '?')} ± {GOAL_POINTS:g} points", lim.get("met"))]
 
@@ -86,7 +104,8 @@ def _live_goals(section: dict) -> list[str]:
     live = section.get("live") or {}
     v = live.get("verdict") or {}
     lv = (section.get("parameters") or {}).get("live") or {}
-    solo = f"{f((section.get('limits') or {}).get('none', {}).get('ips'), 1)} products/s (no limit)"
+    unit, none = _timing_workload(section)
+    solo = f"{f(none.get('ips'), 1)} {unit}/s (no limit)"
     what = f"limit lowered {lv.get('from', '?')} → {lv.get('to', '?')}% while running"
     target = f"{lv.get('to', '?')} ± {GOAL_POINTS:g} points"
     held = v.get("held") or [None, None]
@@ -121,7 +140,7 @@ def _share_goals(section: dict) -> list[str]:
 def _limit_lines(s: dict) -> list[str]:
     head, rule = clock_head(s)
     shown = _has_clocks(s)
-    lines = ["| run | per second | **percent of solo** | goal | met (throughput / GPU time) |" + head,
+    lines = ["| run | per second | **percent of solo** | goal | met |" + head,
              "|---|---:|---:|---|---|" + rule]
     for part, what, unit in WORKLOADS:
         for key, row in (s.get(part) or {}).items():
@@ -130,19 +149,18 @@ def _limit_lines(s: dict) -> list[str]:
                 lines.append(f"| {name}, no limit | {f(row.get('ips'), 1)} {unit} | 100 | — | — |"
                              + clock_cells(row.get("clocks"), shown))
                 continue
-            met = yes_no(row.get("met"))
-            if "gpu_time" in row:
-                met += f" / {yes_no((row.get('gpu_time') or {}).get('met'))}"
             lines.append(f"| {name}, NVSHARE_COMPUTE_LIMIT={key} | {f(row.get('ips'), 1)} {unit} | "
-                         f"**{f(num(row.get('percent')), 1)}** | {key} ± {GOAL_POINTS:g} | {met} |"
+                         f"**{f(num(row.get('percent')), 1)}** | {key} ± {GOAL_POINTS:g} "
+                         f"{GOAL_WORDS[_goal_of(row)]} | {yes_no(row.get('met'))} |"
                          + clock_cells(row.get("clocks"), shown))
     if "graph" in s:
         g = s.get("graph") or {}
         solo, lim = g.get("solo") or {}, g.get("limited") or {}
-        lines.append(f"| CUDA graph (8 products a replay), no limit | {f(solo.get('ips'), 1)} products | "
+        unit = _timing_workload(s)[0]
+        lines.append(f"| CUDA graph (8 {unit} a replay), no limit | {f(solo.get('ips'), 1)} {unit} | "
                      f"100 (graph solo) | — | — |" + clock_cells(solo.get("clocks"), shown))
         lines.append(f"| CUDA graph, NVSHARE_COMPUTE_LIMIT={lim.get('limit', '?')} | "
-                     f"{f(lim.get('ips'), 1)} products | **{f(num(lim.get('percent')), 1)}** (of graph "
+                     f"{f(lim.get('ips'), 1)} {unit} | **{f(num(lim.get('percent')), 1)}** (of graph "
                      f"solo) | {lim.get('limit', '?')} ± {GOAL_POINTS:g} | {yes_no(lim.get('met'))} |"
                      + clock_cells(lim.get("clocks"), shown))
     return lines
@@ -210,15 +228,18 @@ def section(s: dict) -> str:
             "limit (solo, measured in the same run). Shares: two processes started together under one "
             f"scheduler in mode auto (tq {params.get('tq', '?')} s); each one's part of their combined "
             "throughput.")
+    unit = _timing_workload(s)[0]
     if "memory_bound" in s:
         text += (" Memory-bound: the same limits on sums of two 64 Mi-element 16-bit vectors "
-                 "(`--op add`), bound by memory bandwidth rather than arithmetic.")
+                 "(`--op add`), bound by memory bandwidth rather than arithmetic: they run at one "
+                 "clock whatever the limit, so their throughput is the GPU time they got; the products' "
+                 "limits are judged by the GPU's utilisation (NVML) instead.")
     if "graph" in s:
-        text += (" CUDA graph: the products captured 8 to a graph that the workload replays; its percent "
+        text += (f" CUDA graph: the {unit} captured 8 to a graph that the workload replays; its percent "
                  "is of the graph's own solo throughput.")
     if "live" in s:
-        text += (f" Live change: one workload under NVSHARE_COMPUTE_LIMIT={lv.get('from', '?')} records a "
-                 f"CUDA event every {lv.get('trace_every', '?')} products; {lv.get('change_at', '?')} s "
+        text += (f" Live change: one {unit} workload under NVSHARE_COMPUTE_LIMIT={lv.get('from', '?')} records a "
+                 f"CUDA event every {lv.get('trace_every', '?')} {unit}; {lv.get('change_at', '?')} s "
                  f"after its go the limit is set to {lv.get('to', '?')} through the scheduler "
                  "(`nvsharectl --set-compute-limit`), and the change is placed where the reply came. "
                  f"The limit took effect within {WINDOW_S:g} s when the share achieved over the "

@@ -112,7 +112,7 @@ def test_all_met_counts_every_part_present():
     assert qa.all_met({**base, "live": {"verdict": {"effect_met": False, "held_met": True}}}) is False
     assert qa.all_met({**base, "live": {"verdict": {"effect_met": True, "held_met": False}}}) is False
     assert qa.all_met({**base, "live": {}}) is False  # asked for, not measured
-    gpu = {"limits": {"none": {}, "25": {"met": True, "gpu_time": {"met": False}}}}
+    gpu = {"limits": {"none": {}, "25": {"goal": "gpu_time", "throughput_met": True, "met": False}}}
     assert qa.all_met({**base, **gpu}) is False
     memory = {"none": {}, "50": {"met": False}}
     assert qa.all_met({**base, "memory_bound": memory}) is False

@@ -22,7 +22,8 @@ FAKE_SMI = HERE / "fake_nvidia_smi.py"
 def test_plan():
     live = {"from": 75, "to": 25, "change_at": 3.0, "seconds": 8.0, "trace_every": 16}
     assert ql.plan(False, None, None) == {"seconds": 8.0, "tq": 2.0, "limits": [25, 50, 75],
-                                          "shares": [30, 70], "graph_limit": 30, "live": live}
+                                          "shares": [30, 70], "graph_limit": 30, "graph_live_op": "add",
+                                          "live": live}
     quick = ql.plan(True, None, 0.5)
     assert quick["seconds"] == 3.0
     assert quick["live"]["seconds"] == 7.0  # the live run keeps 4 s after its change
@@ -64,8 +65,10 @@ def _result():
 def test_report_from_a_result():
     r = _result()
     text = ql.section(r)
-    assert "| alone, NVSHARE_COMPUTE_LIMIT=25 | 51.0 products | **25.5** | 25 ± 3 | **yes** |" in text
-    assert "| alone, NVSHARE_COMPUTE_LIMIT=50 | 90.0 products | **45.0** | 50 ± 3 | **no** |" in text
+    assert "| alone, NVSHARE_COMPUTE_LIMIT=25 | 51.0 products | **25.5** | 25 ± 3 of solo throughput | **yes** |" \
+        in text
+    assert "| alone, NVSHARE_COMPUTE_LIMIT=50 | 90.0 products | **45.0** | 50 ± 3 of solo throughput | **no** |" \
+        in text
     assert "| NVSHARE_COMPUTE_SHARE=30 / 70 | 60.0 / 135.0 | 195.0 | **30.8 / 69.2** | 30 / 70 ± 3 | " \
            "**yes** / **yes** |" in text
     assert "Combined throughput with shares over without: **0.975x**" in text
@@ -130,12 +133,12 @@ def test_clock_columns_are_blank_without_nvidia_smi():
     r["limits"]["25"]["clocks"] = {"samples": 0, "sm_mhz": None, "power_w": None, "util_pct": None}
     r["limits"]["50"]["clocks"] = {"samples": 40, "sm_mhz": 1771.4, "power_w": 509.6, "util_pct": 51.0}
     text = ql.section(r)
-    assert "| run | per second | **percent of solo** | goal | met (throughput / GPU time) | " \
-           "SM clock (MHz) | power (W) | GPU util (%) |" in text
-    assert "| alone, NVSHARE_COMPUTE_LIMIT=25 | 51.0 products | **25.5** | 25 ± 3 | **yes** |  |  |  |" \
-        in text
-    assert "| alone, NVSHARE_COMPUTE_LIMIT=50 | 90.0 products | **45.0** | 50 ± 3 | **no** | 1771 | 510 | " \
-           "51 |" in text
+    assert "| run | per second | **percent of solo** | goal | met | SM clock (MHz) | power (W) | " \
+           "GPU util (%) |" in text
+    assert "| alone, NVSHARE_COMPUTE_LIMIT=25 | 51.0 products | **25.5** | 25 ± 3 of solo throughput | " \
+           "**yes** |  |  |  |" in text
+    assert "| alone, NVSHARE_COMPUTE_LIMIT=50 | 90.0 products | **45.0** | 50 ± 3 of solo throughput | " \
+           "**no** | 1771 | 510 | 51 |" in text
 
 
 def _env(tmp_path: Path, **extra) -> dict:
@@ -188,28 +191,34 @@ def test_all_four_parts_end_to_end_with_stand_ins(tmp_path):
     # live run has.
     assert parts["limits"]["none"]["clocks"]["samples"] == 0
     assert parts["limits"]["25"]["gpu_time"] == {"util_pct": None, "met": None}
+    assert parts["limits"]["25"]["goal"] == "gpu_time" and parts["limits"]["25"]["met"] is None
+    assert parts["limits"]["25"]["throughput_met"] is True
+    assert parts["memory_bound"]["25"]["goal"] == "throughput" and parts["memory_bound"]["25"]["met"]
     assert live["clocks"]["samples"] > 10 and live["clocks"]["sm_mhz"] == 1755.0
     assert parts["shares"]["verdict"]["met"] == [True, True]
 
     result = {"parameters": {**p, "clocks": True}, **parts}
     assert ql.all_met(result) is False  # the GPU time was not measured
-    for rows in (parts["limits"], parts["memory_bound"]):
-        for key, row in rows.items():
-            if key != "none":  # as the GPU's utilisation would say it under the limit
-                row["gpu_time"] = ql.judge_gpu_time({"util_pct": float(key)}, int(key))
+    for key, row in parts["limits"].items():
+        if key != "none":  # as the GPU's utilisation would say it under the limit
+            row["gpu_time"] = ql.judge_gpu_time({"util_pct": float(key)}, int(key))
+            row["met"] = row["gpu_time"]["met"]
     assert ql.all_met(result) is True
     text = ql.section(result)
-    assert "| CUDA graph, NVSHARE_COMPUTE_LIMIT=30 | 90.0 products | **30.0** (of graph solo) | 30 ± 3 | **yes** |" \
+    assert "| CUDA graph, NVSHARE_COMPUTE_LIMIT=30 | 90.0 sums | **30.0** (of graph solo) | 30 ± 3 | **yes** |" \
         in text
     live_row = next(line for line in text.splitlines() if line.startswith("| NVSHARE_COMPUTE_LIMIT=75"))
     assert "lowered to 25" in live_row and "| 1755 | 512 | 100 |" in live_row
     assert "**yes** / **yes**" in live_row
-    assert "| alone, memory-bound sums, NVSHARE_COMPUTE_LIMIT=50 | 100.0 sums | **50.0** | 50 ± 3 | " \
-           "**yes** / **yes** |" in text
+    assert "| alone, memory-bound sums, NVSHARE_COMPUTE_LIMIT=50 | 100.0 sums | **50.0** | 50 ± 3 of solo " \
+           "throughput | **yes** |" in text
+    assert "| alone, NVSHARE_COMPUTE_LIMIT=50 | 100.0 products | **50.0** | 50 ± 3 of the GPU's time " \
+           "(NVML) | **yes** |" in text
     rows = ql.goals(result)
-    assert len(rows) == 3 * 2 * 2 + 1 + 2 + 3  # limits (throughput, GPU time) x 2, graph, live, shares
+    assert len(rows) == 3 * 2 + 1 + 2 + 3  # limits of both workloads, graph, live, shares
     assert any("compute limit 30%, CUDA graph replays" in r and "**30.0%**" in r for r in rows)
-    assert any("compute limit 50%, memory-bound sums: GPU time" in r and "**50.0%**" in r for r in rows)
+    assert any("compute limit 50%, memory-bound sums" in r and "of solo throughput" in r for r in rows)
+    assert any("compute limit 50% |" in r and "GPU time 50.0%" in r and "(NVML)" in r for r in rows)
     assert any("75 → 25% while running: the 1 s after the change" in r and "**yes**" in r
                for r in rows)
 
