@@ -127,7 +127,7 @@ nvs_ctxrec *nvs_busy_sync_begin(CUstream s, int per_thread)
         s = NULL;
         per_thread = 0;
     }
-    nvs_checkpoint(rec, s, per_thread);
+    nvs_checkpoint(rec, s, per_thread, 0);
     return rec;
 }
 

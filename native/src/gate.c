@@ -84,22 +84,30 @@ static int timed_checkpoints(void)
 }
 
 /* ring_mu held. `ms`: the GPU time between two consecutive completed checkpoints of the context,
- * i.e. what the work queued between them took. A full ring holds NVS_RING such spans, and a drain
- * has at most that to finish: keep each span near NVSHARE_DRAIN_TARGET_MS / NVS_RING by halving
- * the interval when a span is longer, doubling it (up to nvs_ckpt_interval, the launch-count
- * bound) when one is under a quarter of it. A span that includes idle GPU time only makes
- * checkpoints more frequent while they are already far apart in time, so their cost stays small. */
-static void adapt_interval(nvs_ctxrec *rec, float ms)
+ * i.e. what the work queued between them took; `ival`: the interval the later one was recorded at
+ * (0: it cut a span short). A full ring holds NVS_RING such spans, and a drain has at most that to
+ * finish: keep each span near NVSHARE_DRAIN_TARGET_MS / NVS_RING by halving the interval when a
+ * span is longer, doubling it (up to nvs_ckpt_interval, the launch-count bound) when one is under
+ * a quarter of it. A span that includes idle GPU time only makes checkpoints more frequent while
+ * they are already far apart in time, so their cost stays small.
+ * Spans retire a ring behind the interval that is current: only a span recorded at the current
+ * interval may double it, and a long one halves what it was recorded at (not the current one
+ * again). Judging every retired span by the current interval doubled it once per span while the
+ * ring still held short ones: 100 us kernels went from 1 to 128 launches a checkpoint before the
+ * first long span came back, and 100 ms were queued instead of 20. */
+static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival)
 {
     /* With a compute limit, what runs past a closed gate (and what is charged late) stays near
      * QUOTA_QUEUE_MS of GPU time (quota.c). */
     float target = (float)nvs_cfg.drain_target_ms;
     if (nvs_compute_limit_now() && target > QUOTA_QUEUE_MS) target = QUOTA_QUEUE_MS;
     unsigned cur = atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed), next = cur;
-    if (ms > target / NVS_RING)
-        next = cur > 1 ? cur / 2 : 1;
-    else if (ms < target / (4 * NVS_RING))
+    if (ms > target / NVS_RING) {
+        unsigned base = ival && ival < cur ? ival : cur;
+        next = base > 1 ? base / 2 : 1;
+    } else if (ms < target / (4 * NVS_RING) && ival == cur) {
         next = cur >= nvs_ckpt_interval / 2 ? nvs_ckpt_interval : cur * 2;
+    }
     if (next == cur) return;
     atomic_store_explicit(&rec->ckpt_interval, next, memory_order_relaxed);
     NVS_TRACE("device %d: %.3f ms of GPU work between checkpoints: one every %u launches now",
@@ -117,7 +125,7 @@ static void retire_oldest(nvs_ctxrec *rec, CUresult q)
         float ms = 0;
         int span = rec->spare_valid &&
                    nvs_drv.cuEventElapsedTime(&ms, rec->spare, ev) == CUDA_SUCCESS;
-        if (span) adapt_interval(rec, ms);
+        if (span) adapt_interval(rec, ms, rec->ring_ival[h]);
         nvs_busy_retired(rec, h, span ? ms : -1);
         rec->ring[rec->head] = rec->spare;
         rec->spare = ev;
@@ -140,7 +148,7 @@ void nvs_retire_done(nvs_ctxrec *rec)
 }
 
 /* ring_mu held, the ring not full: record a checkpoint on s into the next slot. */
-static void record_checkpoint(nvs_ctxrec *rec, CUstream s)
+static void record_checkpoint(nvs_ctxrec *rec, CUstream s, int full)
 {
     int slot = (rec->head + rec->count) % NVS_RING;
     if (!rec->ring[slot] &&
@@ -150,6 +158,8 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s)
         rec->ring[slot] = NULL;
     if (rec->ring[slot] && nvs_drv.cuEventRecord(rec->ring[slot], s) == CUDA_SUCCESS) {
         nvs_busy_tag(rec, slot);
+        rec->ring_ival[slot] =
+            full ? atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed) : 0;
         rec->count++;
         nvs_quota_checkpoint(rec->dev);
     }
@@ -163,7 +173,7 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s)
  * anywhere (the usual case) this is done in a "no capture" section: no cuStreamIsCapturing, no
  * capture-mode exchange. While captures are in progress it is skipped on capturing streams, and
  * our queries run in relaxed capture mode. */
-NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread)
+NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int full)
 {
     if (!nvs_ckpt_interval) return; /* off: reached only when the thread's counter wraps */
     if (per_thread && s == NULL) s = CU_STREAM_PER_THREAD;
@@ -178,7 +188,7 @@ NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread)
         NVS_TRACE("device %d: in-flight bound reached, waited %.3f ms", rec->dev->ordinal,
                   (double)(nvs_now_ns() - t0) / 1e6);
     }
-    record_checkpoint(rec, s);
+    record_checkpoint(rec, s, full);
     nvs_relaxed_end(old);
     pthread_mutex_unlock(&rec->ring_mu);
     if (quiet) nvs_nocap_leave();
@@ -194,7 +204,7 @@ int nvs_checkpoint_try(nvs_ctxrec *rec)
     if (!nvs_ckpt_interval || pthread_mutex_trylock(&rec->ring_mu) != 0) return 0;
     nvs_retire_done(rec);
     int ok = rec->count < NVS_RING;
-    if (ok) record_checkpoint(rec, NULL);
+    if (ok) record_checkpoint(rec, NULL, 0);
     pthread_mutex_unlock(&rec->ring_mu);
     return ok;
 }
@@ -267,7 +277,7 @@ uint64_t nvs_drain(nvs_dev *d)
             /* ends the open busy span where the queued work ends (the legacy stream) */
             if (nvs_busy_measured() &&
                 !atomic_load_explicit(&recs[i]->busy_idle, memory_order_relaxed))
-                nvs_checkpoint(recs[i], NULL, 0);
+                nvs_checkpoint(recs[i], NULL, 0, 0);
             CUresult r = nvs_drv.cuCtxSynchronize();
             nvs_nocap_leave();
             if (r == CUDA_SUCCESS) {

@@ -65,7 +65,7 @@ static inline __attribute__((always_inline)) void nvs_gate_end(nvs_gate *g, CUre
         NVS_UNLIKELY(++nvs_tls_launches >=
                      atomic_load_explicit(&g->rec->ckpt_interval, memory_order_relaxed))) {
         nvs_tls_launches = 0;
-        nvs_checkpoint(g->rec, s, per_thread);
+        nvs_checkpoint(g->rec, s, per_thread, 1);
     }
 }
 

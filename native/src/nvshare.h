@@ -203,6 +203,7 @@ struct nvs_ctxrec {
     CUevent start_ev;
     CUevent ring_start[NVS_RING];  /* the start event a checkpoint's span begins at */
     unsigned char ring_from[NVS_RING]; /* NVS_SPAN_*: where a checkpoint's busy span begins */
+    unsigned ring_ival[NVS_RING];  /* the interval a full span was recorded at (0: cut short) */
     /* Fast context switches (client thread): our own non-blocking stream, created lazily with the
      * context current, and the events that time an overlapped prefetch. */
     CUstream own_stream;
@@ -252,7 +253,9 @@ void nvs_devices_reset_after_fork(void) NVS_HIDDEN;
 
 /* ---------------------------------------------------------------- gate.c */
 int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread) NVS_HIDDEN; /* 1 = pass through */
-void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread) NVS_HIDDEN;
+/* full: recorded after a whole interval of the thread's launches (the hot path); 0 for one that
+ * ends a span early (a synchronisation, a drain, a throttle), never a reason to space them out. */
+void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int full) NVS_HIDDEN;
 uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
 /* Busy time: a start event before the first stream launch after an idle point (the hot path
  * calls it when rec->busy_idle is set); the synchronisation hooks around the driver's own;

@@ -34,9 +34,10 @@
  *   The constants, measured on the mock's modelled GPU (tests/interposer/test_quota.py: a
  *   saturating program of 1 ms kernels, its busy share over 1.6 s; two runs each; each constant
  *   can be given with -D to build a variant):
- *     burst 50 ms, tick 2 ms, queue 20 ms (chosen): 25% -> 25.3-25.3, 50% -> 49.7-50.2,
- *                                                   75% -> 73.7-73.9
- *     (the rows below were measured before a checkpoint woke the client thread)
+ *     burst 50 ms, tick 2 ms, queue 20 ms (chosen): 25% -> 25.1-25.1, 50% -> 49.6-49.8,
+ *                                                   75% -> 74.8-74.9
+ *     (the rows below were measured before a checkpoint woke the client thread, and before
+ *     checkpoints were spaced out once per ring: gate.c)
  *     burst 100 ms:                                 26.0-27.0, 49.8-50.6, 76.6
  *     tick 10 ms:                                   26.1-27.3, 49.6-49.7, 74.6-74.9
  *     queue 100 ms (NVSHARE_DRAIN_TARGET_MS's):     28.4, 80.1, 73.8-86.8 (what is queued when
@@ -134,7 +135,7 @@ static void throttle(nvs_dev *d)
         if (atomic_load_explicit(&recs[i]->busy_idle, memory_order_relaxed)) continue;
         if (!nvs_nocap_enter()) break; /* a capture in progress: the spans run on */
         if (nvs_drv.cuCtxSetCurrent(recs[i]->ctx) == CUDA_SUCCESS) {
-            nvs_checkpoint(recs[i], NULL, 0);
+            nvs_checkpoint(recs[i], NULL, 0, 0);
             pthread_mutex_lock(&recs[i]->ring_mu);
             nvs_busy_mark_idle(recs[i]);
             pthread_mutex_unlock(&recs[i]->ring_mu);
