@@ -30,7 +30,8 @@ EARLIER = {"launch-training-idle.json": "the full forms of launch overhead, trai
                                         "and idle release",
            "busy-accuracy.json": "per-client GPU busy time against the application's own timing",
            "quota-limits.json": "compute limits and shares",
-           "gang-ddp.json": "gang-scheduled torchrun DDP jobs"}
+           "gang-ddp.json": "gang-scheduled torchrun DDP jobs",
+           "gang-ddp-nccl.json": "gang-scheduled torchrun DDP jobs on two GPUs (NCCL)"}
 # Runs of the benchmarks without a GPU (suite.CPU), next to the suite's JSON: file -> their part's title.
 SEPARATE = {"cpu.json": "Without a GPU: many clients and soak"}
 # Facts measured once outside the suite, which defaults and design rest on: shown last.

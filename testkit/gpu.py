@@ -120,6 +120,9 @@ def native_env(**extra: object) -> dict[str, str]:
     # that only the library differs between them.
     env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:False"
     env["PYTHONUNBUFFERED"] = "1"
+    # NCCL's NVLink SHARP (NVLS) reserves multicast memory on every GPU of the host: never in
+    # our multi-GPU runs on a shared machine, unless the caller's environment asks for it.
+    env.setdefault("NCCL_NVLS_ENABLE", "0")
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
