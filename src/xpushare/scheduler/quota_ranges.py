@@ -4,12 +4,14 @@ memory limit, however they are set.
 The scheduler's control schema checks the `value` of the ops set_compute_limit, set_compute_share
 and set_memory_limit with these kinds (control.py); nvsharectl checks its --set-compute-limit,
 --set-compute-share and --set-memory-limit flags with the very same kinds before it sends anything
-(ctl.py), so the two cannot disagree about a range.
+(ctl.py); the pod annotations nvshare.com/gpu-compute-limit, -share and -memory-limit are checked
+with them too (kubernetes/pod_settings.py). So no two ways of setting a quota disagree about its
+range.
 
 The bounds follow the wire: a compute limit travels in per mille of the GPU's time (LIMITS,
 SETTINGS), so its finest step, 0.1 percent, is also its smallest value; a share travels in
 thousandths (SETTINGS, 32 bits), so 0.001 is the smallest, and the largest fits with room to spare.
-The module stays light on purpose: nvsharectl imports it, and it
+The module stays light on purpose: nvsharectl and the pod annotation parser import it, and it
 imports nothing of the running scheduler.
 """
 
