@@ -5,8 +5,10 @@ The scheduler's control schema checks the `value` of the ops set_compute_limit, 
 and set_memory_limit with these kinds (control.py); nvsharectl checks its --set-compute-limit,
 --set-compute-share and --set-memory-limit flags with the very same kinds before it sends anything
 (ctl.py); the pod annotations nvshare.com/gpu-compute-limit, -share and -memory-limit are checked
-with them too (kubernetes/pod_settings.py). So no two ways of setting a quota disagree about its
-range.
+with them too (kubernetes/pod_settings.py). The library reads NVSHARE_COMPUTE_LIMIT and
+NVSHARE_COMPUTE_SHARE in C (native/src/config.c), with the same bounds in the wire's units; a test
+runs it at these edges (tests/interposer/test_quota_env_ranges.py). So no two ways of setting a
+quota disagree about its range.
 
 The bounds follow the wire: a compute limit travels in per mille of the GPU's time (LIMITS,
 SETTINGS), so its finest step, 0.1 percent, is also its smallest value; a share travels in
