@@ -12,9 +12,9 @@
  * NVSHARE_GPU_MEMORY_LIMIT      capacity          per-process, per-device cap (size); always applies
  * NVSHARE_ENABLE_SINGLE_OVERSUB 0                 1: no cap at capacity (an explicit limit still applies)
  * NVSHARE_COMPUTE_LIMIT         none              at most this share of each GPU's time: a percentage
- *                                                 1..100 (a trailing % allowed, decimals too), or none
- * NVSHARE_COMPUTE_SHARE         (scheduler's)     a positive number (0.5, 30): the process's weight
- *                                                 in the scheduler's turns (sent in SETTINGS only)
+ *                                                 0.1..100 (a trailing % allowed, decimals too), or none
+ * NVSHARE_COMPUTE_SHARE         (scheduler's)     a number 0.001..1000000 (0.5, 30): the process's
+ *                                                 weight in the scheduler's turns (sent in SETTINGS only)
  * NVSHARE_CONTEXT_RESERVE       768MiB            kept out of cuMemGetInfo's "free" (size): about
  *                                                 what a CUDA context with cuBLAS/cuDNN takes
  * NVSHARE_IDLE_RELEASE_MS       250               release a held lock after this long without a
@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "nvshare.h"
+#include "protocol.h" /* the wire's units of the compute limit and share */
 
 nvs_config nvs_cfg;
 
@@ -131,58 +132,77 @@ static long env_long(const char *name, long def, long lo, long hi)
     return x;
 }
 
-/* A positive decimal number with at most `scale`'s precision, as an integer multiple of 1/scale
- * (rounded to nearest), after an optional trailing '%' when pct. Returns -1 when malformed. */
-static int parse_scaled(const char *v, unsigned scale, int pct, uint64_t *out)
+/* The ranges of the compute limit and share, in the wire's units: the same as
+ * src/xpushare/scheduler/quota_ranges.py, so that the environment accepts what nvsharectl and the
+ * pod annotations accept (tests/interposer/test_quota_env_ranges.py runs both at the edges). */
+#define COMPUTE_LIMIT_MIN_PM 1u                       /* per mille: 0.1 percent, the wire's step */
+#define COMPUTE_LIMIT_MAX_PM NVS_COMPUTE_LIMIT_SCALE  /* 100 percent */
+#define COMPUTE_SHARE_MIN_TH 1u                       /* thousandths: 0.001, the wire's step */
+#define COMPUTE_SHARE_MAX_TH (1000000u * NVS_COMPUTE_SHARE_SCALE) /* 1000000; fits SETTINGS' u32 */
+
+/* A decimal number (no sign) in units of 1/scale, after an optional trailing '%' when pct: 0 with
+ * *out the number rounded to the nearest unit when the number itself lies from lo to hi units, -1
+ * when it is malformed or outside. The bounds apply to the number as written, before rounding, as
+ * the Python side compares them: 100.01 percent is over 100, though it rounds to 1000 per mille. */
+static int parse_scaled(const char *v, unsigned scale, int pct, uint64_t lo, uint64_t hi,
+                        uint64_t *out)
 {
     /* by hand, not strtod: no locale, no hex, no inf */
     while (isspace((unsigned char)*v)) v++;
     uint64_t ip = 0, frac = 0, fden = 1;
-    int digits = 0;
+    int digits = 0, dropped = 0; /* dropped: a non-zero digit past the ninth decimal */
     for (; isdigit((unsigned char)*v); v++, digits++) {
         ip = ip * 10 + (uint64_t)(*v - '0');
         if (ip > 100000000ull) return -1;
     }
     if (*v == '.') {
-        for (v++; isdigit((unsigned char)*v); v++, digits++)
+        for (v++; isdigit((unsigned char)*v); v++, digits++) {
             if (fden < 1000000000ull) {
                 frac = frac * 10 + (uint64_t)(*v - '0');
                 fden *= 10;
+            } else if (*v != '0') {
+                dropped = 1;
             }
+        }
     }
     if (!digits) return -1;
     while (isspace((unsigned char)*v)) v++;
     if (pct && *v == '%') v++;
     while (isspace((unsigned char)*v)) v++;
     if (*v) return -1;
-    *out = ip * scale + (frac * scale * 2 + fden) / (2 * fden); /* rounded to nearest */
+    uint64_t units = ip * scale + frac * scale / fden; /* rounded down */
+    uint64_t rest = frac * scale % fden;                /* what was left, in 1/fden units */
+    if (units < lo || units > hi || (units == hi && (rest || dropped))) return -1;
+    *out = units + (2 * rest >= fden); /* to nearest; within the bounds, which are whole units */
     return 0;
 }
 
-/* NVSHARE_COMPUTE_LIMIT: per mille of the GPU's time (1..1000), 0 = none. */
+/* NVSHARE_COMPUTE_LIMIT: per mille of the GPU's time, 0 = none. */
 static uint32_t env_compute_limit(void)
 {
     const char *v = getenv("NVSHARE_COMPUTE_LIMIT");
     if (!v || !*v || !strcasecmp(v, "none")) return 0;
     uint64_t pm;
     /* percent -> per mille: 10 per percent */
-    if (parse_scaled(v, 10, 1, &pm) != 0 || pm < 10 || pm > 1000) {
-        nvs_warn("ignoring NVSHARE_COMPUTE_LIMIT=\"%s\": expected a percentage from 1 to 100 "
+    if (parse_scaled(v, NVS_COMPUTE_LIMIT_SCALE / 100, 1, COMPUTE_LIMIT_MIN_PM,
+                     COMPUTE_LIMIT_MAX_PM, &pm) != 0) {
+        nvs_warn("ignoring NVSHARE_COMPUTE_LIMIT=\"%s\": expected a percentage from 0.1 to 100 "
                  "(e.g. 50 or 50%%) or none", v);
         return 0;
     }
     return (uint32_t)pm;
 }
 
-/* NVSHARE_COMPUTE_SHARE: thousandths (>= 1), 0 = not set. */
+/* NVSHARE_COMPUTE_SHARE: thousandths, 0 = not set. */
 static uint32_t env_compute_share(void)
 {
     const char *v = getenv("NVSHARE_COMPUTE_SHARE");
     if (!v || !*v) return 0;
     uint64_t th;
-    if (parse_scaled(v, 1000, 0, &th) != 0 || th < 1 || th > UINT32_MAX) {
-        nvs_warn("ignoring NVSHARE_COMPUTE_SHARE=\"%s\": expected a positive number (e.g. 0.5 "
-                 "or 30)", v);
+    if (parse_scaled(v, NVS_COMPUTE_SHARE_SCALE, 0, COMPUTE_SHARE_MIN_TH, COMPUTE_SHARE_MAX_TH,
+                     &th) != 0) {
+        nvs_warn("ignoring NVSHARE_COMPUTE_SHARE=\"%s\": expected a number from 0.001 to 1000000 "
+                 "(e.g. 0.5 or 30)", v);
         return 0;
     }
     return (uint32_t)th;

@@ -21,7 +21,8 @@ from .client import SchedulerUnavailable, connect_ctl
 from .protocol import PRIORITY_LIMIT, ProtocolError
 from .scheduler.ctlschema import Invalid
 from .scheduler.policy import TQ_MAX, Mode
-from .scheduler.quota_ranges import CLEAR, COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
+from .scheduler.quota_ranges import (CLEAR, COMPUTE_LIMIT, COMPUTE_LIMIT_SPAN, COMPUTE_SHARE,
+                                     COMPUTE_SHARE_SPAN, MEMORY_LIMIT)
 from .sizes import parse_size, size_argument
 from . import ctl_top
 from .ctl_render import render_status
@@ -74,10 +75,10 @@ def _quota_argument(kind, what: str, read, accepted: str):
 
 _compute_limit = _quota_argument(
     COMPUTE_LIMIT, "compute limit", lambda text: float(text.rstrip("%")),
-    f"a percentage above {COMPUTE_LIMIT.above:g} and at most {COMPUTE_LIMIT.hi:g}, or {CLEAR}")
+    f"a percentage {COMPUTE_LIMIT_SPAN}, or {CLEAR}")
 _compute_share = _quota_argument(
     COMPUTE_SHARE, "compute share", float,
-    f"a number (a weight) above {COMPUTE_SHARE.above:g} and at most {COMPUTE_SHARE.hi}")
+    f"a number (a weight) {COMPUTE_SHARE_SPAN}")
 _memory_limit = _quota_argument(
     MEMORY_LIMIT, "memory limit", parse_size,
     f"a size (e.g. 512MiB, 4GiB) of {MEMORY_LIMIT.lo} to {MEMORY_LIMIT.hi} bytes, or {CLEAR}")
@@ -120,10 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "first and preempts lower; default of a client: NVSHARE_PRIORITY or 0)")
     p.add_argument("--set-compute-limit", type=_compute_limit, metavar="PCT|none",
                    help="cap the GPU time of the clients given by --pid, --client or --pod at PCT "
-                        "percent, even on an idle GPU (none: no cap)")
+                        f"percent ({COMPUTE_LIMIT_SPAN}), even on an idle GPU (none: no cap)")
     p.add_argument("--set-compute-share", type=_compute_share, metavar="N",
-                   help="their weight when clients take turns: GPU time splits in proportion "
-                        "to shares (default 1)")
+                   help=f"their weight when clients take turns ({COMPUTE_SHARE_SPAN}): GPU time "
+                        "splits in proportion to shares (default 1)")
     p.add_argument("--set-memory-limit", type=_memory_limit, metavar="SIZE|none",
                    help="cap the memory they may hold per GPU (e.g. 4GiB; none: no cap); what they "
                         "hold is never taken away")

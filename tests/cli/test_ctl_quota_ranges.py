@@ -1,6 +1,7 @@
 """nvsharectl's quota flags against the scheduler's schema for their ops, at the edges of each range:
 a flag accepts a value exactly when its op does and passes it on unchanged; what it refuses is a usage
-error (exit 2) that names the flag and the range."""
+error (exit 2) that names the flag and the range. Both accept the edges of tests/quota_edges.py, the
+table the pod annotations and the library's environment are checked against too."""
 
 import math
 import subprocess
@@ -9,35 +10,35 @@ import sys
 import pytest
 
 from sched_harness import child_env
+from tests.quota_edges import COMPUTE_LIMIT_EDGES, COMPUTE_SHARE_EDGES, MEMORY_LIMIT_EDGES
 from xpushare import ctl
 from xpushare.scheduler.control import OPS
 from xpushare.scheduler.ctlschema import Invalid, validate
 from xpushare.scheduler.quota_ranges import COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
+from xpushare.sizes import parse_size
 
 LIMIT, SHARE, MEMORY = "--set-compute-limit", "--set-compute-share", "--set-memory-limit"
 OP = {LIMIT: "set_compute_limit", SHARE: "set_compute_share", MEMORY: "set_memory_limit"}
 U64 = 2**64 - 1
 
 
-def _next_up(x: float) -> float:
-    return math.nextafter(x, math.inf)
-
-
 def _edges_of_number(flag, kind):
     """The two bounds of a Number kind and the closest floats beyond them, as repr() writes them:
     these follow the range wherever it moves."""
-    return [(flag, repr(v), v) for v in (float(kind.above), _next_up(kind.above), float(kind.hi),
-                                         _next_up(kind.hi))]
+    return [(flag, repr(v), v) for v in (math.nextafter(kind.lo, -math.inf), float(kind.lo),
+                                         float(kind.hi), math.nextafter(kind.hi, math.inf))]
 
 
 # (flag, the text on the command line, the value it stands for in the op's request). The literal rows
 # pin today's ranges; the generated ones follow the kinds.
 EDGES = [
-    (LIMIT, "none", "none"), (LIMIT, "0", 0.0), (LIMIT, "0.001", 0.001), (LIMIT, "1", 1.0),
-    (LIMIT, "100", 100.0), (LIMIT, "100%", 100.0), (LIMIT, "100.001", 100.001),
+    (LIMIT, "none", "none"), (LIMIT, "0", 0.0), (LIMIT, "0.001", 0.001), (LIMIT, "0.1", 0.1),
+    (LIMIT, "1e-1", 0.1), (LIMIT, "1", 1.0), (LIMIT, "100", 100.0), (LIMIT, "100%", 100.0),
+    (LIMIT, "100.001", 100.001),
     (LIMIT, "-5", -5.0), (LIMIT, "inf", math.inf), (LIMIT, "nan", math.nan), (LIMIT, "half", "half"),
     *_edges_of_number(LIMIT, COMPUTE_LIMIT),
-    (SHARE, "none", "none"), (SHARE, "0", 0.0), (SHARE, "0.001", 0.001), (SHARE, "1", 1.0),
+    (SHARE, "none", "none"), (SHARE, "0", 0.0), (SHARE, "0.0009", 0.0009), (SHARE, "0.001", 0.001),
+    (SHARE, "1e-3", 0.001), (SHARE, "1", 1.0),
     (SHARE, "1e6", 1e6), (SHARE, "1000000", 1e6), (SHARE, "1000000.5", 1000000.5),
     (SHARE, "-1", -1.0), (SHARE, "inf", math.inf), (SHARE, "nan", math.nan),
     *_edges_of_number(SHARE, COMPUTE_SHARE),
@@ -49,8 +50,8 @@ EDGES = [
 ]
 
 # What a refusal must say: the bounds of the flag's range, and the word that clears a limit.
-RANGE_TEXT = {LIMIT: ("above 0", "at most 100", "or none"),
-              SHARE: ("above 0", "at most 1000000"),
+RANGE_TEXT = {LIMIT: ("from 0.1 to 100", "or none"),
+              SHARE: ("from 0.001 to 1000000",),
               MEMORY: (f"1 to {U64} bytes", "or none")}
 
 REFUSED = object()
@@ -85,6 +86,25 @@ def test_a_quota_flag_accepts_exactly_what_its_op_accepts(flag, text, value, cap
             assert words in err, (words, err)
     else:
         assert sent == value and type(sent) is type(value)
+
+
+def _request_value(flag: str, text: str):
+    """What the op's request carries for `text` when a client other than nvsharectl sends it."""
+    if text == "none":
+        return text
+    return parse_size(text) if flag == MEMORY else float(text.rstrip("%"))
+
+
+SHARED_EDGES = [(LIMIT, text, ok) for text, ok in COMPUTE_LIMIT_EDGES] + \
+               [(SHARE, text, ok) for text, ok in COMPUTE_SHARE_EDGES] + \
+               [(MEMORY, text, ok) for text, ok in MEMORY_LIMIT_EDGES]
+
+
+@pytest.mark.parametrize("flag, text, accepted", SHARED_EDGES, ids=lambda x: str(x))
+def test_flags_and_ops_accept_the_edges_every_interface_accepts(flag, text, accepted, capsys):
+    sent, _, err = _flag_reads(flag, text, capsys)
+    assert (sent is not REFUSED) == accepted, (flag, text, err)
+    assert _op_accepts(flag, _request_value(flag, text)) == accepted, (flag, text)
 
 
 def test_every_quota_flag_has_its_edges_checked():

@@ -70,13 +70,13 @@ def test_further_refusals_are_in_the_debug_log(world, sched):
     assert [ln for ln in lines if "cuMemAlloc_v2(5242880) on device 0: over the limit" in ln], lines
 
 
-@pytest.mark.parametrize("value", ["0", "101", "abc", "-5", "50%%", "0.5", "none please"])
+@pytest.mark.parametrize("value", ["0", "101", "abc", "-5", "50%%", "0.05", "none please"])
 def test_bad_compute_limit_is_reported_once_and_ignored(world, recorder, value):
     from xpushare.protocol import FEATURE_QUOTAS
     recorder.welcome_features = FEATURE_QUOTAS
     app = world.run("init", "ctx", 0, "launch", 1, env={"NVSHARE_COMPUTE_LIMIT": value})
     assert _lines(app) == [f'nvshare[{app.pid}]: warning: ignoring NVSHARE_COMPUTE_LIMIT="{value}": '
-                           "expected a percentage from 1 to 100 (e.g. 50 or 50%) or none"]
+                           "expected a percentage from 0.1 to 100 (e.g. 50 or 50%) or none"]
     (st,) = recorder.messages(MessageType.SETTINGS)
     assert st.msg.compute_limit == 0
 
@@ -87,13 +87,14 @@ def test_bad_compute_share_is_reported_once_and_ignored(world, recorder, value):
     recorder.welcome_features = FEATURE_QUOTAS
     app = world.run("init", "ctx", 0, "launch", 1, env={"NVSHARE_COMPUTE_SHARE": value})
     assert _lines(app) == [f'nvshare[{app.pid}]: warning: ignoring NVSHARE_COMPUTE_SHARE="{value}": '
-                           "expected a positive number (e.g. 0.5 or 30)"]
+                           "expected a number from 0.001 to 1000000 (e.g. 0.5 or 30)"]
     (st,) = recorder.messages(MessageType.SETTINGS)
     assert st.msg.compute_share == 0
 
 
 @pytest.mark.parametrize("limit, share, expected", [("1", "30", (10, 30000)), ("100%", "0.5", (1000, 500)),
                                                     ("12.5", "0.001", (125, 1)), ("none", "2", (0, 2000)),
+                                                    ("0.1", "1000000", (1, 10**9)),
                                                     (" 75 % ", "1.0", (750, 1000))])
 def test_good_compute_settings_are_sent_quietly(world, recorder, limit, share, expected):
     from xpushare.protocol import FEATURE_QUOTAS

@@ -1,19 +1,27 @@
-"""Per-pod GPU settings from annotations: parsing (table-driven) and the node's pod watch against a
-fake API server (tests/kubernetes/fake_apiserver.py) through the official kubernetes client."""
+"""Per-pod GPU settings from annotations: parsing (table-driven, and at the edges of
+tests/quota_edges.py that nvsharectl and the library's environment are checked at too) and the
+node's pod watch against a fake API server (tests/kubernetes/fake_apiserver.py) through the
+official kubernetes client."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+import xpushare
 from xpushare.kubernetes.pod_settings import (COMPUTE_LIMIT, COMPUTE_SHARE, EVENT_REASON, MEMORY_LIMIT,
                                               PodKey, PodSettings, enabled_from_env, parse_annotations,
                                               pod_key)
 from xpushare.kubernetes.pod_watch import PodSettingsWatcher
+from tests.quota_edges import COMPUTE_LIMIT_EDGES, COMPUTE_SHARE_EDGES, MEMORY_LIMIT_EDGES, U64
 
 from .fake_apiserver import FakeApiServer
 
@@ -26,6 +34,8 @@ MiB = 1024 ** 2
 VALID = [
     (COMPUTE_LIMIT, "50", "compute_limit", 50.0),
     (COMPUTE_LIMIT, "1", "compute_limit", 1.0),
+    (COMPUTE_LIMIT, "0.1", "compute_limit", 0.1),
+    (COMPUTE_LIMIT, "0.5%", "compute_limit", 0.5),
     (COMPUTE_LIMIT, "100", "compute_limit", 100.0),
     (COMPUTE_LIMIT, "12.5", "compute_limit", 12.5),
     (COMPUTE_LIMIT, " 75% ", "compute_limit", 75.0),
@@ -35,26 +45,31 @@ VALID = [
     (COMPUTE_SHARE, "2.5", "compute_share", 2.5),
     (COMPUTE_SHARE, "0.1", "compute_share", 0.1),
     (COMPUTE_SHARE, "1000", "compute_share", 1000.0),
+    (COMPUTE_SHARE, "0.001", "compute_share", 0.001),
+    (COMPUTE_SHARE, "1000000", "compute_share", 1e6),
     (MEMORY_LIMIT, "4GiB", "memory_limit", 4 * GiB),
     (MEMORY_LIMIT, "512MiB", "memory_limit", 512 * MiB),
     (MEMORY_LIMIT, "16G", "memory_limit", 16 * GiB),
     (MEMORY_LIMIT, "1.5GiB", "memory_limit", 3 * GiB // 2),
     (MEMORY_LIMIT, "1073741824", "memory_limit", GiB),
+    (MEMORY_LIMIT, str(U64), "memory_limit", U64),
     (MEMORY_LIMIT, "none", "memory_limit", None),
     (MEMORY_LIMIT, "NONE", "memory_limit", None),
 ]
 
 INVALID = [
-    (COMPUTE_LIMIT, "0"), (COMPUTE_LIMIT, "0.5"), (COMPUTE_LIMIT, "101"), (COMPUTE_LIMIT, "150%"),
+    (COMPUTE_LIMIT, "0"), (COMPUTE_LIMIT, "0.09"), (COMPUTE_LIMIT, "101"), (COMPUTE_LIMIT, "150%"),
     (COMPUTE_LIMIT, "-10"), (COMPUTE_LIMIT, "half"), (COMPUTE_LIMIT, ""), (COMPUTE_LIMIT, "nan"),
     (COMPUTE_LIMIT, "inf"), (COMPUTE_LIMIT, "1e2"), (COMPUTE_LIMIT, "50%%"),
     (COMPUTE_SHARE, "0"), (COMPUTE_SHARE, "-1"), (COMPUTE_SHARE, "none"), (COMPUTE_SHARE, "heavy"),
-    (COMPUTE_SHARE, ""), (COMPUTE_SHARE, "inf"), (COMPUTE_SHARE, "1e3"),
+    (COMPUTE_SHARE, ""), (COMPUTE_SHARE, "inf"), (COMPUTE_SHARE, "1e3"), (COMPUTE_SHARE, "0.0005"),
+    (COMPUTE_SHARE, "1000001"),
     (MEMORY_LIMIT, "0"), (MEMORY_LIMIT, "0GiB"), (MEMORY_LIMIT, "4 gigs"), (MEMORY_LIMIT, "-1GiB"),
-    (MEMORY_LIMIT, "4PiB"), (MEMORY_LIMIT, ""), (MEMORY_LIMIT, "lots"),
+    (MEMORY_LIMIT, "4PiB"), (MEMORY_LIMIT, ""), (MEMORY_LIMIT, "lots"), (MEMORY_LIMIT, "16777216TiB"),
 ]
 
-ACCEPTED_WORDS = {COMPUTE_LIMIT: "from 1 to 100", COMPUTE_SHARE: "positive number", MEMORY_LIMIT: "4GiB"}
+ACCEPTED_WORDS = {COMPUTE_LIMIT: "from 0.1 to 100", COMPUTE_SHARE: "from 0.001 to 1000000",
+                  MEMORY_LIMIT: f"from 1 to {U64} bytes"}
 
 
 @pytest.mark.parametrize("annotation,text,field,expected", VALID)
@@ -84,6 +99,28 @@ def test_invalid_value_without_a_previous_one_sets_nothing(annotation, text):
     settings, problems = parse_annotations({annotation: text})
     assert settings == PodSettings() and settings.annotated == frozenset()
     assert len(problems) == 1 and "ignored" in problems[0].message
+
+
+SHARED_EDGES = [(COMPUTE_LIMIT, text, ok) for text, ok in COMPUTE_LIMIT_EDGES] + \
+               [(COMPUTE_SHARE, text, ok) for text, ok in COMPUTE_SHARE_EDGES] + \
+               [(MEMORY_LIMIT, text, ok) for text, ok in MEMORY_LIMIT_EDGES]
+
+
+@pytest.mark.parametrize("annotation,text,accepted", SHARED_EDGES)
+def test_annotations_accept_the_edges_every_interface_accepts(annotation, text, accepted):
+    settings, problems = parse_annotations({annotation: text})
+    assert (problems == []) == accepted, problems
+    if not accepted:
+        assert ACCEPTED_WORDS[annotation] in problems[0].message
+
+
+def test_the_annotation_parser_imports_nothing_of_the_running_scheduler():
+    code = ("import sys, xpushare.kubernetes.pod_settings; "
+            "print(' '.join(m for m in sys.modules if m.startswith('xpushare.scheduler.')))")
+    src = str(Path(xpushare.__file__).resolve().parents[1])  # this checkout's, installed or not
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONPATH": src}, timeout=60).stdout.split()
+    assert sorted(loaded) == ["xpushare.scheduler.ctlschema", "xpushare.scheduler.quota_ranges"]
 
 
 def test_absent_annotations_and_removal():
@@ -268,7 +305,7 @@ def test_bad_value_posts_one_event_keeps_the_previous_value_and_logs(api, watch,
     assert first["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "team", "name": "t",
                                        "uid": uid, "resourceVersion": first["involvedObject"]["resourceVersion"]}
     assert COMPUTE_LIMIT in first["message"] and "'400'" in first["message"]
-    assert "from 1 to 100" in first["message"] and "previous value" in first["message"]
+    assert "from 0.1 to 100" in first["message"] and "previous value" in first["message"]
     assert first["source"] == {"component": "nvshare-scheduler", "host": "node-a"}
     assert MEMORY_LIMIT in other["message"] and "'lots'" in other["message"]
     # fixed, then the same bad value again: reported again (a new mistake)

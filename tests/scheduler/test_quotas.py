@@ -159,9 +159,9 @@ def test_settings_out_of_range_close_that_connection_only(start_scheduler):
 
 
 @pytest.mark.parametrize("op, fields, error", [
-    ("set_compute_limit", {"value": 0, "pid": 1}, "above 0"),
-    ("set_compute_limit", {"value": 101, "pid": 1}, "at most 100"),
-    ("set_compute_share", {"value": -1, "pid": 1}, "positive"),
+    ("set_compute_limit", {"value": 0.09, "pid": 1}, "from 0.1 to 100"),
+    ("set_compute_limit", {"value": 101, "pid": 1}, "from 0.1 to 100"),
+    ("set_compute_share", {"value": -1, "pid": 1}, "from 0.001 to 1000000"),
     ("set_memory_limit", {"value": "4GiB", "pid": 1}, "bytes"),
     ("set_compute_share", {"value": 2, "pod": "NS/web"}, "NAMESPACE/NAME"),
     ("set_compute_share", {"value": 2}, "needs a pid or a client_id or a pod"),

@@ -2,18 +2,24 @@
 
 Three annotations on a pod set its GPU settings:
 
-    nvshare.com/gpu-compute-limit   hard cap, percent of the GPU's time: a number from 1 to 100
+    nvshare.com/gpu-compute-limit   hard cap, percent of the GPU's time: a number from 0.1 to 100
                                     ("50", "12.5", "50%"), or "none" (no cap)
-    nvshare.com/gpu-compute-share   weight against the other pods on the GPU: a positive number
+    nvshare.com/gpu-compute-share   weight against the other pods on the GPU: a number from 0.001
+                                    to 1000000
     nvshare.com/gpu-memory-limit    a size as xpushare.sizes reads it ("4GiB", "512MiB", bytes),
-                                    or "none" (no limit)
+                                    from 1 byte to 2^64-1 bytes, or "none" (no limit)
+
+The ranges are those of nvsharectl's flags and the control ops, from the same kinds
+(scheduler/quota_ranges.py); the annotation's grammar is its own (no exponents, a trailing % on
+the limit, "none" in any case).
 
 An annotation overrides the environment variable the process was started with; "none" overrides it
 too (no limit, whatever the environment says); an absent annotation leaves the environment's value
 (PodSettings.effective). An invalid value is a Problem: the previous valid value stays, and the
 watcher reports it once as a Warning Event on the pod (reason InvalidGpuAnnotation) and in the log.
 
-This module is pure and standard library only (the scheduler imports it and must stay light):
+This module is pure and standard library only, as is quota_ranges (the scheduler imports it and
+must stay light):
 parse_annotations(annotations, previous) -> (PodSettings, [Problem]), and PodKey, a pod as both the
 API server and the scheduler's peer identity name it. pod_watch.PodSettingsWatcher lists and
 watches the pods of a node and reports their settings.
@@ -21,12 +27,13 @@ watches the pods of a node and reports their settings.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass, field
 from typing import List, Mapping, NamedTuple, Optional, Tuple
 
+from ..scheduler import quota_ranges as ranges
+from ..scheduler.ctlschema import Invalid
 from ..sizes import format_size, parse_size
 
 __all__ = ["COMPUTE_LIMIT", "COMPUTE_SHARE", "MEMORY_LIMIT", "ANNOTATIONS", "EVENT_REASON",
@@ -40,10 +47,15 @@ EVENT_REASON = "InvalidGpuAnnotation"
 
 # annotation -> PodSettings field
 _FIELD = {COMPUTE_LIMIT: "compute_limit", COMPUTE_SHARE: "compute_share", MEMORY_LIMIT: "memory_limit"}
+# annotation -> the kind its value must fit (the ranges of every way of setting a quota)
+_KIND = {COMPUTE_LIMIT: ranges.COMPUTE_LIMIT, COMPUTE_SHARE: ranges.COMPUTE_SHARE,
+         MEMORY_LIMIT: ranges.MEMORY_LIMIT}
 _ACCEPTED = {
-    COMPUTE_LIMIT: "a percentage of GPU time from 1 to 100 (e.g. 50, 12.5 or 50%), or none",
-    COMPUTE_SHARE: "a positive number (a weight, e.g. 1, 2 or 0.5)",
-    MEMORY_LIMIT: "a positive size (e.g. 4GiB, 512MiB or a number of bytes), or none",
+    COMPUTE_LIMIT: f"a percentage of GPU time {ranges.COMPUTE_LIMIT_SPAN} (e.g. 50, 12.5 or 50%), "
+                   f"or {ranges.CLEAR}",
+    COMPUTE_SHARE: f"a number (a weight) {ranges.COMPUTE_SHARE_SPAN} (e.g. 1, 2 or 0.5)",
+    MEMORY_LIMIT: f"a size from {ranges.MEMORY_LIMIT.lo} to {ranges.MEMORY_LIMIT.hi} bytes (e.g. "
+                  f"4GiB, 512MiB or a number of bytes), or {ranges.CLEAR}",
 }
 _NUMBER = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
 _MAX_SHOWN = 64  # characters of a bad value quoted in a message (an annotation can be 256 KiB)
@@ -56,8 +68,8 @@ _MAX_SHOWN = 64  # characters of a bad value quoted in a message (an annotation 
 class PodSettings:
     """A pod's GPU settings from its annotations.
 
-    compute_limit: percent of the GPU's time, 1..100; compute_share: a positive weight;
-    memory_limit: bytes. A field is None when its annotation is absent or says "none";
+    compute_limit: percent of the GPU's time; compute_share: a weight; memory_limit: bytes (the
+    ranges of quota_ranges). A field is None when its annotation is absent or says "none";
     ``annotated`` holds the names of the fields an annotation set, "none" included, so that
     effective() can tell "no limit" (overrides the environment) from "not set" (the environment's).
     """
@@ -101,33 +113,29 @@ def _shown(value: str) -> str:
     return value if len(value) <= _MAX_SHOWN else value[:_MAX_SHOWN] + "..."
 
 
+def _read(annotation: str, text: str):
+    """The number or size an annotation's text stands for, before its range is checked; None when
+    the text is none of those."""
+    if annotation == MEMORY_LIMIT:
+        try:
+            return parse_size(text)
+        except ValueError:
+            return None
+    if annotation == COMPUTE_LIMIT and text.endswith("%"):
+        text = text[:-1].rstrip()
+    return float(text) if _NUMBER.match(text) else None
+
+
 def _parse_one(annotation: str, raw: str):
     """(value, ok) for one annotation's text; value None for "none"."""
+    kind = _KIND[annotation]
     text = raw.strip()
-    if annotation == COMPUTE_LIMIT:
-        if text.lower() == "none":
-            return None, True
-        number = text[:-1].rstrip() if text.endswith("%") else text
-        if _NUMBER.match(number):
-            value = float(number)
-            if 1.0 <= value <= 100.0:
-                return value, True
+    if text.lower() in kind.words:
+        return None, True  # "none": no limit
+    try:
+        return kind.check(annotation, _read(annotation, text)), True
+    except Invalid:
         return None, False
-    if annotation == COMPUTE_SHARE:
-        if _NUMBER.match(text):
-            value = float(text)
-            if value > 0 and math.isfinite(value):
-                return value, True
-        return None, False
-    if annotation == MEMORY_LIMIT:
-        if text.lower() == "none":
-            return None, True
-        try:
-            value = parse_size(text)
-        except ValueError:
-            return None, False
-        return (value, True) if value > 0 else (None, False)
-    raise KeyError(annotation)
 
 
 def parse_annotations(annotations: Optional[Mapping[str, str]],

@@ -70,9 +70,9 @@ class Int:
 
 @dataclass(frozen=True)
 class Number:
-    """A finite number above `above` and at most `hi` (an integer or a fraction), or one of
+    """A finite number from lo to hi, both included (an integer or a fraction), or one of
     `words`."""
-    above: float
+    lo: float
     hi: float
     hint: str
     words: tuple[str, ...] = ()
@@ -81,7 +81,7 @@ class Number:
         if isinstance(value, str) and value in self.words:
             return value
         if (not isinstance(value, (int, float)) or isinstance(value, bool)
-                or not math.isfinite(value) or not self.above < value <= self.hi):
+                or not math.isfinite(value) or not self.lo <= value <= self.hi):
             raise Invalid(f"invalid {name} {show(value)}: {self.hint}")
         return value
 
