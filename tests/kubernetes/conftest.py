@@ -1,4 +1,5 @@
-"""Shared fixtures for tests/kubernetes: short socket directories, the real plugin process."""
+"""Shared fixtures for tests/kubernetes: short socket directories, the real plugin process, a fake
+API server."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ import tempfile
 
 import pytest
 
+from .fake_apiserver import FakeApiServer
 from .k8s_helpers import FakeKubelet, PluginProcess
+
+
+@pytest.fixture
+def api():
+    """A fake API server (fake_apiserver.py) for the official kubernetes client's list and watch."""
+    pytest.importorskip("kubernetes", reason="the kubernetes client is not installed; pip install '.[test]'")
+    server = FakeApiServer().start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

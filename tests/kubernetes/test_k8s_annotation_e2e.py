@@ -24,15 +24,9 @@ import pytest
 from xpushare.kubernetes.pod_settings import COMPUTE_LIMIT, EVENT_REASON, MEMORY_LIMIT
 from xpushare.protocol import FEATURE_QUOTAS, Limits, MessageType, Settings, encode
 
-from .fake_apiserver import FakeApiServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scheduler"))
 from sched_harness import FakeClient, SchedulerProcess  # noqa: E402
-
-try:
-    import kubernetes  # noqa: F401
-except ImportError:
-    kubernetes = None
 
 GiB = 1 << 30
 NODE = "node-a"
@@ -57,15 +51,6 @@ contexts:
   context: {{cluster: fake, user: test}}
 current-context: fake
 """
-
-
-@pytest.fixture
-def api():
-    if kubernetes is None:
-        pytest.skip("the kubernetes client is not installed; pip install '.[test]'")
-    server = FakeApiServer().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -20,11 +20,8 @@ from .fake_apiserver import FakeApiServer
 GiB = 1024 ** 3
 MiB = 1024 ** 2
 
-try:
-    import kubernetes
-except ImportError:  # the parsing tests above still run
-    kubernetes = None
-
+kubernetes = pytest.importorskip("kubernetes", reason="the kubernetes client is not installed; "
+                                 "pip install '.[test]'")
 
 class Recorder:
     """Callbacks with their arrival times, and waiting on them."""
@@ -58,15 +55,6 @@ class Recorder:
     def names(self):
         with self.cond:
             return [(kind, key.name) for kind, key, _, _ in self.calls]
-
-
-@pytest.fixture
-def api():
-    if kubernetes is None:
-        pytest.skip("the kubernetes client is not installed; pip install '.[test]'")
-    server = FakeApiServer().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
