@@ -90,11 +90,14 @@ static int timed_checkpoints(void)
  * span is longer, doubling it (up to nvs_ckpt_interval, the launch-count bound) when one is under
  * a quarter of it. A span that includes idle GPU time only makes checkpoints more frequent while
  * they are already far apart in time, so their cost stays small.
- * Spans retire a ring behind the interval that is current: only a span recorded at the current
- * interval may double it, and a long one halves what it was recorded at (not the current one
- * again). Judging every retired span by the current interval doubled it once per span while the
- * ring still held short ones: 100 us kernels went from 1 to 128 launches a checkpoint before the
- * first long span came back, and 100 ms were queued instead of 20. */
+ * Spans retire a ring behind the interval that is current, so the two directions differ. Only a
+ * span recorded at the current interval may double it: judging every retired span by the current
+ * interval doubled it once per span while the ring still held short ones (100 us kernels went from
+ * 1 to 128 launches a checkpoint before the first long span came back, and 100 ms were queued
+ * instead of 20). A long span halves at once, every time: the current interval, or the smaller one
+ * it was recorded at. A queue longer than the target delays a drain and, under a compute limit,
+ * becomes debt (a limit set live on a program queued at 128 launches a checkpoint paused it for
+ * seconds when halving waited for spans at the new interval). */
 static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival)
 {
     /* With a compute limit, what runs past a closed gate (and what is charged late) stays near
