@@ -8,6 +8,10 @@ The public dicts `holders` and `waiting` are those indexes' records: read them, 
 through events.
 
 Compute shares and the quanta they scale are kept in a ShareBook (shares.py).
+
+Why a little over 400 lines: what is left here is the one object every strategy and the gang layer
+call through (events, expiry, hold_off/resume); its records, indexes and share arithmetic are
+already in their own files, and splitting the event methods apart would spread one lock's state.
 """
 
 from __future__ import annotations

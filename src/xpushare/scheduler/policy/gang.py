@@ -1,5 +1,8 @@
 """Jobs: clients that must run together, granted the GPUs they use all at once or not at all.
 
+(A little over 400 lines: the records are in gangmodel.py; the next split, when it grows, is the
+routing of arbiter actions from seats to members.)
+
 Pure, like the arbiters under it: every call takes `now` and returns an Outcome, the actions the
 caller carries out (each with the GPU it concerns) and the GPUs whose timers may have moved.
 
