@@ -35,6 +35,8 @@ STRUCTS = {  # C struct -> (Python field list, Python size)
     "nvs_settings": (P.Settings.FIELDS, P.Settings.SIZE),
     "nvs_limits": (P.Limits.FIELDS, P.Limits.SIZE),
     "nvs_job": (P.Job.FIELDS, P.Job.SIZE),
+    "nvs_evict": (P.Evict.FIELDS, P.Evict.SIZE),
+    "nvs_residency": (P.Residency.FIELDS, P.Residency.SIZE),
 }
 OPTIONAL_MACROS = {  # compared when the header defines them
     "NVS_HELLO_REQUIRE_SCHEDULER": P.HELLO_REQUIRE_SCHEDULER,
@@ -48,6 +50,11 @@ REQUIRED_MACROS = {  # the header must define these
     "NVS_FEATURE_BUSY": P.FEATURE_BUSY,
     "NVS_FEATURE_QUOTAS": P.FEATURE_QUOTAS,
     "NVS_FEATURE_JOBS": P.FEATURE_JOBS,
+    "NVS_FEATURE_SWAP": P.FEATURE_SWAP,
+    "NVS_HELLO_SWAP": P.HELLO_SWAP,
+    "NVS_EVICT_ROOM": P.EVICT_ROOM,
+    "NVS_RESIDENCY_ANSWER": P.RESIDENCY_ANSWER,
+    "NVS_RESIDENCY_REFUSED": P.RESIDENCY_REFUSED,
     "NVS_JOB_EXPLICIT": P.JOB_EXPLICIT,
     "NVS_JOB_TORCH": P.JOB_TORCH,
     "NVS_JOB_UNKNOWN": P.JOB_UNKNOWN,
@@ -124,5 +131,6 @@ def test_documented_sizes():
     assert {s: size for s, (_, size) in STRUCTS.items()} == {
         "nvs_header": 12, "nvs_hello": 520, "nvs_welcome": 16, "nvs_attach": 168,
         "nvs_attached": 16, "nvs_device": 8, "nvs_grant": 16, "nvs_drop": 16, "nvs_released": 24,
-        "nvs_mem_update": 24, "nvs_busy": 16, "nvs_settings": 16, "nvs_limits": 16, "nvs_job": 276}
+        "nvs_mem_update": 24, "nvs_busy": 16, "nvs_settings": 16, "nvs_limits": 16, "nvs_job": 276,
+        "nvs_evict": 16, "nvs_residency": 32}
     assert P.MAGIC.to_bytes(4, "little") == b"NVSH"

@@ -31,16 +31,25 @@ enum nvs_msg_type {
     NVS_BUSY_UPDATE = 13,
     NVS_SETTINGS = 14,
     NVS_LIMITS = 15,
-    NVS_JOB = 16
+    NVS_JOB = 16,
+    NVS_EVICT = 17,    /* only to a client whose HELLO has NVS_HELLO_SWAP */
+    NVS_RESIDENCY = 18 /* only to a scheduler whose WELCOME has NVS_FEATURE_SWAP */
 };
 
 /* hello.flags */
 #define NVS_HELLO_REQUIRE_SCHEDULER 1u
+#define NVS_HELLO_SWAP 2u /* the client answers EVICT with RESIDENCY */
 
 /* welcome.features: what the scheduler accepts beyond version 2's first message set */
 #define NVS_FEATURE_BUSY 1u   /* BUSY_UPDATE */
 #define NVS_FEATURE_QUOTAS 2u /* SETTINGS, answered with LIMITS */
 #define NVS_FEATURE_JOBS 4u   /* JOB */
+#define NVS_FEATURE_SWAP 8u   /* RESIDENCY (and it may send EVICT) */
+
+/* evict.reason; residency.flags */
+#define NVS_EVICT_ROOM 1u        /* another client needs the room on the GPU */
+#define NVS_RESIDENCY_ANSWER 1u  /* the answer to an EVICT */
+#define NVS_RESIDENCY_REFUSED 2u /* host memory for swap ran out: what could not move stays */
 
 /* job.kind; job.rank and job.local_rank when not known */
 #define NVS_JOB_EXPLICIT 1u /* NVSHARE_JOB */
@@ -177,6 +186,24 @@ struct nvs_job {
     char rendezvous[128]; /* "MASTER_ADDR:MASTER_PORT" for NVS_JOB_TORCH, else empty */
 } __attribute__((packed));
 
+/* EVICT: move this device's memory to host now (the client does not hold its lock) */
+struct nvs_evict {
+    uint32_t device;
+    uint32_t reason; /* NVS_EVICT_ROOM */
+    uint64_t reserved;
+} __attribute__((packed));
+
+/* RESIDENCY: where the process's memory on a device is now (sent only to a scheduler whose
+ * WELCOME has NVS_FEATURE_SWAP) */
+struct nvs_residency {
+    uint32_t device;
+    uint32_t flags;          /* NVS_RESIDENCY_* */
+    uint64_t resident_bytes; /* on the GPU now */
+    uint64_t host_bytes;     /* swapped out to host memory now */
+    uint32_t move_us;        /* the move this report ends (eviction or swap-in), 0 if none */
+    uint32_t reserved;
+} __attribute__((packed));
+
 _Static_assert(sizeof(struct nvs_header) == 12, "nvs_header is 12 bytes");
 _Static_assert(sizeof(struct nvs_hello) == 520, "nvs_hello is 520 bytes");
 _Static_assert(sizeof(struct nvs_welcome) == 16, "nvs_welcome is 16 bytes");
@@ -191,5 +218,7 @@ _Static_assert(sizeof(struct nvs_busy) == 16, "nvs_busy is 16 bytes");
 _Static_assert(sizeof(struct nvs_settings) == 16, "nvs_settings is 16 bytes");
 _Static_assert(sizeof(struct nvs_limits) == 16, "nvs_limits is 16 bytes");
 _Static_assert(sizeof(struct nvs_job) == 276, "nvs_job is 276 bytes");
+_Static_assert(sizeof(struct nvs_evict) == 16, "nvs_evict is 16 bytes");
+_Static_assert(sizeof(struct nvs_residency) == 32, "nvs_residency is 32 bytes");
 
 #endif /* NVSHARE_PROTOCOL_H */

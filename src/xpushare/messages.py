@@ -43,6 +43,8 @@ class MessageType(IntEnum):
     SETTINGS = 14     # only to a scheduler whose WELCOME has FEATURE_QUOTAS
     LIMITS = 15       # only to a client that sent SETTINGS
     JOB = 16          # only to a scheduler whose WELCOME has FEATURE_JOBS
+    EVICT = 17        # only to a client whose HELLO has HELLO_SWAP
+    RESIDENCY = 18    # only to a scheduler whose WELCOME has FEATURE_SWAP
 
 
 class DropReason(IntEnum):
@@ -61,6 +63,7 @@ class ReleaseReason(IntEnum):
 
 PRIORITY_LIMIT = 1000        # priorities are clamped to -PRIORITY_LIMIT..PRIORITY_LIMIT
 HELLO_REQUIRE_SCHEDULER = 1  # hello.flags bit 0
+HELLO_SWAP = 2               # hello.flags bit 1: the client answers EVICT with RESIDENCY
 GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
 DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
 DROP_GANG = 2                # drop.flags bit 1: dropped with the rest of its job, so the drain
@@ -68,6 +71,11 @@ DROP_GANG = 2                # drop.flags bit 1: dropped with the rest of its jo
 FEATURE_BUSY = 1             # welcome.features bit 0: the scheduler takes BUSY_UPDATE
 FEATURE_QUOTAS = 2           # welcome.features bit 1: it takes SETTINGS and answers with LIMITS
 FEATURE_JOBS = 4             # welcome.features bit 2: it takes JOB
+FEATURE_SWAP = 8             # welcome.features bit 3: it takes RESIDENCY (and may send EVICT)
+EVICT_ROOM = 1               # evict.reason: another client needs the room on the GPU
+RESIDENCY_ANSWER = 1         # residency.flags bit 0: the answer to an EVICT
+RESIDENCY_REFUSED = 2        # residency.flags bit 1: host memory for swap ran out; what could not
+                             # move stays on the GPU (resident_bytes says how much)
 JOB_EXPLICIT = 1             # job.kind: NVSHARE_JOB names the job
 JOB_TORCH = 2                # job.kind: a torch distributed run (WORLD_SIZE, MASTER_ADDR/PORT)
 JOB_UNKNOWN = 0xFFFFFFFF     # job.rank, job.local_rank: not known
@@ -269,6 +277,29 @@ class Job(_Payload):
     rendezvous: str = ""       # "MASTER_ADDR:MASTER_PORT" (JOB_TORCH)
 
 
+@dataclass
+class Evict(_Payload):
+    """EVICT: move this device's memory to host now (the client does not hold its lock); the
+    client answers with RESIDENCY (flags RESIDENCY_ANSWER)."""
+    FIELDS = (("device", "I"), ("reason", "I"), ("reserved", "Q"))
+    device: int = 0
+    reason: int = 0    # EVICT_ROOM
+    reserved: int = 0
+
+
+@dataclass
+class Residency(_Payload):
+    """RESIDENCY: where the client's memory on a device is now, and how long the move took."""
+    FIELDS = (("device", "I"), ("flags", "I"), ("resident_bytes", "Q"), ("host_bytes", "Q"),
+              ("move_us", "I"), ("reserved", "I"))
+    device: int = 0
+    flags: int = 0           # RESIDENCY_ANSWER, RESIDENCY_REFUSED
+    resident_bytes: int = 0  # of its memory on the device, on the GPU now
+    host_bytes: int = 0      # of it, swapped out to host memory now
+    move_us: int = 0         # the move this report ends (an eviction or a swap-in), 0 if none
+    reserved: int = 0
+
+
 # The payload class of every fixed-size type; the others are variable (JSON or text).
 PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.HELLO: Hello,
@@ -284,4 +315,6 @@ PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.SETTINGS: Settings,
     MessageType.LIMITS: Limits,
     MessageType.JOB: Job,
+    MessageType.EVICT: Evict,
+    MessageType.RESIDENCY: Residency,
 }
