@@ -26,9 +26,14 @@
  *                                                 NVSHARE_MAX_INFLIGHT bound only
  * NVSHARE_PREFETCH              wait              on a grant with PREFETCH: wait (threads run after the
  *                                                 bulk prefetch), overlap (they run at once), off (none)
- * NVSHARE_EVICT                 background        on a drop with EVICT: background (release first,
- *                                                 then evict while the next holder runs), wait
- *                                                 (release once the eviction finished)
+ * NVSHARE_EVICT                 wait              on a drop with EVICT: wait (release once the
+ *                                                 eviction finished: the next holder finds the
+ *                                                 room free), background (release first, then
+ *                                                 evict while the next holder starts)
+ * NVSHARE_SWAP                  on                on: converted memory leaves the GPU through the
+ *                                                 swap store (pinned host copies, swapstore.c);
+ *                                                 off: through the driver's prefetch only
+ * NVSHARE_HOST_SWAP_LIMIT       none              pinned host memory the swap store may take (size)
  * NVSHARE_CUDA_LIBRARY          libcuda.so.1      the real driver to dlopen
  * NVSHARE_JOB                   none              the job the process belongs to (sent in JOB;
  *                                                 job.c, which also reads torch distributed's)
@@ -221,10 +226,20 @@ static int env_prefetch(void)
 static int env_evict(void)
 {
     const char *v = getenv("NVSHARE_EVICT");
-    if (!v || !*v || !strcasecmp(v, "background")) return NVS_EVICT_BACKGROUND;
-    if (!strcasecmp(v, "wait")) return NVS_EVICT_WAIT;
-    nvs_warn("ignoring NVSHARE_EVICT=\"%s\": expected background or wait; using background", v);
-    return NVS_EVICT_BACKGROUND;
+    if (!v || !*v || !strcasecmp(v, "wait")) return NVS_EVICT_WAIT;
+    if (!strcasecmp(v, "background")) return NVS_EVICT_BACKGROUND;
+    nvs_warn("ignoring NVSHARE_EVICT=\"%s\": expected wait or background; using wait", v);
+    return NVS_EVICT_WAIT;
+}
+
+static int env_on_off(const char *name, int def)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    if (!strcasecmp(v, "on") || !strcmp(v, "1")) return 1;
+    if (!strcasecmp(v, "off") || !strcmp(v, "0")) return 0;
+    nvs_warn("ignoring %s=\"%s\": expected on or off; using %s", name, v, def ? "on" : "off");
+    return def;
 }
 
 static void copy_str(char *dst, size_t cap, const char *src)
@@ -273,6 +288,8 @@ void nvs_config_load(void)
     c->gang_drain_ms = (unsigned)env_long("NVSHARE_GANG_DRAIN_MS", 500, 0, 3600000);
     c->prefetch = env_prefetch();
     c->evict = env_evict();
+    c->swap = env_on_off("NVSHARE_SWAP", 1);
+    if (env_size("NVSHARE_HOST_SWAP_LIMIT", &v)) c->host_swap_limit = v;
     const char *lib = getenv("NVSHARE_CUDA_LIBRARY");
     copy_str(c->cuda_library, sizeof(c->cuda_library), lib && *lib ? lib : "libcuda.so.1");
     copy_str(c->pod_name, sizeof(c->pod_name), getenv("NVSHARE_POD_NAME"));

@@ -247,6 +247,11 @@ void nvs_devices_reset_after_fork(void)
         d->evict = d->prefetch_pending = d->pf_outstanding = 0;
         d->pf_rec = NULL;
         d->prefetch_us = 0;
+        /* the parent's swapped ranges are not the child's (alloc.c clears the tables) */
+        atomic_store(&d->swapped_bytes, 0);
+        atomic_store(&d->swapped_out, 0);
+        d->managed_on_host = d->swap_refused = 0;
+        d->reclaim_pending = d->restore_pending = 0;
         atomic_store(&d->busy_ns, 0); /* the child's own GPU time, from now */
         d->busy_sent = d->busy_sent_ns = 0;
         nvs_quota_reset_after_fork(d);

@@ -52,7 +52,17 @@ X(cuMemPrefetchAsync_v2, ("cuMemPrefetchAsync_v2"), \
    CUstream hStream), \
   NONE) \
 X(cuMemPrefetchAsync, ("cuMemPrefetchAsync"), \
-  (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream), NONE)
+  (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream), NONE) \
+/* The swap store (swapstore.c): pinned host copies, a second stream ordered after the first, and \
+ * the discard of managed ranges (CUDA 12.8+). Any of them missing: no swap store; the driver's \
+ * prefetch moves the memory (switch.c). */ \
+X(cuMemHostAlloc, ("cuMemHostAlloc"), (void **pp, size_t bytesize, unsigned int flags), NONE) \
+X(cuMemFreeHost, ("cuMemFreeHost"), (void *p), NONE) \
+X(cuStreamWaitEvent, ("cuStreamWaitEvent"), (CUstream hStream, CUevent hEvent, unsigned int flags), \
+  NONE) \
+X(cuMemDiscardBatchAsync, ("cuMemDiscardBatchAsync"), \
+  (CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream), \
+  NONE)
 /* clang-format on */
 
 #define NVS_DRV_FIELD_(field, names, params, fallback) CUresult (*field) params;

@@ -10,6 +10,8 @@
  * by the client thread). On a CAPTURING stream we cannot add a node that frees managed memory, and
  * freeing it when the capture ends would be a use-after-free for every later replay of the graph,
  * so the pointer is kept (still counted) for the life of the process; this is logged.
+ * A range with a host copy in the swap store (swapstore.c) waits for a move in progress before the
+ * driver frees it, and its host copy goes with it.
  */
 #include <stdlib.h>
 
@@ -74,9 +76,15 @@ static void settle_taken(nvs_ptrtab *t, uint64_t key, const nvs_ptr_entry *e, in
     int uncount = 1;
     pthread_mutex_lock(&nvs_amu);
     if (r != CUDA_SUCCESS) uncount = nvs_ptrtab_put(t, key, e->size, e->dev, e->kind) != 0;
+    if (!uncount) { /* still allocated: it keeps its swap state */
+        nvs_ptr_entry *back = nvs_ptrtab_find(t, key);
+        back->out = e->out;
+        back->host = e->host;
+    }
     /* an entry we cannot keep is not counted */
     if (uncount) nvs_unreserve_locked(d, e->size, other);
     pthread_mutex_unlock(&nvs_amu);
+    if (uncount) nvs_swap_forget(e->dev, e->size, e->out, e->host);
     if (uncount) nvs_mark_dirty(d);
 }
 
@@ -92,6 +100,7 @@ CUresult nvs_h_cuMemFree_v2(int idx, int per_thread, CUdeviceptr dptr)
     if (!dptr) return real(dptr);
     nvs_ptr_entry e;
     int found = take(&nvs_ptrs, dptr, &e);
+    if (found) nvs_swap_fence(); /* no move may still use the range or its host copy */
     CUresult r = real(dptr);
     if (!found) return r;
     settle_taken(&nvs_ptrs, dptr, &e, 0, r);
@@ -162,9 +171,11 @@ static int defer_free(CUdeviceptr dptr, CUevent ev, CUcontext ctx, uint64_t *siz
 {
     nvs_dev *d = NULL;
     uint64_t size = 0;
+    nvs_ptr_entry was = {0};
     pthread_mutex_lock(&nvs_amu);
     nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_ptrs, dptr);
     if (e) {
+        was = *e;
         d = &nvs_g.dev[e->dev];
         size = e->size;
         nvs_unreserve_locked(d, size, 0);
@@ -172,6 +183,10 @@ static int defer_free(CUdeviceptr dptr, CUevent ev, CUcontext ctx, uint64_t *siz
     }
     int queued = defer_locked((deferred_t){dptr, size, d ? d->ordinal : 0, ev, ctx});
     pthread_mutex_unlock(&nvs_amu);
+    if (d && (was.out || was.host)) { /* its contents are dead: the swap store lets go of them */
+        nvs_swap_fence();
+        nvs_swap_forget(was.dev, was.size, was.out, was.host);
+    }
     if (d) nvs_mark_dirty(d);
     *size_out = size;
     return queued;

@@ -8,6 +8,11 @@
  *     JOBS the process's JOB (job.c), if its environment names one
  *   ATTACHED: the scheduler's capacity; LOCK_OK: may_run = 1 (after a bulk prefetch with PREFETCH);
  *   DROP_LOCK: a drain is due (session.c runs it); LIMITS: the process's limits (quota.c)
+ *   EVICT: the device's memory is to leave the GPU while the process does not hold it (session.c)
+ *
+ * A device with ranges swapped out (swapstore.c) never runs before they are back: a grant swaps
+ * in first whatever NVSHARE_PREFETCH says, and running ungated (the scheduler gone) waits for the
+ * client thread's swap-in (restore_pending).
  */
 #include <stdio.h>
 #include <string.h>
@@ -24,9 +29,10 @@ static void reset_device(nvs_dev *d, int run)
     d->attach_sent = 0;
     d->lock_state = NVS_LOCK_IDLE;
     d->drain_reason = -1;
-    d->evict = d->gang = d->prefetch_pending = 0;
+    d->evict = d->gang = d->prefetch_pending = d->reclaim_pending = 0;
     d->mem_sent_valid = 0;
-    nvs_dev_set_run(d, run);
+    d->restore_pending = run && atomic_load(&d->swapped_out) > 0;
+    nvs_dev_set_run(d, run && !d->restore_pending);
 }
 
 /* nvs_g.mu held. Nobody wants a lock any more: the waiters just woken run ungated, and a request
@@ -114,7 +120,9 @@ static void on_lock_ok(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_
     struct nvs_grant g;
     memcpy(&g, p, sizeof(g));
     if (d->lock_state == NVS_LOCK_HELD) return;
-    int prefetch = (g.flags & NVS_GRANT_PREFETCH) && nvs_cfg.prefetch != NVS_PREFETCH_OFF;
+    int swapped = atomic_load(&d->swapped_out) > 0; /* back before anything runs */
+    int prefetch = swapped ||
+                   ((g.flags & NVS_GRANT_PREFETCH) && nvs_cfg.prefetch != NVS_PREFETCH_OFF);
     d->lock_state = NVS_LOCK_HELD;
     d->want = 0;
     d->drain_reason = -1;
@@ -124,7 +132,7 @@ static void on_lock_ok(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_
     d->pf_outstanding = 0;
     d->last_active_ns = d->grant_ns = now;
     atomic_store_explicit(&d->active, 0, memory_order_relaxed);
-    if (!prefetch || nvs_cfg.prefetch == NVS_PREFETCH_OVERLAP) {
+    if (!prefetch || (!swapped && nvs_cfg.prefetch == NVS_PREFETCH_OVERLAP)) {
         nvs_dev_set_run(d, 1);
         pthread_cond_broadcast(&nvs_g.cv);
     }
@@ -158,6 +166,18 @@ static void on_drop(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t n
     }
 }
 
+/* EVICT: session.c moves the memory out in the next round (GPU work stays outside nvs_g.mu) and
+ * answers with RESIDENCY; a device held by then answers with nothing moved. */
+static void on_evict(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)p;
+    (void)len;
+    (void)now;
+    d->reclaim_pending = 1;
+    NVS_DEBUG("evict device %d asked (%s)", d->ordinal,
+              d->lock_state == NVS_LOCK_HELD ? "holding it: nothing to move" : "idle");
+}
+
 /* LIMITS: the process's limits from now on (quota.c); memory already held stays. */
 static void on_limits(nvs_dev *none, const unsigned char *p, uint32_t len, uint64_t now)
 {
@@ -183,6 +203,7 @@ static const struct handler {
     {NVS_LOCK_OK, sizeof(struct nvs_grant), 1, on_lock_ok},
     {NVS_DROP_LOCK, sizeof(struct nvs_drop), 1, on_drop},
     {NVS_LIMITS, sizeof(struct nvs_limits), 0, on_limits},
+    {NVS_EVICT, sizeof(struct nvs_evict), 1, on_evict},
 };
 
 static const struct handler *find_handler(uint16_t type)

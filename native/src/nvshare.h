@@ -54,6 +54,8 @@ typedef struct nvs_config {
     unsigned gang_drain_ms;   /* NVSHARE_GANG_DRAIN_MS: bound of a DROP_GANG drain, 0 = none */
     int prefetch;             /* NVSHARE_PREFETCH: NVS_PREFETCH_* */
     int evict;                /* NVSHARE_EVICT: NVS_EVICT_* */
+    int swap;                 /* NVSHARE_SWAP: the swap store moves converted memory (swapstore.c) */
+    uint64_t host_swap_limit; /* NVSHARE_HOST_SWAP_LIMIT: pinned host copies at most, 0 = none */
     char cuda_library[512];   /* NVSHARE_CUDA_LIBRARY */
     char sock_paths[2][108];  /* candidates, in order */
     int n_sock_paths;
@@ -162,6 +164,17 @@ typedef struct nvs_dev {
     nvs_ctxrec *pf_rec;   /* the context whose stream and events it used */
     uint64_t pf_issue_ns; /* when it was issued */
     uint32_t prefetch_us; /* measured prefetch of the current grant (LOCK_RELEASED) */
+    /* Swapping (swapstore.c, switch.c, session.c). */
+    _Atomic uint64_t swapped_bytes; /* of its memory on d, in host memory now: converted ranges
+                                     * swapped out, own managed ranges prefetched to host */
+    _Atomic int swapped_out;        /* ranges swapped out: no work may run until they are back */
+    int reclaim_pending;            /* EVICT received, answer due (nvs_g.mu) */
+    int restore_pending;            /* swapped out and allowed to run: swap in first (nvs_g.mu) */
+    uint64_t managed_on_host;       /* own managed bytes the last eviction prefetched to host
+                                     * (client thread) */
+    uint64_t swap_refused;          /* bytes that got no host copy at the last swap-out (client
+                                     * thread): RESIDENCY says REFUSED */
+    uint32_t swap_us;               /* the last move's time, for RESIDENCY (client thread) */
     /* GPU busy time of the process's own work on the device (gate.c), ns, cumulative; what was
      * last reported in BUSY_UPDATE and when (client thread). */
     _Atomic uint64_t busy_ns;
@@ -208,6 +221,10 @@ struct nvs_ctxrec {
      * context current, and the events that time an overlapped prefetch. */
     CUstream own_stream;
     CUevent pf_start, pf_end;
+    /* The swap store (swapstore.c): a second stream, and the event that orders a chunk's copy and
+     * its discard or populate across the two. */
+    CUstream own_stream2;
+    CUevent swap_ev;
 };
 
 typedef struct nvs_global {
@@ -347,10 +364,11 @@ void nvs_capture_reset_after_fork(void) NVS_HIDDEN;
 void nvs_alloc_reap(void) NVS_HIDDEN;   /* free deferred frees whose stream work finished */
 int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
 /* Calls fn for every managed allocation counted on device `dev` (converted, the program's own
- * cuMemAllocManaged, kept; not VMM), with the table mutex held: a concurrent free waits, so no
+ * cuMemAllocManaged, kept; not VMM; only the program's own with `own_only`; never one swapped
+ * out, which the swap store moves), with the table mutex held: a concurrent free waits, so no
  * range can be handed to another allocation while fn issues work on it. Returns the count. */
-int nvs_alloc_for_each_managed(int dev, void (*fn)(CUdeviceptr, uint64_t, void *), void *arg)
-    NVS_HIDDEN;
+int nvs_alloc_for_each_managed(int dev, int own_only, void (*fn)(CUdeviceptr, uint64_t, void *),
+                               void *arg) NVS_HIDDEN;
 void nvs_alloc_reset_after_fork(void) NVS_HIDDEN;
 /* The memory view (cuMemGetInfo, NVML): total and free of device d as the process sees them;
  * 0 when nothing is known. nvs_view_free: free of `total` when the process holds `held` bytes
@@ -369,6 +387,33 @@ int nvs_switch_prefetch(nvs_dev *d, int wait) NVS_HIDDEN;
 /* An overlapped prefetch: see whether it finished (finish = 1: wait for it) and set
  * d->prefetch_us. */
 void nvs_switch_prefetch_poll(nvs_dev *d, int finish) NVS_HIDDEN;
+
+/* ---------------------------------------------------------------- swapstore.c */
+/* The swap store: converted allocations moved out of the GPU into pinned host copies and back at
+ * the speed of the bus. Client thread, never under nvs_g.mu; the context of the streams current
+ * and inside a "no capture" section. */
+int nvs_swap_usable(void) NVS_HIDDEN; /* NVSHARE_SWAP and the driver has every call it needs */
+typedef struct nvs_swap_io {
+    CUstream a, b; /* copies on a; discards and populates on b */
+    CUevent ev;
+    int dev;
+    int ranges;       /* queued */
+    uint64_t bytes;   /* queued */
+    uint64_t refused; /* bytes that got no host copy (bound) */
+    int errors;       /* ranges the driver refused */
+} nvs_swap_io;
+void nvs_swap_out(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN; /* queue d's converted ranges out */
+void nvs_swap_in(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;  /* queue its ranges that are out in */
+/* Bracket a move: frees wait for it (nvs_swap_fence) while it may still touch a range. */
+void nvs_swap_begin(void) NVS_HIDDEN;
+void nvs_swap_end(void) NVS_HIDDEN;
+/* free.c, after taking an entry out of the table and before the driver's free: waits for a move
+ * in progress; after a successful free: releases its host copy and uncounts what was out. */
+void nvs_swap_fence(void) NVS_HIDDEN;
+void nvs_swap_forget(int dev, uint64_t size, int out, void *host) NVS_HIDDEN;
+uint64_t nvs_swap_host_total(void) NVS_HIDDEN; /* pinned host copies, bytes */
+/* switch.c: one managed range prefetched on stream s (to the host, or to device dev). */
+CUresult nvs_prefetch_range(CUdeviceptr p, size_t n, int to_host, int dev, CUstream s) NVS_HIDDEN;
 
 /* ------------------------------------------------------- transport.c (the scheduler client) */
 void nvs_client_ensure_started(void) NVS_HIDDEN;

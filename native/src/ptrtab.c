@@ -56,6 +56,8 @@ int nvs_ptrtab_put(nvs_ptrtab *t, uint64_t key, uint64_t size, int dev, int kind
         e = &t->s[i];
         if (e->state == 2) t->dead--;
         t->used++;
+        e->out = 0;
+        e->host = NULL;
     }
     e->key = key;
     e->size = size;

@@ -16,6 +16,8 @@ typedef struct {
     int32_t dev;
     uint8_t kind;
     uint8_t state; /* 0 empty, 1 used, 2 deleted */
+    uint8_t out;   /* swapstore.c: swapped out, the data is only in the host copy */
+    void *host;    /* swapstore.c: the pinned host copy of the range, NULL when none */
 } nvs_ptr_entry;
 
 typedef struct {
@@ -24,7 +26,8 @@ typedef struct {
 } nvs_ptrtab; /* all zero: empty */
 
 nvs_ptr_entry *nvs_ptrtab_find(nvs_ptrtab *t, uint64_t key) NVS_HIDDEN; /* NULL: none */
-/* Insert or overwrite key's entry. Returns -1 when out of memory (nothing stored). */
+/* Insert or overwrite key's entry (a new one has no host copy). Returns -1 when out of memory
+ * (nothing stored). */
 int nvs_ptrtab_put(nvs_ptrtab *t, uint64_t key, uint64_t size, int dev, int kind) NVS_HIDDEN;
 void nvs_ptrtab_del(nvs_ptrtab *t, nvs_ptr_entry *e) NVS_HIDDEN; /* e from nvs_ptrtab_find */
 /* Take key's entry out of t (into *out). Returns 0 when there is none. */

@@ -10,6 +10,10 @@
  *     NVSHARE_PREFETCH=wait may_run = 1 only once it finished, with overlap at once)
  *   DROP_LOCK -> drain [-> bulk eviction to host if EVICT] -> LOCK_RELEASED(0, measured times);
  *   idle for NVSHARE_IDLE_RELEASE_MS -> drain -> LOCK_RELEASED(1);
+ *   EVICT (the device idle) -> its memory moves to host (switch.c) -> RESIDENCY(ANSWER)
+ *   after every move (a drop's eviction, a swap-in at a grant) -> RESIDENCY, to a scheduler whose
+ *     WELCOME offers NVS_FEATURE_SWAP
+ *   swapped out and running ungated (no scheduler) -> swap in first, then run
  *   footprint changes -> MEM_UPDATE (at most one per device per 100 ms)
  *   GPU busy time (gate.c) -> BUSY_UPDATE before every LOCK_RELEASED and, while it grows, about
  *     once a second (only to a scheduler whose WELCOME offers NVS_FEATURE_BUSY)
@@ -32,7 +36,8 @@ static uint64_t next_reap_ns; /* client thread */
 /* What a round found to do outside nvs_g.mu. */
 typedef struct {
     nvs_dev *drains[NVS_MAX_DEVICES], *prefetches[NVS_MAX_DEVICES], *overlapped[NVS_MAX_DEVICES];
-    int nd, np, no;
+    nvs_dev *reclaims[NVS_MAX_DEVICES];
+    int nd, np, no, nr;
 } round_plan;
 
 static nvs_outbox out; /* client thread */
@@ -74,6 +79,23 @@ static void put_mem_update(nvs_dev *d, uint64_t now)
     d->mem_sent_valid = 1;
     NVS_TRACE("mem update device %d: managed %llu other %llu", d->ordinal,
               (unsigned long long)m.managed_bytes, (unsigned long long)m.other_bytes);
+}
+
+/* Where d's memory is now (RESIDENCY), to a scheduler that offers SWAP; `flags` NVS_RESIDENCY_*
+ * (REFUSED added when the last swap-out left memory without a host copy). */
+static void put_residency(nvs_outbox *o, nvs_dev *d, uint32_t flags)
+{
+    if (!(nvs_g.sched_features & NVS_FEATURE_SWAP)) return;
+    uint64_t held = atomic_load(&d->managed_bytes) + atomic_load(&d->other_bytes);
+    uint64_t away = atomic_load(&d->swapped_bytes);
+    struct nvs_residency r = {(uint32_t)d->ordinal,
+                              flags | (d->swap_refused ? NVS_RESIDENCY_REFUSED : 0),
+                              held > away ? held - away : 0, away, d->swap_us, 0};
+    nvs_outbox_put(o, NVS_RESIDENCY, &r, sizeof(r));
+    NVS_DEBUG("residency device %d: %llu bytes on the GPU, %llu in host memory (%u us%s%s)",
+              d->ordinal, (unsigned long long)r.resident_bytes, (unsigned long long)away,
+              r.move_us, flags & NVS_RESIDENCY_ANSWER ? ", answer" : "",
+              r.flags & NVS_RESIDENCY_REFUSED ? ", refused" : "");
 }
 
 /* nvs_g.mu held. REQ_LOCK for a waiter (always after a MEM_UPDATE), else a due MEM_UPDATE. */
@@ -139,16 +161,31 @@ static int collect(uint64_t now, round_plan *pl)
         put_request_or_footprint(d, now);
         nvs_busy_put_if_due(&out, d, now);
         if (d->lock_state == NVS_LOCK_HELD) plan_held(d, now, pl);
+        if (d->reclaim_pending) {
+            d->reclaim_pending = 0;
+            if (d->lock_state == NVS_LOCK_HELD) { /* the grant came first: nothing moves */
+                d->swap_us = 0;
+                put_residency(&out, d, NVS_RESIDENCY_ANSWER);
+            } else {
+                pl->reclaims[pl->nr++] = d;
+            }
+        }
     }
     pthread_mutex_unlock(&nvs_g.mu);
     return 1;
 }
 
 /* A grant's bulk prefetch; with "wait" the application's threads run once it finished. */
-static void run_prefetch(nvs_dev *d)
+static int run_prefetch(nvs_dev *d)
 {
-    int wait = nvs_cfg.prefetch == NVS_PREFETCH_WAIT;
-    nvs_switch_prefetch(d, wait);
+    /* ranges swapped out: the application waits for them whatever NVSHARE_PREFETCH says */
+    int wait = nvs_cfg.prefetch == NVS_PREFETCH_WAIT || atomic_load(&d->swapped_out) > 0;
+    int moved = nvs_switch_prefetch(d, wait);
+    out.len = 0;
+    pthread_mutex_lock(&nvs_g.mu);
+    if (moved && nvs_g.client_state == NVS_CLIENT_READY) put_residency(&out, d, 0);
+    pthread_mutex_unlock(&nvs_g.mu);
+    int rc = nvs_tx_send(&out); /* the scheduler hears of the swap-in before any work runs */
     pthread_mutex_lock(&nvs_g.mu);
     d->last_active_ns = nvs_now_ns(); /* the time it took is not idleness */
     if (wait && nvs_g.client_state == NVS_CLIENT_READY && d->lock_state == NVS_LOCK_HELD) {
@@ -157,6 +194,41 @@ static void run_prefetch(nvs_dev *d)
         pthread_cond_broadcast(&nvs_g.cv);
     }
     pthread_mutex_unlock(&nvs_g.mu);
+    return rc;
+}
+
+/* EVICT while idle (flags NVS_RESIDENCY_ANSWER), or a drop's eviction after LOCK_RELEASED
+ * (NVSHARE_EVICT=background): the memory leaves the GPU, and the scheduler hears where it is. */
+static int run_reclaim(nvs_dev *d, uint32_t flags)
+{
+    nvs_switch_evict(d);
+    out.len = 0;
+    pthread_mutex_lock(&nvs_g.mu);
+    if (nvs_g.client_state == NVS_CLIENT_READY) put_residency(&out, d, flags);
+    pthread_mutex_unlock(&nvs_g.mu);
+    return nvs_tx_send(&out);
+}
+
+/* Swapped out and allowed to run without a scheduler: swap in, then open the gate. */
+static void run_restores(void)
+{
+    nvs_dev *todo[NVS_MAX_DEVICES];
+    int n = 0;
+    pthread_mutex_lock(&nvs_g.mu);
+    NVS_FOR_EACH_DEV(d) {
+        if (d->restore_pending) todo[n++] = d;
+    }
+    pthread_mutex_unlock(&nvs_g.mu);
+    for (int i = 0; i < n; i++) {
+        nvs_switch_prefetch(todo[i], 1);
+        pthread_mutex_lock(&nvs_g.mu);
+        if (todo[i]->restore_pending) {
+            todo[i]->restore_pending = 0;
+            nvs_dev_set_run(todo[i], nvs_g.ungated);
+            pthread_cond_broadcast(&nvs_g.cv);
+        }
+        pthread_mutex_unlock(&nvs_g.mu);
+    }
 }
 
 /* Drain d [evict], LOCK_RELEASED. Returns -1 when the connection was lost. */
@@ -167,9 +239,8 @@ static int run_drain(nvs_dev *d)
     uint64_t drain_ns = d->gang && nvs_cfg.gang_drain_ms ? nvs_drain_bounded(d, nvs_cfg.gang_drain_ms)
                                                          : nvs_drain(d);
     nvs_switch_prefetch_poll(d, 1); /* an overlapped prefetch of this grant: its time */
-    /* Moving pages to host runs at the CPU's pace inside the driver call (see
-     * docs/benchmarks.md): by default it happens after LOCK_RELEASED, while the next holder
-     * starts. */
+    /* By default the memory leaves before LOCK_RELEASED (the swap store moves it at the speed of
+     * the bus), so the next holder finds the room free; background releases first. */
     int evict_after = d->evict && nvs_cfg.evict == NVS_EVICT_BACKGROUND;
     uint64_t evict_ns = d->evict && !evict_after ? nvs_switch_evict(d) : 0;
     out.len = 0;
@@ -178,6 +249,7 @@ static int run_drain(nvs_dev *d)
         struct nvs_released r = {(uint32_t)d->ordinal, (uint32_t)d->drain_reason,
                                  nvs_us32(drain_ns), nvs_us32(evict_ns), d->prefetch_us, 0};
         if (nvs_busy_wanted()) nvs_busy_put(&out, d, nvs_now_ns()); /* this hold's spans */
+        if (evict_ns) put_residency(&out, d, 0); /* what stays after the release */
         nvs_outbox_put(&out, NVS_LOCK_RELEASED, &r, sizeof(r));
         NVS_DEBUG("release device %d (%s): drain %u us, evict %u us, prefetch %u us", d->ordinal,
                   r.reason == NVS_RELEASE_IDLE ? "idle" : "dropped", r.drain_us, r.evict_us,
@@ -190,7 +262,7 @@ static int run_drain(nvs_dev *d)
     d->gang = 0;
     pthread_mutex_unlock(&nvs_g.mu);
     if (nvs_tx_send(&out) != 0) return -1;
-    if (evict_after) nvs_switch_evict(d);
+    if (evict_after) return run_reclaim(d, 0);
     return 0;
 }
 
@@ -206,18 +278,22 @@ int nvs_session_work(uint64_t now)
 {
     reap_deferred_frees(now);
     nvs_quota_round(now); /* with a scheduler or without one */
+    run_restores();
     if (!nvs_tx_connected()) return 0;
     nvs_busy_round(now);
     round_plan pl;
-    pl.nd = pl.np = pl.no = 0;
+    pl.nd = pl.np = pl.no = pl.nr = 0;
     out.len = 0;
     if (!collect(now, &pl)) return 0;
     if (nvs_tx_send(&out) != 0) return 0;
     for (int i = 0; i < pl.no; i++) nvs_switch_prefetch_poll(pl.overlapped[i], 0); /* its log */
-    for (int i = 0; i < pl.np; i++) run_prefetch(pl.prefetches[i]);
+    for (int i = 0; i < pl.np; i++)
+        if (run_prefetch(pl.prefetches[i]) != 0) return 0;
     for (int i = 0; i < pl.nd; i++)
         if (run_drain(pl.drains[i]) != 0) return 0;
-    return pl.nd > 0 || pl.np > 0; /* waiters may want the lock back at once */
+    for (int i = 0; i < pl.nr; i++)
+        if (run_reclaim(pl.reclaims[i], NVS_RESIDENCY_ANSWER) != 0) return 0;
+    return pl.nd > 0 || pl.np > 0 || pl.nr > 0; /* waiters may want the lock back at once */
 }
 
 void nvs_session_deadlines(uint64_t now, uint64_t *t)

@@ -1,32 +1,33 @@
 /*
  * switch.c - fast context switches: a device's managed allocations moved in bulk.
  *
- *   DROP_LOCK with EVICT: after the drain, every managed range the process holds on the device
- *   (converted device allocations and the program's own cuMemAllocManaged; VMM memory cannot be
- *   moved) is prefetched to the host on a stream of our own, and that stream is synchronised.
- *   Moving pages to host is the slow direction (more streams did not help; figures in
- *   docs/benchmarks.md) and the driver does it at the CPU's pace inside the call, so
- *   by default (NVSHARE_EVICT=background) session.c sends LOCK_RELEASED first and evicts after it,
- *   while the next holder starts; NVSHARE_EVICT=wait evicts before (the memory is then free when
- *   the next holder starts) and LOCK_RELEASED carries the time (evict_us).
- *   LOCK_OK with PREFETCH: the same ranges are prefetched back to the device (NVSHARE_PREFETCH):
+ *   DROP_LOCK with EVICT, or EVICT while idle: after the drain, the device's memory leaves the GPU.
+ *   Converted allocations go through the swap store (swapstore.c: copied into pinned host copies
+ *   and discarded, at the speed of the bus) unless NVSHARE_SWAP=off or the driver lacks a call it
+ *   needs; the program's own cuMemAllocManaged ranges, which host code may read at any time, and
+ *   every range without the swap store are prefetched to the host (the driver's migration, at the
+ *   CPU's pace: figures in docs/benchmarks.md, "Swapping"). VMM memory cannot be moved. With
+ *   NVSHARE_EVICT=wait (the default) LOCK_RELEASED follows the move, so the next holder finds the
+ *   room free; background releases first.
+ *   LOCK_OK with PREFETCH, or any grant while ranges are swapped out: the same memory comes back.
+ *   Ranges swapped out come back before any of the application's work runs, whatever
+ *   NVSHARE_PREFETCH says (their bytes are only in the host copies); the rest is prefetched to the
+ *   device as NVSHARE_PREFETCH says:
  *     wait     application threads run once it finished (session.c keeps may_run at 0 until then);
  *     overlap  they run at once; two timing events around it on our stream measure it;
  *     off      nothing is prefetched here (session.c): demand page faults bring the pages back.
- *   The next LOCK_RELEASED carries the prefetch time (prefetch_us).
+ *   The next LOCK_RELEASED carries the prefetch time (prefetch_us), RESIDENCY the move's.
  *
- * A bulk prefetch brings data back several times faster than demand faults (switch cost (d) in
- * docs/benchmarks.md), which is the main lever on the cost of a context switch.
- *
- * The prefetch calls are issued with alloc.c's mutex held (a concurrent free waits, so no range can
- * be handed to another allocation mid-issue) and inside a "no capture" section (nvshare.h); the
- * synchronisation comes after both. Never while a stream capture is in progress anywhere in the
- * process: the bulk move is skipped and faults bring the data back (correctness first). A range the
- * driver refuses (e.g. freed meanwhile) is skipped (debug log).
+ * The moves are issued with alloc.c's mutex held (a concurrent free waits, so no range can be
+ * handed to another allocation mid-issue) and inside a "no capture" section (nvshare.h); the
+ * synchronisation comes after both, inside nvs_swap_begin/end (a free waits for it). Never while a
+ * stream capture is in progress anywhere in the process: the bulk move is skipped and faults bring
+ * the data back (correctness first), except that ranges swapped out always come back first. A
+ * range the driver refuses (e.g. freed meanwhile) is skipped (debug log).
  *
  * Driver: cuMemPrefetchAsync_v2(ptr, size, CUmemLocation, 0, stream) when present (CUDA 12.2+),
  * else cuMemPrefetchAsync(ptr, size, CUdevice or CU_DEVICE_CPU, stream); neither: no fast switches.
- * One non-blocking stream per context record, created lazily with the context current.
+ * Two non-blocking streams per context record, created lazily with the context current.
  * Client thread only (it already switches contexts for drains); never under nvs_g.mu.
  */
 #include "nvshare.h"
@@ -44,7 +45,7 @@ static int can_prefetch(void)
     return nvs_drv.cuMemPrefetchAsync_v2 || nvs_drv.cuMemPrefetchAsync;
 }
 
-static CUresult prefetch_range(CUdeviceptr p, size_t n, int to_host, int dev, CUstream s)
+CUresult nvs_prefetch_range(CUdeviceptr p, size_t n, int to_host, int dev, CUstream s)
 {
     if (nvs_drv.cuMemPrefetchAsync_v2) {
         CUmemLocation loc = {to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
@@ -58,7 +59,7 @@ static CUresult prefetch_range(CUdeviceptr p, size_t n, int to_host, int dev, CU
 static void issue_one(CUdeviceptr p, uint64_t size, void *arg)
 {
     batch_t *b = arg;
-    CUresult r = prefetch_range(p, (size_t)size, b->to_host, b->dev, b->stream);
+    CUresult r = nvs_prefetch_range(p, (size_t)size, b->to_host, b->dev, b->stream);
     if (r == CUDA_SUCCESS) {
         b->issued++;
         b->bytes += size;
@@ -67,6 +68,17 @@ static void issue_one(CUdeviceptr p, uint64_t size, void *arg)
         NVS_DEBUG("prefetch of %#llx (%llu bytes) to %s: %d; skipped", (unsigned long long)p,
                   (unsigned long long)size, b->to_host ? "host" : "device", r);
     }
+}
+
+/* The swap store's second stream and its event, once per record. */
+static int swap_ready(nvs_ctxrec *r)
+{
+    if (!r->own_stream2 &&
+        nvs_drv.cuStreamCreate(&r->own_stream2, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+        r->own_stream2 = NULL;
+    if (!r->swap_ev && nvs_drv.cuEventCreate(&r->swap_ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        r->swap_ev = NULL;
+    return r->own_stream2 && r->swap_ev;
 }
 
 /* Make a context of d current (the previous one in *prev) and give it our stream. Returns its
@@ -108,8 +120,22 @@ static int may_move(nvs_dev *d, const char *what)
     return 1;
 }
 
+/* Wait for both streams of a move (relaxed: a capture begun elsewhere since the issue). */
+static CUresult sync_move(nvs_ctxrec *rec, int swapped)
+{
+    CUstreamCaptureMode old = relaxed_if_capturing();
+    CUresult r = nvs_drv.cuStreamSynchronize(rec->own_stream);
+    if (swapped) {
+        CUresult r2 = nvs_drv.cuStreamSynchronize(rec->own_stream2);
+        if (r == CUDA_SUCCESS) r = r2;
+    }
+    nvs_relaxed_end(old);
+    return r;
+}
+
 uint64_t nvs_switch_evict(nvs_dev *d)
 {
+    d->swap_refused = 0;
     if (!may_move(d, "eviction")) return 0;
     uint64_t t0 = nvs_now_ns();
     if (!nvs_nocap_enter()) {
@@ -120,26 +146,38 @@ uint64_t nvs_switch_evict(nvs_dev *d)
     CUcontext prev;
     nvs_ctxrec *rec = enter_context(d, &prev);
     batch_t b = {.to_host = 1, .dev = d->ordinal};
+    nvs_swap_io io = {.dev = d->ordinal};
+    int swap = rec && nvs_swap_usable() && swap_ready(rec);
+    nvs_swap_begin();
     if (rec) {
         b.stream = rec->own_stream;
-        nvs_alloc_for_each_managed(d->ordinal, issue_one, &b);
+        if (swap) {
+            io.a = rec->own_stream;
+            io.b = rec->own_stream2;
+            io.ev = rec->swap_ev;
+            nvs_swap_out(d, &io);
+        }
+        nvs_alloc_for_each_managed(d->ordinal, swap, issue_one, &b);
     }
     nvs_nocap_leave();
+    CUresult r = CUDA_SUCCESS;
+    if (rec && (b.issued || io.ranges || io.errors)) r = sync_move(rec, swap);
+    nvs_swap_end();
     if (!rec) {
         NVS_DEBUG("device %d: no usable context: no bulk eviction", d->ordinal);
         return 0;
     }
-    CUresult r = CUDA_SUCCESS;
-    if (b.issued) {
-        CUstreamCaptureMode old = relaxed_if_capturing();
-        r = nvs_drv.cuStreamSynchronize(rec->own_stream);
-        nvs_relaxed_end(old);
-    }
     nvs_drv.cuCtxSetCurrent(prev);
+    d->managed_on_host += b.bytes;
+    atomic_fetch_add(&d->swapped_bytes, b.bytes);
+    d->swap_refused = io.refused;
     uint64_t took = nvs_now_ns() - t0;
-    NVS_DEBUG("device %d: evicted %d range(s), %llu bytes, to the host in %.3f ms (%d refused, "
-              "sync %d)", d->ordinal, b.issued, (unsigned long long)b.bytes, (double)took / 1e6,
-              b.refused, r);
+    d->swap_us = nvs_us32(took);
+    NVS_DEBUG("device %d: evicted %d range(s), %llu bytes, to the swap store and %d range(s), %llu "
+              "bytes, by prefetch to the host in %.3f ms (%llu bytes refused a host copy, %d "
+              "refused by the driver, sync %d)", d->ordinal, io.ranges,
+              (unsigned long long)io.bytes, b.issued, (unsigned long long)b.bytes,
+              (double)took / 1e6, (unsigned long long)io.refused, b.refused + io.errors, r);
     return took;
 }
 
@@ -147,17 +185,26 @@ int nvs_switch_prefetch(nvs_dev *d, int wait)
 {
     d->prefetch_us = 0;
     d->pf_outstanding = 0;
-    if (!may_move(d, "prefetch")) return 0;
+    int out = atomic_load(&d->swapped_out) > 0;
+    if (!out && !may_move(d, "prefetch")) return 0;
     uint64_t t0 = nvs_now_ns();
-    if (!nvs_nocap_enter()) {
+    /* Ranges swapped out come back even during a capture: their bytes are only in the host
+     * copies, and our own streams are never captured (relaxed mode around the issue). */
+    int nocap = nvs_nocap_enter();
+    if (!nocap && !out) {
         NVS_DEBUG("device %d: a stream capture is in progress: no bulk prefetch (pages come back "
                   "by faults)", d->ordinal);
         return 0;
     }
+    CUstreamCaptureMode relaxed = nocap ? -1 : nvs_relaxed_begin();
     CUcontext prev;
     nvs_ctxrec *rec = enter_context(d, &prev);
     batch_t b = {.to_host = 0, .dev = d->ordinal};
+    nvs_swap_io io = {.dev = d->ordinal};
+    int swap = out && rec && swap_ready(rec);
     int timed = 0;
+    if (out) wait = 1; /* the application may not run before its bytes are back */
+    nvs_swap_begin();
     if (rec) {
         b.stream = rec->own_stream;
         if (!wait) { /* overlap: time it on the stream itself */
@@ -170,7 +217,15 @@ int nvs_switch_prefetch(nvs_dev *d, int wait)
             timed = rec->pf_start && rec->pf_end &&
                     nvs_drv.cuEventRecord(rec->pf_start, rec->own_stream) == CUDA_SUCCESS;
         }
-        nvs_alloc_for_each_managed(d->ordinal, issue_one, &b);
+        /* the ranges not swapped out first: the iteration skips those, which come next */
+        if (nocap && can_prefetch() && nvs_cfg.prefetch != NVS_PREFETCH_OFF)
+            nvs_alloc_for_each_managed(d->ordinal, 0, issue_one, &b);
+        if (swap) {
+            io.a = rec->own_stream;
+            io.b = rec->own_stream2;
+            io.ev = rec->swap_ev;
+            nvs_swap_in(d, &io);
+        }
         if (timed && b.issued &&
             nvs_drv.cuEventRecord(rec->pf_end, rec->own_stream) == CUDA_SUCCESS) {
             d->pf_outstanding = 1;
@@ -178,25 +233,29 @@ int nvs_switch_prefetch(nvs_dev *d, int wait)
             d->pf_issue_ns = t0;
         }
     }
-    nvs_nocap_leave();
+    if (nocap) nvs_nocap_leave();
+    nvs_relaxed_end(relaxed);
+    CUresult r = CUDA_SUCCESS;
+    if (rec && (swap || (b.issued && (wait || !d->pf_outstanding)))) {
+        /* wait mode, a swap-in, or overlap without events to observe it: finish it now */
+        r = sync_move(rec, swap);
+        d->prefetch_us = nvs_us32(nvs_now_ns() - t0);
+    }
+    nvs_swap_end();
     if (!rec) {
         NVS_DEBUG("device %d: no usable context: no bulk prefetch", d->ordinal);
         return 0;
     }
-    CUresult r = CUDA_SUCCESS;
-    if (b.issued && (wait || !d->pf_outstanding)) {
-        /* wait mode, or overlap without events to observe it: finish it now */
-        CUstreamCaptureMode old = relaxed_if_capturing();
-        r = nvs_drv.cuStreamSynchronize(rec->own_stream);
-        nvs_relaxed_end(old);
-        d->prefetch_us = nvs_us32(nvs_now_ns() - t0);
-    }
     nvs_drv.cuCtxSetCurrent(prev);
-    NVS_DEBUG("device %d: prefetch of %d range(s), %llu bytes, to the device %s in %.3f ms (%d "
-              "refused, sync %d)", d->ordinal, b.issued, (unsigned long long)b.bytes,
+    atomic_fetch_sub(&d->swapped_bytes, d->managed_on_host);
+    d->managed_on_host = 0;
+    d->swap_us = nvs_us32(nvs_now_ns() - t0);
+    NVS_DEBUG("device %d: swap-in of %d range(s), %llu bytes, and prefetch of %d range(s), %llu "
+              "bytes, to the device %s in %.3f ms (%d refused, sync %d)", d->ordinal, io.ranges,
+              (unsigned long long)io.bytes, b.issued, (unsigned long long)b.bytes,
               d->pf_outstanding ? "issued" : "done", (double)(nvs_now_ns() - t0) / 1e6,
-              b.refused, r);
-    return b.issued;
+              b.refused + io.errors, r);
+    return b.issued + io.ranges;
 }
 
 void nvs_switch_prefetch_poll(nvs_dev *d, int finish)

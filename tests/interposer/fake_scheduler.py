@@ -14,6 +14,8 @@ from xpushare.protocol import (
     Attached,
     DropLock,
     DropReason,
+    Evict,
+    EVICT_ROOM,
     FrameDecoder,
     Grant,
     Limits,
@@ -28,7 +30,8 @@ from .harness import poll
 
 # Messages that name a device (their payload starts with `u32 device`).
 _DEVICE_TYPES = (MessageType.ATTACH, MessageType.ATTACHED, MessageType.REQ_LOCK, MessageType.LOCK_OK,
-                 MessageType.DROP_LOCK, MessageType.LOCK_RELEASED, MessageType.MEM_UPDATE)
+                 MessageType.DROP_LOCK, MessageType.LOCK_RELEASED, MessageType.MEM_UPDATE,
+                 MessageType.EVICT, MessageType.RESIDENCY)
 
 
 @dataclass
@@ -143,6 +146,13 @@ class RecordingScheduler:
             n = conn if conn >= 0 else len(self._conns) + conn
         self._send(c, n, DropLock(device=device, reason=reason, flags=flags))
 
+    def evict(self, device: int, conn: int = -1):
+        """Ask an idle client to move its memory on the device to host (it answers RESIDENCY)."""
+        with self._mu:
+            c = self._conns[conn]
+            n = conn if conn >= 0 else len(self._conns) + conn
+        self._send(c, n, Evict(device=device, reason=EVICT_ROOM))
+
     def messages(self, *types: MessageType, device: int | None = None) -> list[Received]:
         with self._mu:
             got = list(self.received)
@@ -183,4 +193,5 @@ class RecordingScheduler:
 
 def _type_of(msg) -> MessageType:
     return {Welcome: MessageType.WELCOME, Attached: MessageType.ATTACHED, Grant: MessageType.LOCK_OK,
-            DropLock: MessageType.DROP_LOCK, Limits: MessageType.LIMITS}[type(msg)]
+            DropLock: MessageType.DROP_LOCK, Limits: MessageType.LIMITS,
+            Evict: MessageType.EVICT}[type(msg)]

@@ -1,4 +1,7 @@
-"""Fast context switches (docs/protocol.md, issue 3): a DROP_LOCK with EVICT makes the client drain,
+"""Fast context switches through the driver's prefetch (docs/protocol.md): the path every range
+takes without the swap store (NVSHARE_SWAP=off here, or a driver without cuMemDiscardBatchAsync),
+and the one the program's own managed memory always takes (test_swap_store.py has the swap store's).
+A DROP_LOCK with EVICT makes the client drain,
 move every managed allocation it holds on that device to the host in bulk (cuMemPrefetchAsync to
 the host location on a stream of its own, then a synchronisation of that stream) and only then
 answer LOCK_RELEASED with the time it took; a LOCK_OK with PREFETCH brings the same allocations
@@ -56,7 +59,8 @@ def _released(recorder) -> list:
 
 
 def _env(**extra):
-    env = {"NVSHARE_IDLE_RELEASE_MS": 0, "MOCK_CUDA_PREFETCH_US": PREFETCH_US, "MOCK_CUDA_SYNC_US": SYNC_US}
+    env = {"NVSHARE_IDLE_RELEASE_MS": 0, "MOCK_CUDA_PREFETCH_US": PREFETCH_US, "MOCK_CUDA_SYNC_US": SYNC_US,
+           "NVSHARE_SWAP": "off"}
     env.update(extra)
     return env
 
@@ -111,12 +115,12 @@ def test_evict_moves_exactly_this_devices_managed_allocations_to_host_then_relea
     assert recorder.errors == []
 
 
-def test_by_default_the_eviction_comes_after_the_release(world, recorder):
-    """NVSHARE_EVICT unset: LOCK_RELEASED goes right after the drain (evict_us 0) and the bulk move
-    to host follows, while the next holder starts; the prefetch back at the next grant goes on the
-    same stream, after it."""
+def test_in_background_the_eviction_comes_after_the_release(world, recorder):
+    """NVSHARE_EVICT=background: LOCK_RELEASED goes right after the drain (evict_us 0) and the bulk
+    move to host follows, while the next holder starts; the prefetch back at the next grant goes on
+    the same stream, after it."""
     app = world.app("init", "ctx", 0, "alloc", "1M", "alloc", "2M", "launch", 1, "pause",
-                    "launch", 1, env=_env())
+                    "launch", 1, env=_env(NVSHARE_EVICT="background"))
     app.paused()
     recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
     recorder.drop(0, flags=DROP_EVICT)
@@ -139,11 +143,18 @@ def test_by_default_the_eviction_comes_after_the_release(world, recorder):
     assert recorder.errors == []
 
 
-def test_a_bad_evict_setting_warns_once_and_uses_background(world, recorder):
+def test_a_bad_evict_setting_warns_once_and_uses_wait(world, recorder):
     app = world.app("init", "ctx", 0, "alloc", "1M", "launch", 1, env=_env(NVSHARE_EVICT="later"))
     assert app.finish() == 0
     warnings = [ln for ln in app.stderr().splitlines() if "NVSHARE_EVICT" in ln]
-    assert len(warnings) == 1 and "using background" in warnings[0], app.stderr()
+    assert len(warnings) == 1 and "using wait" in warnings[0], app.stderr()
+
+
+def test_a_bad_swap_setting_warns_once_and_uses_the_swap_store(world, recorder):
+    app = world.app("init", "ctx", 0, "alloc", "1M", "launch", 1, env=_env(NVSHARE_SWAP="maybe"))
+    assert app.finish() == 0
+    warnings = [ln for ln in app.stderr().splitlines() if "NVSHARE_SWAP" in ln]
+    assert len(warnings) == 1 and "using on" in warnings[0], app.stderr()
 
 
 def test_a_drop_without_evict_moves_nothing(world, recorder):

@@ -34,6 +34,8 @@
  *   call NAME                 call one gated entry point (its base name, e.g. cuMemcpyHtoD)
  *   gated-all                 call every gated entry point once (rets, and libs: where each lives)
  *   verify                    HtoD a pattern into the last allocation, DtoH it back, compare
+ *   fill / check              HtoD a pattern into the last allocation / DtoH it and compare with
+ *                             that pattern ("ok"), as separate steps (a swap may come between)
  *   streamsync / ctxsync      cuStreamSynchronize(current) / cuCtxSynchronize
  *   collective N K            N training steps on the current stream, as one rank of a job: K
  *                             kernels, one collective (MOCK_COLLECTIVE_FUNCTION: it ends when every
@@ -861,6 +863,26 @@ static int run_steps(char **av, int i, int to)
             o_begin(&o, st);
             o_int(&o, "ret", r ? r : r2);
             o_int(&o, "ok", !r && !r2 && memcmp(back, g_host, n) == 0);
+            o_u64(&o, "bytes", n);
+            o_end(&o);
+            i += 1;
+        } else if (strcmp(st, "fill") == 0 || strcmp(st, "check") == 0) {
+            size_t size;
+            CUdeviceptr d = last_ptr(&size);
+            size_t n = size < sizeof g_host ? size : sizeof g_host;
+            char back[sizeof g_host];
+            for (size_t k = 0; k < n; k++) g_host[k] = (char)(k * 13 + 5);
+            int ok = 1;
+            if (st[0] == 'f') {
+                r = F(MemcpyHtoD, CUdeviceptr, const void *, size_t)(d, g_host, n);
+            } else {
+                memset(back, 0, sizeof back);
+                r = F(MemcpyDtoH, void *, CUdeviceptr, size_t)(back, d, n);
+                ok = !r && memcmp(back, g_host, n) == 0;
+            }
+            o_begin(&o, st);
+            o_int(&o, "ret", r);
+            o_int(&o, "ok", ok);
             o_u64(&o, "bytes", n);
             o_end(&o);
             i += 1;

@@ -59,7 +59,14 @@
  *
  * Compile-time switches (tests build variants): -DMOCK_CUDA_NO_PREFETCH_V2 leaves out
  * cuMemPrefetchAsync_v2 (a driver older than CUDA 12.2); -DMOCK_CUDA_NO_PREFETCH leaves out both
- * prefetch entry points.
+ * prefetch entry points; -DMOCK_CUDA_NO_DISCARD leaves out cuMemDiscardBatchAsync (a driver older
+ * than CUDA 12.8).
+ *
+ * Swapping: cuMemHostAlloc / cuMemFreeHost give host memory (logged with "ptr"/"size");
+ * cuStreamWaitEvent is checked and logged ("stream", "event"); cuMemDiscardBatchAsync checks that
+ * every range lies in one managed allocation, logs each ("ptr", "size", "stream") and overwrites it
+ * with the byte 0xDB, as the real driver may hand back any bytes for a discarded range: a test that
+ * reads data back after a swap-out finds it intact only if it was really restored.
  *
  * Deliberate differences from the real driver: memory is host memory (mmap, MAP_NORESERVE) so copies
  * really copy and huge sizes are fine; every operation completes at once; a forked child may keep
@@ -1136,6 +1143,86 @@ static CUresult do_prefetch(const char *fn, CUdeviceptr p, size_t n, int loc_typ
     return r;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* swapping: pinned host memory, discards                                                      */
+
+static int valid_event(CUevent e); /* events: below */
+
+CUresult cuMemHostAlloc(void **pp, size_t n, unsigned int flags)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    void *m = NULL;
+    if (!r && (!pp || !n)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r) {
+        m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) {
+            m = NULL;
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            *pp = m;
+        }
+    }
+    log_line("cuMemHostAlloc", t0, now_ns(), cur_dev(), r, ",\"ptr\":%llu,\"size\":%zu,\"flags\":%u",
+             (unsigned long long)(uintptr_t)m, n, flags);
+    return r;
+}
+
+/* The mock does not remember host allocations' sizes: a page is enough to catch a use after free
+ * of the start (munmap of the rest would need the size; tests check the log's pairs instead). */
+CUresult cuMemFreeHost(void *p)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    if (!r && !p) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r) munmap(p, 4096);
+    log_line("cuMemFreeHost", t0, now_ns(), cur_dev(), r, ",\"ptr\":%llu",
+             (unsigned long long)(uintptr_t)p);
+    return r;
+}
+
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    if (!r) r = check_stream(s);
+    if (!r && !valid_event(e)) r = CUDA_ERROR_INVALID_HANDLE;
+    if (!r && flags != 0) r = CUDA_ERROR_INVALID_VALUE;
+    log_line("cuStreamWaitEvent", t0, now_ns(), cur_dev(), r, ",\"stream\":%lu,\"event\":%lu",
+             (unsigned long)(uintptr_t)s, (unsigned long)(uintptr_t)e);
+    return r; /* every operation completes at once: the order holds already */
+}
+
+#ifndef MOCK_CUDA_NO_DISCARD
+CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                unsigned long long flags, CUstream s)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    if (!r) r = check_stream(s);
+    if (!r && (!dptrs || !sizes || !count || flags)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && s == NULL) r = CUDA_ERROR_INVALID_VALUE; /* the legacy stream: refused, as measured */
+    for (size_t i = 0; !r && i < count; i++) {
+        pthread_mutex_lock(&g_mu);
+        struct alloc *a = find_alloc_locked((uintptr_t)dptrs[i], sizes[i] ? sizes[i] : 1);
+        int ok = a && a->kind == KIND_MANAGED;
+        pthread_mutex_unlock(&g_mu);
+        if (!ok) r = CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; !r && i < count; i++) {
+        memset((void *)(uintptr_t)dptrs[i], 0xDB, sizes[i]);
+        log_line("cuMemDiscardBatchAsync", t0, now_ns(), cur_dev(), r,
+                 ",\"ptr\":%llu,\"size\":%zu,\"stream\":%lu", (unsigned long long)dptrs[i],
+                 sizes[i], (unsigned long)(uintptr_t)s);
+    }
+    if (r) log_line("cuMemDiscardBatchAsync", t0, now_ns(), cur_dev(), r, "");
+    return r;
+}
+#define MOCK_DISCARD_EXPORTS(X) X(cuMemDiscardBatchAsync)
+#else
+#define MOCK_DISCARD_EXPORTS(X)
+#endif
+
 #ifndef MOCK_CUDA_NO_PREFETCH
 /* CUDA < 13 signature: a CUdevice, CU_DEVICE_CPU (-1) for the host */
 CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dst, CUstream s)
@@ -1963,7 +2050,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     X(cuGraphDestroy) X(cuGraphExecDestroy)                                                        \
     X(cuEventCreate) X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize)  \
     X(cuEventDestroy) X(cuEventDestroy_v2) X(cuEventElapsedTime) X(cuEventElapsedTime_v2)          \
-    MOCK_PREFETCH_EXPORTS(X)
+    X(cuMemHostAlloc) X(cuMemFreeHost) X(cuStreamWaitEvent)                                      \
+    MOCK_PREFETCH_EXPORTS(X) MOCK_DISCARD_EXPORTS(X)
 
 /* hidden aliases: their addresses are this library's own definitions, never an interposer's */
 #define MOCK_ALIAS(name) \

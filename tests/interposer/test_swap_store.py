@@ -1,0 +1,201 @@
+"""The swap store (native/src/swapstore.c): converted allocations leave the GPU as a copy into a
+pinned host copy plus a discard of the range, and come back as a populate of the range plus a copy
+back, before any of the application's work runs; the program's own managed memory moves with the
+driver's prefetch. The mock driver overwrites a discarded range with 0xDB, as the real one may hand
+back anything there, so data read back intact proves it was restored.
+
+The fake scheduler (fake_scheduler.py) offers SWAP, drops with EVICT, sends EVICT to an idle
+client, and records RESIDENCY; the mock logs every call with CLOCK_MONOTONIC times.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from xpushare.protocol import (
+    DROP_EVICT, FEATURE_SWAP, HELLO_SWAP, RESIDENCY_ANSWER, RESIDENCY_REFUSED, MessageType,
+)
+
+from .harness import build_mock_variant
+
+HOST, DEVICE = 2, 1  # the mock log's loc_type
+MIB = 1 << 20
+
+
+def _env(**extra):
+    env = {"NVSHARE_IDLE_RELEASE_MS": 0}
+    env.update(extra)
+    return env
+
+
+def _ours(log, app, fn):
+    """Calls of fn the library made itself (not on an application thread)."""
+    app_tids = {ln["tid"] for ln in app.lines}
+    return [e for e in log.entries(app.pid, fn) if e["tid"] not in app_tids]
+
+
+def _residency(recorder) -> list:
+    return [r.msg for r in recorder.messages(MessageType.RESIDENCY)]
+
+
+def _swapped_out_by_a_drop(world, recorder, *steps, env=None):
+    """An app that allocates 2M of its own managed memory and 1M converted, fills the converted
+    one, launches, pauses holding the lock, and checks the data when resumed: dropped with EVICT
+    while paused. Returns the app."""
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "managed", "2M", "alloc", "1M", "fill", "launch", 1, "pause",
+                    *steps, env=_env(**(env or {})))
+    app.paused()
+    recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
+    recorder.drop(0, flags=DROP_EVICT)
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
+    return app
+
+
+def test_a_drop_swaps_converted_memory_out_at_copy_speed_and_back_before_any_work(world, recorder):
+    app = _swapped_out_by_a_drop(world, recorder, "check", "launch", 1)
+    log = world.log
+    (hello,) = recorder.messages(MessageType.HELLO)
+    assert hello.msg.flags & HELLO_SWAP, "the client offers to answer EVICT"
+    (managed, converted) = [(ln["ptr"], ln["size"]) for ln in app.lines
+                            if ln.get("step") in ("managed", "alloc")]
+    (released,) = recorder.messages(MessageType.LOCK_RELEASED)
+
+    # out: the converted range copied into a pinned host copy, then discarded; before the release
+    (pinned,) = _ours(log, app, "cuMemHostAlloc")
+    assert pinned["size"] == converted[1] and pinned["ret"] == 0
+    (out,) = _ours(log, app, "cuMemcpyDtoHAsync_v2")
+    assert out["ret"] == 0
+    (gone,) = log.entries(app.pid, "cuMemDiscardBatchAsync")
+    assert (gone["ptr"], gone["size"]) == converted and gone["ret"] == 0
+    assert out["t1"] <= gone["t0"] and gone["t1"] <= released.at_ns
+    assert gone["stream"] != out["stream"], "discards on the second stream"
+    # the program's own managed memory: the driver's prefetch to the host, never discarded
+    to_host = [e for e in log.entries(app.pid, "cuMemPrefetchAsync_v2") if e["loc_type"] == HOST]
+    assert [(e["ptr"], e["size"]) for e in to_host] == [managed]
+
+    # RESIDENCY right before LOCK_RELEASED: nothing left on the GPU, 3 MiB in host memory
+    first = _residency(recorder)[0]
+    assert (first.resident_bytes, first.host_bytes) == (0, 3 * MIB) and first.flags == 0
+    assert first.move_us > 0
+
+    app.resume()  # "check" reads the converted range: a grant (without PREFETCH) swaps it in first
+    assert app.finish() == 0
+    (check,) = app.steps("check")
+    assert check["ok"] == 1, "the bytes came back (the mock scribbled over the discarded range)"
+    (back,) = _ours(log, app, "cuMemcpyHtoDAsync_v2")
+    populate = [e for e in log.entries(app.pid, "cuMemPrefetchAsync_v2")
+                if e["loc_type"] == DEVICE and (e["ptr"], e["size"]) == converted]
+    assert populate and populate[0]["t1"] <= back["t0"], "populated before the copy back"
+    (read,) = log.entries(app.pid, "cuMemcpyDtoH_v2")
+    assert back["t1"] <= read["t0"], "swapped in before the application's first call"
+    last = _residency(recorder)[-1]
+    assert (last.resident_bytes, last.host_bytes) == (3 * MIB, 0)
+    assert recorder.errors == []
+
+
+def test_an_idle_client_evicts_when_asked_and_answers(world, recorder):
+    """EVICT to a client that released the lock (idle) while its application is blocked in other
+    code (paused): it moves the memory out, answers RESIDENCY(ANSWER); its next work swaps in."""
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "4M", "fill", "launch", 1, "pause", "check",
+                    env=_env(NVSHARE_IDLE_RELEASE_MS=30))
+    app.paused()
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=0)  # released for idleness
+    recorder.evict(0)
+    recorder.wait_count(MessageType.RESIDENCY, 1, device=0)
+    (answer,) = _residency(recorder)
+    assert answer.flags == RESIDENCY_ANSWER
+    assert (answer.resident_bytes, answer.host_bytes) == (0, 4 * MIB)
+    (gone,) = world.log.entries(app.pid, "cuMemDiscardBatchAsync")
+    assert gone["size"] == 4 * MIB
+    app.resume()
+    assert app.finish() == 0
+    assert app.steps("check")[0]["ok"] == 1
+    assert recorder.errors == []
+
+
+def test_a_client_holding_the_lock_answers_evict_with_nothing_moved(world, recorder):
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "1M", "launch", 1, "pause", env=_env())
+    app.paused()
+    recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
+    recorder.evict(0)
+    recorder.wait_count(MessageType.RESIDENCY, 1, device=0)
+    (answer,) = _residency(recorder)
+    assert answer.flags == RESIDENCY_ANSWER and answer.resident_bytes == MIB
+    assert world.log.entries(app.pid, "cuMemDiscardBatchAsync") == []
+    app.resume()
+    assert app.finish() == 0
+
+
+def test_past_the_host_swap_limit_the_memory_stays_and_the_scheduler_hears_refused(world, recorder):
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "1M", "fill", "alloc", "3M", "fill", "launch", 1,
+                    "pause", "check", env=_env(NVSHARE_IDLE_RELEASE_MS=30,
+                                               NVSHARE_HOST_SWAP_LIMIT="2MiB"))
+    app.paused()
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
+    recorder.evict(0)
+    recorder.wait_count(MessageType.RESIDENCY, 1, device=0)
+    (answer,) = _residency(recorder)
+    assert answer.flags == RESIDENCY_ANSWER | RESIDENCY_REFUSED
+    assert (answer.resident_bytes, answer.host_bytes) == (3 * MIB, MIB), "the 1M fits, the 3M not"
+    assert [e["size"] for e in world.log.entries(app.pid, "cuMemDiscardBatchAsync")] == [MIB]
+    app.resume()
+    assert app.finish() == 0
+    assert app.steps("check")[0]["ok"] == 1
+    warnings = [ln for ln in app.stderr().splitlines() if "NVSHARE_HOST_SWAP_LIMIT" in ln]
+    assert len(warnings) == 1 and "stays on the GPU" in warnings[0], app.stderr()
+
+
+def test_swapped_out_when_the_scheduler_goes_the_memory_comes_back_before_running_ungated(
+        world, recorder):
+    app = _swapped_out_by_a_drop(world, recorder, "check")
+    recorder.hang_up()
+    app.resume()
+    assert app.finish() == 0
+    assert app.steps("check")[0]["ok"] == 1
+    log = world.log
+    (back,) = _ours(log, app, "cuMemcpyHtoDAsync_v2")
+    (read,) = log.entries(app.pid, "cuMemcpyDtoH_v2")
+    assert back["t1"] <= read["t0"]
+
+
+def test_a_free_while_swapped_out_lets_the_host_copy_go_and_nothing_comes_back(world, recorder):
+    app = _swapped_out_by_a_drop(world, recorder, "free", "last", "launch", 1)
+    app.resume()
+    assert app.finish() == 0
+    log = world.log
+    (pinned,) = _ours(log, app, "cuMemHostAlloc")
+    freed = [e for e in log.entries(app.pid, "cuMemFreeHost") if e["ptr"] == pinned["ptr"]]
+    assert len(freed) == 1 and freed[0]["ret"] == 0
+    assert _ours(log, app, "cuMemcpyHtoDAsync_v2") == [], "a freed range is not swapped in"
+    footprints = [r.footprint for r in recorder.messages(MessageType.MEM_UPDATE)]
+    assert footprints[-1] == (2 * MIB, 0), "the scheduler hears the smaller footprint"
+
+
+def test_swap_off_moves_converted_memory_with_the_drivers_prefetch(world, recorder):
+    app = _swapped_out_by_a_drop(world, recorder, "check", env={"NVSHARE_SWAP": "off"})
+    app.resume()
+    assert app.finish() == 0
+    assert app.steps("check")[0]["ok"] == 1
+    log = world.log
+    assert log.entries(app.pid, "cuMemDiscardBatchAsync") == []
+    assert _ours(log, app, "cuMemHostAlloc") == []
+    to_host = [e for e in log.entries(app.pid, "cuMemPrefetchAsync_v2") if e["loc_type"] == HOST]
+    assert len(to_host) == 2, "both ranges, by the driver's migration"
+
+
+@pytest.fixture(scope="module")
+def no_discard_driver(tmp_path_factory):
+    return build_mock_variant(tmp_path_factory.mktemp("mock-nodiscard"), "MOCK_CUDA_NO_DISCARD")
+
+
+def test_a_driver_without_discard_falls_back_to_the_prefetch(world, recorder, no_discard_driver):
+    app = _swapped_out_by_a_drop(world, recorder, "check",
+                                 env={"LD_LIBRARY_PATH": no_discard_driver})
+    app.resume()
+    assert app.finish() == 0
+    assert app.steps("check")[0]["ok"] == 1
+    assert _ours(world.log, app, "cuMemHostAlloc") == []
