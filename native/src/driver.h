@@ -62,7 +62,11 @@ X(cuStreamWaitEvent, ("cuStreamWaitEvent"), (CUstream hStream, CUevent hEvent, u
   NONE) \
 X(cuMemDiscardBatchAsync, ("cuMemDiscardBatchAsync"), \
   (CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream), \
-  NONE)
+  NONE) \
+/* The swap store's checksum kernel (swapsum.c); missing: every swap-out copies. */ \
+X(cuModuleLoadData, ("cuModuleLoadData"), (CUmodule *module, const void *image), NONE) \
+X(cuModuleGetFunction, ("cuModuleGetFunction"), \
+  (CUfunction *hfunc, CUmodule hmod, const char *name), NONE)
 /* clang-format on */
 
 #define NVS_DRV_FIELD_(field, names, params, fallback) CUresult (*field) params;

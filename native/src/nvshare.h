@@ -225,6 +225,9 @@ struct nvs_ctxrec {
      * its discard or populate across the two. */
     CUstream own_stream2;
     CUevent swap_ev;
+    CUmodule sum_mod; /* swapsum.c's kernel, loaded at the first swap-out in this context */
+    CUfunction sum_fn;
+    int sum_failed;
 };
 
 typedef struct nvs_global {
@@ -400,7 +403,9 @@ typedef struct nvs_swap_io {
     int ranges;       /* queued */
     uint64_t bytes;   /* queued */
     uint64_t refused; /* bytes that got no host copy (bound) */
+    uint64_t clean;   /* bytes whose host copy was still valid: discarded, not copied */
     int errors;       /* ranges the driver refused */
+    nvs_ctxrec *rec;  /* the context whose streams these are (swapsum.c's kernel) */
 } nvs_swap_io;
 void nvs_swap_out(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN; /* queue d's converted ranges out */
 void nvs_swap_in(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;  /* queue its ranges that are out in */
@@ -412,6 +417,11 @@ void nvs_swap_end(void) NVS_HIDDEN;
 void nvs_swap_fence(void) NVS_HIDDEN;
 void nvs_swap_forget(int dev, uint64_t size, int out, void *host) NVS_HIDDEN;
 uint64_t nvs_swap_host_total(void) NVS_HIDDEN; /* pinned host copies, bytes */
+/* swapsum.c: the checksum kernel of rec's context (loaded once; 0 when it cannot be), and one
+ * launch of it over [data, data + size) adding into the two u64 at out (device memory). */
+int nvs_swapsum_ready(nvs_ctxrec *rec) NVS_HIDDEN;
+CUresult nvs_swapsum_launch(nvs_ctxrec *rec, CUdeviceptr data, uint64_t size, CUdeviceptr out,
+                            CUstream s) NVS_HIDDEN;
 /* switch.c: one managed range prefetched on stream s (to the host, or to device dev). */
 CUresult nvs_prefetch_range(CUdeviceptr p, size_t n, int to_host, int dev, CUstream s) NVS_HIDDEN;
 

@@ -17,7 +17,9 @@ typedef struct {
     uint8_t kind;
     uint8_t state; /* 0 empty, 1 used, 2 deleted */
     uint8_t out;   /* swapstore.c: swapped out, the data is only in the host copy */
+    uint8_t sum_valid; /* swapstore.c: sum is that of the host copy's contents */
     void *host;    /* swapstore.c: the pinned host copy of the range, NULL when none */
+    uint64_t sum[2]; /* swapsum.c's checksum of what was last copied out */
 } nvs_ptr_entry;
 
 typedef struct {

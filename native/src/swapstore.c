@@ -18,7 +18,8 @@
  * the driver's prefetch (switch.c), never through here.
  *
  * A host copy stays after the swap-in: it is the allocation's swap space, reused at its next
- * swap-out, and freed with the allocation. Pinned host memory is bounded: NVSHARE_HOST_SWAP_LIMIT
+ * swap-out, and freed with the allocation. While it holds what the range holds (the application did
+ * not write the range since it came back: swapsum.c's checksum says so), a swap-out only discards. Pinned host memory is bounded: NVSHARE_HOST_SWAP_LIMIT
  * for the process, and the host's MemAvailable less a floor (1 GiB or 5% of MemTotal, whichever is
  * more). A range that would pass either keeps its memory on the GPU, with one warning per swap-out,
  * and the scheduler hears REFUSED (session.c): nothing is lost and nobody is killed.
@@ -213,15 +214,86 @@ static int pair(nvs_swap_io *io, CUstream x, CUstream y, CUresult r1)
     return 0;
 }
 
+/* ------------------------------------------------------------------ clean ranges */
+typedef struct {
+    CUdeviceptr ptr;
+    uint64_t size;
+    void *host;
+    uint64_t sum[2];
+} summed_t;
+
+/* Checksums of every range of d that has a host copy (swapsum.c), computed on stream a and waited
+ * for; *out: the ranges (freed by the caller), NULL when there are none or no kernel. */
+static size_t sum_ranges(nvs_dev *d, nvs_swap_io *io, summed_t **out)
+{
+    *out = NULL;
+    if (!io->rec || !nvs_swapsum_ready(io->rec)) return 0;
+    nvs_fn_cuMemAlloc_v2 alloc = NVS_REAL(cuMemAlloc_v2, NVS_IDX_cuMemAlloc_v2);
+    nvs_fn_cuMemFree_v2 release = NVS_REAL(cuMemFree_v2, NVS_IDX_cuMemFree_v2);
+    nvs_fn_cuMemsetD8Async zero = NVS_REAL(cuMemsetD8Async, NVS_IDX_cuMemsetD8Async);
+    nvs_fn_cuMemcpyDtoHAsync_v2 copy = NVS_REAL(cuMemcpyDtoHAsync_v2, NVS_IDX_cuMemcpyDtoHAsync_v2);
+    if (!alloc || !release || !zero) return 0;
+    size_t n = 0;
+    pthread_mutex_lock(&nvs_amu);
+    size_t pos = 0;
+    for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&nvs_ptrs, &pos));)
+        n += swappable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0;
+    pthread_mutex_unlock(&nvs_amu);
+    summed_t *s = n ? calloc(n, sizeof(*s)) : NULL;
+    uint64_t *sums = n ? calloc(n, 2 * sizeof(uint64_t)) : NULL;
+    CUdeviceptr dev_sums = 0;
+    if (!s || !sums || alloc(&dev_sums, n * 2 * sizeof(uint64_t)) != CUDA_SUCCESS ||
+        zero(dev_sums, 0, n * 2 * sizeof(uint64_t), io->a) != CUDA_SUCCESS) {
+        if (dev_sums) release(dev_sums);
+        free(s);
+        free(sums);
+        return 0;
+    }
+    size_t k = 0;
+    int ok = 1;
+    pthread_mutex_lock(&nvs_amu);
+    pos = 0;
+    for (const nvs_ptr_entry *e; k < n && (e = nvs_ptrtab_next(&nvs_ptrs, &pos));) {
+        if (!(swappable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0)) continue;
+        s[k] = (summed_t){(CUdeviceptr)e->key, e->size, e->host, {0, 0}};
+        ok &= nvs_swapsum_launch(io->rec, s[k].ptr, s[k].size, dev_sums + k * 16, io->a) ==
+              CUDA_SUCCESS;
+        k++;
+    }
+    pthread_mutex_unlock(&nvs_amu);
+    ok = ok && copy(sums, dev_sums, k * 2 * sizeof(uint64_t), io->a) == CUDA_SUCCESS &&
+         nvs_drv.cuStreamSynchronize(io->a) == CUDA_SUCCESS;
+    release(dev_sums);
+    for (size_t i = 0; i < k; i++) memcpy(s[i].sum, sums + 2 * i, sizeof(s[i].sum));
+    free(sums);
+    if (!ok) {
+        free(s);
+        return 0;
+    }
+    *out = s;
+    return k;
+}
+
+/* nvs_amu held. The checksum computed for e's range just now, if any (matched by address, size
+ * and host copy: the same allocation). */
+static const summed_t *sum_of(const summed_t *s, size_t n, const nvs_ptr_entry *e)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i].ptr == (CUdeviceptr)e->key && s[i].size == e->size && s[i].host == e->host)
+            return &s[i];
+    return NULL;
+}
+
 /* nvs_amu held. Copy the range into its host copy and discard it, chunk by chunk. */
-static int queue_out(nvs_swap_io *io, nvs_ptr_entry *e)
+static int queue_out(nvs_swap_io *io, nvs_ptr_entry *e, int clean)
 {
     nvs_fn_cuMemcpyDtoHAsync_v2 copy = NVS_REAL(cuMemcpyDtoHAsync_v2, NVS_IDX_cuMemcpyDtoHAsync_v2);
     for (uint64_t lo = 0; lo < e->size; lo += CHUNK) {
         size_t n = (size_t)(e->size - lo < CHUNK ? e->size - lo : CHUNK);
         CUdeviceptr p = (CUdeviceptr)e->key + lo;
-        if (pair(io, io->a, io->b, copy((char *)e->host + lo, p, n, io->a)) != 0 ||
-            discard(p, n, io->b) != CUDA_SUCCESS)
+        if (clean ? discard(p, n, io->a) != CUDA_SUCCESS
+                  : (pair(io, io->a, io->b, copy((char *)e->host + lo, p, n, io->a)) != 0 ||
+                     discard(p, n, io->b) != CUDA_SUCCESS))
             return -1;
     }
     return 0;
@@ -244,15 +316,25 @@ static int queue_in(nvs_swap_io *io, nvs_ptr_entry *e)
 void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
 {
     give_host_copies(d, io);
+    summed_t *sums;
+    size_t nsums = sum_ranges(d, io, &sums);
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
     for (nvs_ptr_entry *e; (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
         if (!swappable(e, d->ordinal) || e->out || !e->host) continue;
+        /* The host copy holds these bytes already when the sum of the range is the one of what was
+         * copied out last time; the new sum is that of what the host copy holds after this one. */
+        const summed_t *now = sum_of(sums, nsums, e);
+        int clean = now && e->sum_valid && !memcmp(now->sum, e->sum, sizeof(e->sum));
+        e->sum_valid = now != NULL;
+        if (now) memcpy(e->sum, now->sum, sizeof(e->sum));
         /* Out from the first chunk on: a range half moved is restored whole. */
         e->out = 1;
         atomic_fetch_add(&d->swapped_bytes, e->size);
         atomic_fetch_add(&d->swapped_out, 1);
-        if (queue_out(io, e) != 0) {
+        if (clean) io->clean += e->size;
+        if (queue_out(io, e, clean) != 0) {
+            e->sum_valid = 0;
             io->errors++;
             NVS_DEBUG("device %d: swap-out of %#llx (%llu bytes) refused by the driver",
                       d->ordinal, (unsigned long long)e->key, (unsigned long long)e->size);
@@ -262,6 +344,7 @@ void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
         io->bytes += e->size;
     }
     pthread_mutex_unlock(&nvs_amu);
+    free(sums);
 }
 
 void nvs_swap_in(nvs_dev *d, nvs_swap_io *io)

@@ -155,6 +155,7 @@ uint64_t nvs_switch_evict(nvs_dev *d)
             io.a = rec->own_stream;
             io.b = rec->own_stream2;
             io.ev = rec->swap_ev;
+            io.rec = rec;
             nvs_swap_out(d, &io);
         }
         nvs_alloc_for_each_managed(d->ordinal, swap, issue_one, &b);
@@ -224,6 +225,7 @@ int nvs_switch_prefetch(nvs_dev *d, int wait)
             io.a = rec->own_stream;
             io.b = rec->own_stream2;
             io.ev = rec->swap_ev;
+            io.rec = rec;
             nvs_swap_in(d, &io);
         }
         if (timed && b.issued &&

@@ -43,7 +43,7 @@ def _swapped_out_by_a_drop(world, recorder, *steps, env=None):
     one, launches, pauses holding the lock, and checks the data when resumed: dropped with EVICT
     while paused. Returns the app."""
     recorder.welcome_features = FEATURE_SWAP
-    app = world.app("init", "ctx", 0, "managed", "2M", "alloc", "1M", "fill", "launch", 1, "pause",
+    app = world.app("init", "ctx", 0, "managed", "2M", "alloc", "1M", "fill", 1, "launch", 1, "pause",
                     *steps, env=_env(**(env or {})))
     app.paused()
     recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
@@ -53,7 +53,7 @@ def _swapped_out_by_a_drop(world, recorder, *steps, env=None):
 
 
 def test_a_drop_swaps_converted_memory_out_at_copy_speed_and_back_before_any_work(world, recorder):
-    app = _swapped_out_by_a_drop(world, recorder, "check", "launch", 1)
+    app = _swapped_out_by_a_drop(world, recorder, "check", 1, "launch", 1)
     log = world.log
     (hello,) = recorder.messages(MessageType.HELLO)
     assert hello.msg.flags & HELLO_SWAP, "the client offers to answer EVICT"
@@ -64,7 +64,7 @@ def test_a_drop_swaps_converted_memory_out_at_copy_speed_and_back_before_any_wor
     # out: the converted range copied into a pinned host copy, then discarded; before the release
     (pinned,) = _ours(log, app, "cuMemHostAlloc")
     assert pinned["size"] == converted[1] and pinned["ret"] == 0
-    (out,) = _ours(log, app, "cuMemcpyDtoHAsync_v2")
+    (out,) = [o for o in _ours(log, app, "cuMemcpyDtoHAsync_v2") if o["bytes"] == converted[1]]
     assert out["ret"] == 0
     (gone,) = log.entries(app.pid, "cuMemDiscardBatchAsync")
     assert (gone["ptr"], gone["size"]) == converted and gone["ret"] == 0
@@ -79,7 +79,7 @@ def test_a_drop_swaps_converted_memory_out_at_copy_speed_and_back_before_any_wor
     assert (first.resident_bytes, first.host_bytes) == (0, 3 * MIB) and first.flags == 0
     assert first.move_us > 0
 
-    app.resume()  # "check" reads the converted range: a grant (without PREFETCH) swaps it in first
+    app.resume()  # "check", 1 reads the converted range: a grant (without PREFETCH) swaps it in first
     assert app.finish() == 0
     (check,) = app.steps("check")
     assert check["ok"] == 1, "the bytes came back (the mock scribbled over the discarded range)"
@@ -98,7 +98,7 @@ def test_an_idle_client_evicts_when_asked_and_answers(world, recorder):
     """EVICT to a client that released the lock (idle) while its application is blocked in other
     code (paused): it moves the memory out, answers RESIDENCY(ANSWER); its next work swaps in."""
     recorder.welcome_features = FEATURE_SWAP
-    app = world.app("init", "ctx", 0, "alloc", "4M", "fill", "launch", 1, "pause", "check",
+    app = world.app("init", "ctx", 0, "alloc", "4M", "fill", 1, "launch", 1, "pause", "check", 1,
                     env=_env(NVSHARE_IDLE_RELEASE_MS=30))
     app.paused()
     recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=0)  # released for idleness
@@ -131,8 +131,8 @@ def test_a_client_holding_the_lock_answers_evict_with_nothing_moved(world, recor
 
 def test_past_the_host_swap_limit_the_memory_stays_and_the_scheduler_hears_refused(world, recorder):
     recorder.welcome_features = FEATURE_SWAP
-    app = world.app("init", "ctx", 0, "alloc", "1M", "fill", "alloc", "3M", "fill", "launch", 1,
-                    "pause", "check", env=_env(NVSHARE_IDLE_RELEASE_MS=30,
+    app = world.app("init", "ctx", 0, "alloc", "1M", "fill", 1, "alloc", "3M", "fill", 1, "launch", 1,
+                    "pause", "check", 1, env=_env(NVSHARE_IDLE_RELEASE_MS=30,
                                                NVSHARE_HOST_SWAP_LIMIT="2MiB"))
     app.paused()
     recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
@@ -151,7 +151,7 @@ def test_past_the_host_swap_limit_the_memory_stays_and_the_scheduler_hears_refus
 
 def test_swapped_out_when_the_scheduler_goes_the_memory_comes_back_before_running_ungated(
         world, recorder):
-    app = _swapped_out_by_a_drop(world, recorder, "check")
+    app = _swapped_out_by_a_drop(world, recorder, "check", 1)
     recorder.hang_up()
     app.resume()
     assert app.finish() == 0
@@ -176,7 +176,7 @@ def test_a_free_while_swapped_out_lets_the_host_copy_go_and_nothing_comes_back(w
 
 
 def test_swap_off_moves_converted_memory_with_the_drivers_prefetch(world, recorder):
-    app = _swapped_out_by_a_drop(world, recorder, "check", env={"NVSHARE_SWAP": "off"})
+    app = _swapped_out_by_a_drop(world, recorder, "check", 1, env={"NVSHARE_SWAP": "off"})
     app.resume()
     assert app.finish() == 0
     assert app.steps("check")[0]["ok"] == 1
@@ -187,13 +187,40 @@ def test_swap_off_moves_converted_memory_with_the_drivers_prefetch(world, record
     assert len(to_host) == 2, "both ranges, by the driver's migration"
 
 
+def test_memory_not_written_since_it_came_back_is_discarded_without_a_copy(world, recorder):
+    """Swapped out, back, out again unwritten: the checksum kernel finds the host copy still
+    valid, so the second swap-out discards and copies nothing; written in between (fill 2), the
+    third copies again; every time the data comes back right."""
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "1M", "fill", 1, "launch", 1, "pause",
+                    "launch", 1, "pause", "check", 1, "fill", 2, "pause", "check", 2, env=_env())
+    for n in (1, 2, 3):
+        app.paused(nth=n)
+        recorder.wait_count(MessageType.REQ_LOCK, n, device=0)
+        recorder.drop(0, flags=DROP_EVICT)
+        recorder.wait_count(MessageType.LOCK_RELEASED, n, device=0)
+        app.resume()
+    assert app.finish() == 0
+    assert [c["ok"] for c in app.steps("check")] == [1, 1]
+    log = world.log
+    outs = _ours(log, app, "cuMemcpyDtoHAsync_v2")
+    discards = log.entries(app.pid, "cuMemDiscardBatchAsync")
+    assert len(discards) == 3 and len([o for o in outs if o["bytes"] == MIB]) == 2, (outs, discards)
+    copies = sorted(o["t0"] for o in outs if o["bytes"] == MIB)
+    assert copies[0] < discards[0]["t0"] and discards[1]["t0"] < copies[1] < discards[2]["t0"], \
+        "copied at the first and third swap-outs, not the second"
+    sums = [e for e in log.entries(app.pid, "cuLaunchKernel") if e["tid"] not in {ln["tid"] for ln in app.lines}]
+    assert len(sums) == 3, "one checksum per swap-out of the range"
+    assert [r.host_bytes for r in _residency(recorder) if r.resident_bytes == 0] == [MIB] * 3
+
+
 @pytest.fixture(scope="module")
 def no_discard_driver(tmp_path_factory):
     return build_mock_variant(tmp_path_factory.mktemp("mock-nodiscard"), "MOCK_CUDA_NO_DISCARD")
 
 
 def test_a_driver_without_discard_falls_back_to_the_prefetch(world, recorder, no_discard_driver):
-    app = _swapped_out_by_a_drop(world, recorder, "check",
+    app = _swapped_out_by_a_drop(world, recorder, "check", 1,
                                  env={"LD_LIBRARY_PATH": no_discard_driver})
     app.resume()
     assert app.finish() == 0

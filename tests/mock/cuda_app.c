@@ -34,8 +34,9 @@
  *   call NAME                 call one gated entry point (its base name, e.g. cuMemcpyHtoD)
  *   gated-all                 call every gated entry point once (rets, and libs: where each lives)
  *   verify                    HtoD a pattern into the last allocation, DtoH it back, compare
- *   fill / check              HtoD a pattern into the last allocation / DtoH it and compare with
- *                             that pattern ("ok"), as separate steps (a swap may come between)
+ *   fill SEED / check SEED    HtoD a pattern made from SEED into the last allocation / DtoH it and
+ *                             compare with that pattern ("ok"), as separate steps (a swap may come
+ *                             between)
  *   streamsync / ctxsync      cuStreamSynchronize(current) / cuCtxSynchronize
  *   collective N K            N training steps on the current stream, as one rank of a job: K
  *                             kernels, one collective (MOCK_COLLECTIVE_FUNCTION: it ends when every
@@ -867,11 +868,13 @@ static int run_steps(char **av, int i, int to)
             o_end(&o);
             i += 1;
         } else if (strcmp(st, "fill") == 0 || strcmp(st, "check") == 0) {
+            ARGS(1);
+            int seed = atoi(av[i + 1]);
             size_t size;
             CUdeviceptr d = last_ptr(&size);
             size_t n = size < sizeof g_host ? size : sizeof g_host;
             char back[sizeof g_host];
-            for (size_t k = 0; k < n; k++) g_host[k] = (char)(k * 13 + 5);
+            for (size_t k = 0; k < n; k++) g_host[k] = (char)(k * 13 + 5 + seed);
             int ok = 1;
             if (st[0] == 'f') {
                 r = F(MemcpyHtoD, CUdeviceptr, const void *, size_t)(d, g_host, n);
@@ -885,7 +888,7 @@ static int run_steps(char **av, int i, int to)
             o_int(&o, "ok", ok);
             o_u64(&o, "bytes", n);
             o_end(&o);
-            i += 1;
+            i += 2;
         } else if (strcmp(st, "collective") == 0) {
             ARGS(2);
             collective_steps(atoi(av[i + 1]), atoi(av[i + 2]));

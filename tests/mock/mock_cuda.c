@@ -67,6 +67,11 @@
  * every range lies in one managed allocation, logs each ("ptr", "size", "stream") and overwrites it
  * with the byte 0xDB, as the real driver may hand back any bytes for a discarded range: a test that
  * reads data back after a swap-out finds it intact only if it was really restored.
+ * Modules: cuModuleLoadData accepts any image and logs it ("kernels": the number of .entry in a PTX
+ * text); cuModuleGetFunction hands out a handle per name. A launch of the library's checksum
+ * kernel (native/src/swapsum.c, "nvs_swap_sum") is carried out on the host: its own content-
+ * sensitive 128-bit sum of the words, added to the two u64 at its out parameter; every other
+ * function does nothing, as before.
  *
  * Deliberate differences from the real driver: memory is host memory (mmap, MAP_NORESERVE) so copies
  * really copy and huge sizes are fine; every operation completes at once; a forked child may keep
@@ -1240,6 +1245,72 @@ CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsig
 /* ------------------------------------------------------------------------------------------ */
 /* gated: launches                                                                             */
 
+/* ------------------------------------------------------------------------------------------ */
+/* modules, and the one kernel the mock carries out                                            */
+
+#define MOCK_MAX_FUNCS 16
+static struct mock_func { char name[64]; } g_funcs[MOCK_MAX_FUNCS];
+static int g_nfuncs;
+
+CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    int kernels = 0;
+    if (!r && (!module || !image)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r) {
+        for (const char *p = image; (p = strstr(p, ".entry")); p++) kernels++;
+        *module = (CUmodule)(uintptr_t)0x4d0d; /* one module is enough for the library */
+    }
+    log_line("cuModuleLoadData", t0, now_ns(), cur_dev(), r, ",\"kernels\":%d", kernels);
+    return r;
+}
+
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule module, const char *name)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    if (!r && (!f || !module || !name || strlen(name) >= sizeof g_funcs[0].name)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r) {
+        pthread_mutex_lock(&g_mu);
+        int i = 0;
+        while (i < g_nfuncs && strcmp(g_funcs[i].name, name)) i++;
+        if (i == g_nfuncs && g_nfuncs < MOCK_MAX_FUNCS) strcpy(g_funcs[g_nfuncs++].name, name);
+        if (i < g_nfuncs) *f = (CUfunction)(void *)&g_funcs[i];
+        else r = CUDA_ERROR_OUT_OF_MEMORY;
+        pthread_mutex_unlock(&g_mu);
+    }
+    log_line("cuModuleGetFunction", t0, now_ns(), cur_dev(), r, ",\"name\":\"%s\"", name ? name : "");
+    return r;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* The library's checksum kernel, on the host (any content-sensitive sum serves the tests). */
+static void run_builtin(CUfunction f, void **params)
+{
+    if (!params || (void *)f < (void *)g_funcs || (void *)f >= (void *)(g_funcs + g_nfuncs) ||
+        strcmp(((struct mock_func *)(void *)f)->name, "nvs_swap_sum"))
+        return;
+    const uint64_t *data = (const uint64_t *)(uintptr_t) * (CUdeviceptr *)params[0];
+    uint64_t words = *(uint64_t *)params[1];
+    uint64_t *out = (uint64_t *)(uintptr_t) * (CUdeviceptr *)params[2];
+    uint64_t s1 = 0, s2 = 0;
+    for (uint64_t i = 0; i < words; i++) {
+        s1 += mix64(data[i] + i * 0x9e3779b97f4a7c15ull);
+        s2 += mix64((data[i] ^ 0xd6e8feb86659fd93ull) * 0xc2b2ae3d27d4eb4full + i);
+    }
+    out[0] += s1;
+    out[1] += s2;
+}
+
 #define DEF_LAUNCH(NAME, PT)                                                                       \
     CUresult NAME(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,  \
                   unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params,   \
@@ -1251,6 +1322,7 @@ CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsig
         CUresult r = gate_begin(&g, #NAME, s, PT);                                                 \
         if (r) return r;                                                                           \
         g.collective = f == MOCK_COLLECTIVE_FUNCTION;                                              \
+        if (!g.captured) run_builtin(f, params);                                                   \
         return gate_end(&g, f ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, NULL);                   \
     }
 DEF_LAUNCH(cuLaunchKernel, 0)
@@ -2050,7 +2122,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     X(cuGraphDestroy) X(cuGraphExecDestroy)                                                        \
     X(cuEventCreate) X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize)  \
     X(cuEventDestroy) X(cuEventDestroy_v2) X(cuEventElapsedTime) X(cuEventElapsedTime_v2)          \
-    X(cuMemHostAlloc) X(cuMemFreeHost) X(cuStreamWaitEvent)                                      \
+    X(cuMemHostAlloc) X(cuMemFreeHost) X(cuStreamWaitEvent) X(cuModuleLoadData)                   \
+    X(cuModuleGetFunction)                                                                         \
     MOCK_PREFETCH_EXPORTS(X) MOCK_DISCARD_EXPORTS(X)
 
 /* hidden aliases: their addresses are this library's own definitions, never an interposer's */

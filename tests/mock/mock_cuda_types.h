@@ -19,6 +19,7 @@ typedef struct mock_graph *CUgraph;
 typedef struct mock_graph_exec *CUgraphExec;
 typedef void *CUgraphNode;
 typedef void *CUfunction;
+typedef void *CUmodule;
 typedef void *CUmemoryPool;
 typedef void *CUarray;
 typedef unsigned long long CUmemGenericAllocationHandle;
