@@ -174,11 +174,12 @@ uint64_t nvs_switch_evict(nvs_dev *d)
     d->swap_refused = io.refused;
     uint64_t took = nvs_now_ns() - t0;
     d->swap_us = nvs_us32(took);
-    NVS_DEBUG("device %d: evicted %d range(s), %llu bytes, to the swap store and %d range(s), %llu "
-              "bytes, by prefetch to the host in %.3f ms (%llu bytes refused a host copy, %d "
-              "refused by the driver, sync %d)", d->ordinal, io.ranges,
-              (unsigned long long)io.bytes, b.issued, (unsigned long long)b.bytes,
-              (double)took / 1e6, (unsigned long long)io.refused, b.refused + io.errors, r);
+    NVS_DEBUG("device %d: evicted %d range(s), %llu bytes, to the swap store (%llu of them clean: "
+              "discarded without a copy) and %d range(s), %llu bytes, by prefetch to the host in "
+              "%.3f ms (%llu bytes refused a host copy, %d refused by the driver, sync %d)",
+              d->ordinal, io.ranges, (unsigned long long)io.bytes, (unsigned long long)io.clean,
+              b.issued, (unsigned long long)b.bytes, (double)took / 1e6,
+              (unsigned long long)io.refused, b.refused + io.errors, r);
     return took;
 }
 

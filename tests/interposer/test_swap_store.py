@@ -10,6 +10,9 @@ client, and records RESIDENCY; the mock logs every call with CLOCK_MONOTONIC tim
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from xpushare.protocol import (
@@ -92,6 +95,22 @@ def test_a_drop_swaps_converted_memory_out_at_copy_speed_and_back_before_any_wor
     last = _residency(recorder)[-1]
     assert (last.resident_bytes, last.host_bytes) == (3 * MIB, 0)
     assert recorder.errors == []
+
+
+def test_the_debug_lines_say_what_moved_as_the_swap_benchmark_reads_them(world, recorder):
+    """bench/swap.py attributes each request's moves from these lines: the bytes out (and how many
+    of them were copied), the bytes back, and the milliseconds of each."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import swap as bench_swap
+
+    app = _swapped_out_by_a_drop(world, recorder, "check", 1, env={"NVSHARE_DEBUG": 1})
+    app.resume()
+    assert app.finish() == 0
+    text = app.stderr()
+    ((conv, clean, managed, ms),) = bench_swap.EVICTED.findall(text)
+    assert (int(conv), int(clean), int(managed)) == (MIB, 0, 2 * MIB) and float(ms) >= 0
+    ((back, pref, ms_in),) = bench_swap.SWAPPED_IN.findall(text)
+    assert int(back) == MIB and float(ms_in) >= 0
 
 
 def test_an_idle_client_evicts_when_asked_and_answers(world, recorder):
