@@ -2,8 +2,9 @@
 
 Replay feeds an Arbiter one call at a time with injected time and, after each call, checks what must
 hold whatever the script: nobody granted twice or granted while holding, nobody both holding and
-waiting, drops only to running holders, PREFETCH exactly after a drop with EVICT, the quantum of the
-mode (scaled by the client's compute share over the mean share of the holders and waiters), no
+waiting, drops only to running holders, PREFETCH exactly after a drop with EVICT (or an answer to a
+reclaim that moved memory to host), Evict only to a holder draining or a client being reclaimed, the
+quantum of the mode (scaled by the client's compute share over the mean share of the holders and waiters), no
 deadline left in the past, at most one running holder in serial mode, and in auto mode the running
 holders' footprints within the budget whenever more than one runs, and never two running holders
 of unequal shares.
@@ -52,9 +53,16 @@ class Replay:
         holding = set(arb.holders)
         draining = {c for c, h in arb.holders.items() if h.drop_sent is not None}
         waiting = set(arb.queue)
+        reclaiming = set(getattr(arb, "_res").reclaiming) if hasattr(arb, "_res") else set()
         if op == "request":
             waiting.add(args[0])
+        # A report from a client not holding, that answers EVICT, of less than its footprint: its
+        # memory went to host.
+        moved = (op == "residency" and args[0] not in holding and args[0] in arb._res.swappable
+                 and args[1] < arb._footprints.get(args[0], 0))
         actions = getattr(arb, op)(*args, now, **kw)
+        if moved:
+            self.last_evict[args[0]] = True   # its memory went to host: PREFETCH at its grant
         if op == "disconnect":
             self.last_evict.pop(args[0], None)
         granted, dropped = [], []
@@ -72,8 +80,11 @@ class Replay:
                     f"{a}: only a running holder is dropped, once"
                 self.last_evict[a.client] = a.evict
                 dropped.append(a.client)
-            elif isinstance(a, (Overdue, Evict)):
-                assert a.client in draining, f"{a}: only a draining holder is overdue or evicted"
+            elif isinstance(a, Overdue):
+                assert a.client in draining, f"{a}: only a draining holder is overdue"
+            elif isinstance(a, Evict):
+                assert a.client in draining | reclaiming, \
+                    f"{a}: only a draining holder or a client being reclaimed is evicted"
             if isinstance(a, Evict):
                 assert arb.state_of(a.client) == "idle", "an evicted client keeps nothing"
         for c in dropped:

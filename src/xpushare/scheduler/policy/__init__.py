@@ -41,6 +41,23 @@ quantum under way when that mean changes; with equal shares every quantum is tq,
 In AUTO, clients of unequal shares take turns even when their memory fits (strategies.py
 AutoStrategy). In OFF shares change nothing.
 
+Residency (residency.py; docs/protocol.md EVICT and RESIDENCY). The arbiter knows where each
+client's memory on the GPU is: a holder's footprint is there; a client that answers EVICT
+(set_swappable) keeps there, while it does not hold, what it left at its release (its footprint, or
+after a drop with EVICT what it reported before releasing, else 0) or reported since (residency(),
+cut to its footprint); one that does not answer EVICT counts nothing then, as always
+(resident_bytes, resident_total). In AUTO and SERIAL a waiter is granted only if it fits beside the
+holders and those bytes (its own bytes there count as its footprint). When the next waiter to serve
+does not fit because of them, idle clients are asked to move theirs to host (Reclaim, answered by
+residency()): lower base priority first, then least recently used (last grant or release), as few as
+make it fit counting those already asked; it waits for their answers, and an answer that moved
+memory makes the client's next grant carry PREFETCH. A client whose answer left bytes there
+(REFUSED) is not asked again before its next grant; when even every idle client would not make room,
+today's rules apply besides (holders drop with EVICT; a waiter runs alone once nothing is left to
+reclaim). A client silent EVICT_AFTER_QUANTA quanta after its Reclaim gets Evict, as a silent holder
+does. Running holders grown past the budget beside idle clients' bytes get room the same way. Mode
+OFF reclaims nothing.
+
 The quantum (docs/protocol.md "The quantum") is explicit, or dynamic: QUANTA_PER_SWITCH times the
 measured switch cost, so that switching takes at most about 5% of the GPU's time. The switch cost is
 the arbiter's own measure of handoffs (DROP_LOCK to release) plus the prefetch time clients report,
@@ -66,6 +83,10 @@ has passed and g grants, an event costs:
   barrier, it ends every walk. Dropping holders to make room, and fitting them when they grow,
   read the running holders, which fit in the budget beside each other: a few (about capacity /
   CLIENT_OVERHEAD at most), as are the expired ones rearmed for aging.
+Residency adds O(log n) for the client an event touches (running sums of parked bytes, of bytes in
+flight and of bytes that may be reclaimed; the idle clients that may be asked in a heap keyed by
+(priority, last used), lazily deleted; the reclaims in flight in a heap by their deadlines,
+which next_deadline() reads in O(1) amortised), and O(k log n) to choose k clients to reclaim.
 set_mode and set_tq give every holder a fresh deadline: O(h log h). With unequal shares, an event
 that changes the contenders' mean share (request, release, disconnect, set_share) gives each of the
 k holders with a quantum under way its new deadline: O(k log h); in SERIAL k is 1, in AUTO they are
@@ -78,8 +99,8 @@ from .model import (
     AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, DEFAULT_SHARE, EVICT_AFTER_QUANTA,
     EWMA_ALPHA, MAX_SKIP, PREFETCH_FLOOR_RATE, SWITCH_REPORTERS, QUANTA_PER_SWITCH,
     RESERVE_FRACTION, SHARE_RATIO_MAX, SHARE_RATIO_MIN, SWITCH_REASONS, SWITCH_REPORT_MAX,
-    TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN, Action, Client, Drop, Evict, Grant, Holding, Mode, Overdue, SwitchReport, Waiting, check_share,
-    check_tq, plausible_prefetch, scaled_quantum,
+    TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN, Action, Client, Drop, Evict, Grant, Holding, Mode, Overdue,
+    Reclaim, SwitchReport, Waiting, check_share, check_tq, plausible_prefetch, scaled_quantum,
 )
 from .snapshot import GpuSnapshot, HolderView, WaiterView
 from .strategies import STRATEGIES, AutoStrategy, OffStrategy, SerialStrategy, Strategy
@@ -90,7 +111,8 @@ __all__ = [
     "MAX_SKIP", "PREFETCH_FLOOR_RATE", "SWITCH_REPORTERS", "QUANTA_PER_SWITCH", "RESERVE_FRACTION",
     "SHARE_RATIO_MAX", "SHARE_RATIO_MIN", "STRATEGIES", "SWITCH_REASONS", "SWITCH_REPORT_MAX", "TQ_CEILING", "TQ_FLOOR", "TQ_MAX", "TQ_MIN",
     "Action", "Arbiter", "AutoStrategy", "Client", "Drop", "Evict", "GpuSnapshot", "Grant",
-    "HolderView", "Holding", "LowerMedian", "Mode", "OffStrategy", "Overdue", "SerialStrategy",
+    "HolderView", "Holding", "LowerMedian", "Mode", "OffStrategy", "Overdue", "Reclaim",
+    "SerialStrategy",
     "Strategy", "SwitchReport", "WaiterView", "Waiting", "check_share", "check_tq",
     "plausible_prefetch", "scaled_quantum",
 ]

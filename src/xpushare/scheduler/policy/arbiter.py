@@ -7,11 +7,12 @@ wait at) plus O(k) in the clients whose state it changes, as the strategies' doc
 The public dicts `holders` and `waiting` are those indexes' records: read them, change them only
 through events.
 
-Compute shares and the quanta they scale are kept in a ShareBook (shares.py).
+Compute shares and the quanta they scale are kept in a ShareBook (shares.py); where clients' memory
+is, and the room taken from idle ones, in a ResidencyBook with its events and queries (residency.py).
 
 Why a little over 400 lines: what is left here is the one object every strategy and the gang layer
-call through (events, expiry, hold_off/resume); its records, indexes and share arithmetic are
-already in their own files, and splitting the event methods apart would spread one lock's state.
+call through (events, expiry, hold_off/resume); its records, indexes, share arithmetic, residency
+and snapshot are in their own files, and splitting the event methods would spread one lock's state.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from .model import (
 )
 from .holders import HolderIndex
 from .queue import WaitQueue
+from .residency import NetFootprints, Residency, ResidencyBook
 from .shares import ShareBook
 from .switchcost import SwitchCosts
-from .snapshot import GpuSnapshot, HolderView, WaiterView
+from .snapshot import GpuSnapshot, take_snapshot
 from .strategies import STRATEGIES, Strategy
 
 
-class Arbiter:
+class Arbiter(Residency):
     """The lock of one GPU.
 
     capacity: the bytes the GPU counts as (0 = unknown: everything fits). reserve: bytes kept free
@@ -51,7 +53,8 @@ class Arbiter:
         self._footprints: dict[Client, int] = {}
         self._shares = ShareBook()
         self._held = HolderIndex(self._footprints, self._shares.shares)
-        self._queue = WaitQueue(self._footprints)
+        self._res = ResidencyBook()
+        self._queue = WaitQueue(NetFootprints(self._footprints, self._res.parked))
         self.holders: dict[Client, Holding] = self._held.records   # grant order
         self.waiting: dict[Client, Waiting] = self._queue.records  # arrival order
         self._priorities: dict[Client, int] = {}
@@ -98,7 +101,8 @@ class Arbiter:
 
     @property
     def budget(self) -> int | None:
-        """Bytes the holders' footprints may take together in AUTO; None: capacity unknown."""
+        """The capacity less the reserve: bytes the holders' footprints may take together in AUTO
+        while no idle client keeps memory on the GPU (admit_budget counts those); None: unknown."""
         if not self.capacity:
             return None
         return max(0, self.capacity - self.reserve)
@@ -176,7 +180,9 @@ class Arbiter:
     def request(self, client: Client, now: float) -> list[Action]:
         if client in self.holders or client in self.waiting:
             return []
-        if not self.holders and not self.waiting and client not in self._preempted:
+        if (not self.holders and not self.waiting and client not in self._preempted
+                and not self._res.reclaiming
+                and self._res.parked_total == self._res.parked.get(client, 0)):
             # Nobody holds or waits (a lone client, the common case): every mode's step would
             # grant this one at once, with its usual quantum and no aging bonus. Taken directly,
             # this is the lock round trip's fast path; test_policy_differential checks it decides
@@ -189,6 +195,7 @@ class Arbiter:
         since = now - self._preempted.pop(client, 0.0)
         self._queue.add(client, Waiting(since=since, seq=next(self._arrivals)),
                         self.priority(client))
+        self._res.sync(self, client)
         self._shares.contend(client, 1)
         self._shares.rescale(self, now)
         return self._step(now)
@@ -206,6 +213,7 @@ class Arbiter:
         self._shares.contend(client, -1)
         self._shares.quantum_start.pop(client, None)
         self._costs.released(client, h, report, self._footprints.get(client, 0), now)
+        self._res_released(client, now)
         if not self.holders and not self.waiting:
             return []  # nothing is left for a step to decide (no holder to expire, no waiter)
         self._shares.rescale(self, now)
@@ -222,7 +230,8 @@ class Arbiter:
         self._evicted.discard(client)
         self._preempted.pop(client, None)
         self._costs.forget(client)
-        if not (held or queued):
+        parked = self._res.forget(self, client)   # its bytes on the GPU, or its reclaim, go
+        if not (held or queued or parked):
             return []
         self._shares.rescale(self, now)
         return self._step(now)
@@ -253,6 +262,7 @@ class Arbiter:
         nbytes = _check_bytes(nbytes, "footprint")
         self._held.resize(client, self._footprints.get(client, 0), nbytes)
         self._footprints[client] = nbytes
+        self._res_resized(client, nbytes)
         self._queue.resize(client)
         return self._step(now)
 
@@ -273,6 +283,7 @@ class Arbiter:
             raise ValueError(f"invalid priority {priority!r}: an integer is required")
         self._priorities[client] = priority
         self._queue.reprioritize(client, priority)
+        self._res.sync(self, client)
         return self._step(now)
 
     def hold_off(self, client: Client) -> None:
@@ -292,7 +303,8 @@ class Arbiter:
 
     # -- queries ----------------------------------------------------------------------------
     def next_deadline(self) -> float | None:
-        return self._held.next_deadline()
+        held, reclaim = self._held.next_deadline(), self._res.next_deadline()
+        return held if reclaim is None else reclaim if held is None else min(held, reclaim)
 
     def state_of(self, client: Client) -> str:
         if client in self.holders:
@@ -311,19 +323,7 @@ class Arbiter:
 
     def snapshot(self, now: float) -> GpuSnapshot:
         """Everything a reader may know of this GPU's lock at `now` (the policy's read API)."""
-        operation, why = self.strategy.describe(self, now)
-        holders = tuple(HolderView(c, h.since, max(0.0, now - h.since), h.drop_sent is not None,
-                                   self.priority(c), self.rank(c), share=self.share(c))
-                        for c, h in self.holders.items())
-        waiters = tuple(WaiterView(c, max(0.0, now - self.waiting[c].since), self.priority(c),
-                                   self.effective_priority(c, now), share=self.share(c))
-                        for c in self.order(now))
-        return GpuSnapshot(
-            mode=self.mode, operation=operation, why=why, holders=holders, waiters=waiters,
-            queue=tuple(self.waiting), capacity=self.capacity, budget=self.budget,
-            used=self._used(), tq=self.tq,
-            tq_source="explicit" if self.tq_explicit is not None else "dynamic",
-            switch_cost=self.switch_cost, next_deadline=self.next_deadline())
+        return take_snapshot(self, now)
 
     def describe(self, now: float) -> dict:
         """The snapshot's summary as a dict: operation, why, used, budget, blocked (the waiters in
@@ -336,7 +336,7 @@ class Arbiter:
 
     # -- helpers for strategies --------------------------------------------------------------
     def _step(self, now: float) -> list[Action]:
-        return self.strategy.step(self, now)
+        return self._expire_reclaims(now) + self.strategy.step(self, now)
 
     def _grant(self, client: Client, now: float, quantum: float) -> Grant:
         assert client not in self.holders, "double grant"
@@ -350,6 +350,7 @@ class Arbiter:
                                        deadline=(now + quantum) if quantum else None))
         if quantum:
             self._shares.quantum_start[client] = now
+        self._res_granted(client, now)
         return Grant(client, quantum, prefetch)
 
     def _drop(self, client: Client, now: float, reason: DropReason, evict: bool = False) -> Drop:

@@ -1,7 +1,7 @@
 """Jobs: clients that must run together, granted the GPUs they use all at once or not at all.
 
-(A little over 400 lines: the records are in gangmodel.py; the next split, when it grows, is the
-routing of arbiter actions from seats to members.)
+(The records are in gangmodel.py; the routing of arbiter actions from seats to members, and the
+members' residency, in gangroute.py.)
 
 Pure, like the arbiters under it: every call takes `now` and returns an Outcome, the actions the
 caller carries out (each with the GPU it concerns) and the GPUs whose timers may have moved.
@@ -45,11 +45,12 @@ from typing import Any
 
 from ...protocol import DropReason
 from .gangmodel import FORM_TIMEOUT, Job, JobFormed, Member, Outcome, Phase, Seat
-from .model import Action, Drop, Evict, Grant, Overdue, SwitchReport
+from .gangroute import SeatRouting
+from .model import Action, Drop, Grant, SwitchReport
 
 __all__ = ["FORM_TIMEOUT", "Gangs", "Job", "JobFormed", "Member", "Outcome", "Phase", "Seat"]
 
-class Gangs:
+class Gangs(SeatRouting):
     """Every job of the node and the seats they hold. `order(gpu)`: the global order of GPUs (a
     sort key); a GPU object has an `arbiter` attribute."""
 
@@ -93,6 +94,7 @@ class Gangs:
             self._seat_added(job, seat)
         else:
             seat.members.setdefault(member, 0)
+            self._seat_swappable(seat)
         self._try_form(job)
         return self._end()
 
@@ -166,6 +168,8 @@ class Gangs:
         self._begin(now)
         seat = self.job_of[member].seats[gpu]
         seat.members[member] = nbytes
+        if seat.resident.get(member, 0) > nbytes:
+            seat.resident[member] = nbytes
         self._call(gpu, gpu.arbiter.set_footprint, seat, sum(seat.members.values()))
         return self._end()
 
@@ -230,24 +234,6 @@ class Gangs:
         for action in event(*args, self._now, **kw):
             self._queue.append((gpu, action))
 
-    def _route(self, gpu, action) -> None:
-        seat = action.client
-        if not isinstance(seat, Seat):
-            self._emit(gpu, action)  # a client of the arbiter that is no seat: as it is
-        elif isinstance(action, Grant):
-            self._seat_granted(seat, action)
-        elif isinstance(action, Drop):
-            self._seat_dropped(seat, action)
-        elif isinstance(action, Overdue):
-            for m in seat.holding:
-                self._emit(gpu, Overdue(m, action.waited))
-        elif isinstance(action, Evict):
-            seat.grant = None
-            for m in list(seat.holding):  # their connections close; leave() comes later
-                self._emit(gpu, Evict(m, action.waited))
-            seat.holding.clear()
-            self._reconsider(seat.job)
-
     def _ordered(self, job: Job) -> list[Seat]:
         return sorted(job.seats.values(), key=lambda s: self.order(s.gpu))
 
@@ -259,6 +245,7 @@ class Gangs:
             self._call(seat.gpu, arb.set_share, seat, job.share())
         if any(seat.members.values()):
             self._call(seat.gpu, arb.set_footprint, seat, sum(seat.members.values()))
+        self._seat_swappable(seat, fresh=True)
 
     def _try_form(self, job: Job) -> None:
         """Formed once `size` members have each attached a GPU: a member's seats exist before the
@@ -322,6 +309,7 @@ class Gangs:
         job = seat.job
         if job.phase == Phase.RUNNING:
             job.phase = Phase.DROPPING
+            seat.evicting = drop.evict
             gang = len(job.members) > 1 or len(job.seats) > 1
             for s in self._ordered(job):
                 evict = drop.evict and s is seat
@@ -361,6 +349,7 @@ class Gangs:
             self._advance(job)
 
     def _release_seat(self, seat: Seat) -> None:
+        self._seat_releasing(seat)
         seat.grant, seat.holding = None, set()
         self._call(seat.gpu, seat.gpu.arbiter.release, seat, report=seat.report)
         seat.report = None
@@ -401,8 +390,10 @@ class Gangs:
             return
         seat.members.pop(member, None)
         seat.holding.discard(member)
+        self._seat_forgets(seat, member)
         if seat.members:
             self._call(gpu, gpu.arbiter.set_footprint, seat, sum(seat.members.values()))
+            self._seat_swappable(seat)
             return
         del job.seats[gpu]
         seat.grant = None

@@ -36,6 +36,7 @@ class Member:
     gpus: set = field(default_factory=set)          # the GPUs it attached
     wants: set = field(default_factory=set)         # GPUs it asked for and was not granted
     held_since: dict = field(default_factory=dict)  # GPU -> when it was granted
+    swappable: bool = False                         # it answers EVICT (gangroute.py)
 
 
 @dataclass(eq=False)
@@ -48,6 +49,12 @@ class Seat:
     grant: Grant | None = None                   # the arbiter's grant while the seat holds
     report: SwitchReport | None = None           # the last member release's switch report
     prefetched: set = field(default_factory=set)  # members already sent this run's PREFETCH
+    # Residency (gangroute.py): what the seat's arbiter was told of it, and what members reported.
+    swappable: bool = False                      # every member answers EVICT (the arbiter knows)
+    resident: dict = field(default_factory=dict)  # member -> its bytes on the GPU while not held
+    evicting: bool = False                        # its members were told to drop with EVICT
+    refused: bool = False                         # a member's swap-out ran out of host memory
+    reclaim: set | None = None                    # members sent Reclaim that have not answered
 
     @property
     def pid(self) -> int:  # for log lines that name a client of an arbiter

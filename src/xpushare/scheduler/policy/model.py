@@ -132,7 +132,14 @@ class Evict:
     waited: float
 
 
-Action = Grant | Drop | Overdue | Evict
+@dataclass(frozen=True)
+class Reclaim:
+    """Ask idle `client` to move its memory on this GPU to host (EVICT); its bytes count as resident
+    until residency() answers (residency.py)."""
+    client: Client
+
+
+Action = Grant | Drop | Overdue | Evict | Reclaim
 
 
 @dataclass(frozen=True)

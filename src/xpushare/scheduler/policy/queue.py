@@ -215,6 +215,18 @@ class WaitQueue:
         return {p: p + math.floor(max(0.0, now - g.top_since()) / q)
                 for p, g in self._groups.items()}
 
+    def any_fits(self, room: float, at_least: int | None, tops: dict[int, int], now: float,
+                 q: float) -> bool:
+        """Whether some waiter not hidden whose effective priority is at least `at_least` (None:
+        any) has a footprint of at most `room`: O(P log n). A group is looked at while its highest
+        effective priority (`tops`, from top_priorities) reaches at_least."""
+        for priority, top in tops.items():
+            if at_least is not None and top < at_least:
+                continue
+            if self.min_footprint(priority, at_least, now, q) <= room:
+                return True
+        return False
+
     def min_footprint(self, priority: int, at_least: int | None, now: float, q: float) -> float:
         """The smallest footprint among the waiters of that base priority whose effective priority
         is at least `at_least` (None: all), those hidden left out; INF if none."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ...protocol import DropReason
 from .model import AGING_QUANTA, MAX_SKIP, Action, Client, Mode
+from .residency import COVERED, FITS, SHORT, make_room
 
 if TYPE_CHECKING:
     from .arbiter import Arbiter
@@ -24,21 +25,6 @@ def _operation(arb: Arbiter) -> str:
 
 def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.1f} GiB"
-
-
-def _room_for_any(arb: Arbiter, now: float, room: int, max_base: int | None,
-                  tops: dict[int, int]) -> bool:
-    """Whether some waiter not granted yet by this step and not outranked by `max_base` (effective
-    priority at least max_base) could fit in `room` bytes: O(P log n) (queue.py). A group is looked
-    at while its highest effective priority (`tops`, from the start of the step) reaches
-    max_base."""
-    q = AGING_QUANTA * arb.tq
-    for priority, top in tops.items():
-        if max_base is not None and top < max_base:
-            continue
-        if arb._queue.min_footprint(priority, max_base, now, q) + arb.client_overhead <= room:
-            return True
-    return False
 
 
 class Strategy:
@@ -84,7 +70,9 @@ class SerialStrategy(Strategy):
     looked at again a quantum later (aging catches up). If nobody waits it keeps the GPU, marked
     expired, with no timer: the first request that arrives after that drops it at once. The drop
     carries EVICT only when the capacity is known and the two do not fit together. The next waiter
-    is granted when the GPU is free.
+    is granted when the GPU is free, and fits beside the bytes idle clients keep on the GPU; room
+    for it comes from those first (residency.make_room, asked for once no holder runs): it is not
+    granted while reclaims it needs are in flight, and runs alone once none is left to ask.
 
     Cost: the next waiter is the head of the queue, O(P + r log r) (queue.py), and one holder runs
     at a time; expiries and overdue drops come from the deadline heap.
@@ -104,15 +92,18 @@ class SerialStrategy(Strategy):
                 else:
                     continue
                 actions.append(arb._drop(client, now, reason, self._evict(arb, client, head)))
-        if not arb.holders and head is not None:
+        reclaims, room = make_room(arb, None if arb._held.live else head, arb._live_used(), now)
+        actions += reclaims
+        if (not arb.holders and head is not None and not arb.is_reclaiming(head)
+                and (room == FITS or (room == SHORT and arb._res.settled()))):
             actions.append(arb._grant(head, now, self.quantum(arb, head)))
         arb._rearm_expired(head, now)
         return actions
 
     @staticmethod
     def _evict(arb: Arbiter, leaving: Client, coming: Client) -> bool:
-        budget = arb.budget
-        return budget is not None and arb.footprint(leaving) + arb.footprint(coming) > budget
+        budget = arb._res.budget_after_reclaims(arb.budget)
+        return budget is not None and arb.footprint(leaving) + arb.need(coming) > budget
 
     def enter(self, arb, now):
         # Keep the first holder (with a fresh quantum); ask the others to give the GPU up. They stay
@@ -163,16 +154,20 @@ class AutoStrategy(Strategy):
        make room for it, nobody behind it is granted until it has run. A waiter blocked by its
        share is at once such a barrier (later waiters of the holders' share would prolong their
        run). Nor is a waiter granted past a blocked one that could preempt it. With no holder at
-       all, the first waiter is granted even when it does not fit (it runs alone).
-    4. Making room for the first blocked waiter. When running holders have another share than it:
+       all, the first waiter is granted even when it does not fit (it runs alone), once no idle
+       client is being, or could be, reclaimed. Fitting counts the bytes idle clients keep on the
+       GPU (Arbiter.admit_budget, need); a waiter being reclaimed is not granted before it answers.
+    4. Making room for the first blocked waiter (or for running holders past the budget beside
+       idle clients' bytes), from idle clients first (residency.make_room). While those reclaims
+       would make it fit, nothing else is done; otherwise, when running holders have another share:
        all of those must go, and they are dropped once every one of them may be (its quantum
        expired and the waiter's effective priority reaches its base priority: QUANTUM; or ranked
        below the waiter's base priority: PREEMPTED), with EVICT only when the waiter does not fit
        beside the running holders. Otherwise: holders whose quantum expired and whose base
        priority its effective priority reaches (QUANTUM, oldest grant first), then holders ranked
        below its base priority (PREEMPTED, lowest rank then newest first), are dropped with EVICT,
-       as few as make it fit once they (and holders already draining) are gone. When even all of
-       them would not make it fit, nobody is dropped yet.
+       as few as make it fit once they (and holders already draining, and idle clients' bytes
+       that may be reclaimed) are gone. When even all of them would not, nobody is dropped yet.
     5. Expired holders not dropped get no timer, unless the first blocked waiter waits for aging
        to reach their priority: then they are looked at again a quantum later.
 
@@ -190,8 +185,10 @@ class AutoStrategy(Strategy):
         actions += self._split_shares(arb, now)
         grants, head = self._admit(arb, now)
         actions += grants
-        if head is not None:
-            actions += self._make_room(arb, head, now)
+        reclaims, room = make_room(arb, head, arb._live_used(), now)
+        actions += reclaims
+        if head is not None and room != COVERED:   # idle clients' bytes count as gone
+            actions += self._make_room(arb, head, now, arb._res.budget_after_reclaims(arb.budget))
         arb._rearm_expired(head, now)
         return actions
 
@@ -230,12 +227,12 @@ class AutoStrategy(Strategy):
         The waiters are read lazily in serving order, and the walk stops as soon as nobody further
         can be granted: at a barrier, at a waiter outranked by a blocked one (all further ones are:
         their effective priority is no higher), or when no waiter left that is not outranked could
-        fit in the room left (_room_for_any). So it reads the waiters it grants and those it passes
-        that do not fit while one further does fit; each of those gains a skip, and after MAX_SKIP
-        of them is a barrier. Skips are added once, at the end (a waiter blocked before g of the
-        pass's grants gains g).
+        fit in the room left (WaitQueue.any_fits). So it reads the waiters it grants and those it
+        passes that do not fit while one further does fit; each of those gains a skip, and after
+        MAX_SKIP of them is a barrier. Skips are added once, at the end (a waiter blocked before g
+        of the pass's grants gains g).
         """
-        budget = arb.budget
+        budget, settled, reclaiming = arb.admit_budget, arb._res.settled(), arb._res.reclaiming
         used, held = arb._used(), bool(arb.holders)
         granted: list[Client] = []
         blocked: list[tuple[Client, int]] = []   # (waiter, grants before it was blocked)
@@ -246,17 +243,20 @@ class AutoStrategy(Strategy):
         running = next(iter(live_shares)) if len(live_shares) == 1 else None
         for neg_eff, _, client in arb._ordered(now):
             holding = held or bool(granted)
+            alone = not holding and settled
             if max_base is not None and max_base > -neg_eff:
                 stopped = client
                 break
-            if holding and budget is not None:
+            if not alone and budget is not None:
                 tops = tops or arb._queue.top_priorities(now, AGING_QUANTA * arb.tq)
-                if not _room_for_any(arb, now, budget - used, max_base, tops):
+                if not arb._queue.any_fits(budget - used - arb.client_overhead, max_base, tops,
+                                           now, AGING_QUANTA * arb.tq):
                     stopped = client
                     break
-            need, share = arb.footprint(client), arb.share(client)
+            need, share = arb.need(client), arb.share(client)
             other_share = running is not None and share != running
-            if not holding or (not other_share and (budget is None or used + need <= budget)):
+            if client not in reclaiming and (
+                    alone or (not other_share and (budget is None or used + need <= budget))):
                 granted.append(client)
                 arb._queue.hide(client)
                 used += need
@@ -274,14 +274,13 @@ class AutoStrategy(Strategy):
         return [arb._grant(c, now, arb.strategy.quantum(arb, c)) for c in granted], head
 
     @staticmethod
-    def _make_room(arb: Arbiter, head: Client, now: float) -> list[Action]:
-        budget, share = arb.budget, arb.share(head)
-        live_shares = arb._held.live_shares
+    def _make_room(arb: Arbiter, head: Client, now: float, budget: int | None) -> list[Action]:
+        share, live_shares = arb.share(head), arb._held.live_shares
         if live_shares and (len(live_shares) > 1 or share not in live_shares):
-            return AutoStrategy._take_turns(arb, head, now)
+            return AutoStrategy._take_turns(arb, head, now, budget)
         if budget is None:
             return []
-        need, live = arb.footprint(head), arb._held.live
+        need, live = arb.need(head), arb._held.live
         left, used = len(live), arb._live_used()   # what stays once the planned drops are gone
         if not left or used + need <= budget:
             return []  # room comes when the draining holders release (they count as gone)
@@ -300,10 +299,10 @@ class AutoStrategy(Strategy):
         return []
 
     @staticmethod
-    def _take_turns(arb: Arbiter, head: Client, now: float) -> list[Action]:
+    def _take_turns(arb: Arbiter, head: Client, now: float, budget: int | None) -> list[Action]:
         """Step 4 for a waiter whose share differs from running holders': all of those are dropped
         once each of them may be, or none is."""
-        share, budget = arb.share(head), arb.budget
+        share = arb.share(head)
         eff, base = arb.effective_priority(head, now), arb.priority(head)
         plan = []
         for client in arb._held.live:
@@ -315,7 +314,7 @@ class AutoStrategy(Strategy):
                 plan.append((client, DropReason.PREEMPTED))
             else:
                 return []   # one of them still has its turn: nobody drops yet
-        evict = budget is not None and arb._live_used() + arb.footprint(head) > budget
+        evict = budget is not None and arb._live_used() + arb.need(head) > budget
         arb.waiting[head].reserved = True
         return [arb._drop(c, now, r, evict) for c, r in plan]
 
@@ -350,8 +349,8 @@ class AutoStrategy(Strategy):
             why += f"; {len(arb.waiting)} waiting: the next " + (
                 f"has share {arb.share(head):g}, unlike the running clients: they take turns"
                 if self._other_share(arb, head) else
-                f"needs {_gib(arb.footprint(head))}, which does not fit in the "
-                f"{_gib(max(0, budget - used))} left")
+                f"needs {_gib(arb.need(head))}, which does not fit in the "
+                f"{_gib(max(0, arb.admit_budget - used))} left")
         return _operation(arb), why
 
 
