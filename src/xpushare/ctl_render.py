@@ -56,7 +56,11 @@ def fit_columns(columns: list[Column], rows: list[list[str]], width: int) -> tup
             break
         keep.remove(i)
     for i in sorted(set(range(len(columns))) - set(keep), key=lambda i: columns[i].rank):
-        if total(keep + [i]) <= width:  # a column dropped early fits beside the ones kept
+        # A column dropped early comes back where it fits beside the ones kept, the more
+        # important of those at their natural width (it must not make a list wrap or a name
+        # shorten that fitted without it).
+        squeezed = sum(natural[j] - needed[j] for j in keep if columns[j].rank < columns[i].rank)
+        if total(keep + [i]) + squeezed <= width:
             keep = sorted(keep + [i])
     spare = width - total(keep)
     widths = {}
@@ -133,14 +137,47 @@ def client_bytes(c: dict) -> int:
     return sum(d["managed_bytes"] + d["other_bytes"] for d in c["gpus"])
 
 
+def millis(seconds: float) -> str:
+    """A switch phase: 0.4ms, 12ms, 1500ms, 12.0s."""
+    if seconds >= 10:
+        return f"{seconds:.1f}s"
+    ms = seconds * 1000
+    return f"{ms:.1f}ms" if ms < 10 else f"{ms:.0f}ms"
+
+
+def last_switch_cell(g: dict, sep: str = " ") -> str:
+    """The phases of the GPU's last switch (status's last_switch), those reported: "drain=3.0ms
+    out=120ms in=85ms"; "-" before any switch."""
+    last = g.get("last_switch")
+    if not last:
+        return "-"
+    parts = [f"{name}={millis(last[key])}" for key, name in
+             (("drain", "drain"), ("swap_out", "out"), ("swap_in", "in"))
+             if last.get(key) is not None]
+    return sep.join(parts) or "-"
+
+
+def size_or_dash(n) -> str:
+    return format_size(n) if n else "-"
+
+
+def gpu_state_cell(d: dict) -> str:
+    """A client's state on one GPU, "0:idle"; "0:reclaiming" while it was sent EVICT and has not
+    answered."""
+    state = "reclaiming" if d.get("reclaiming") else d["state"]
+    return f"{'-' if d['index'] is None else d['index']}:{state}"
+
+
 # rank: the order in which columns give way (the highest first) when the width is short.
 GPU_COLUMNS = [Column("GPU", 1), Column("UUID", 9), Column("Name", 8, free=True),
-               Column("Memory", 6), Column("Capacity", 5), Column("Mode", 2),
-               Column("TQ", 7, wrap=True), Column("Holders", 3, wrap=True),
+               Column("Memory", 6), Column("Capacity", 5), Column("Resident", 10),
+               Column("Swapped", 11), Column("Mode", 2), Column("TQ", 7, wrap=True),
+               Column("Last switch", 12, wrap=True), Column("Holders", 3, wrap=True),
                Column("Queue", 4, wrap=True)]
 CLIENT_COLUMNS = [Column("PID", 1), Column("UID", 8), Column("Priority", 3), Column("State", 2),
                   Column("Job", 5, free=True, limit=JOB_WIDTH),
                   Column("GPU", 4, wrap=True), Column("Memory", 6, wrap=True),
+                  Column("Resident", 11, wrap=True), Column("Swapped", 12, wrap=True),
                   Column("GPU time", 8, wrap=True), Column("Pod", 7),
                   Column("Quota", 9, wrap=True),
                   Column("Command", 10, free=True, limit=COMMAND_WIDTH)]
@@ -155,7 +192,8 @@ def _gpu_row(g: dict) -> list[str]:
     return [gpu_label(g), g["uuid"], g["name"] or "?",
             format_size(g["memory_total"]) if g["memory_total"] else "?",
             format_size(g["capacity"]) if g["capacity"] else "?",
-            f"{g['mode']}: {g.get('operation', '?')}", tq_cell(g), holders,
+            format_size(g.get("resident_bytes") or 0), size_or_dash(g.get("swapped_bytes")),
+            f"{g['mode']}: {g.get('operation', '?')}", tq_cell(g), last_switch_cell(g), holders,
             " ".join(str(p) for p in g["queue"]) or "-"]
 
 
@@ -184,12 +222,16 @@ def quota_cell(c: dict) -> str:
 
 
 def _client_row(c: dict) -> list[str]:
-    gpu_cells = [f"{'-' if d['index'] is None else d['index']}:{d['state']}" for d in c["gpus"]]
-    mem = [format_size(d["managed_bytes"] + d["other_bytes"]) for d in c["gpus"]]
-    busy = [busy_cell(d.get("gpu_busy_seconds")) for d in c["gpus"]]
+    gpus = c["gpus"]
+    gpu_cells = [gpu_state_cell(d) for d in gpus]
+    mem = [format_size(d["managed_bytes"] + d["other_bytes"]) for d in gpus]
+    resident = [format_size(d.get("resident_bytes") or 0) for d in gpus]
+    swapped = [size_or_dash(d.get("swapped_bytes")) for d in gpus]
+    busy = [busy_cell(d.get("gpu_busy_seconds")) for d in gpus]
     return [str(c["pid"]), str(c["uid"]), str(c.get("priority", 0)), c["state"],
-            c.get("job") or "-", " ".join(gpu_cells) or "-", " ".join(mem) or "-", " ".join(busy) or "-", pod_cell(c),
-            quota_cell(c), c["command"] or "?"]
+            c.get("job") or "-", " ".join(gpu_cells) or "-", " ".join(mem) or "-",
+            " ".join(resident) or "-", " ".join(swapped) or "-", " ".join(busy) or "-",
+            pod_cell(c), quota_cell(c), c["command"] or "?"]
 
 
 def without_job(columns: list[Column], rows: list[list[str]], clients: list[dict]):

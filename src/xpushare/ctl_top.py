@@ -20,8 +20,8 @@ from rich.console import Group
 from rich.text import Text
 
 from .ctl_render import (
-    JOB_WIDTH, Column, client_bytes, duration, fitted_table, gpu_label, make_console, quota_cell,
-    without_job,
+    JOB_WIDTH, Column, client_bytes, duration, fitted_table, gpu_label, gpu_state_cell,
+    last_switch_cell, make_console, quota_cell, size_or_dash, without_job,
 )
 from .ctl_keys import KeyReader
 from .sizes import format_size
@@ -152,8 +152,10 @@ def _memory_tail(g: dict, footprint: int) -> str:
     cap = g.get("capacity")
     over = f" ×{footprint / cap:.1f}" if cap and footprint > cap else ""
     phys = f", physical {format_size(g['memory_total'])}" if g.get("memory_total") else ""
+    swap = (f"; resident {format_size(g['resident_bytes'])}, swapped "
+            f"{format_size(g.get('swapped_bytes') or 0)}" if "resident_bytes" in g else "")
     return (f" clients {format_size(footprint)}{over} of {format_size(cap) if cap else '?'}"
-            f"{phys}; holders {format_size(g.get('used') or 0)}")
+            f"{phys}; holders {format_size(g.get('used') or 0)}{swap}")
 
 
 def _gpu_lines(g: dict, footprint: int, width: int, bar_width: int) -> list[Text]:
@@ -166,6 +168,11 @@ def _gpu_lines(g: dict, footprint: int, width: int, bar_width: int) -> list[Text
     bar = memory_bar(g.get("used") or 0, footprint, g.get("capacity"), bar_width)
     tail = _memory_tail(g, footprint)
     lines = [Text(head, style="bold", overflow="fold"), Text(f"  mem {bar}{tail}", overflow="fold")]
+    if g.get("last_switch"):
+        ago = g["last_switch"].get("ago")
+        lines.append(Text(f"  last switch: {last_switch_cell(g, ', ')}"
+                          f"{f' ({duration(ago)} ago)' if ago is not None else ''}",
+                          overflow="fold"))
     if g.get("why"):
         lines.append(Text(f"  why: {g['why']}", overflow="fold"))
     return lines
@@ -173,19 +180,25 @@ def _gpu_lines(g: dict, footprint: int, width: int, bar_width: int) -> list[Text
 
 TOP_COLUMNS = [Column("Client", 1), Column("PID", 8), Column("Priority", 3), Column("State", 2),
                Column("Job", 5, free=True, limit=JOB_WIDTH),
-               Column("GPU", 9, wrap=True), Column("Memory", 4), Column("Held", 7), Column("Wait", 6),
-               Column("Grants", 10), Column("Busy", 11), Column("Quota", 12, wrap=True)]
+               Column("GPU", 9, wrap=True), Column("Memory", 4), Column("Swapped", 13),
+               Column("Held", 7), Column("Wait", 6), Column("Grants", 10), Column("Busy", 11),
+               Column("Quota", 12, wrap=True)]
 TABLE_FRAME = 5  # lines a table takes besides its rows: title, top rule, header, rule, bottom rule
 
 
 def _client_row(c: dict, held: dict[int, float], tracker: Tracker, now: float) -> list[str]:
-    gpus = " ".join(f"{'-' if d['index'] is None else d['index']}:{d['state']}" for d in c["gpus"])
+    gpus = " ".join(gpu_state_cell(d) for d in c["gpus"])
     cid = c["client_id"]
     return [client_label(c), str(c["pid"]), str(c.get("priority", 0)), c["state"],
             c.get("job") or "-", gpus or "-",
-            format_size(client_bytes(c)), duration(held[cid]) if cid in held else "-",
+            format_size(client_bytes(c)), size_or_dash(client_swapped(c)),
+            duration(held[cid]) if cid in held else "-",
             tracker.wait_of(cid, now) if c["state"] == "waiting" else "-",
             tracker.grants_of(cid), tracker.busy_of(cid), quota_cell(c)]
+
+
+def client_swapped(c: dict) -> int:
+    return sum(d.get("swapped_bytes") or 0 for d in c["gpus"])
 
 
 def _summary(status: dict, clients: list[dict], width: int, now: float) -> Text:
@@ -247,15 +260,20 @@ def json_frame(status: dict, tracker: Tracker | None = None) -> dict:
     footprints = _gpu_footprints(status)
     held = _held_for(status)
     keys = ("index", "uuid", "name", "mode", "operation", "why", "tq", "tq_source", "switch_cost",
-            "capacity", "memory_total")
+            "capacity", "memory_total", "resident_bytes", "swapped_bytes", "reclaiming",
+            "last_switch")
     gpus = [{**{k: g.get(k) for k in keys}, "clients_bytes": footprints.get(g["uuid"], 0),
              "holders_bytes": g.get("used"), "holders": [h["pid"] for h in g["holders"]],
              "queue": g["queue"]} for g in status.get("gpus", [])]
     clients = [{"client_id": c["client_id"], "pid": c["pid"], "pod": c.get("pod"),
                 "label": client_label(c), "priority": c.get("priority", 0), "state": c["state"],
                 "gpus": [{"index": d["index"], "uuid": d["uuid"], "state": d["state"],
-                          "bytes": d["managed_bytes"] + d["other_bytes"]} for d in c["gpus"]],
-                "memory_bytes": client_bytes(c), "held_for": held.get(c["client_id"]),
+                          "bytes": d["managed_bytes"] + d["other_bytes"],
+                          "resident_bytes": d.get("resident_bytes"),
+                          "swapped_bytes": d.get("swapped_bytes"),
+                          "reclaiming": d.get("reclaiming")} for d in c["gpus"]],
+                "memory_bytes": client_bytes(c), "swapped_bytes": client_swapped(c),
+                "held_for": held.get(c["client_id"]),
                 "lock_wait": None, "grants": None,
                 "gpu_busy_seconds": sum(d.get("gpu_busy_seconds") or 0.0 for d in c["gpus"]),
                 "busy_share": tracker.busy_share.get(c["client_id"]) if tracker else None,

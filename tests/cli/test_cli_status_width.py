@@ -71,15 +71,19 @@ def test_status_at_200_columns_shows_every_column_and_ends_a_long_command_in_an_
     s, clients = live
     r = ctl(s.sock, "status", "--width", "200")
     header, rows = table_rows(r.stdout, "Clients")
-    assert header == ["PID", "UID", "Priority", "State", "GPU", "Memory", "GPU time", "Pod",
-                      "Quota", "Command"]
+    assert header == ["PID", "UID", "Priority", "State", "GPU", "Memory", "Resident", "Swapped",
+                      "GPU time", "Pod", "Quota", "Command"]
     assert all(row[-1].endswith("…") for row in rows)  # the command lines are longer than 60
-    assert rows[0][7] == "ml/trainer-with-a-long-name-0 (hint)"
-    assert rows[0][6] == "0.00s"  # these raw protocol clients report no GPU time
-    assert rows[0][8] == "-"      # nor set any quota
-    gpu_header, _ = table_rows(r.stdout, "GPUs")
-    assert gpu_header == ["GPU", "UUID", "Name", "Memory", "Capacity", "Mode", "TQ", "Holders",
-                          "Queue"]
+    assert rows[0][9] == "ml/trainer-with-a-long-name-0 (hint)"
+    assert rows[0][8] == "0.00s"  # these raw protocol clients report no GPU time
+    assert rows[0][10] == "-"     # nor set any quota
+    # The holder's memory is on the GPU; the others (no SWAP) count none while they do not hold,
+    # and none of them swapped.
+    assert [row[6:8] for row in rows] == [["5GiB", "-"], ["0B", "-"], ["0B", "-"]]
+    gpu_header, gpu_rows = table_rows(r.stdout, "GPUs")
+    assert gpu_header == ["GPU", "UUID", "Name", "Memory", "Capacity", "Resident", "Swapped",
+                          "Mode", "TQ", "Last switch", "Holders", "Queue"]
+    assert [row[5:7] + row[9:10] for row in gpu_rows] == [["5GiB", "-", "-"], ["0B", "-", "-"]]
 
 
 def test_status_width_from_columns_when_not_a_terminal(live):

@@ -29,8 +29,9 @@ def test_once_shows_every_gpu_and_client(live, width):
     assert [row[header.index("State")] for row in rows] == ["holding", "waiting", "idle"]
     assert {"Client", "State", "Priority", "Memory"} <= set(header)
     if width == 200:
-        assert header == ["Client", "Priority", "State", "GPU", "Memory", "Held", "Wait", "Grants",
-                          "Busy", "Quota"]
+        assert header == ["Client", "Priority", "State", "GPU", "Memory", "Swapped", "Held",
+                          "Wait", "Grants", "Busy", "Quota"]
+        assert [row[header.index("Swapped")] for row in rows] == ["-"] * 3  # nobody swapped
         assert [row[header.index("Quota")] for row in rows] == ["-"] * 3  # none set
         assert uuid(0) in out
         assert [row[header.index("Grants")] for row in rows] == ["—"] * 3  # one frame: unknown

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))  # testkit, also when this file runs as a subproce
 
 from xpushare.protocol import (  # noqa: E402
     Attach, BusyUpdate, Frame, LockRequest, Released, FrameDecoder, Hello, MemUpdate, MessageType, ProtocolError,
-    encode, encode_frame, encode_json,
+    Residency, encode, encode_frame, encode_json,
 )
 from testkit import scheduler as testkit_scheduler  # noqa: E402
 
@@ -155,6 +155,9 @@ class FakeClient:
 
     def busy_update(self, device=0, busy_ns=0):
         self.send_raw(encode(BusyUpdate(device, 0, busy_ns)))
+
+    def residency(self, device=0, flags=0, resident=0, host=0, move_us=0):
+        self.send_raw(encode(Residency(device, flags, resident, host, move_us)))
 
     def ctl(self, op, **fields) -> dict:
         self.send_raw(encode_json(MessageType.CTL_REQUEST, {"op": op, **fields}))

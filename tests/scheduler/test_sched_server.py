@@ -409,6 +409,8 @@ def test_status_reports_gpus_holders_queue_and_clients(scheduler):
         assert h["pid"] == holder.pid and 0.2 <= h["held_for"] < 30
         assert asked[-1] - granted_by <= h["held_for"] + 0.001  # (held_for is rounded to 1 ms)
         assert gpu["queue"] == [os.getpid()]
+        assert (gpu["resident_bytes"], gpu["swapped_bytes"], gpu["reclaiming"],
+                gpu["reclaims"], gpu["last_switch"]) == (4 * GiB, 0, [], 0, None)
         clients = {c["client_id"]: c for c in st["clients"]}
         assert len(clients) == 3
         hc = next(c for c in clients.values() if c["pid"] == holder.pid)
@@ -418,7 +420,11 @@ def test_status_reports_gpus_holders_queue_and_clients(scheduler):
         assert hc["gpus"] == [{"device": 0, "uuid": uuid(0), "index": None, "state": "holding",
                                "managed_bytes": 3 * GiB, "other_bytes": GiB,
                                "gpu_busy_seconds": 0.0, "gpu_busy_ratio": None,
-                               "over_memory_limit": False}]
+                               "over_memory_limit": False,
+                               # a holder's memory is on the GPU; it never swapped
+                               "resident_bytes": 4 * GiB, "swapped_bytes": 0,
+                               "reclaiming": False, "swap_refused": False,
+                               "swap_out_seconds": None, "swap_in_seconds": None}]
         assert hc["quota"] == {"compute_limit": None, "compute_share": None, "memory_limit": None,
                                "sources": dict.fromkeys(("compute_limit", "compute_share",
                                                          "memory_limit"), "environment"),

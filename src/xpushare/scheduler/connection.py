@@ -29,6 +29,7 @@ from .metrics import LockStats
 from .quotas import Quota
 from .registry import Gpu
 from .state import SchedulerState
+from .swap import SwapRecord
 
 log = logging.getLogger("nvshare.scheduler")
 
@@ -50,6 +51,8 @@ class Conn:
         self.ctl = False
         self.devices: dict[int, Gpu] = {}         # client ordinal -> GPU
         self.memory: dict[str, tuple[int, int]] = {}  # uuid -> (managed_bytes, other_bytes)
+        self.swappable = False                    # HELLO offered SWAP: it answers EVICT
+        self.swap: dict[str, SwapRecord] = {}     # uuid -> its RESIDENCY reports (swap.py)
         self.locks: dict[Gpu, LockStats] = {}     # its lock's counts per GPU, for the exporter
         self.command = peer.cmdline(pid)
         self.pod = pod                            # peer.PodLookup's answer at connect

@@ -12,11 +12,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..protocol import (
-    FEATURE_BUSY, FEATURE_JOBS, FEATURE_QUOTAS, PRIORITY_LIMIT, VERSION, Attach, Attached,
-    BusyUpdate, Hello, Job, LockRequest, MemUpdate, MessageType, ProtocolError, Released,
-    ReleaseReason, Settings, Welcome, encode, encode_error,
+    FEATURE_BUSY, FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SWAP, HELLO_SWAP, PRIORITY_LIMIT, VERSION,
+    Attach, Attached, BusyUpdate, Hello, Job, LockRequest, MemUpdate, MessageType, ProtocolError,
+    Released, ReleaseReason, Residency, Settings, Welcome, encode, encode_error,
 )
-from . import control, metrics
+from . import control, metrics, swap
 from .jobinfo import job_info
 from .policy import SwitchReport
 from .registry import Gpu, Refused, lock_log
@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from .connection import Conn
 
 log = logging.getLogger("nvshare.scheduler")
+
+
+FEATURES = FEATURE_BUSY | FEATURE_QUOTAS | FEATURE_JOBS | FEATURE_SWAP  # what WELCOME offers
 
 
 def _require_hello(conn: Conn) -> None:
@@ -47,9 +50,12 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
         raise ProtocolError("HELLO sent twice, or on a control connection")
     conn.hello = msg
     conn.priority = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
-    conn.send(encode(Welcome(conn.id, VERSION, FEATURE_BUSY | FEATURE_QUOTAS | FEATURE_JOBS)))
-    log.info("client pid=%d uid=%d client=%d priority=%d: %s", conn.pid, conn.uid, conn.id,
-             msg.priority, conn.command[:120])
+    # The policy learns it when the client joins its job, at its first ATTACH (registry.join),
+    # before any of its seats can be reclaimed.
+    conn.swappable = bool(msg.flags & HELLO_SWAP)
+    conn.send(encode(Welcome(conn.id, VERSION, FEATURES)))
+    log.info("client pid=%d uid=%d client=%d priority=%d%s: %s", conn.pid, conn.uid, conn.id,
+             msg.priority, " swap" if conn.swappable else "", conn.command[:120])
 
 
 def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
@@ -73,6 +79,7 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     conn.devices[msg.device] = gpu
     if old is not None and old not in conn.devices.values():  # the ordinal now names another GPU
         conn.memory.pop(old.uuid, None)
+        conn.swap.pop(old.uuid, None)
         conn.locks.pop(old, None)
         registry.detach(conn, old)
     registry.join(conn, gpu)  # its job (jobs.py) gets a seat on this GPU
@@ -136,6 +143,15 @@ def on_busy_update(state: SchedulerState, conn: Conn, msg: BusyUpdate) -> None:
                                   conn.locks[gpu].busy_clamps)
 
 
+def on_residency(state: SchedulerState, conn: Conn, msg: Residency) -> None:
+    """Where the client's memory on a device is now (after an EVICT, a drop's eviction or the
+    swap-in at a grant): swap.on_residency keeps it, counts the move and tells the policy. A
+    REFUSED report (host memory for swap ran out) is logged, rate-limited per client."""
+    _require_hello(conn)
+    if gpu := _attached_gpu(conn, msg.device):
+        swap.on_residency(state, conn, gpu, msg)
+
+
 def on_settings(state: SchedulerState, conn: Conn, msg: Settings) -> None:
     """The environment's quotas (quotas.py): answered with LIMITS, and from then on the client is
     sent LIMITS whenever what applies to it changes."""
@@ -173,6 +189,7 @@ HANDLERS = {
     MessageType.LOCK_RELEASED: on_lock_released,
     MessageType.MEM_UPDATE: on_mem_update,
     MessageType.BUSY_UPDATE: on_busy_update,
+    MessageType.RESIDENCY: on_residency,
     MessageType.SETTINGS: on_settings,
     MessageType.JOB: on_job,
     MessageType.CTL_REQUEST: on_ctl,

@@ -2,8 +2,8 @@
 
 The exporter reads most of what it shows from live state at scrape time (metrics_collect.py); what
 only an event can tell is counted here, by hooks the shell calls where the event happens:
-registry._carry_out (grants, drops), handlers (requests, releases and their switch reports),
-connection.py (messages, malformed frames). The lock round trip runs through these hooks, so each is
+registry._carry_out (grants, drops, EVICTs sent), handlers (requests, releases and their switch
+reports; RESIDENCY's moves, through swap.py), connection.py (messages, malformed frames). The lock round trip runs through these hooks, so each is
 a few attribute updates: no label formatting, no allocation but the first record of a client on a
 GPU, no prometheus_client (which the daemon does not need unless --metrics-port is given).
 
@@ -25,7 +25,9 @@ WAIT_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.
                 60.0, 120.0, 300.0)
 SWITCH_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                   30.0, 60.0)
-PHASES = ("drain", "evict", "prefetch")
+# drain, evict, prefetch: what LOCK_RELEASED reports; swap_out, swap_in: the moves RESIDENCY reports
+# (an EVICT's, a drop's eviction; the swap-in at a grant), swap.py.
+PHASES = ("drain", "evict", "prefetch", "swap_out", "swap_in")
 
 
 class Histogram:
@@ -46,16 +48,49 @@ class Histogram:
         return self.bounds, tuple(self.counts), self.total
 
 
+class LastSwitch:
+    """The phases of the GPU's last switch, for status and top. A switch begins when room is made
+    for a waiter (a DROP_LOCK of a switch reason, or an EVICT) after the previous one saw a grant,
+    and gathers what clients report until the next begins: the drain and swap-out of those that made
+    room, the swap-in of the client granted. Each phase is the longest reported in the switch (the
+    clients move in parallel; the waiter waits for the longest); None: not reported."""
+
+    __slots__ = ("started", "granted", "drain", "swap_out", "swap_in")
+
+    def __init__(self):
+        self.started: float | None = None
+        self.granted = False
+        self.drain = self.swap_out = self.swap_in = None
+
+    def begin(self, now: float) -> None:
+        if self.started is None or self.granted:
+            self.started, self.granted = now, False
+            self.drain = self.swap_out = self.swap_in = None
+
+    def grant(self) -> None:
+        if self.started is not None:
+            self.granted = True
+
+    def phase(self, name: str, seconds: float) -> None:
+        """name: drain, swap_out or swap_in."""
+        if self.started is not None:
+            before = getattr(self, name)
+            setattr(self, name, seconds if before is None else max(before, seconds))
+
+
 class GpuStats:
     """One GPU's counts: switches (drops that hand the GPU to another client: SWITCH_REASONS), the
-    request -> grant waits and the switch phases clients report."""
+    request -> grant waits, the switch phases clients report, the EVICTs sent (reclaims) and the
+    last switch's phases."""
 
-    __slots__ = ("switches", "wait", "phases")
+    __slots__ = ("switches", "wait", "phases", "reclaims", "last_switch")
 
     def __init__(self):
         self.switches = 0
         self.wait = Histogram(WAIT_BUCKETS)
         self.phases = {p: Histogram(SWITCH_BUCKETS) for p in PHASES}
+        self.reclaims = 0                 # EVICTs sent to idle clients for room (swap.py)
+        self.last_switch = LastSwitch()
 
 
 class LockStats:
@@ -183,14 +218,16 @@ def granted(conn, gpu, prefetch: bool, now: float) -> None:
     stats.granted = now
     stats.dropped = stats.evict = False
     stats.prefetch = prefetch
+    gpu.stats.last_switch.grant()
 
 
-def dropped(conn, gpu, reason, evict: bool) -> None:
+def dropped(conn, gpu, reason, evict: bool, now: float) -> None:
     stats = lock_stats(conn, gpu)
     stats.drops[reason] += 1
     stats.dropped, stats.evict = True, evict
     if reason in SWITCH_REASONS:
         gpu.stats.switches += 1
+        gpu.stats.last_switch.begin(now)
 
 
 def released(conn, gpu, report, now: float) -> None:
@@ -201,11 +238,14 @@ def released(conn, gpu, report, now: float) -> None:
     if stats.granted is not None:
         stats.held += max(0.0, now - stats.granted)
         stats.granted = None
-    phases = gpu.stats.phases
+    phases, last = gpu.stats.phases, gpu.stats.last_switch
     if stats.dropped:
         phases["drain"].observe(report.drain)
+        last.phase("drain", report.drain)
         if stats.evict:
             phases["evict"].observe(report.evict)
+            if report.evict:  # 0: moved after the release (NVSHARE_EVICT=background): RESIDENCY's
+                last.phase("swap_out", report.evict)
     if stats.prefetch:
         phases["prefetch"].observe(report.prefetch)
     stats.dropped = stats.evict = stats.prefetch = False

@@ -27,7 +27,7 @@ from prometheus_client.utils import floatToGoString
 
 from .. import __version__
 from ..protocol import DropReason, MessageType
-from . import metrics
+from . import metrics, swap
 from .metrics import PHASES
 from .metrics_jobs import JOB_FAMILIES, JobRow, take_jobs
 from .policy import DEFAULT_SHARE
@@ -59,6 +59,9 @@ class GpuRow:
     phases: dict[str, tuple]      # phase -> Histogram.copy()
     clients: int = 0
     nvml: tuple | None = None     # (memory used, utilization ratio or None)
+    resident: int = 0             # the policy's count of its clients' bytes on the GPU
+    swapped: int = 0              # its clients' bytes swapped out to host, as they reported
+    reclaims: int = 0             # EVICTs sent
 
 
 class ClientRow(NamedTuple):  # a tuple: a thousand are made on the loop at each scrape
@@ -75,6 +78,8 @@ class ClientRow(NamedTuple):  # a tuple: a thousand are made on the loop at each
     compute_limit: float | None = None  # its quota (quotas.py): fraction, None: none
     compute_share: float = 1.0
     memory_limit: int | None = None
+    resident: int = 0                   # its bytes on the GPU as the scheduler counts them
+    swapped: int = 0                    # its bytes swapped out to host (RESIDENCY)
 
 
 @dataclass
@@ -108,7 +113,9 @@ def take_pieces(state, now: float, nvml=None) -> Iterator[Scrape]:
     rows = {g: _gpu_row(g, nvml) for g in state.registry.in_order()}
     scrape.gpus = list(rows.values())
     clients = state.clients()
+    gangs = state.registry.gangs
     per_gpu: Counter = Counter()
+    swapped: Counter = Counter()
     for start in range(0, len(clients), TAKE_CLIENTS):
         for c in clients[start:start + TAKE_CLIENTS]:
             pod = c.pod
@@ -116,13 +123,15 @@ def take_pieces(state, now: float, nvml=None) -> Iterator[Scrape]:
                      getattr(pod, "name", None) or "", getattr(pod, "container_id", None) or "")
             for g in c.devices.values():
                 per_gpu[g] += 1
-                scrape.clients.append(_client_row(c, g, ident, now))
+                row = _client_row(c, g, ident, now, gangs)
+                swapped[g] += row.swapped
+                scrape.clients.append(row)
         yield scrape
     for _ in take_jobs(state.registry, scrape.jobs):
         yield scrape
     for g, n in per_gpu.items():
         if g in rows:
-            rows[g].clients = n
+            rows[g].clients, rows[g].swapped = n, swapped[g]
     yield scrape
 
 
@@ -133,26 +142,28 @@ def _gpu_row(g, nvml) -> GpuRow:
     return GpuRow((_index(g), g.uuid), g.name or "", g.capacity, arb.mode.value, arb.tq,
                   len(arb.holders), len(arb.waiting), g.stats.switches, g.stats.wait.copy(),
                   {p: h.copy() for p, h in g.stats.phases.items()},
-                  nvml=nvml.read(g.index) if nvml is not None and g.index is not None else None)
+                  nvml=nvml.read(g.index) if nvml is not None and g.index is not None else None,
+                  resident=arb.resident_total(), reclaims=g.stats.reclaims)
 
 
 def _index(gpu) -> str:
     return "" if gpu.index is None else str(gpu.index)
 
 
-def _client_row(c, g, ident: tuple, now: float) -> ClientRow:
+def _client_row(c, g, ident: tuple, now: float, gangs) -> ClientRow:
     managed, other = c.memory.get(g.uuid, (0, 0))
     q = c.quota
     share = DEFAULT_SHARE if q.compute_share is None else q.compute_share
+    resident, swapped = swap.client_resident(gangs, c, g), swap.client_swapped(c, g)
     st = c.locks.get(g)
     if st is None:
         return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, 0, {}, 0.0, 0.0,
-                         0.0, None, q.compute_limit, share, q.memory_limit)
+                         0.0, None, q.compute_limit, share, q.memory_limit, resident, swapped)
     held = st.held + (max(0.0, now - st.granted) if st.granted is not None else 0.0)
     waited = st.waited + (max(0.0, now - st.requested) if st.requested is not None else 0.0)
     return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, st.grants,
                      dict(st.drops), held, waited, st.busy, metrics.busy_ratio(st, now),
-                     q.compute_limit, share, q.memory_limit)
+                     q.compute_limit, share, q.memory_limit, resident, swapped)
 
 
 def render(scrape: Scrape, encoder, openmetrics: bool) -> Iterator[bytes]:
@@ -221,26 +232,31 @@ def _gpu_families(s: Scrape):
               for name, doc in _GPU_GAUGES}
     switches = CounterMetricFamily("xpushare_gpu_switches", "Drops that handed the GPU to another "
                                    "client (quantum, preempted, memory).", labels=GPU)
+    reclaims = CounterMetricFamily("xpushare_gpu_reclaims", "EVICTs sent to idle clients to move "
+                                   "their memory on the GPU to host, for room.", labels=GPU)
     wait = HistogramMetricFamily("xpushare_lock_wait_seconds",
                                  "Lock waits, from REQ_LOCK to the grant.", labels=GPU)
     phase = HistogramMetricFamily("xpushare_gpu_switch_seconds", "Phases of switches as clients "
-                                  "report them in LOCK_RELEASED (each at most 60 s).",
+                                  "report them in LOCK_RELEASED (drain, evict, prefetch) and "
+                                  "RESIDENCY (swap_out, swap_in), each at most 60 s.",
                                   labels=GPU + ("phase",))
     for g in s.gpus:
         info.add_metric(g.labels, {"name": g.name})
         mode.add_metric(g.labels, {"mode": g.mode})
         values = {"capacity_bytes": g.capacity, "time_quantum_seconds": g.tq,
-                  "clients": g.clients, "lock_holders": g.holders, "lock_waiters": g.waiters}
+                  "clients": g.clients, "lock_holders": g.holders, "lock_waiters": g.waiters,
+                  "resident_bytes": g.resident, "swapped_bytes": g.swapped}
         if g.nvml is not None:
             values["memory_used_bytes"], values["utilization_ratio"] = g.nvml
         for name, value in values.items():
             if value is not None:
                 gauges[name].add_metric(g.labels, value)
         switches.add_metric(g.labels, g.switches)
+        reclaims.add_metric(g.labels, g.reclaims)
         wait.add_metric(g.labels, *_buckets(g.wait))
         for p in PHASES:
             phase.add_metric(g.labels + (p,), *_buckets(g.phases[p]))
-    yield from (info, mode, *gauges.values(), switches, wait, phase)
+    yield from (info, mode, *gauges.values(), switches, reclaims, wait, phase)
 
 
 _GPU_GAUGES = (
@@ -252,6 +268,10 @@ _GPU_GAUGES = (
     ("clients", "Client processes attached to the GPU."),
     ("lock_holders", "Clients holding the GPU's lock, draining ones included."),
     ("lock_waiters", "Clients waiting for the GPU's lock."),
+    ("resident_bytes", "Its clients' memory on the GPU as the scheduler counts it against the "
+                       "capacity: holders' footprints, and idle clients' until they swap out."),
+    ("swapped_bytes", "Its clients' memory swapped out to host memory, as they last reported it "
+                      "(RESIDENCY)."),
 )
 
 
@@ -309,6 +329,11 @@ _CLIENT_FAMILIES = (  # (make a family of some clients' samples, samples per cli
     (_memory, 2),
     (_gauge("xpushare_client_priority", "The client's scheduling priority.",
             lambda r: r.priority), 1),
+    (_gauge("xpushare_client_gpu_resident_bytes", "The client's memory on the GPU as the "
+            "scheduler counts it: its footprint, or after a swap-out what it reported left on the "
+            "GPU.", lambda r: r.resident), 1),
+    (_gauge("xpushare_client_gpu_swapped_bytes", "The client's memory on the GPU swapped out to "
+            "host memory, as it last reported it (RESIDENCY).", lambda r: r.swapped), 1),
     (_counter("xpushare_client_lock_grants", "Locks granted to the client.",
               lambda r: r.grants), 1),
     (_drops, len(DROP_REASONS)),

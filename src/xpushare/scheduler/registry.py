@@ -23,9 +23,11 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..protocol import (
-    DROP_EVICT, DROP_GANG, GRANT_PREFETCH, DropLock, Grant, ProtocolError, encode, encode_error,
+    DROP_EVICT, DROP_GANG, EVICT_ROOM, GRANT_PREFETCH, DropLock, Grant, ProtocolError, encode,
+    encode_error,
 )
-from . import limits, metrics, policy
+from ..protocol import Evict as EvictFrame  # the EVICT message; policy.Evict closes a connection
+from . import limits, metrics, policy, swap
 from .gpus import uuid_key, valid_uuid
 from .jobs import identify
 from .policy import Arbiter, Mode, check_tq
@@ -168,11 +170,14 @@ class GpuRegistry:
         self.carry(self.gangs.on_gpu(gpu, event, *args, now=self.now()))
 
     def join(self, conn, gpu: Gpu) -> None:
-        """conn uses gpu (its ATTACH): on its first, it joins its job (jobs.identify)."""
+        """conn uses gpu (its ATTACH): on its first, it joins its job (jobs.identify), and the
+        policy learns whether it answers EVICT (HELLO's SWAP) before it has a seat to reclaim."""
         if conn not in self.gangs.job_of:
             ident = identify(conn)
             self.carry(self.gangs.join(conn, ident.key, ident.label, ident.size, conn.priority,
                                        self.now()))
+            if conn.swappable:
+                self.set_swappable(conn, True)
         self.carry(self.gangs.attach(conn, gpu, self.now()))
 
     def detach(self, conn, gpu: Gpu) -> None:
@@ -198,6 +203,14 @@ class GpuRegistry:
     def set_footprint(self, conn, gpu: Gpu, nbytes: int) -> None:
         self.carry(self.gangs.set_footprint(conn, gpu, nbytes, self.now()))
 
+    def set_swappable(self, conn, swappable: bool) -> None:
+        self.carry(self.gangs.set_swappable(conn, swappable, self.now()))
+
+    def residency(self, conn, gpu: Gpu, resident: int, refused: bool) -> None:
+        """A RESIDENCY report: `resident` bytes of conn's memory are on gpu (cut to its
+        footprint); refused: its swap-out ran out of host memory."""
+        self.carry(self.gangs.residency(conn, gpu, resident, self.now(), refused=refused))
+
     def set_priority(self, conn, priority: int) -> None:
         if conn in self.gangs.job_of:
             self.carry(self.gangs.set_priority(conn, priority, self.now()))
@@ -217,7 +230,7 @@ class GpuRegistry:
         try:
             for gpu, action in outcome.actions:
                 try:
-                    _carry_out(gpu, action, now)
+                    _carry_out(gpu, action, now, self.gangs)
                 except Exception:  # a bug of ours: lose this client, never the other actions
                     log.exception("gpu=%s: cannot carry out %s; closing the client's connection",
                                   getattr(gpu, "label", "-"), type(action).__name__.lower())
@@ -270,7 +283,7 @@ class GpuRegistry:
         self.apply(gpu, gpu.arbiter.tick)
 
 
-def _carry_out(gpu: Gpu, a: policy.Action, now: float) -> None:
+def _carry_out(gpu: Gpu, a: policy.Action, now: float, gangs: Gangs) -> None:
     """Turn one policy action into what the client is sent, what the log says and what the
     exporter counts."""
     conn = a.client  # a connection.Conn
@@ -283,26 +296,38 @@ def _carry_out(gpu: Gpu, a: policy.Action, now: float) -> None:
         conn.send(_grant_frame(conn.ordinal(gpu), int(round(a.quantum * 1000)),
                                GRANT_PREFETCH if a.prefetch else 0))
         metrics.granted(conn, gpu, a.prefetch, now)
+        swap.granted(conn, gpu)
         if lock_log.isEnabledFor(logging.INFO):  # --log-locks; its f-string costs on every grant
             lock_log.info("grant pid=%d gpu=%s quantum=%s prefetch=%s", conn.pid, gpu.label,
                           f"{a.quantum:g}s" if a.quantum else "none", _yes(a.prefetch))
     elif isinstance(a, policy.Drop):
         flags = (DROP_EVICT if a.evict else 0) | (DROP_GANG if a.gang else 0)
         conn.send(encode(DropLock(conn.ordinal(gpu), int(a.reason), flags)))
-        metrics.dropped(conn, gpu, a.reason, a.evict)
+        metrics.dropped(conn, gpu, a.reason, a.evict, now)
         log.info("drop pid=%d gpu=%s reason=%s evict=%s", conn.pid, gpu.label,
                  a.reason.name.lower(), _yes(a.evict))
     elif isinstance(a, policy.Overdue):
         log.warning("pid=%d gpu=%s has not released %.1fs after DROP_LOCK (still draining?)",
                     conn.pid, gpu.label, a.waited)
     elif isinstance(a, policy.Evict):
-        # The arbiter has taken the lock away; the client learns it by losing the connection
-        # (its library then runs ungated with a warning and reconnects).
-        log.warning("evict pid=%d gpu=%s after %.1fs without LOCK_RELEASED; closing its "
-                    "connection", conn.pid, gpu.label, a.waited)
-        conn.send(encode_error(f"evicted from gpu {gpu.uuid}: no LOCK_RELEASED "
-                               f"{a.waited:.1f}s after DROP_LOCK"))
+        # The arbiter has taken the lock away (or given up on a reclaimed client); the client
+        # learns it by losing the connection (its library then runs ungated with a warning and
+        # reconnects). A client sent EVICT that holds no lock was waited on for its RESIDENCY.
+        stats = conn.locks.get(gpu)
+        if swap.reclaim_pending(conn, gpu) and (stats is None or stats.granted is None):
+            why, answer, asked = ": it did not answer EVICT", "RESIDENCY", "EVICT"
+        else:
+            why, answer, asked = " without LOCK_RELEASED", "LOCK_RELEASED", "DROP_LOCK"
+        log.warning("evict pid=%d gpu=%s after %.1fs%s; closing its connection", conn.pid,
+                    gpu.label, a.waited, why)
+        conn.send(encode_error(f"evicted from gpu {gpu.uuid}: no {answer} {a.waited:.1f}s after "
+                               f"{asked}"))
         conn.close()
+    elif isinstance(a, policy.Reclaim):
+        resident = swap.client_resident(gangs, conn, gpu)
+        swap.reclaim_sent(conn, gpu, now)
+        conn.send(encode(EvictFrame(conn.ordinal(gpu), EVICT_ROOM)))
+        log.info("reclaim pid=%d gpu=%s resident=%s", conn.pid, gpu.label, swap.gib(resident))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..protocol import MAX_CTL_REPLY
-from . import metrics
+from . import metrics, swap
 from .registry import Gpu
 from .state import SchedulerState
 
@@ -25,12 +25,14 @@ REPLY_MAX = MAX_CTL_REPLY - 256  # what status fills of a frame, kept below it: 
 def build(state: SchedulerState, msg: dict | None = None) -> dict:
     now = state.registry.now()
     registry = state.registry
+    clients = state.clients()
+    swapped = swap.swapped_by_gpu(clients)
     reply = {
         "scheduler": {"pid": os.getpid(), "uid": os.geteuid(), "version": __version__,
                       "socket": str(state.config.socket_path), "mode": registry.default_mode.value,
                       "tq": registry.default_tq if registry.default_tq is not None else "auto"},
-        "gpus": [gpu_status(g, now) for g in registry.in_order()],
-        "clients": [client_status(state, c, now) for c in state.clients()],
+        "gpus": [gpu_status(g, now, swapped.get(g.uuid, 0)) for g in registry.in_order()],
+        "clients": [client_status(state, c, now) for c in clients],
         "jobs": [job_status(j) for j in registry.gangs.jobs.values() if job_shown(j)],
     }
     # A reply is one frame (MAX_CTL_REPLY): with very many clients, shorten the command lines; with
@@ -77,7 +79,8 @@ def _list_made_up_gpus_that_fit(reply: dict) -> None:
         c["gpus"].sort(key=lambda d: d["device"])
 
 
-def gpu_status(g: Gpu, now: float) -> dict:
+def gpu_status(g: Gpu, now: float, swapped: int = 0) -> dict:
+    """swapped: the bytes its clients last reported swapped out (swap.swapped_by_gpu)."""
     s = g.arbiter.snapshot(now)
     return {
         "index": g.index, "uuid": g.uuid, "name": g.name, "memory_total": g.memory_total,
@@ -93,6 +96,7 @@ def gpu_status(g: Gpu, now: float) -> dict:
                     for h in s.holders for m in _members(h.client.holding or h.client.members)],
         "queue": [m.pid for seat in s.queue for m in _members(seat.members)],
         "blocked": [m.pid for w in s.waiters for m in _members(w.client.members)],
+        **swap.gpu_fields(g, s, swapped, now),
     }
 
 
@@ -130,8 +134,8 @@ def client_status(state: SchedulerState, c: Conn, now: float) -> dict:
                   else round(quota.compute_limit * 100, 3),
                   "compute_share": quota.compute_share, "memory_limit": quota.memory_limit,
                   "sources": sources, "applied_by_client": c.quota_env is not None},
-        "gpus": [_client_gpu(c, dev, g, states[g.uuid], quota, now)
-                 for dev, g in sorted(c.devices.items())],
+        "gpus": [{**_client_gpu(c, dev, g, states[g.uuid], quota, now),
+                  **swap.client_fields(gangs, c, g)} for dev, g in sorted(c.devices.items())],
         "pod": None if pod is None else {k: getattr(pod, k, None)
                                          for k in ("namespace", "name", "uid", "container_id")},
         "pod_hint": hint if (hint["name"] or hint["namespace"]) else None,
