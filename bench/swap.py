@@ -121,7 +121,8 @@ def resident_bytes(sock: Path) -> tuple[int | None, int]:
     return gpus[0].get("resident_bytes"), gpus[0].get("capacity", 0)
 
 
-def run_size(gib: int, requests: int, gap: float, swap: bool, rewrite: bool, lib: Path, seed: int) -> dict:
+def run_size(gib: int, requests: int, gap: float, swap: bool, rewrite: bool, lib: Path, seed: int,
+             logs: Path | None = None) -> dict:
     h2d_s, d2h_s = reference(gib)
     size = gib * GIB
     rate_in, rate_out = size / h2d_s, size / d2h_s
@@ -167,6 +168,11 @@ def run_size(gib: int, requests: int, gap: float, swap: bool, rewrite: bool, lib
         for s in servers:
             s.stop()
         result["scheduler_log_tail"] = sched.log()[-3000:]
+        if logs:
+            tag = f"{gib}g-{'swap' if swap else 'off'}-{'rw' if rewrite else 'ro'}"
+            (logs / f"{tag}-scheduler.log").write_text(sched.log())
+            for s in servers:
+                (logs / f"{tag}-{s.name}.log").write_text(s.err_path.read_text(errors="replace"))
         sched.stop()
     return result
 
@@ -240,6 +246,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--compare-off", action="store_true", help="S = 8 again with NVSHARE_SWAP=off")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--logs", type=Path, help="keep the scheduler's and the servers' logs here")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if max(sizes) > 18:
@@ -255,7 +262,9 @@ def main() -> None:
     for gib, swap, rewrite in runs:
         common.say("swap", f"S = {gib} GiB, {'swap store' if swap else 'NVSHARE_SWAP=off'}, "
                            f"{'rewritten by each request' if rewrite else 'weights not written'}")
-        results.append(run_size(gib, args.requests, args.gap, swap, rewrite, lib, args.seed))
+        if args.logs:
+            args.logs.mkdir(parents=True, exist_ok=True)
+        results.append(run_size(gib, args.requests, args.gap, swap, rewrite, lib, args.seed, args.logs))
         print(report(results[-1:]), flush=True)
         if args.json:
             args.json.write_text(json.dumps({"results": results, "seconds": time.monotonic() - t0}, indent=1))

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "alloc.h"
+#include "swap.h"
 
 typedef struct {
     CUdeviceptr ptr;

@@ -391,40 +391,6 @@ int nvs_switch_prefetch(nvs_dev *d, int wait) NVS_HIDDEN;
  * d->prefetch_us. */
 void nvs_switch_prefetch_poll(nvs_dev *d, int finish) NVS_HIDDEN;
 
-/* ---------------------------------------------------------------- swapstore.c */
-/* The swap store: converted allocations moved out of the GPU into pinned host copies and back at
- * the speed of the bus. Client thread, never under nvs_g.mu; the context of the streams current
- * and inside a "no capture" section. */
-int nvs_swap_usable(void) NVS_HIDDEN; /* NVSHARE_SWAP and the driver has every call it needs */
-typedef struct nvs_swap_io {
-    CUstream a, b; /* copies on a; discards and populates on b */
-    CUevent ev;
-    int dev;
-    int ranges;       /* queued */
-    uint64_t bytes;   /* queued */
-    uint64_t refused; /* bytes that got no host copy (bound) */
-    uint64_t clean;   /* bytes whose host copy was still valid: discarded, not copied */
-    int errors;       /* ranges the driver refused */
-    nvs_ctxrec *rec;  /* the context whose streams these are (swapsum.c's kernel) */
-} nvs_swap_io;
-void nvs_swap_out(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN; /* queue d's converted ranges out */
-void nvs_swap_in(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;  /* queue its ranges that are out in */
-/* Bracket a move: frees wait for it (nvs_swap_fence) while it may still touch a range. */
-void nvs_swap_begin(void) NVS_HIDDEN;
-void nvs_swap_end(void) NVS_HIDDEN;
-/* free.c, after taking an entry out of the table and before the driver's free: waits for a move
- * in progress; after a successful free: releases its host copy and uncounts what was out. */
-void nvs_swap_fence(void) NVS_HIDDEN;
-void nvs_swap_forget(int dev, uint64_t size, int out, void *host) NVS_HIDDEN;
-uint64_t nvs_swap_host_total(void) NVS_HIDDEN; /* pinned host copies, bytes */
-/* swapsum.c: the checksum kernel of rec's context (loaded once; 0 when it cannot be), and one
- * launch of it over [data, data + size) adding into the two u64 at out (device memory). */
-int nvs_swapsum_ready(nvs_ctxrec *rec) NVS_HIDDEN;
-CUresult nvs_swapsum_launch(nvs_ctxrec *rec, CUdeviceptr data, uint64_t size, CUdeviceptr out,
-                            CUstream s) NVS_HIDDEN;
-/* switch.c: one managed range prefetched on stream s (to the host, or to device dev). */
-CUresult nvs_prefetch_range(CUdeviceptr p, size_t n, int to_host, int dev, CUstream s) NVS_HIDDEN;
-
 /* ------------------------------------------------------- transport.c (the scheduler client) */
 void nvs_client_ensure_started(void) NVS_HIDDEN;
 void nvs_client_wake(void) NVS_HIDDEN;

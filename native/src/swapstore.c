@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "swap.h"
 
 #define CHUNK (256ull << 20) /* bytes per copy/discard pair: small next to a range, large per call */
 #define HOST_FLOOR_MIN (1ull << 30)

@@ -22,7 +22,7 @@
  */
 #include <string.h>
 
-#include "nvshare.h"
+#include "swap.h"
 
 #define THREADS 256
 #define MAX_BLOCKS 2048

@@ -30,7 +30,7 @@
  * Two non-blocking streams per context record, created lazily with the context current.
  * Client thread only (it already switches contexts for drains); never under nvs_g.mu.
  */
-#include "nvshare.h"
+#include "swap.h"
 
 typedef struct {
     int to_host;
@@ -183,6 +183,34 @@ uint64_t nvs_switch_evict(nvs_dev *d)
     return took;
 }
 
+/* Overlap: a start event on our stream before the prefetches (1 when recorded). */
+static int time_overlap_start(nvs_ctxrec *rec)
+{
+    if (!rec->pf_start && nvs_drv.cuEventCreate(&rec->pf_start, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+        rec->pf_start = NULL;
+    if (!rec->pf_end && nvs_drv.cuEventCreate(&rec->pf_end, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+        rec->pf_end = NULL;
+    return rec->pf_start && rec->pf_end &&
+           nvs_drv.cuEventRecord(rec->pf_start, rec->own_stream) == CUDA_SUCCESS;
+}
+
+/* Queue the move back on rec's streams: the driver's prefetch of the ranges not swapped out (when
+ * no capture runs and NVSHARE_PREFETCH wants it), then the swap store's ranges. */
+static void queue_back(nvs_dev *d, nvs_ctxrec *rec, int nocap, int swap, batch_t *b,
+                       nvs_swap_io *io)
+{
+    b->stream = rec->own_stream;
+    if (nocap && can_prefetch() && nvs_cfg.prefetch != NVS_PREFETCH_OFF)
+        nvs_alloc_for_each_managed(d->ordinal, 0, issue_one, b); /* skips ranges swapped out */
+    if (swap) {
+        io->a = rec->own_stream;
+        io->b = rec->own_stream2;
+        io->ev = rec->swap_ev;
+        io->rec = rec;
+        nvs_swap_in(d, io);
+    }
+}
+
 int nvs_switch_prefetch(nvs_dev *d, int wait)
 {
     d->prefetch_us = 0;
@@ -204,31 +232,11 @@ int nvs_switch_prefetch(nvs_dev *d, int wait)
     batch_t b = {.to_host = 0, .dev = d->ordinal};
     nvs_swap_io io = {.dev = d->ordinal};
     int swap = out && rec && swap_ready(rec);
-    int timed = 0;
     if (out) wait = 1; /* the application may not run before its bytes are back */
     nvs_swap_begin();
     if (rec) {
-        b.stream = rec->own_stream;
-        if (!wait) { /* overlap: time it on the stream itself */
-            if (!rec->pf_start &&
-                nvs_drv.cuEventCreate(&rec->pf_start, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
-                rec->pf_start = NULL;
-            if (!rec->pf_end &&
-                nvs_drv.cuEventCreate(&rec->pf_end, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
-                rec->pf_end = NULL;
-            timed = rec->pf_start && rec->pf_end &&
-                    nvs_drv.cuEventRecord(rec->pf_start, rec->own_stream) == CUDA_SUCCESS;
-        }
-        /* the ranges not swapped out first: the iteration skips those, which come next */
-        if (nocap && can_prefetch() && nvs_cfg.prefetch != NVS_PREFETCH_OFF)
-            nvs_alloc_for_each_managed(d->ordinal, 0, issue_one, &b);
-        if (swap) {
-            io.a = rec->own_stream;
-            io.b = rec->own_stream2;
-            io.ev = rec->swap_ev;
-            io.rec = rec;
-            nvs_swap_in(d, &io);
-        }
+        int timed = !wait && time_overlap_start(rec); /* overlap: timed on the stream itself */
+        queue_back(d, rec, nocap, swap, &b, &io);
         if (timed && b.issued &&
             nvs_drv.cuEventRecord(rec->pf_end, rec->own_stream) == CUDA_SUCCESS) {
             d->pf_outstanding = 1;
