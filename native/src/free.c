@@ -101,7 +101,7 @@ CUresult nvs_h_cuMemFree_v2(int idx, int per_thread, CUdeviceptr dptr)
     if (!dptr) return real(dptr);
     nvs_ptr_entry e;
     int found = take(&nvs_ptrs, dptr, &e);
-    if (found) nvs_swap_fence(); /* no move may still use the range or its host copy */
+    if (found) nvs_swap_fence(e.dev); /* no move may still use the range or its host copy */
     CUresult r = real(dptr);
     if (!found) return r;
     settle_taken(&nvs_ptrs, dptr, &e, 0, r);
@@ -185,7 +185,7 @@ static int defer_free(CUdeviceptr dptr, CUevent ev, CUcontext ctx, uint64_t *siz
     int queued = defer_locked((deferred_t){dptr, size, d ? d->ordinal : 0, ev, ctx});
     pthread_mutex_unlock(&nvs_amu);
     if (d && (was.out || was.host)) { /* its contents are dead: the swap store lets go of them */
-        nvs_swap_fence();
+        nvs_swap_fence(was.dev);
         nvs_swap_forget(was.dev, was.size, was.out, was.host);
     }
     if (d) nvs_mark_dirty(d);

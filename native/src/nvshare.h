@@ -175,6 +175,8 @@ typedef struct nvs_dev {
     uint64_t swap_refused;          /* bytes that got no host copy at the last swap-out (client
                                      * thread): RESIDENCY says REFUSED */
     uint32_t swap_us;               /* the last move's time, for RESIDENCY (client thread) */
+    _Atomic int discard_pending;    /* the last swap-out's discards may still run (switch.c) */
+    nvs_ctxrec *discard_rec;        /* on this record's second stream: its discard_ev follows them */
     /* GPU busy time of the process's own work on the device (gate.c), ns, cumulative; what was
      * last reported in BUSY_UPDATE and when (client thread). */
     _Atomic uint64_t busy_ns;
@@ -224,7 +226,7 @@ struct nvs_ctxrec {
     /* The swap store (swapstore.c): a second stream, and the event that orders a chunk's copy and
      * its discard or populate across the two. */
     CUstream own_stream2;
-    CUevent swap_ev;
+    CUevent swap_ev, discard_ev;
     CUmodule sum_mod; /* swapsum.c's kernel, loaded at the first swap-out in this context */
     CUfunction sum_fn;
     int sum_failed;

@@ -27,9 +27,10 @@ void nvs_swap_in(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;  /* queue its ranges t
 /* Bracket a move: frees wait for it (nvs_swap_fence) while it may still touch a range. */
 void nvs_swap_begin(void) NVS_HIDDEN;
 void nvs_swap_end(void) NVS_HIDDEN;
-/* free.c, after taking an entry out of the table and before the driver's free: waits for a move
- * in progress; after a successful free: releases its host copy and uncounts what was out. */
-void nvs_swap_fence(void) NVS_HIDDEN;
+/* free.c, after taking an entry of device dev out of the table and before the driver's free: waits
+ * for a move in progress and for the device's last discards; after a successful free: releases its
+ * host copy and uncounts what was out. */
+void nvs_swap_fence(int dev) NVS_HIDDEN;
 void nvs_swap_forget(int dev, uint64_t size, int out, void *host) NVS_HIDDEN;
 uint64_t nvs_swap_host_total(void) NVS_HIDDEN; /* pinned host copies, bytes */
 /* swapsum.c: the checksum kernel of rec's context (loaded once; 0 when it cannot be), and one

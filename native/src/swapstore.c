@@ -30,8 +30,9 @@
  *
  * Locking: the tables are alloc.c's, under nvs_amu (a range is queued with it held, so no free can
  * take it meanwhile); pinning happens outside it. A move is bracketed by nvs_swap_begin/end; a free
- * that took its entry out while one runs waits for it (nvs_swap_fence) before the driver's free,
- * so neither the range nor its host copy is released under queued work.
+ * that took its entry out while one runs waits for it, and for the device's last discards, which a
+ * swap-out leaves running (switch.c), before the driver's free (nvs_swap_fence): neither the range
+ * nor its host copy is released under queued work.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,11 +74,18 @@ void nvs_swap_end(void)
     pthread_mutex_unlock(&move_mu);
 }
 
-void nvs_swap_fence(void)
+void nvs_swap_fence(int dev)
 {
-    if (!atomic_load(&moving)) return;
-    pthread_mutex_lock(&move_mu);
-    pthread_mutex_unlock(&move_mu);
+    if (atomic_load(&moving)) {
+        pthread_mutex_lock(&move_mu);
+        pthread_mutex_unlock(&move_mu);
+    }
+    nvs_dev *d = &nvs_g.dev[dev];
+    if (atomic_load(&d->discard_pending)) { /* switch.c: the last swap-out's discards */
+        CUstreamCaptureMode old = nvs_relaxed_begin();
+        nvs_drv.cuEventSynchronize(d->discard_rec->discard_ev);
+        nvs_relaxed_end(old);
+    }
 }
 
 void nvs_swap_forget(int dev, uint64_t size, int out, void *host)
@@ -292,7 +300,7 @@ static int queue_out(nvs_swap_io *io, nvs_ptr_entry *e, int clean)
     for (uint64_t lo = 0; lo < e->size; lo += CHUNK) {
         size_t n = (size_t)(e->size - lo < CHUNK ? e->size - lo : CHUNK);
         CUdeviceptr p = (CUdeviceptr)e->key + lo;
-        if (clean ? discard(p, n, io->a) != CUDA_SUCCESS
+        if (clean ? discard(p, n, io->b) != CUDA_SUCCESS
                   : (pair(io, io->a, io->b, copy((char *)e->host + lo, p, n, io->a)) != 0 ||
                      discard(p, n, io->b) != CUDA_SUCCESS))
             return -1;

@@ -78,7 +78,10 @@ static int swap_ready(nvs_ctxrec *r)
         r->own_stream2 = NULL;
     if (!r->swap_ev && nvs_drv.cuEventCreate(&r->swap_ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
         r->swap_ev = NULL;
-    return r->own_stream2 && r->swap_ev;
+    if (!r->discard_ev &&
+        nvs_drv.cuEventCreate(&r->discard_ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        r->discard_ev = NULL;
+    return r->own_stream2 && r->swap_ev && r->discard_ev;
 }
 
 /* Make a context of d current (the previous one in *prev) and give it our stream. Returns its
@@ -133,6 +136,25 @@ static CUresult sync_move(nvs_ctxrec *rec, int swapped)
     return r;
 }
 
+/* The end of a swap-out: the copies (and the driver's prefetches) on the first stream are waited
+ * for; the discards on the second are left running, after an event that frees wait for (their
+ * bytes are safe in the host copies: the scheduler may hand the room on while the driver drops the
+ * pages, and the next holder's move in overlaps them). Without the swap store, both. */
+static CUresult finish_out(nvs_dev *d, nvs_ctxrec *rec, int swapped)
+{
+    if (!swapped) return sync_move(rec, 0);
+    CUstreamCaptureMode old = relaxed_if_capturing();
+    CUresult r = nvs_drv.cuStreamSynchronize(rec->own_stream);
+    if (nvs_drv.cuEventRecord(rec->discard_ev, rec->own_stream2) == CUDA_SUCCESS) {
+        d->discard_rec = rec;
+        atomic_store(&d->discard_pending, 1);
+    } else {
+        nvs_drv.cuStreamSynchronize(rec->own_stream2);
+    }
+    nvs_relaxed_end(old);
+    return r;
+}
+
 uint64_t nvs_switch_evict(nvs_dev *d)
 {
     d->swap_refused = 0;
@@ -162,7 +184,7 @@ uint64_t nvs_switch_evict(nvs_dev *d)
     }
     nvs_nocap_leave();
     CUresult r = CUDA_SUCCESS;
-    if (rec && (b.issued || io.ranges || io.errors)) r = sync_move(rec, swap);
+    if (rec && (b.issued || io.ranges || io.errors)) r = finish_out(d, rec, swap && io.ranges);
     nvs_swap_end();
     if (!rec) {
         NVS_DEBUG("device %d: no usable context: no bulk eviction", d->ordinal);
