@@ -176,6 +176,7 @@ typedef struct nvs_dev {
                                      * thread): RESIDENCY says REFUSED */
     uint32_t swap_us;               /* the last move's time, for RESIDENCY (client thread) */
     _Atomic int discard_pending;    /* the last swap-out's discards may still run (switch.c) */
+    int discards_due;               /* a swap-out left discards to issue after its report */
     nvs_ctxrec *discard_rec;        /* on this record's second stream: its discard_ev follows them */
     /* GPU busy time of the process's own work on the device (gate.c), ns, cumulative; what was
      * last reported in BUSY_UPDATE and when (client thread). */
@@ -389,6 +390,8 @@ uint64_t nvs_switch_evict(nvs_dev *d) NVS_HIDDEN; /* bulk move to host; ns it to
 /* Bulk move back to the device. wait: returns once it finished (d->prefetch_us set); else issues
  * it and returns (observed by nvs_switch_prefetch_poll). Returns 0 when nothing was issued. */
 int nvs_switch_prefetch(nvs_dev *d, int wait) NVS_HIDDEN;
+/* The discards a swap-out left due (clean ranges), issued once the scheduler heard of it. */
+void nvs_switch_discard_due(nvs_dev *d) NVS_HIDDEN;
 /* An overlapped prefetch: see whether it finished (finish = 1: wait for it) and set
  * d->prefetch_us. */
 void nvs_switch_prefetch_poll(nvs_dev *d, int finish) NVS_HIDDEN;

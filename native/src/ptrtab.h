@@ -18,6 +18,7 @@ typedef struct {
     uint8_t state; /* 0 empty, 1 used, 2 deleted */
     uint8_t out;   /* swapstore.c: swapped out, the data is only in the host copy */
     uint8_t sum_valid; /* swapstore.c: sum is that of the host copy's contents */
+    uint8_t discard_due; /* swapstore.c: out with a valid host copy, its discard not issued yet */
     void *host;    /* swapstore.c: the pinned host copy of the range, NULL when none */
     uint64_t sum[2]; /* swapsum.c's checksum of what was last copied out */
 } nvs_ptr_entry;

@@ -206,7 +206,9 @@ static int run_reclaim(nvs_dev *d, uint32_t flags)
     pthread_mutex_lock(&nvs_g.mu);
     if (nvs_g.client_state == NVS_CLIENT_READY) put_residency(&out, d, flags);
     pthread_mutex_unlock(&nvs_g.mu);
-    return nvs_tx_send(&out);
+    int rc = nvs_tx_send(&out);
+    nvs_switch_discard_due(d); /* after the report: the next holder's move in overlaps them */
+    return rc;
 }
 
 /* Swapped out and allowed to run without a scheduler: swap in, then open the gate. */
@@ -263,6 +265,7 @@ static int run_drain(nvs_dev *d)
     pthread_mutex_unlock(&nvs_g.mu);
     if (nvs_tx_send(&out) != 0) return -1;
     if (evict_after) return run_reclaim(d, 0);
+    nvs_switch_discard_due(d);
     return 0;
 }
 

@@ -24,6 +24,9 @@ typedef struct nvs_swap_io {
 } nvs_swap_io;
 void nvs_swap_out(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN; /* queue d's converted ranges out */
 void nvs_swap_in(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;  /* queue its ranges that are out in */
+/* queue the discards nvs_swap_out left due (ranges out whose host copy was still valid), in one
+ * batch on io->b */
+void nvs_swap_discard_due(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
 /* Bracket a move: frees wait for it (nvs_swap_fence) while it may still touch a range. */
 void nvs_swap_begin(void) NVS_HIDDEN;
 void nvs_swap_end(void) NVS_HIDDEN;

@@ -19,7 +19,10 @@
  *
  * A host copy stays after the swap-in: it is the allocation's swap space, reused at its next
  * swap-out, and freed with the allocation. While it holds what the range holds (the application did
- * not write the range since it came back: swapsum.c's checksum says so), a swap-out only discards. Pinned host memory is bounded: NVSHARE_HOST_SWAP_LIMIT
+ * not write the range since it came back: swapsum.c's checksum says so), a swap-out copies nothing:
+ * the range is out at once, and its discard is issued after the scheduler heard of it (the discard
+ * costs the driver about 5 ms per GiB inside the call, which would otherwise be the whole
+ * eviction; the next holder's move in overlaps it). Pinned host memory is bounded: NVSHARE_HOST_SWAP_LIMIT
  * for the process, and the host's MemAvailable less a floor (1 GiB or 5% of MemTotal, whichever is
  * more). A range that would pass either keeps its memory on the GPU, with one warning per swap-out,
  * and the scheduler hears REFUSED (session.c): nothing is lost and nobody is killed.
@@ -294,15 +297,14 @@ static const summed_t *sum_of(const summed_t *s, size_t n, const nvs_ptr_entry *
 }
 
 /* nvs_amu held. Copy the range into its host copy and discard it, chunk by chunk. */
-static int queue_out(nvs_swap_io *io, nvs_ptr_entry *e, int clean)
+static int queue_out(nvs_swap_io *io, nvs_ptr_entry *e)
 {
     nvs_fn_cuMemcpyDtoHAsync_v2 copy = NVS_REAL(cuMemcpyDtoHAsync_v2, NVS_IDX_cuMemcpyDtoHAsync_v2);
     for (uint64_t lo = 0; lo < e->size; lo += CHUNK) {
         size_t n = (size_t)(e->size - lo < CHUNK ? e->size - lo : CHUNK);
         CUdeviceptr p = (CUdeviceptr)e->key + lo;
-        if (clean ? discard(p, n, io->b) != CUDA_SUCCESS
-                  : (pair(io, io->a, io->b, copy((char *)e->host + lo, p, n, io->a)) != 0 ||
-                     discard(p, n, io->b) != CUDA_SUCCESS))
+        if (pair(io, io->a, io->b, copy((char *)e->host + lo, p, n, io->a)) != 0 ||
+            discard(p, n, io->b) != CUDA_SUCCESS)
             return -1;
     }
     return 0;
@@ -341,8 +343,10 @@ void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
         e->out = 1;
         atomic_fetch_add(&d->swapped_bytes, e->size);
         atomic_fetch_add(&d->swapped_out, 1);
-        if (clean) io->clean += e->size;
-        if (queue_out(io, e, clean) != 0) {
+        if (clean) {
+            e->discard_due = 1; /* nvs_swap_discard_due, once the scheduler heard */
+            io->clean += e->size;
+        } else if (queue_out(io, e) != 0) {
             e->sum_valid = 0;
             io->errors++;
             NVS_DEBUG("device %d: swap-out of %#llx (%llu bytes) refused by the driver",
@@ -368,11 +372,36 @@ void nvs_swap_in(nvs_dev *d, nvs_swap_io *io)
                      "contents may be lost", d->ordinal, (unsigned long long)e->key,
                      (unsigned long long)e->size);
         }
-        e->out = 0;
+        e->out = e->discard_due = 0;
         atomic_fetch_sub(&d->swapped_bytes, e->size);
         atomic_fetch_sub(&d->swapped_out, 1);
         io->ranges++;
         io->bytes += e->size;
     }
     pthread_mutex_unlock(&nvs_amu);
+}
+
+void nvs_swap_discard_due(nvs_dev *d, nvs_swap_io *io)
+{
+    pthread_mutex_lock(&nvs_amu);
+    size_t n = 0, pos = 0;
+    for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&nvs_ptrs, &pos));)
+        n += e->dev == d->ordinal && e->discard_due;
+    CUdeviceptr *ptrs = n ? malloc(n * sizeof(*ptrs)) : NULL;
+    size_t *sizes = n ? malloc(n * sizeof(*sizes)) : NULL;
+    size_t k = 0;
+    pos = 0;
+    for (nvs_ptr_entry *e; ptrs && sizes && (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
+        if (e->dev != d->ordinal || !e->discard_due) continue;
+        e->discard_due = 0;
+        ptrs[k] = (CUdeviceptr)e->key;
+        sizes[k++] = (size_t)e->size;
+        io->bytes += e->size;
+    }
+    /* one call for all of them: a range that stays undiscarded is only a lost hint to the driver */
+    if (k && nvs_drv.cuMemDiscardBatchAsync(ptrs, sizes, k, 0, io->b) != CUDA_SUCCESS) io->errors++;
+    io->ranges = (int)k;
+    pthread_mutex_unlock(&nvs_amu);
+    free(ptrs);
+    free(sizes);
 }

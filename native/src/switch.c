@@ -194,6 +194,7 @@ uint64_t nvs_switch_evict(nvs_dev *d)
     d->managed_on_host += b.bytes;
     atomic_fetch_add(&d->swapped_bytes, b.bytes);
     d->swap_refused = io.refused;
+    d->discards_due = io.clean > 0;
     uint64_t took = nvs_now_ns() - t0;
     d->swap_us = nvs_us32(took);
     NVS_DEBUG("device %d: evicted %d range(s), %llu bytes, to the swap store (%llu of them clean: "
@@ -231,6 +232,36 @@ static void queue_back(nvs_dev *d, nvs_ctxrec *rec, int nocap, int swap, batch_t
         io->rec = rec;
         nvs_swap_in(d, io);
     }
+}
+
+void nvs_switch_discard_due(nvs_dev *d)
+{
+    if (!d->discards_due || atomic_load(&nvs_exiting)) return;
+    d->discards_due = 0;
+    uint64_t t0 = nvs_now_ns();
+    int nocap = nvs_nocap_enter(); /* our own stream: relaxed mode when a capture runs */
+    CUstreamCaptureMode relaxed = nocap ? -1 : nvs_relaxed_begin();
+    CUcontext prev;
+    nvs_ctxrec *rec = enter_context(d, &prev);
+    nvs_swap_io io = {.dev = d->ordinal};
+    nvs_swap_begin();
+    if (rec && swap_ready(rec)) {
+        io.b = rec->own_stream2;
+        nvs_swap_discard_due(d, &io);
+        if (nvs_drv.cuEventRecord(rec->discard_ev, rec->own_stream2) == CUDA_SUCCESS) {
+            d->discard_rec = rec;
+            atomic_store(&d->discard_pending, 1);
+        } else {
+            nvs_drv.cuStreamSynchronize(rec->own_stream2);
+        }
+    }
+    nvs_swap_end();
+    if (nocap) nvs_nocap_leave();
+    nvs_relaxed_end(relaxed);
+    if (rec) nvs_drv.cuCtxSetCurrent(prev);
+    NVS_DEBUG("device %d: discards of %d clean range(s), %llu bytes, issued in %.3f ms (%d refused)",
+              d->ordinal, io.ranges, (unsigned long long)io.bytes,
+              (double)(nvs_now_ns() - t0) / 1e6, io.errors);
 }
 
 int nvs_switch_prefetch(nvs_dev *d, int wait)

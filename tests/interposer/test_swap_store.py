@@ -212,7 +212,8 @@ def test_memory_not_written_since_it_came_back_is_discarded_without_a_copy(world
     third copies again; every time the data comes back right."""
     recorder.welcome_features = FEATURE_SWAP
     app = world.app("init", "ctx", 0, "alloc", "1M", "fill", 1, "launch", 1, "pause",
-                    "launch", 1, "pause", "check", 1, "fill", 2, "pause", "check", 2, env=_env())
+                    "launch", 1, "pause", "check", 1, "fill", 2, "pause", "check", 2,
+                    env=_env(NVSHARE_DEBUG=1))
     for n in (1, 2, 3):
         app.paused(nth=n)
         recorder.wait_count(MessageType.REQ_LOCK, n, device=0)
@@ -228,6 +229,11 @@ def test_memory_not_written_since_it_came_back_is_discarded_without_a_copy(world
     copies = sorted(o["t0"] for o in outs if o["bytes"] == MIB)
     assert copies[0] < discards[0]["t0"] and discards[1]["t0"] < copies[1] < discards[2]["t0"], \
         "copied at the first and third swap-outs, not the second"
+    released = recorder.messages(MessageType.LOCK_RELEASED)
+    assert discards[0]["t1"] <= released[0].at_ns and discards[2]["t1"] <= released[2].at_ns
+    lines = [ln for ln in app.stderr().splitlines() if "release device 0" in ln or "discards of" in ln]
+    assert [("discards" in ln) for ln in lines] == [False, False, True, False], \
+        "a clean range is discarded after its release went out: the next holder's move overlaps it"
     sums = [e for e in log.entries(app.pid, "cuLaunchKernel") if e["tid"] not in {ln["tid"] for ln in app.lines}]
     assert len(sums) == 3, "one checksum per swap-out of the range"
     assert [r.host_bytes for r in _residency(recorder) if r.resident_bytes == 0] == [MIB] * 3
