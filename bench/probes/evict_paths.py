@@ -6,15 +6,8 @@ and what cuMemGetInfo reports free on the device after it (GiB)."""
 import ctypes as C, os, sys, time
 
 S = int(float(os.environ.get("PROBE_GIB", "4")) * 2**30)
-cu = C.CDLL("libcuda.so.1")
-def ck(r, what):
-    if r != 0:
-        raise SystemExit(f"{what}: CUresult {r}")
-class Loc(C.Structure):
-    _fields_ = [("type", C.c_int), ("id", C.c_int)]
-HOST, DEV = Loc(2, 0), Loc(1, 0)  # CU_MEM_LOCATION_TYPE_HOST / _DEVICE
-ck(cu.cuInit(0), "init")
-ctx = C.c_void_p(); ck(cu.cuDevicePrimaryCtxRetain(C.byref(ctx), 0), "ctx"); ck(cu.cuCtxSetCurrent(ctx), "cur")
+from cudrv import DEV, HOST, Loc, ck, context, cu
+ctx = context()
 st = C.c_void_p(); ck(cu.cuStreamCreate(C.byref(st), 1), "stream")
 def free_gib():
     f, t = C.c_size_t(), C.c_size_t(); cu.cuMemGetInfo_v2(C.byref(f), C.byref(t)); return f.value / 2**30

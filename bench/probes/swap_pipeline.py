@@ -5,15 +5,9 @@ pinning the staging memory from one thread and from several."""
 import ctypes as C, os, threading, time
 
 S = int(float(os.environ.get("PROBE_GIB", "8")) * 2**30)
-cu = C.CDLL("libcuda.so.1")
-def ck(r, what):
-    if r != 0: raise SystemExit(f"{what}: CUresult {r}")
-class Loc(C.Structure):
-    _fields_ = [("type", C.c_int), ("id", C.c_int)]
-HOST, DEV = Loc(2, 0), Loc(1, 0)
+from cudrv import DEV, HOST, Loc, ck, context, cu
 pf = cu.cuMemPrefetchAsync_v2; pf.argtypes = [C.c_uint64, C.c_size_t, Loc, C.c_uint, C.c_void_p]
-ck(cu.cuInit(0), "init")
-ctx = C.c_void_p(); ck(cu.cuDevicePrimaryCtxRetain(C.byref(ctx), 0), "ctx"); ck(cu.cuCtxSetCurrent(ctx), "cur")
+ctx = context()
 def mkstream():
     s = C.c_void_p(); ck(cu.cuStreamCreate(C.byref(s), 1), "stream"); return s
 A, B = mkstream(), mkstream()

@@ -5,20 +5,14 @@ import ctypes as C, os, threading, time
 
 S = int(float(os.environ.get("PROBE_GIB", "4")) * 2**30)
 CH = 256 << 20
-cu = C.CDLL("libcuda.so.1")
-def ck(r, what):
-    if r != 0: raise RuntimeError(f"{what}: CUresult {r}")
-class Loc(C.Structure):
-    _fields_ = [("type", C.c_int), ("id", C.c_int)]
-HOST, DEV = Loc(2, 0), Loc(1, 0)
+from cudrv import DEV, HOST, Loc, ck, context, cu
 u64, sz, vp = C.c_uint64, C.c_size_t, C.c_void_p
 cu.cuMemPrefetchAsync_v2.argtypes = [u64, sz, Loc, C.c_uint, vp]
 cu.cuMemcpyDtoHAsync_v2.argtypes = [vp, u64, sz, vp]
 cu.cuMemcpyHtoDAsync_v2.argtypes = [u64, vp, sz, vp]
 cu.cuMemDiscardBatchAsync.argtypes = [C.POINTER(u64), C.POINTER(sz), sz, C.c_ulonglong, vp]
 cu.cuMemDiscardAndPrefetchBatchAsync.argtypes = [C.POINTER(u64), C.POINTER(sz), sz, C.POINTER(Loc), C.POINTER(sz), sz, C.c_ulonglong, vp]
-ck(cu.cuInit(0), "init")
-ctx = vp(); ck(cu.cuDevicePrimaryCtxRetain(C.byref(ctx), 0), "ctx"); ck(cu.cuCtxSetCurrent(ctx), "cur")
+ctx = context()
 def mkstream():
     s = vp(); ck(cu.cuStreamCreate(C.byref(s), 1), "stream"); return s
 A, B = mkstream(), mkstream()

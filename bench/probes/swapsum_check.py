@@ -9,11 +9,9 @@ seg = src[src.index("swapsum_ptx[] ="):]
 seg = seg[:seg.index('";\n') + 2]
 seg = re.sub(r"/\*.*?\*/", "", seg, flags=re.S)
 ptx = "".join(bytes(m, "utf-8").decode("unicode_escape") for m in re.findall(r'"((?:[^"\\]|\\.)*)"', seg))
-cu = C.CDLL("libcuda.so.1")
-def ck(r, w):
-    if r: raise SystemExit(f"{w}: {r}")
+from cudrv import ck, context, cu
 u64, vp = C.c_uint64, C.c_void_p
-ck(cu.cuInit(0), "init"); ctx = vp(); ck(cu.cuDevicePrimaryCtxRetain(C.byref(ctx), 0), "ctx"); ck(cu.cuCtxSetCurrent(ctx), "cur")
+ctx = context()
 mod, fn = vp(), vp()
 ck(cu.cuModuleLoadData(C.byref(mod), C.c_char_p(ptx.encode())), "load PTX")
 ck(cu.cuModuleGetFunction(C.byref(fn), mod, b"nvs_swap_sum"), "function")
@@ -45,8 +43,8 @@ ck(cu.cuMemsetD8_v2(d.value + 12345, 0x77, 1), "poke")
 print(f"one byte changed: sum changed: {gpu_sum(d.value, small.nbytes) != g1}")
 S = 4 << 30
 big = u64(); ck(cu.cuMemAllocManaged(C.byref(big), C.c_size_t(S), 1), "managed")
-ck(cu.cuMemsetD8_v2(big.value, 3, S), "fill"); ck(cu.cuCtxSynchronize(), "sync")
-dst = u64(); ck(cu.cuMemAlloc_v2(C.byref(dst), S), "dst")
+ck(cu.cuMemsetD8_v2(big.value, 3, C.c_size_t(S)), "fill"); ck(cu.cuCtxSynchronize(), "sync")
+dst = u64(); ck(cu.cuMemAlloc_v2(C.byref(dst), C.c_size_t(S)), "dst")
 gpu_sum(big.value, S); ck(cu.cuCtxSynchronize(), "sync")
 t = time.perf_counter(); [gpu_sum(big.value, S) for _ in range(5)]; ck(cu.cuCtxSynchronize(), "sync"); ts = (time.perf_counter() - t) / 5
 t = time.perf_counter(); [cu.cuMemcpyDtoD_v2(dst.value, big.value, S) for _ in range(5)]; ck(cu.cuCtxSynchronize(), "sync"); tc = (time.perf_counter() - t) / 5
