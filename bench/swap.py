@@ -8,8 +8,9 @@ the SHA-256 of its outputs. Measured in one run:
 1. the reference, natively: pinned host->device and device->host copies of S GiB (1 GiB pieces);
 2. resident latency: requests to a server whose memory is on the GPU (before the other one exists,
    and right after its own load);
-3. swapped, after one request to each server (the first swap-out of a server pins its host copies:
-   reported apart as "cold"): requests alternating between the servers --gap seconds apart (each server gives the
+3. swapped, after one request to each server (the first swap-out of a server moves by the driver's
+   prefetch while its host copies are pinned: reported apart as "cold") and once its host copies
+   are pinned: requests alternating between the servers --gap seconds apart (each server gives the
    lock back when idle, so every request finds the other server's memory in the way: the scheduler
    asks it to evict, then the requester swaps in), then requests to servers drawn at random.
 Each request's moves come from the servers' own debug lines written while it ran: the eviction that
@@ -95,6 +96,14 @@ class Server:
         back = [(int(a) + int(b), float(ms)) for a, b, ms in SWAPPED_IN.findall(new)]
         return out, back
 
+    def wait_pinned(self, timeout: float = 120.0) -> None:
+        """Until the library says its host copies are pinned (NVSHARE_DEBUG's line)."""
+        deadline = time.monotonic() + timeout
+        while "host copies pinned" not in self.err_path.read_text(errors="replace"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server {self.name}: host copies not pinned in {timeout:.0f} s")
+            time.sleep(0.1)
+
     def stop(self) -> None:
         try:
             self.proc.stdin.write("quit\n")
@@ -140,11 +149,14 @@ def run_size(gib: int, requests: int, gap: float, swap: bool, rewrite: bool, lib
         resident += [servers[0].request(i)[0] for i in range(6)]
         servers.append(Server("b", gib, env, seed + 1, rewrite))
         resident += [servers[1].request(i)[0] for i in range(6)]
-        # one request to each: the first swap-out of each server pins its host copies ("cold")
+        # one request to each: the first swap-out of each server moves by the driver's prefetch
+        # ("cold") while its host copies are pinned in the background; measured once they are
         for s in servers:
             s.request(50)
         cold = [s.moves()[0][:1] for s in servers]
         cold = [m for first in cold for m in first]
+        for s in servers if swap else ():
+            s.wait_pinned()
         res_p50 = statistics.median(resident[1:6] + resident[7:])  # the first of each warms up
         rng = random.Random(seed)
         order = [i % 2 for i in range(requests)] + [rng.randrange(2) for _ in range(requests)]

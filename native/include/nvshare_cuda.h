@@ -105,6 +105,7 @@ typedef int CUdriverProcAddressQueryResult;
 
 #define CU_EVENT_DEFAULT 0x0
 #define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_MEMHOSTALLOC_PORTABLE 0x1
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_MEM_ATTACH_GLOBAL 0x1
 

@@ -294,14 +294,16 @@ CUresult nvs_h_cuDeviceTotalMem_v2(int idx, int per_thread, size_t *bytes, CUdev
 /* For the fast context switches (switch.c): every managed range of a device, with nvs_amu held so
  * that a free cannot hand a range to another allocation while fn issues work on it (frees take
  * their entry out of the table under nvs_amu before the driver's call). */
-int nvs_alloc_for_each_managed(int dev, int own_only, void (*fn)(CUdeviceptr, uint64_t, void *),
-                               void *arg)
+int nvs_alloc_for_each_managed(int dev, int beside_store,
+                               void (*fn)(CUdeviceptr, uint64_t, void *), void *arg)
 {
     int n = 0;
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
-    for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&nvs_ptrs, &pos));) {
-        if (e->dev != dev || e->out || (own_only && e->kind != KIND_MANAGED)) continue;
+    for (nvs_ptr_entry *e; (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
+        if (e->dev != dev || e->out) continue;
+        if (beside_store && e->kind != KIND_MANAGED && !e->cold) continue;
+        e->cold = 0;
         fn((CUdeviceptr)e->key, e->size, arg);
         n++;
     }

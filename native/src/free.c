@@ -15,7 +15,6 @@
  */
 #include <stdlib.h>
 
-#include "alloc.h"
 #include "swap.h"
 
 typedef struct {

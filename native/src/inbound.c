@@ -129,6 +129,10 @@ static void on_lock_ok(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_
     d->evict = d->gang = 0;
     d->prefetch_pending = prefetch;
     d->prefetch_us = 0;
+    if (!prefetch) { /* what the driver moved to host comes back by faults as the work touches it */
+        atomic_fetch_sub(&d->swapped_bytes, d->managed_on_host);
+        d->managed_on_host = 0;
+    }
     d->pf_outstanding = 0;
     d->last_active_ns = d->grant_ns = now;
     atomic_store_explicit(&d->active, 0, memory_order_relaxed);

@@ -370,11 +370,12 @@ void nvs_capture_reset_after_fork(void) NVS_HIDDEN;
 void nvs_alloc_reap(void) NVS_HIDDEN;   /* free deferred frees whose stream work finished */
 int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
 /* Calls fn for every managed allocation counted on device `dev` (converted, the program's own
- * cuMemAllocManaged, kept; not VMM; only the program's own with `own_only`; never one swapped
- * out, which the swap store moves), with the table mutex held: a concurrent free waits, so no
- * range can be handed to another allocation while fn issues work on it. Returns the count. */
-int nvs_alloc_for_each_managed(int dev, int own_only, void (*fn)(CUdeviceptr, uint64_t, void *),
-                               void *arg) NVS_HIDDEN;
+ * cuMemAllocManaged, kept; not VMM), never one swapped out (the swap store moves those), with the
+ * table mutex held: a concurrent free waits, so no range can be handed to another allocation while
+ * fn issues work on it. Returns the count. beside_store: only those the swap store leaves to the
+ * driver (the program's own, and converted ones it marked cold, whose mark this clears). */
+int nvs_alloc_for_each_managed(int dev, int beside_store,
+                               void (*fn)(CUdeviceptr, uint64_t, void *), void *arg) NVS_HIDDEN;
 void nvs_alloc_reset_after_fork(void) NVS_HIDDEN;
 /* The memory view (cuMemGetInfo, NVML): total and free of device d as the process sees them;
  * 0 when nothing is known. nvs_view_free: free of `total` when the process holds `held` bytes

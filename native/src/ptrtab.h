@@ -19,6 +19,8 @@ typedef struct {
     uint8_t out;   /* swapstore.c: swapped out, the data is only in the host copy */
     uint8_t sum_valid; /* swapstore.c: sum is that of the host copy's contents */
     uint8_t discard_due; /* swapstore.c: out with a valid host copy, its discard not issued yet */
+    uint8_t cold;        /* swapstore.c: no host copy yet: this swap-out moves it by prefetch */
+    uint8_t pin_refused; /* swapstore.c: no host copy within the bounds: it stays on the GPU */
     void *host;    /* swapstore.c: the pinned host copy of the range, NULL when none */
     uint64_t sum[2]; /* swapsum.c's checksum of what was last copied out */
 } nvs_ptr_entry;

@@ -5,7 +5,7 @@
 #ifndef NVSHARE_SWAP_H
 #define NVSHARE_SWAP_H
 
-#include "nvshare.h"
+#include "alloc.h"
 
 /* The swap store: converted allocations moved out of the GPU into pinned host copies and back at
  * the speed of the bus. Client thread, never under nvs_g.mu; the context of the streams current
@@ -19,6 +19,7 @@ typedef struct nvs_swap_io {
     uint64_t bytes;   /* queued */
     uint64_t refused; /* bytes that got no host copy (bound) */
     uint64_t clean;   /* bytes whose host copy was still valid: discarded, not copied */
+    uint64_t cold;    /* bytes without a host copy yet: left to the driver's prefetch (marked) */
     int errors;       /* ranges the driver refused */
     nvs_ctxrec *rec;  /* the context whose streams these are (swapsum.c's kernel) */
 } nvs_swap_io;
@@ -30,6 +31,16 @@ void nvs_swap_discard_due(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
 /* Bracket a move: frees wait for it (nvs_swap_fence) while it may still touch a range. */
 void nvs_swap_begin(void) NVS_HIDDEN;
 void nvs_swap_end(void) NVS_HIDDEN;
+/* An entry the swap store moves: a converted allocation (or one kept for a graph) of device dev.
+ * Device memory to the application: no host code may touch it. */
+static inline int nvs_swap_movable(const nvs_ptr_entry *e, int dev)
+{
+    return e->dev == dev && (e->kind == KIND_CONVERTED || e->kind == KIND_KEPT);
+}
+/* swaphost.c: the ranges of d without a host copy are left to the driver's prefetch this time
+ * (marked cold) within the host memory bounds, the rest stays on the GPU (io->refused), and the
+ * pinner thread is asked to make their host copies. */
+void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
 /* free.c, after taking an entry of device dev out of the table and before the driver's free: waits
  * for a move in progress and for the device's last discards; after a successful free: releases its
  * host copy and uncounts what was out. */

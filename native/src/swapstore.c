@@ -17,22 +17,22 @@
  * The program's own cuMemAllocManaged memory may be read by host code at any time: it moves with
  * the driver's prefetch (switch.c), never through here.
  *
- * A host copy stays after the swap-in: it is the allocation's swap space, reused at its next
- * swap-out, and freed with the allocation. While it holds what the range holds (the application did
- * not write the range since it came back: swapsum.c's checksum says so), a swap-out copies nothing:
- * the range is out at once, and its discard is issued after the scheduler heard of it (the discard
- * costs the driver about 5 ms per GiB inside the call, which would otherwise be the whole
- * eviction; the next holder's move in overlaps it). Pinned host memory is bounded: NVSHARE_HOST_SWAP_LIMIT
- * for the process, and the host's MemAvailable less a floor (1 GiB or 5% of MemTotal, whichever is
- * more). A range that would pass either keeps its memory on the GPU, with one warning per swap-out,
- * and the scheduler hears REFUSED (session.c): nothing is lost and nobody is killed.
+ * An allocation's first swap-out has no host copy to use: it moves with the driver's prefetch, and
+ * the pinner thread makes its host copy meanwhile, within the host memory bounds (swaphost.c), so
+ * the next swap-out copies at the speed of the bus. A host copy stays after the swap-in: it is the
+ * allocation's swap space, reused at its next swap-out, and freed with the allocation. While it
+ * holds what the range holds (the application did not write the range since it came back:
+ * swapsum.c's checksum says so), a swap-out copies nothing: the range is out at once, and its
+ * discard is issued after the scheduler heard of it (the discard costs the driver about 5 ms per
+ * GiB inside the call, which would otherwise be the whole eviction; the next holder's move in
+ * overlaps it).
  *
  * A range that is out holds indeterminate bytes on the device: no work of the application may run
  * there until it is back. session.c keeps the gate closed until it is: a grant, or running ungated
  * once the scheduler is gone, swaps in first.
  *
  * Locking: the tables are alloc.c's, under nvs_amu (a range is queued with it held, so no free can
- * take it meanwhile); pinning happens outside it. A move is bracketed by nvs_swap_begin/end; a free
+ * take it meanwhile). A move is bracketed by nvs_swap_begin/end; a free
  * that took its entry out while one runs waits for it, and for the device's last discards, which a
  * swap-out leaves running (switch.c), before the driver's free (nvs_swap_fence): neither the range
  * nor its host copy is released under queued work.
@@ -41,15 +41,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc.h"
 #include "swap.h"
 
 #define CHUNK (256ull << 20) /* bytes per copy/discard pair: small next to a range, large per call */
-#define HOST_FLOOR_MIN (1ull << 30)
 
 static pthread_mutex_t move_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int moving;
-static _Atomic uint64_t host_total; /* pinned host copies of all devices */
 
 int nvs_swap_usable(void)
 {
@@ -58,11 +55,6 @@ int nvs_swap_usable(void)
            (nvs_drv.cuMemPrefetchAsync_v2 || nvs_drv.cuMemPrefetchAsync) &&
            NVS_REAL(cuMemcpyDtoHAsync_v2, NVS_IDX_cuMemcpyDtoHAsync_v2) &&
            NVS_REAL(cuMemcpyHtoDAsync_v2, NVS_IDX_cuMemcpyHtoDAsync_v2);
-}
-
-uint64_t nvs_swap_host_total(void)
-{
-    return atomic_load(&host_total);
 }
 
 void nvs_swap_begin(void)
@@ -89,126 +81,6 @@ void nvs_swap_fence(int dev)
         nvs_drv.cuEventSynchronize(d->discard_rec->discard_ev);
         nvs_relaxed_end(old);
     }
-}
-
-void nvs_swap_forget(int dev, uint64_t size, int out, void *host)
-{
-    if (out) {
-        atomic_fetch_sub(&nvs_g.dev[dev].swapped_bytes, size);
-        atomic_fetch_sub(&nvs_g.dev[dev].swapped_out, 1);
-    }
-    if (!host) return;
-    CUstreamCaptureMode old = nvs_relaxed_begin();
-    nvs_drv.cuMemFreeHost(host);
-    nvs_relaxed_end(old);
-    atomic_fetch_sub(&host_total, size);
-}
-
-/* ------------------------------------------------------------------ host memory */
-/* MemAvailable and MemTotal of the host (bytes); 0 when /proc/meminfo cannot be read. */
-static void host_memory(uint64_t *avail, uint64_t *total)
-{
-    *avail = *total = 0;
-    FILE *f = fopen("/proc/meminfo", "re");
-    if (!f) return;
-    char line[128];
-    unsigned long long kb;
-    while (fgets(line, sizeof(line), f)) {
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = kb << 10;
-        else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = kb << 10;
-    }
-    fclose(f);
-}
-
-/* Whether `size` more bytes of host copies stay within the bounds; *why says which one not. */
-static int host_room(uint64_t size, const char **why)
-{
-    uint64_t have = atomic_load(&host_total);
-    if (nvs_cfg.host_swap_limit && have + size > nvs_cfg.host_swap_limit) {
-        *why = "NVSHARE_HOST_SWAP_LIMIT";
-        return 0;
-    }
-    uint64_t avail, total;
-    host_memory(&avail, &total);
-    uint64_t floor = total / 20 > HOST_FLOOR_MIN ? total / 20 : HOST_FLOOR_MIN;
-    if (total && (avail < floor || avail - floor < size)) {
-        *why = "the host's available memory";
-        return 0;
-    }
-    return 1;
-}
-
-/* ------------------------------------------------------------------ host copies */
-typedef struct {
-    CUdeviceptr ptr;
-    uint64_t size;
-    void *host;
-} want_t;
-
-static int swappable(const nvs_ptr_entry *e, int dev)
-{
-    return e->dev == dev && (e->kind == KIND_CONVERTED || e->kind == KIND_KEPT);
-}
-
-/* The resident converted ranges of dev without a host copy (nvs_amu taken here). */
-static size_t list_wanting(int dev, want_t **out)
-{
-    size_t n = 0, cap = 0;
-    want_t *w = NULL;
-    pthread_mutex_lock(&nvs_amu);
-    size_t pos = 0;
-    for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&nvs_ptrs, &pos));) {
-        if (!swappable(e, dev) || e->out || e->host) continue;
-        if (n == cap) {
-            want_t *g = realloc(w, (cap = cap ? cap * 2 : 16) * sizeof(*w));
-            if (!g) break;
-            w = g;
-        }
-        w[n++] = (want_t){(CUdeviceptr)e->key, e->size, NULL};
-    }
-    pthread_mutex_unlock(&nvs_amu);
-    *out = w;
-    return n;
-}
-
-/* Pin a host copy for every range of dev that lacks one, within the bounds (outside nvs_amu:
- * pinning takes about a second per 2 GiB). Ranges left without one stay on the GPU. */
-static void give_host_copies(nvs_dev *d, nvs_swap_io *io)
-{
-    want_t *w;
-    size_t n = list_wanting(d->ordinal, &w);
-    const char *why = NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (!host_room(w[i].size, &why)) {
-            io->refused += w[i].size;
-            continue;
-        }
-        if (nvs_drv.cuMemHostAlloc(&w[i].host, (size_t)w[i].size, 0) != CUDA_SUCCESS) {
-            w[i].host = NULL;
-            why = "cuMemHostAlloc";
-            io->refused += w[i].size;
-            continue;
-        }
-        atomic_fetch_add(&host_total, w[i].size);
-    }
-    pthread_mutex_lock(&nvs_amu);
-    for (size_t i = 0; i < n; i++) {
-        if (!w[i].host) continue;
-        nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_ptrs, w[i].ptr);
-        if (e && e->size == w[i].size && !e->host && swappable(e, d->ordinal)) {
-            e->host = w[i].host;
-            w[i].host = NULL;
-        }
-    }
-    pthread_mutex_unlock(&nvs_amu);
-    for (size_t i = 0; i < n; i++) /* freed meanwhile */
-        if (w[i].host) nvs_swap_forget(d->ordinal, w[i].size, 0, w[i].host);
-    free(w);
-    if (io->refused)
-        nvs_warn("device %d: %llu MiB of its memory could not be swapped out to host memory "
-                 "(limit: %s, %llu MiB of host copies held); it stays on the GPU",
-                 d->ordinal, (unsigned long long)(io->refused >> 20), why,
-                 (unsigned long long)(nvs_swap_host_total() >> 20));
 }
 
 /* ------------------------------------------------------------------ moves */
@@ -249,7 +121,7 @@ static size_t sum_ranges(nvs_dev *d, nvs_swap_io *io, summed_t **out)
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
     for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&nvs_ptrs, &pos));)
-        n += swappable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0;
+        n += nvs_swap_movable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0;
     pthread_mutex_unlock(&nvs_amu);
     summed_t *s = n ? calloc(n, sizeof(*s)) : NULL;
     uint64_t *sums = n ? calloc(n, 2 * sizeof(uint64_t)) : NULL;
@@ -266,7 +138,7 @@ static size_t sum_ranges(nvs_dev *d, nvs_swap_io *io, summed_t **out)
     pthread_mutex_lock(&nvs_amu);
     pos = 0;
     for (const nvs_ptr_entry *e; k < n && (e = nvs_ptrtab_next(&nvs_ptrs, &pos));) {
-        if (!(swappable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0)) continue;
+        if (!(nvs_swap_movable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0)) continue;
         s[k] = (summed_t){(CUdeviceptr)e->key, e->size, e->host, {0, 0}};
         ok &= nvs_swapsum_launch(io->rec, s[k].ptr, s[k].size, dev_sums + k * 16, io->a) ==
               CUDA_SUCCESS;
@@ -326,13 +198,13 @@ static int queue_in(nvs_swap_io *io, nvs_ptr_entry *e)
 
 void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
 {
-    give_host_copies(d, io);
+    nvs_swap_plan_cold(d, io);
     summed_t *sums;
     size_t nsums = sum_ranges(d, io, &sums);
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
     for (nvs_ptr_entry *e; (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
-        if (!swappable(e, d->ordinal) || e->out || !e->host) continue;
+        if (!nvs_swap_movable(e, d->ordinal) || e->out || !e->host) continue;
         /* The host copy holds these bytes already when the sum of the range is the one of what was
          * copied out last time; the new sum is that of what the host copy holds after this one. */
         const summed_t *now = sum_of(sums, nsums, e);

@@ -1,0 +1,239 @@
+/*
+ * swaphost.c - the swap store's host side: where its pinned host copies come from, and how much
+ * host memory they may take.
+ *
+ * Bounds: NVSHARE_HOST_SWAP_LIMIT for the process's host copies, and the host's MemAvailable less
+ * a floor (1 GiB or 5% of MemTotal, whichever is more). A range that would pass either stays on the
+ * GPU (pin_refused: the scheduler hears REFUSED), with one warning until there is room again.
+ *
+ * Pinning runs at about 2.5 GB/s, slower than the bus: an allocation's first swap-out (plan_cold)
+ * leaves it to the driver's prefetch (switch.c), and a thread of our own, the pinner, makes its
+ * host copy meanwhile, with a context of its device current, outside nvs_amu; it attaches the copy
+ * to the allocation's entry under nvs_amu if the allocation still exists, and frees it otherwise.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "swap.h"
+
+#define HOST_FLOOR_MIN (1ull << 30)
+
+static _Atomic uint64_t host_total; /* pinned host copies of all devices */
+
+uint64_t nvs_swap_host_total(void)
+{
+    return atomic_load(&host_total);
+}
+
+void nvs_swap_forget(int dev, uint64_t size, int out, void *host)
+{
+    if (out) {
+        atomic_fetch_sub(&nvs_g.dev[dev].swapped_bytes, size);
+        atomic_fetch_sub(&nvs_g.dev[dev].swapped_out, 1);
+    }
+    if (!host) return;
+    CUstreamCaptureMode old = nvs_relaxed_begin();
+    nvs_drv.cuMemFreeHost(host);
+    nvs_relaxed_end(old);
+    atomic_fetch_sub(&host_total, size);
+}
+
+/* ------------------------------------------------------------------ host memory */
+/* MemAvailable and MemTotal of the host (bytes); 0 when /proc/meminfo cannot be read. */
+static void host_memory(uint64_t *avail, uint64_t *total)
+{
+    *avail = *total = 0;
+    FILE *f = fopen("/proc/meminfo", "re");
+    if (!f) return;
+    char line[128];
+    unsigned long long kb;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = kb << 10;
+        else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = kb << 10;
+    }
+    fclose(f);
+}
+
+/* Whether `size` more bytes of host copies stay within the bounds; *why says which one not. */
+static int host_room(uint64_t size, const char **why)
+{
+    uint64_t have = atomic_load(&host_total);
+    if (nvs_cfg.host_swap_limit && have + size > nvs_cfg.host_swap_limit) {
+        *why = "NVSHARE_HOST_SWAP_LIMIT";
+        return 0;
+    }
+    uint64_t avail, total;
+    host_memory(&avail, &total);
+    uint64_t floor = total / 20 > HOST_FLOOR_MIN ? total / 20 : HOST_FLOOR_MIN;
+    if (total && (avail < floor || avail - floor < size)) {
+        *why = "the host's available memory";
+        return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ host copies */
+typedef struct {
+    CUdeviceptr ptr;
+    uint64_t size;
+    void *host;
+} want_t;
+
+
+/* The converted ranges of dev without a host copy that may still get one (nvs_amu taken here). */
+static size_t list_wanting(int dev, want_t **out)
+{
+    size_t n = 0, cap = 0;
+    want_t *w = NULL;
+    pthread_mutex_lock(&nvs_amu);
+    size_t pos = 0;
+    for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&nvs_ptrs, &pos));) {
+        if (!nvs_swap_movable(e, dev) || e->host || e->pin_refused) continue;
+        if (n == cap) {
+            want_t *g = realloc(w, (cap = cap ? cap * 2 : 16) * sizeof(*w));
+            if (!g) break;
+            w = g;
+        }
+        w[n++] = (want_t){(CUdeviceptr)e->key, e->size, NULL};
+    }
+    pthread_mutex_unlock(&nvs_amu);
+    *out = w;
+    return n;
+}
+
+static void say_refused(int dev, uint64_t bytes, const char *why)
+{
+    nvs_warn("device %d: %llu MiB of its memory could not be swapped out to host memory "
+             "(limit: %s, %llu MiB of host copies held); it stays on the GPU",
+             dev, (unsigned long long)(bytes >> 20), why,
+             (unsigned long long)(nvs_swap_host_total() >> 20));
+}
+
+/* Pin a host copy for every range of dev that lacks one, within the bounds (outside nvs_amu:
+ * pinning runs at about 2.5 GB/s, far slower than the bus). A range past the bounds is marked
+ * pin_refused: it stays on the GPU from now on. The pinner thread's work. */
+static void give_host_copies(nvs_dev *d)
+{
+    want_t *w;
+    size_t n = list_wanting(d->ordinal, &w);
+    const char *why = NULL;
+    uint64_t refused = 0;
+    for (size_t i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
+        if (!host_room(w[i].size, &why) ||
+            nvs_drv.cuMemHostAlloc(&w[i].host, (size_t)w[i].size, CU_MEMHOSTALLOC_PORTABLE) !=
+                CUDA_SUCCESS) {
+            why = why ? why : "cuMemHostAlloc";
+            w[i].host = NULL;
+            w[i].size |= 1ull << 63; /* refused */
+            refused += w[i].size & ~(1ull << 63);
+            continue;
+        }
+        atomic_fetch_add(&host_total, w[i].size);
+    }
+    pthread_mutex_lock(&nvs_amu);
+    for (size_t i = 0; i < n; i++) {
+        int no = (w[i].size >> 63) != 0;
+        uint64_t size = w[i].size & ~(1ull << 63);
+        nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_ptrs, w[i].ptr);
+        if (!e || e->size != size || e->host || !nvs_swap_movable(e, d->ordinal)) continue;
+        if (no) {
+            e->pin_refused = 1;
+        } else if (w[i].host) {
+            e->host = w[i].host;
+            w[i].host = NULL;
+        }
+    }
+    pthread_mutex_unlock(&nvs_amu);
+    for (size_t i = 0; i < n; i++) /* freed meanwhile */
+        if (w[i].host) nvs_swap_forget(d->ordinal, w[i].size, 0, w[i].host);
+    free(w);
+    if (refused) say_refused(d->ordinal, refused, why);
+}
+
+/* ------------------------------------------------------------------ the pinner thread */
+/* Host copies are made in the background: an allocation's first swap-out moves it with the
+ * driver's prefetch (switch.c; 0.2 of the bus, but no pinning), and meanwhile this thread pins its
+ * host copy for the next one. */
+static pthread_mutex_t pin_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pin_cv = PTHREAD_COND_INITIALIZER;
+static uint64_t pin_devs; /* pin_mu: devices with ranges wanting a host copy (bit per ordinal) */
+static int pinner_started;
+
+static void *pinner_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&pin_mu);
+        while (!pin_devs) pthread_cond_wait(&pin_cv, &pin_mu);
+        uint64_t devs = pin_devs;
+        pin_devs = 0;
+        pthread_mutex_unlock(&pin_mu);
+        for (int i = 0; i < NVS_MAX_DEVICES && !atomic_load(&nvs_exiting); i++) {
+            nvs_ctxrec *rec;
+            if (!(devs >> i & 1) || nvs_dev_contexts(&nvs_g.dev[i], &rec, 1) < 1 ||
+                nvs_drv.cuCtxSetCurrent(rec->ctx) != CUDA_SUCCESS)
+                continue;
+            give_host_copies(&nvs_g.dev[i]);
+            NVS_DEBUG("device %d: host copies pinned (%llu MiB held)", i,
+                      (unsigned long long)(nvs_swap_host_total() >> 20));
+        }
+    }
+    return NULL;
+}
+
+static void pinner_after_fork(void) /* the child has no pinner thread */
+{
+    pthread_mutex_init(&pin_mu, NULL);
+    pthread_cond_init(&pin_cv, NULL);
+    pin_devs = 0;
+    pinner_started = 0;
+}
+
+static void pinner_want(nvs_dev *d)
+{
+    pthread_mutex_lock(&pin_mu);
+    pin_devs |= 1ull << d->ordinal;
+    if (!pinner_started) {
+        pthread_t t;
+        pinner_started = 1;
+        if (pthread_create(&t, NULL, pinner_main, NULL) == 0) {
+            pthread_detach(t);
+            pthread_atfork(NULL, NULL, pinner_after_fork);
+        } else {
+            pinner_started = 0;
+            pin_devs = 0;
+            NVS_DEBUG("cannot start the pinner thread: no host copies; swap-outs use the prefetch");
+        }
+    }
+    pthread_cond_signal(&pin_cv);
+    pthread_mutex_unlock(&pin_mu);
+}
+
+/* Ranges of dev without a host copy: this swap-out leaves them to the driver's prefetch (marked
+ * cold) within the host memory bounds, the rest stays on the GPU; the pinner makes the copies. */
+void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io)
+{
+    const char *why = NULL;
+    int want = 0;
+    pthread_mutex_lock(&nvs_amu);
+    size_t pos = 0;
+    uint64_t newly = 0;
+    for (nvs_ptr_entry *e; (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
+        if (!nvs_swap_movable(e, d->ordinal) || e->out || e->host) continue;
+        if (!host_room(e->size, &why)) { /* said once, until there is room again */
+            newly += e->pin_refused ? 0 : e->size;
+            e->pin_refused = 1;
+            io->refused += e->size;
+            continue;
+        }
+        e->pin_refused = 0;
+        e->cold = 1;
+        io->cold += e->size;
+        want = 1;
+    }
+    pthread_mutex_unlock(&nvs_amu);
+    if (want) pinner_want(d);
+    if (newly) say_refused(d->ordinal, newly, why);
+}
+
