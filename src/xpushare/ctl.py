@@ -23,7 +23,7 @@ from .scheduler.ctlschema import Invalid
 from .scheduler.policy import TQ_MAX, Mode
 from .scheduler.quota_ranges import (CLEAR, COMPUTE_LIMIT, COMPUTE_LIMIT_SPAN, COMPUTE_SHARE,
                                      COMPUTE_SHARE_SPAN, MEMORY_LIMIT)
-from .sizes import parse_size, size_argument
+from .sizes import format_size, parse_size, size_argument
 from . import ctl_top
 from .ctl_render import render_status
 
@@ -206,6 +206,36 @@ def _settings_requests(parser: argparse.ArgumentParser, args) -> list[tuple[str,
     return requests
 
 
+def _changed(op: str, fields: dict, reply: dict) -> str:
+    """One line saying what a settings request changed (printed once the scheduler took it)."""
+    where = f"GPU {fields['gpu']}" if "gpu" in fields else "every GPU"
+    if "pid" in fields:
+        who = f"pid {fields['pid']}"
+    elif "client_id" in fields:
+        who = f"client {fields['client_id']}"
+    else:
+        who = f"pod {fields.get('pod')}"
+    clients = f" ({reply['clients']} connection(s))" if "clients" in reply else ""
+    if op == "set_tq":
+        tq = fields["seconds"]
+        return f"time quantum of {where}: {'dynamic' if tq == 'auto' else f'{tq} s'}"
+    if op == "set_mode":
+        return f"mode of {where}: {fields['mode']}"
+    if op == "set_gpu_memory":
+        size = fields["bytes"]
+        return f"capacity of {where}: {format_size(size) if size else 'cleared (NVML decides)'}"
+    what = {"set_priority": "priority", "set_compute_limit": "compute limit",
+            "set_compute_share": "compute share", "set_memory_limit": "memory limit"}.get(op, op)
+    value = fields.get("priority", fields.get("value"))
+    if op == "set_compute_limit" and isinstance(value, (int, float)):
+        value = f"{value:g}%"
+    elif op == "set_compute_share" and isinstance(value, float):
+        value = f"{value:g}"
+    elif op == "set_memory_limit" and isinstance(value, int):
+        value = format_size(value)
+    return f"{what} of {who}: {value}{clients}"
+
+
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
@@ -234,12 +264,18 @@ def _main(argv: list[str] | None) -> int:
     try:
         with connect_ctl(args.socket) as client:
             for op, fields in requests:
-                reply = client.request(op, **fields)
+                try:
+                    reply = client.request(op, **fields)
+                except BrokenPipeError:  # the socket's: main() takes a BrokenPipeError for stdout's
+                    print(f"nvsharectl: {op}: the scheduler closed the connection", file=sys.stderr)
+                    return 1
                 if not reply.get("ok"):
                     error = str(reply.get("error", "failed"))
                     print(f"nvsharectl: {op}: {error}", file=sys.stderr)
                     return refusal_exit_code(op, error)
-                if op == "ping":
+                if op in SETTINGS_OPS:
+                    print(f"nvsharectl: {_changed(op, fields, reply)}")
+                elif op == "ping":
                     print(f"nvshare-scheduler {reply.get('version', '?')} answers on {client.path}")
                 elif op == "status":
                     if args.json:

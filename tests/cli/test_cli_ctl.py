@@ -234,3 +234,38 @@ def test_permission_denied_for_another_user(busy):
     assert rc == 1 and "permission denied" in err
     rc, out, err = as_user(65534, 65534, _ctl_in_process, "--socket", str(s.sock), "status", "--json")
     assert rc == 0 and json.loads(out)["gpus"][0]["tq"] == 30
+
+
+def test_each_setting_says_what_it_changed(busy):
+    s, _, _ = busy
+    r = ctl("-T", "7", sock=s.sock)
+    assert (r.returncode, r.stdout) == (0, "nvsharectl: time quantum of every GPU: 7 s\n"), r.stderr
+    r = ctl("-S", "on", "--gpu", "1", sock=s.sock)
+    assert r.stdout == "nvsharectl: mode of GPU 1: serial\n"
+    r = ctl("-T", "auto", "--set-gpu-memory", "12GiB", "--gpu", "0", sock=s.sock)
+    assert r.stdout.splitlines() == ["nvsharectl: time quantum of GPU 0: dynamic",
+                                     "nvsharectl: capacity of GPU 0: 12GiB"]
+    r = ctl("--set-priority", "7", "--pid", str(os.getpid()), sock=s.sock)
+    assert r.stdout == f"nvsharectl: priority of pid {os.getpid()}: 7 (2 connection(s))\n"
+    r = ctl("--set-compute-limit", "25", "--pid", str(os.getpid()), sock=s.sock)
+    assert r.stdout == f"nvsharectl: compute limit of pid {os.getpid()}: 25% (2 connection(s))\n"
+
+
+def test_a_connection_the_scheduler_closed_is_not_a_closed_stdout(monkeypatch):
+    """An EPIPE on the socket (a scheduler that closed the connection) is a failure with a message,
+    exit 1; only stdout's own closed pipe is 141 with nothing said."""
+    from xpushare import ctl as ctl_mod
+
+    class Closed:
+        path = "/nowhere"
+
+        def request(self, op, **fields):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    @contextlib.contextmanager
+    def closed(_path):
+        yield Closed()
+
+    monkeypatch.setattr(ctl_mod, "connect_ctl", closed)
+    rc, out, err = _ctl_in_process("ping")
+    assert (rc, out) == (1, "") and "ping: the scheduler closed the connection" in err
