@@ -87,9 +87,12 @@ void nvs_quota_set(uint32_t compute, uint64_t memory)
     /* A limit equal to the environment's is the environment's (the scheduler echoes it back when
      * nothing else set one): the refusal warning then names NVSHARE_GPU_MEMORY_LIMIT. */
     set_memory(memory ? memory : NVS_NO_LIMIT, !(nvs_cfg.limit_set && memory == nvs_cfg.limit));
-    NVS_DEBUG("limits from the scheduler: compute %s%.1f%%, memory %llu bytes%s",
-              compute ? "" : "none (", compute / 10.0, (unsigned long long)memory,
-              memory ? "" : " (none)");
+    if (compute)
+        NVS_DEBUG("limits from the scheduler: compute %.1f%%, memory %llu bytes%s",
+                  compute / 10.0, (unsigned long long)memory, memory ? "" : " (none)");
+    else
+        NVS_DEBUG("limits from the scheduler: compute none, memory %llu bytes%s",
+                  (unsigned long long)memory, memory ? "" : " (none)");
 }
 
 /* ------------------------------------------------------------------ the gate */

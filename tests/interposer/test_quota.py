@@ -173,6 +173,10 @@ def test_limits_change_the_compute_limit_live(world, recorder):
     assert before > 0.95
     assert during == pytest.approx(0.25, abs=TOLERANCE)
     assert after > 0.95
+    said = [ln.split("limits from the scheduler: ")[1] for ln in app.stderr().splitlines()
+            if "limits from the scheduler" in ln]
+    assert said == ["compute none, memory 0 bytes (none)", "compute 25.0%, memory 0 bytes (none)",
+                    "compute none, memory 0 bytes (none)"], said
 
 
 def test_settings_carry_the_environment(world, recorder):

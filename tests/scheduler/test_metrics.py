@@ -79,6 +79,8 @@ def test_series_follow_a_client_from_attach_to_disconnect(metrics_scheduler):
     assert value(s, "xpushare_client_memory_bytes", **me, kind="managed") == 0
     assert value(s, "xpushare_client_lock_grants_total", **me) == 0
     assert value(s, "xpushare_scheduler_messages_total", type="hello") >= 1
+    for kind in ("busy_update", "settings", "job", "residency"):  # a series before the first one
+        assert value(s, "xpushare_scheduler_messages_total", type=kind) == 0, kind
     assert value(s, "xpushare_scheduler_connections") >= 1
 
     a.mem_update(managed=3 * GiB, other=5 << 20)
