@@ -14,6 +14,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
+from .inert import inert_tree
 from .sizes import format_size
 
 DEFAULT_WIDTH = 200  # of output that is not a terminal, unless --width or COLUMNS says otherwise
@@ -95,7 +96,8 @@ def make_console(file=None, width: int | None = None, **kw) -> Console:
     if width is None and not out.isatty():
         columns = os.environ.get("COLUMNS", "")
         width = int(columns) if columns.isdigit() and int(columns) > 0 else DEFAULT_WIDTH
-    console = Console(file=out, width=width, highlight=False, **kw)
+    # markup and emoji off: a client's GPU or job name such as "[blink]x" or ":fire:" shows as written
+    console = Console(file=out, width=width, highlight=False, markup=False, emoji=False, **kw)
     console.on_broken_pipe = _reader_gone  # rich would exit 1 itself; main() answers a closed pipe
     return console
 
@@ -257,7 +259,9 @@ def _job_row(j: dict) -> list[str]:
 
 
 def render_status(status: dict, file=None, width: int | None = None) -> None:
-    """Tables (GPUs, clients, and jobs when there are any), each fitted to the console's width."""
+    """Tables (GPUs, clients, and jobs when there are any), each fitted to the console's width.
+    Every string in them is made inert first (inert.py): clients name their GPUs, jobs and pods."""
+    status = inert_tree(status)
     console = make_console(file, width)
     sched = status.get("scheduler", {})
     console.print(f"nvshare-scheduler {sched.get('version', '?')} (pid {sched.get('pid', '?')}) on "

@@ -24,6 +24,7 @@ from .ctl_render import (
     last_switch_cell, make_console, quota_cell, size_or_dash, without_job,
 )
 from .ctl_keys import KeyReader
+from .inert import inert_tree
 from .sizes import format_size
 
 NONE = "—"  # the scheduler does not report it (yet)
@@ -212,7 +213,9 @@ def _summary(status: dict, clients: list[dict], width: int, now: float) -> Text:
 
 
 def render_frame(status: dict, tracker: Tracker, width: int, height: int | None, now: float) -> Group:
-    """One frame: a summary line, each GPU, and the clients that fit in height (all when None)."""
+    """One frame: a summary line, each GPU, and the clients that fit in height (all when None). Every
+    string is made inert first (inert.py): clients name their GPUs, jobs and pods."""
+    status = inert_tree(status)
     clients = ordered_clients(status.get("clients", []))
     parts: list = [_summary(status, clients, width, now)]
     footprints = _gpu_footprints(status)

@@ -15,12 +15,27 @@ import logging
 import re
 import time
 
+from ..inert import inert
+
 TEXT_FORMAT = "%(asctime)s nvshare-scheduler %(levelname)s %(message)s"
 
 _FIELD = re.compile(r"(?<![\w=])([a-z_]+)=([^\s,;:()]+)")
 _EVENT = re.compile(r"^([a-z_]+) [a-z_]+=")
 _RESERVED = frozenset({"time", "level", "logger", "message", "event", "exception"})
 _STRINGS = frozenset({"gpu"})  # an index or a UUID: always a string, one type per field
+
+
+class TextFormatter(logging.Formatter):
+    """One line per record, whatever a client put into the message: everything that is not printable
+    (a newline in a job's name, an escape sequence in a GPU's) is written as its escape (inert.py).
+    A traceback, which is the scheduler's own, keeps its lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        safe = inert(message)
+        if safe != message:
+            record = logging.makeLogRecord({**record.__dict__, "msg": safe, "args": None})
+        return super().format(record)
 
 
 class JsonFormatter(logging.Formatter):
@@ -45,5 +60,5 @@ class JsonFormatter(logging.Formatter):
 def configure(fmt: str, level: int) -> None:
     """Root logging to stderr in `fmt` ("text" or "json")."""
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler])
