@@ -103,6 +103,9 @@ void nvs_init_slow(void)
         found += nvs_real[i] != NULL;
     }
     NVS_DRIVER(NVS_RESOLVE_)
+    if (!found)
+        nvs_warn("no NVIDIA driver found (%s cannot be loaded): this process's GPU calls fail as "
+                 "without the library, and nothing is shared", nvs_cfg.cuda_library);
 
     nvs_ckpt_interval = !nvs_cfg.max_inflight            ? 0
                         : nvs_cfg.max_inflight >= NVS_RING ? nvs_cfg.max_inflight / NVS_RING

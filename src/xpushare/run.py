@@ -148,6 +148,18 @@ def ensure_scheduler(explicit: str | None, no_start: bool) -> None:
           "without one (GPU work is not scheduled)")
 
 
+def _driver_missing(env: dict) -> str | None:
+    """Why the NVIDIA driver library cannot be loaded (the one the library will use), or None."""
+    import ctypes
+
+    name = env.get("NVSHARE_CUDA_LIBRARY") or "libcuda.so.1"
+    try:
+        ctypes.CDLL(name)
+    except OSError as e:
+        return f"{name} cannot be loaded: {e}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -185,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         env["CUDA_VISIBLE_DEVICES"] = run_gpus.visible_devices(reply)
         _warn(run_gpus.summary(reply, source))
+    if (missing := _driver_missing(env)) is not None:
+        warnings.append(f"no NVIDIA driver found ({missing}): the command runs, but nothing is shared")
     for w in warnings:
         _warn(f"warning: {w}")
     try:

@@ -31,7 +31,8 @@ def fake_lib(tmp_path_factory):
 
 
 def run(*args, lib, env=None, clean=True):
-    base = {"NVSHARE_LIBRARY": str(lib)}
+    # a driver library that loads (this machine may have none): nvshare-run would warn otherwise
+    base = {"NVSHARE_LIBRARY": str(lib), "NVSHARE_CUDA_LIBRARY": str(lib)}
     e = child_env({**base, **(env or {})})
     if clean:
         for k in ("LD_PRELOAD", "PYTORCH_CUDA_ALLOC_CONF", "XLA_PYTHON_CLIENT_ALLOCATOR",
@@ -206,3 +207,11 @@ def test_unknown_command_exits_127_without_starting_a_scheduler(fake_lib, sockdi
 def test_bad_size_is_usage_error(fake_lib):
     r = run("--gpu-memory", "huge", "--", "true", lib=fake_lib)
     assert r.returncode == 2 and "invalid size" in r.stderr
+
+
+def test_without_a_driver_one_line_says_so_and_the_command_runs(fake_lib, scheduler):
+    r = run("--socket", scheduler.sock, "--no-start", "--", sys.executable, "-c", "print('ran')",
+            lib=fake_lib, env={"NVSHARE_CUDA_LIBRARY": "/nonexistent/libcuda.so.1"})
+    assert r.returncode == 0 and r.stdout.strip() == "ran", r.stderr
+    said = [ln for ln in r.stderr.splitlines() if "no NVIDIA driver found" in ln]
+    assert len(said) == 1 and "/nonexistent/libcuda.so.1" in said[0] and "nothing is shared" in said[0]

@@ -111,3 +111,23 @@ def test_an_unenforceable_compute_limit_is_reported(world, recorder):
                     env={"NVSHARE_COMPUTE_LIMIT": "50", "NVSHARE_MAX_INFLIGHT": 0})
     assert _lines(app) == [f"nvshare[{app.pid}]: warning: the compute limit is not enforced: GPU time "
                            "is not measured with NVSHARE_MAX_INFLIGHT=0 or NVSHARE_DRAIN_TARGET_MS=0"]
+
+
+def test_without_a_driver_one_line_says_nothing_is_shared(nvshare_lib, tmp_path):
+    """A CUDA call into the library where no driver can be loaded: one warning, the call fails (as
+    it would without the library) and the process goes on."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "NVSHARE_DEBUG")}
+    env.update(LD_PRELOAD=str(nvshare_lib), NVSHARE_CUDA_LIBRARY="/nonexistent/libcuda.so.1",
+               NVSHARE_SOCK_PATH=str(tmp_path / "none.sock"))
+    code = ("import ctypes; f, t = ctypes.c_size_t(), ctypes.c_size_t(); "
+            f"print(ctypes.CDLL({str(nvshare_lib)!r}).cuMemGetInfo_v2(ctypes.byref(f), ctypes.byref(t)))")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() not in ("", "0"), "the call failed"
+    said = [ln for ln in r.stderr.splitlines() if "no NVIDIA driver found" in ln]
+    assert len(said) == 1 and "nothing is shared" in said[0], r.stderr
