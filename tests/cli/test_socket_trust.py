@@ -163,7 +163,8 @@ def fake_lib():
 
 
 def _nvshare_run(*args, lib, env=None, **kw):
-    e = child_env({"NVSHARE_LIBRARY": str(lib), **(env or {})})
+    # a driver library that loads (this machine may have none): nvshare-run would warn otherwise
+    e = child_env({"NVSHARE_LIBRARY": str(lib), "NVSHARE_CUDA_LIBRARY": str(lib), **(env or {})})
     for k in ("LD_PRELOAD", "NVSHARE_DEBUG"):
         e.pop(k, None)
     return subprocess.run([sys.executable, "-m", "xpushare.run", *map(str, args)], env=e,
