@@ -4,7 +4,8 @@ default from an environment variable, the one the Helm chart sets) and --metrics
 from __future__ import annotations
 
 import argparse
-import os
+
+from .envflags import env_default
 
 
 def port_number(text: str) -> int:
@@ -20,7 +21,7 @@ def port_number(text: str) -> int:
 
 def add_arguments(p: argparse.ArgumentParser, env: str, what: str) -> None:
     """--metrics-port (default: $env, else 0) and --metrics-address; `what` names the series."""
-    p.add_argument("--metrics-port", type=port_number, default=os.environ.get(env) or "0",
+    p.add_argument("--metrics-port", type=port_number, default=env_default(p, env, "0"),
                    metavar="PORT",
                    help=f"serve {what} on this TCP port (/metrics, /healthz); 0: none (env {env}; "
                         "default 0). Needs prometheus-client: pip install 'xpushare[kubernetes]'")

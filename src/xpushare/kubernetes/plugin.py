@@ -35,6 +35,7 @@ from . import devices as dev
 from . import plugin_metrics
 from .health import FileHealthSource, HealthBoard, HealthSource, NvmlHealthMonitor
 from .libinstall import clean_stale_temps, default_library_source, install_library
+from ..envflags import parse_args
 from .plugin_cli import build_parser
 from .plugin_metrics import Heartbeat, PluginStats
 
@@ -264,7 +265,7 @@ def _nvml_usable() -> bool:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     missing = _missing_extra or (plugin_metrics.missing_client() if args.metrics_port else None)
     if missing is not None:
         what = "--metrics-port needs" if missing.name == "prometheus_client" else "the device plugin needs"

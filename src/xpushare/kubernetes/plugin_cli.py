@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from .. import __version__, metrics_flags
+from ..envflags import env_default
 from .health import DEFAULT_IGNORED_XIDS
 
 RESOURCE_NAME = "nvshare.com/gpu"
@@ -16,11 +16,6 @@ DEFAULT_VIRTUAL_DEVICES = 10
 DEFAULT_HOST_LIB_DIR = "/var/lib/nvshare/lib"
 DEFAULT_CONTAINER_LIB_DIR = "/usr/local/nvshare/lib"
 DEFAULT_SOCKET_DIR = "/var/run/nvshare"
-
-
-def _env(name: str, default=None):
-    value = os.environ.get(name)
-    return value if value not in (None, "") else default
 
 
 def _positive_int(text: str) -> int:
@@ -53,19 +48,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kubelet device plugin advertising nvshare.com/gpu (N shared units per physical GPU).")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--virtual-devices", type=_positive_int,
-                   default=_env("NVSHARE_VIRTUAL_DEVICES", str(DEFAULT_VIRTUAL_DEVICES)),
+                   default=env_default(p, "NVSHARE_VIRTUAL_DEVICES", str(DEFAULT_VIRTUAL_DEVICES)),
                    help="units advertised per physical GPU (env NVSHARE_VIRTUAL_DEVICES; default 10)")
-    p.add_argument("--gpu-uuids", default=_env("NVSHARE_GPU_UUIDS"),
+    p.add_argument("--gpu-uuids", default=env_default(p, "NVSHARE_GPU_UUIDS"),
                    help="declare the GPUs instead of asking NVML: UUID[:numa=N][:minor=M][,UUID...] "
                         "(env NVSHARE_GPU_UUIDS)")
-    p.add_argument("--device-plugin-dir", default=_env("NVSHARE_DEVICE_PLUGIN_DIR", DEFAULT_DEVICE_PLUGIN_DIR),
+    p.add_argument("--device-plugin-dir", default=env_default(p, "NVSHARE_DEVICE_PLUGIN_DIR", DEFAULT_DEVICE_PLUGIN_DIR),
                    help="the kubelet's device-plugin directory (default %(default)s)")
     p.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help="socket file name (default %(default)s)")
     p.add_argument("--resource-name", default=RESOURCE_NAME, help="default %(default)s")
     p.add_argument("--library", default=None,
                    help="libnvshare.so to install (default: $NVSHARE_LIBRARY, else the one shipped in "
                         "the package)")
-    p.add_argument("--host-lib-dir", default=_env("NVSHARE_HOST_LIB_DIR", DEFAULT_HOST_LIB_DIR),
+    p.add_argument("--host-lib-dir", default=env_default(p, "NVSHARE_HOST_LIB_DIR", DEFAULT_HOST_LIB_DIR),
                    help="host directory the library is installed into and mounted from; the plugin "
                         "container must see it at this same path (default %(default)s)")
     p.add_argument("--container-lib-dir", default=DEFAULT_CONTAINER_LIB_DIR,
@@ -79,19 +74,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pass-device-specs", action="store_true",
                    help="also list /dev/nvidia* device nodes in Allocate (for runtimes without the "
                         "NVIDIA container toolkit hook)")
-    p.add_argument("--nvml-health", choices=("auto", "on", "off"), default=_env("NVSHARE_NVML_HEALTH", "auto"),
+    p.add_argument("--nvml-health", choices=("auto", "on", "off"), default=env_default(p, "NVSHARE_NVML_HEALTH", "auto"),
                    help="watch NVML XID events and lost GPUs (auto: when NVML initialises)")
     p.add_argument("--ignored-xids", type=_xid_list, default=DEFAULT_IGNORED_XIDS,
                    help="XIDs that do not make a GPU unhealthy (default 13,31,43,45,68,109)")
     p.add_argument("--xid-recovery-seconds", type=float, default=300.0,
                    help="a GPU with a critical XID is Healthy again after this long without another "
                         "one and a good NVML probe (0: never; default %(default)s)")
-    p.add_argument("--health-file", default=_env("NVSHARE_HEALTH_FILE"),
+    p.add_argument("--health-file", default=env_default(p, "NVSHARE_HEALTH_FILE"),
                    help="JSON file marking GPUs Unhealthy by hand: {\"GPU-...\": \"Unhealthy\"} "
                         "(env NVSHARE_HEALTH_FILE)")
     p.add_argument("--health-file-interval", type=float, default=0.5, help=argparse.SUPPRESS)
     p.add_argument("--watch-interval", type=float, default=1.0,
                    help="seconds between socket checks (default %(default)s)")
     metrics_flags.add_arguments(p, "NVSHARE_PLUGIN_METRICS_PORT", "the plugin's Prometheus metrics")
-    p.add_argument("--debug", action="store_true", default=_env("NVSHARE_DEBUG", "0") not in ("0", ""))
+    p.add_argument("--debug", action="store_true", default=env_default(p, "NVSHARE_DEBUG", "0") not in ("0", ""))
     return p

@@ -9,6 +9,7 @@ import logging
 import sys
 
 from .. import __version__, metrics_flags
+from ..envflags import parse_args
 from ..paths import default_socket_path, socket_override
 from ..sizes import parse_size
 from . import logformat
@@ -161,7 +162,7 @@ def _check_metrics(parser: argparse.ArgumentParser, args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     _check_metrics(parser, args)
     logformat.configure(args.log_format, logging.DEBUG if args.debug else logging.INFO)
     if not (args.log_locks or args.debug):
