@@ -55,21 +55,40 @@ static void host_memory(uint64_t *avail, uint64_t *total)
     fclose(f);
 }
 
-/* Whether `size` more bytes of host copies stay within the bounds; *why says which one not. */
-static int host_room(uint64_t size, const char **why)
+/* The room left for host copies in one pass over the ranges: read once (/proc/meminfo), then
+ * taken from as ranges are admitted, so that ranges that fit one by one cannot pass it together. */
+typedef struct {
+    uint64_t limit_left; /* under NVSHARE_HOST_SWAP_LIMIT (UINT64_MAX: none) */
+    uint64_t avail_left; /* under MemAvailable less the floor (UINT64_MAX: unknown) */
+    const char *why;     /* the bound the last refusal met */
+} host_budget;
+
+static host_budget host_budget_now(void)
 {
+    host_budget b = {UINT64_MAX, UINT64_MAX, NULL};
     uint64_t have = atomic_load(&host_total);
-    if (nvs_cfg.host_swap_limit && have + size > nvs_cfg.host_swap_limit) {
-        *why = "NVSHARE_HOST_SWAP_LIMIT";
-        return 0;
-    }
+    if (nvs_cfg.host_swap_limit)
+        b.limit_left = nvs_cfg.host_swap_limit > have ? nvs_cfg.host_swap_limit - have : 0;
     uint64_t avail, total;
     host_memory(&avail, &total);
     uint64_t floor = total / 20 > HOST_FLOOR_MIN ? total / 20 : HOST_FLOOR_MIN;
-    if (total && (avail < floor || avail - floor < size)) {
-        *why = "the host's available memory";
+    if (total) b.avail_left = avail > floor ? avail - floor : 0;
+    return b;
+}
+
+/* Whether `size` more bytes of host copies stay within the bounds (taken from b if so). */
+static int host_room(host_budget *b, uint64_t size)
+{
+    if (size > b->limit_left) {
+        b->why = "NVSHARE_HOST_SWAP_LIMIT";
         return 0;
     }
+    if (size > b->avail_left) {
+        b->why = "the host's available memory";
+        return 0;
+    }
+    b->limit_left -= size;
+    if (b->avail_left != UINT64_MAX) b->avail_left -= size;
     return 1;
 }
 
@@ -78,6 +97,7 @@ typedef struct {
     CUdeviceptr ptr;
     uint64_t size;
     void *host;
+    int refused; /* past the bounds, or the pinning failed */
 } want_t;
 
 
@@ -95,7 +115,7 @@ static size_t list_wanting(int dev, want_t **out)
             if (!g) break;
             w = g;
         }
-        w[n++] = (want_t){(CUdeviceptr)e->key, e->size, NULL};
+        w[n++] = (want_t){(CUdeviceptr)e->key, e->size, NULL, 0};
     }
     pthread_mutex_unlock(&nvs_amu);
     *out = w;
@@ -117,27 +137,25 @@ static void give_host_copies(nvs_dev *d)
 {
     want_t *w;
     size_t n = list_wanting(d->ordinal, &w);
-    const char *why = NULL;
+    host_budget budget = host_budget_now();
     uint64_t refused = 0;
     for (size_t i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
-        if (!host_room(w[i].size, &why) ||
-            nvs_drv.cuMemHostAlloc(&w[i].host, (size_t)w[i].size, CU_MEMHOSTALLOC_PORTABLE) !=
-                CUDA_SUCCESS) {
-            why = why ? why : "cuMemHostAlloc";
+        int room = host_room(&budget, w[i].size);
+        if (!room || nvs_drv.cuMemHostAlloc(&w[i].host, (size_t)w[i].size,
+                                            CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) {
+            if (room) budget.why = "cuMemHostAlloc";
             w[i].host = NULL;
-            w[i].size |= 1ull << 63; /* refused */
-            refused += w[i].size & ~(1ull << 63);
+            w[i].refused = 1;
+            refused += w[i].size;
             continue;
         }
         atomic_fetch_add(&host_total, w[i].size);
     }
     pthread_mutex_lock(&nvs_amu);
     for (size_t i = 0; i < n; i++) {
-        int no = (w[i].size >> 63) != 0;
-        uint64_t size = w[i].size & ~(1ull << 63);
         nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_ptrs, w[i].ptr);
-        if (!e || e->size != size || e->host || !nvs_swap_movable(e, d->ordinal)) continue;
-        if (no) {
+        if (!e || e->size != w[i].size || e->host || !nvs_swap_movable(e, d->ordinal)) continue;
+        if (w[i].refused) {
             e->pin_refused = 1;
         } else if (w[i].host) {
             e->host = w[i].host;
@@ -148,7 +166,7 @@ static void give_host_copies(nvs_dev *d)
     for (size_t i = 0; i < n; i++) /* freed meanwhile */
         if (w[i].host) nvs_swap_forget(d->ordinal, w[i].size, 0, w[i].host);
     free(w);
-    if (refused) say_refused(d->ordinal, refused, why);
+    if (refused) say_refused(d->ordinal, refused, budget.why);
 }
 
 /* ------------------------------------------------------------------ the pinner thread */
@@ -214,14 +232,14 @@ static void pinner_want(nvs_dev *d)
  * cold) within the host memory bounds, the rest stays on the GPU; the pinner makes the copies. */
 void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io)
 {
-    const char *why = NULL;
+    host_budget budget = host_budget_now(); /* read before nvs_amu: no file I/O under it */
     int want = 0;
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
     uint64_t newly = 0;
     for (nvs_ptr_entry *e; (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
         if (!nvs_swap_movable(e, d->ordinal) || e->out || e->host) continue;
-        if (!host_room(e->size, &why)) { /* said once, until there is room again */
+        if (!host_room(&budget, e->size)) { /* said once, until there is room again */
             newly += e->pin_refused ? 0 : e->size;
             e->pin_refused = 1;
             io->refused += e->size;
@@ -234,6 +252,6 @@ void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io)
     }
     pthread_mutex_unlock(&nvs_amu);
     if (want) pinner_want(d);
-    if (newly) say_refused(d->ordinal, newly, why);
+    if (newly) say_refused(d->ordinal, newly, budget.why);
 }
 

@@ -296,3 +296,23 @@ def test_a_driver_without_discard_falls_back_to_the_prefetch(world, recorder, no
     assert app.finish() == 0
     assert app.steps("check")[0]["ok"] == 1
     assert _ours(world.log, app, "cuMemHostAlloc") == []
+
+
+def test_ranges_that_fit_one_by_one_do_not_pass_the_limit_together(world, recorder):
+    """Three 1M ranges under a 2 MiB limit: the swap-out admits two and leaves the third on the GPU
+    (each alone would fit), and only the two admitted get host copies."""
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "1M", "alloc", "1M", "alloc", "1M", "launch", 1,
+                    "pause", env=_env(NVSHARE_IDLE_RELEASE_MS=30, NVSHARE_HOST_SWAP_LIMIT="2MiB"))
+    app.paused()
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
+    recorder.evict(0)
+    recorder.wait_count(MessageType.RESIDENCY, 1, device=0)
+    (answer,) = _residency(recorder)
+    assert answer.flags == RESIDENCY_ANSWER | RESIDENCY_REFUSED
+    assert (answer.resident_bytes, answer.host_bytes) == (MIB, 2 * MIB)
+    _pinned(world, app, MIB)
+    poll(lambda: len(_ours(world.log, app, "cuMemHostAlloc")) >= 2, what="two host copies")
+    app.resume()
+    assert app.finish() == 0
+    assert [e["size"] for e in _ours(world.log, app, "cuMemHostAlloc")] == [MIB, MIB]
