@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "swap.h"
 
 #define MEM_UPDATE_PERIOD (100 * NVS_MS)
 #define REAP_PERIOD (100 * NVS_MS)

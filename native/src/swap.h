@@ -1,6 +1,7 @@
 /*
- * swap.h - the swap store (swapstore.c), its checksum kernel (swapsum.c), and the one prefetch
- * helper of switch.c they share: what switch.c and free.c call of them.
+ * swap.h - moving a device's memory off the GPU and back: the fast context switches (switch.c, what
+ * session.c calls), the swap store (swapstore.c, swaphost.c), its checksum kernel (swapsum.c), and
+ * what free.c calls of them.
  */
 #ifndef NVSHARE_SWAP_H
 #define NVSHARE_SWAP_H
@@ -54,5 +55,17 @@ CUresult nvs_swapsum_launch(nvs_ctxrec *rec, CUdeviceptr data, uint64_t size, CU
                             CUstream s) NVS_HIDDEN;
 /* switch.c: one managed range prefetched on stream s (to the host, or to device dev). */
 CUresult nvs_prefetch_range(CUdeviceptr p, size_t n, int to_host, int dev, CUstream s) NVS_HIDDEN;
+
+/* ---------------------------------------------------------------- switch.c */
+/* Fast context switches, client thread only, never under nvs_g.mu. */
+uint64_t nvs_switch_evict(nvs_dev *d) NVS_HIDDEN; /* bulk move to host; ns it took, 0 = none */
+/* Bulk move back to the device. wait: returns once it finished (d->prefetch_us set); else issues
+ * it and returns (observed by nvs_switch_prefetch_poll). Returns 0 when nothing was issued. */
+int nvs_switch_prefetch(nvs_dev *d, int wait) NVS_HIDDEN;
+/* The discards a swap-out left due (clean ranges), issued once the scheduler heard of it. */
+void nvs_switch_discard_due(nvs_dev *d) NVS_HIDDEN;
+/* An overlapped prefetch: see whether it finished (finish = 1: wait for it) and set
+ * d->prefetch_us. */
+void nvs_switch_prefetch_poll(nvs_dev *d, int finish) NVS_HIDDEN;
 
 #endif /* NVSHARE_SWAP_H */

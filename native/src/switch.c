@@ -140,17 +140,24 @@ static CUresult sync_move(nvs_ctxrec *rec, int swapped)
  * for; the discards on the second are left running, after an event that frees wait for (their
  * bytes are safe in the host copies: the scheduler may hand the room on while the driver drops the
  * pages, and the next holder's move in overlaps them). Without the swap store, both. */
-static CUresult finish_out(nvs_dev *d, nvs_ctxrec *rec, int swapped)
+/* The discards queued on rec's second stream run on: frees wait for the event after them
+ * (nvs_swap_fence), or, without one, for the stream now. */
+static void leave_discards(nvs_dev *d, nvs_ctxrec *rec)
 {
-    if (!swapped) return sync_move(rec, 0);
-    CUstreamCaptureMode old = relaxed_if_capturing();
-    CUresult r = nvs_drv.cuStreamSynchronize(rec->own_stream);
     if (nvs_drv.cuEventRecord(rec->discard_ev, rec->own_stream2) == CUDA_SUCCESS) {
         d->discard_rec = rec;
         atomic_store(&d->discard_pending, 1);
     } else {
         nvs_drv.cuStreamSynchronize(rec->own_stream2);
     }
+}
+
+static CUresult finish_out(nvs_dev *d, nvs_ctxrec *rec, int swapped)
+{
+    if (!swapped) return sync_move(rec, 0);
+    CUstreamCaptureMode old = relaxed_if_capturing();
+    CUresult r = nvs_drv.cuStreamSynchronize(rec->own_stream);
+    leave_discards(d, rec);
     nvs_relaxed_end(old);
     return r;
 }
@@ -248,12 +255,7 @@ void nvs_switch_discard_due(nvs_dev *d)
     if (rec && swap_ready(rec)) {
         io.b = rec->own_stream2;
         nvs_swap_discard_due(d, &io);
-        if (nvs_drv.cuEventRecord(rec->discard_ev, rec->own_stream2) == CUDA_SUCCESS) {
-            d->discard_rec = rec;
-            atomic_store(&d->discard_pending, 1);
-        } else {
-            nvs_drv.cuStreamSynchronize(rec->own_stream2);
-        }
+        leave_discards(d, rec);
     }
     nvs_swap_end();
     if (nocap) nvs_nocap_leave();

@@ -1,7 +1,7 @@
 """Jobs: clients that must run together, granted the GPUs they use all at once or not at all.
 
-(The records are in gangmodel.py; the routing of arbiter actions from seats to members, and the
-members' residency, in gangroute.py.)
+(A line over 400: the records are in gangmodel.py, and the routing of arbiter actions from seats
+to members and the members' residency in gangroute.py; the job states stay here, in one place.)
 
 Pure, like the arbiters under it: every call takes `now` and returns an Outcome, the actions the
 caller carries out (each with the GPU it concerns) and the GPUs whose timers may have moved.
