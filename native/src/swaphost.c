@@ -6,7 +6,7 @@
  * a floor (1 GiB or 5% of MemTotal, whichever is more). A range that would pass either stays on the
  * GPU (pin_refused: the scheduler hears REFUSED), with one warning until there is room again.
  *
- * Pinning runs at about 2.5 GB/s, slower than the bus: an allocation's first swap-out (plan_cold)
+ * Pinning is slower than the bus (docs/benchmarks.md, "Swapping"): an allocation's first swap-out (plan_cold)
  * leaves it to the driver's prefetch (switch.c), and a thread of our own, the pinner, makes its
  * host copy meanwhile, with a context of its device current, outside nvs_amu; it attaches the copy
  * to the allocation's entry under nvs_amu if the allocation still exists, and frees it otherwise.
@@ -131,7 +131,7 @@ static void say_refused(int dev, uint64_t bytes, const char *why)
 }
 
 /* Pin a host copy for every range of dev that lacks one, within the bounds (outside nvs_amu:
- * pinning runs at about 2.5 GB/s, far slower than the bus). A range past the bounds is marked
+ * pinning is far slower than the bus). A range past the bounds is marked
  * pin_refused: it stays on the GPU from now on. The pinner thread's work. */
 static void give_host_copies(nvs_dev *d)
 {
@@ -171,7 +171,7 @@ static void give_host_copies(nvs_dev *d)
 
 /* ------------------------------------------------------------------ the pinner thread */
 /* Host copies are made in the background: an allocation's first swap-out moves it with the
- * driver's prefetch (switch.c; 0.2 of the bus, but no pinning), and meanwhile this thread pins its
+ * driver's prefetch (switch.c; slower than a copy, but no pinning), and meanwhile this thread pins its
  * host copy for the next one. */
 static pthread_mutex_t pin_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pin_cv = PTHREAD_COND_INITIALIZER;

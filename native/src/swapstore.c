@@ -3,9 +3,9 @@
  * memory leaves the GPU and comes back at the speed of the bus.
  *
  * Why not the driver's migration alone: a bulk prefetch of resident managed memory to the host runs
- * at 0.05-0.23 of a pinned copy of the same size (the driver maps the host pages at the CPU's pace;
+ * at a fraction of a pinned copy of the same size (the driver maps the host pages at the CPU's pace;
  * more threads or streams do not help), while a plain copy from the resident range into pinned
- * memory runs at 0.95 (docs/benchmarks.md, "Swapping"). So a converted allocation, which is device
+ * memory runs near the bus's speed (docs/benchmarks.md, "Swapping"). So a converted allocation, which is device
  * memory to the application (no host code may touch it), is swapped out by copying it into its
  * pinned host copy and discarding the range (cuMemDiscardBatchAsync: its pages hold nothing the
  * driver must keep, so it may reclaim them without a copy), and swapped in by prefetching the
@@ -23,9 +23,9 @@
  * allocation's swap space, reused at its next swap-out, and freed with the allocation. While it
  * holds what the range holds (the application did not write the range since it came back:
  * swapsum.c's checksum says so), a swap-out copies nothing: the range is out at once, and its
- * discard is issued after the scheduler heard of it (the discard costs the driver about 5 ms per
- * GiB inside the call, which would otherwise be the whole eviction; the next holder's move in
- * overlaps it).
+ * discard is issued after the scheduler heard of it: the driver spends time inside the discard
+ * call itself, which would otherwise be the whole eviction (docs/benchmarks.md, "clean
+ * eviction"), and the next holder's move in overlaps it.
  *
  * A range that is out holds indeterminate bytes on the device: no work of the application may run
  * there until it is back. session.c keeps the gate closed until it is: a grant, or running ungated

@@ -6,8 +6,8 @@
  * At each swap-out, a kernel of our own reads the range once and makes a 128-bit sum of it; the
  * swap store keeps the sum of what it copied out. The next swap-out computes the sum again: equal,
  * the host copy holds these very bytes (nothing else ever writes a host copy), and only the discard
- * is needed. Reading 8 GiB takes a few milliseconds at the GPU's memory bandwidth, against a
- * hundred and more to copy it over the bus.
+ * is needed. Reading a range at the GPU's memory bandwidth takes a small part of the time of
+ * copying it over the bus.
  *
  * The sum: for the 64-bit word w at index i, two lanes add m(w + i*K1) and m((w ^ K3) * K2 + i)
  * modulo 2^64, where m is SplitMix64's finaliser (a bijection that mixes every bit). Sums commute,
