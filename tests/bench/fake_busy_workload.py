@@ -1,7 +1,7 @@
 """A stand-in for bench/busy_workload.py without a GPU: a raw protocol client that reports GPU busy
 time as the library would (BUSY_UPDATE), with the files busy_workload.py writes and waits for.
-It claims 0.2 s of warm-up, then `--seconds` more of timed work, of which its "events" saw
---seconds / FAKE_BUSY_RATIO."""
+It claims 0.2 s of warm-up, then `--seconds` more of work, for which it counts kernels of kind
+"add" that would take --seconds / FAKE_BUSY_RATIO at 1 ms each."""
 
 import json
 import os
@@ -42,8 +42,8 @@ def main():
     time.sleep(args.seconds * 1.2)
     s.sendall(encode(BusyUpdate(0, 0, 200_000_000 + int(args.seconds * 1e9))))
     with open(args.ready, "w") as fh:
-        json.dump({"pattern": args.pattern, "events_s": args.seconds / ratio, "bursts": 3,
-                   "per_burst": 1, "wall_s": args.seconds * 1.2, "pid": os.getpid()}, fh)
+        json.dump({"pattern": args.pattern, "kind": "add", "kernels": args.seconds * 1e3 / ratio,
+                   "wall_s": args.seconds * 1.2, "pid": os.getpid()}, fh)
     wait_for(args.done)
 
 

@@ -47,6 +47,57 @@ def test_a_first_report_is_cut_to_the_time_since_attach_without_a_warning():
     assert st.busy == 1.0 * metrics.BUSY_SLACK + metrics.BUSY_SLACK_S and st.busy_clamps == 0
 
 
+def _reports(together, conns, gpu, claims):
+    """claims: (when, conn index, cumulative busy s) in time order."""
+    for when, i, total in claims:
+        metrics.busy(conns[i], gpu, int(total * 1e9), when, together)
+
+
+def test_clients_running_together_share_the_gpu_time_they_claim_in_proportion():
+    # two saturating clients whose spans each cover the whole wall time: half each, not all each
+    together, gpu = metrics.GpuBusy(), object()
+    conns = [SimpleNamespace(locks={}, id=1), SimpleNamespace(locks={}, id=2)]
+    for c in conns:
+        metrics.attached(c, gpu, 0.0, together)
+    _reports(together, conns, gpu, [(t + d, i, t + d) for t in range(1, 11)
+                                    for i, d in ((0, 0.0), (1, 0.5))])
+    a, b = (c.locks[gpu].busy for c in conns)
+    assert abs(a - b) < 0.6 and a + b <= 10.5 + metrics.BUSY_SLACK_S
+    assert a + b > 9.0  # what the GPU had is still all credited
+
+
+def test_a_client_alone_or_beside_an_idle_one_keeps_its_whole_claim():
+    together, gpu = metrics.GpuBusy(), object()
+    busy, idle = SimpleNamespace(locks={}, id=1), SimpleNamespace(locks={}, id=2)
+    metrics.attached(busy, gpu, 0.0, together)
+    metrics.attached(idle, gpu, 0.0, together)
+    metrics.busy(idle, gpu, 900_000_000, 1.0, together)             # busy until t=1, then idle
+    _reports(together, [busy], gpu, [(1.0 + t, 0, 0.8 * t) for t in range(1, 8)])
+    # the first report overlaps the idle client's last (rates 0.8 + 0.9): cut; the later ones,
+    # once that rate is older than RATE_TTL, are not
+    assert 0.8 * 7 - 0.4 < busy.locks[gpu].busy <= 0.8 * 7
+
+
+def test_the_clients_of_a_gpu_never_sum_to_more_than_its_wall_time():
+    import random
+
+    for seed in range(20):
+        rnd = random.Random(seed)
+        together, gpu = metrics.GpuBusy(), object()
+        conns = [SimpleNamespace(locks={}, id=i) for i in range(rnd.randint(1, 6))]
+        totals = [0.0] * len(conns)
+        for c in conns:
+            metrics.attached(c, gpu, 0.0, together)
+        now = 0.0
+        for _ in range(200):
+            now += rnd.uniform(0.0, 0.7)
+            i = rnd.randrange(len(conns))
+            totals[i] += rnd.uniform(0.0, 1.5)  # claims as wild as a client may send
+            metrics.busy(conns[i], gpu, int(totals[i] * 1e9), now, together)
+            credited = sum(c.locks[gpu].busy for c in conns)
+            assert credited <= now + metrics.BUSY_SLACK_S + 1e-9, (seed, now, credited)
+
+
 def test_busy_in_status_and_metrics_and_gone_with_the_client(metrics_scheduler):  # noqa: F811
     sched, port = metrics_scheduler
     a = registered(sched.socket)

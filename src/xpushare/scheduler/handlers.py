@@ -84,7 +84,7 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
         registry.detach(conn, old)
     registry.join(conn, gpu)  # its job (jobs.py) gets a seat on this GPU
     state.quotas.attached(conn, gpu)
-    metrics.attached(conn, gpu, registry.now())
+    metrics.attached(conn, gpu, registry.now(), gpu.stats.busy)
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
     conn.send(encode(Attached(msg.device, 0, capacity)))
     log.info("attach pid=%d device=%d gpu=%s%s capacity=%d%s", conn.pid, msg.device, gpu.label,
@@ -135,7 +135,7 @@ def on_busy_update(state: SchedulerState, conn: Conn, msg: BusyUpdate) -> None:
     time that passed (metrics.busy); a report cut to it is logged, rate-limited per client."""
     _require_hello(conn)
     if gpu := _attached_gpu(conn, msg.device):
-        claimed = metrics.busy(conn, gpu, msg.busy_ns, state.registry.now())
+        claimed = metrics.busy(conn, gpu, msg.busy_ns, state.registry.now(), gpu.stats.busy)
         if claimed is not None:
             conn.warnings.warning(("busy", gpu.uuid), "pid=%d gpu=%s claimed %.3fs of GPU busy "
                                   "time, more than the wall time since its last report; cut to "

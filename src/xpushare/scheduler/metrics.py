@@ -15,7 +15,7 @@ gone when a client-made GPU is forgotten; the scheduler's are one SchedulerStats
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import Counter, deque
+from collections import OrderedDict, Counter, deque
 
 from .policy import SWITCH_REASONS
 
@@ -83,9 +83,10 @@ class GpuStats:
     request -> grant waits, the switch phases clients report, the EVICTs sent (reclaims) and the
     last switch's phases."""
 
-    __slots__ = ("switches", "wait", "phases", "reclaims", "last_switch")
+    __slots__ = ("switches", "wait", "phases", "reclaims", "last_switch", "busy")
 
     def __init__(self):
+        self.busy = GpuBusy()             # what its clients' busy reports claim together
         self.switches = 0
         self.wait = Histogram(WAIT_BUCKETS)
         self.phases = {p: Histogram(SWITCH_BUCKETS) for p in PHASES}
@@ -138,8 +139,11 @@ def busy_ratio(stats: LockStats, now: float) -> float | None:
     return None if span <= 0 else min(1.0, max(0.0, (b1 - b0) / span))
 
 
-def attached(conn, gpu, now: float) -> None:
-    """ATTACH: the wall time a client's busy reports are measured against begins."""
+def attached(conn, gpu, now: float, together: GpuBusy | None = None) -> None:
+    """ATTACH: the wall time a client's busy reports are measured against begins (for the GPU's
+    clients together: at the first ATTACH)."""
+    if together is not None and together.since is None:
+        together.since = now
     stats = lock_stats(conn, gpu)
     if stats.busy_at is None:
         stats.busy_at = now
@@ -147,11 +151,57 @@ def attached(conn, gpu, now: float) -> None:
         stats.busy_seen.append((now, stats.busy))
 
 
-def busy(conn, gpu, busy_ns: int, now: float) -> float | None:
+class GpuBusy:
+    """What the clients of one GPU claim together. A client measures the spans its work kept the
+    GPU busy; when contexts run together the GPU time-slices between them, and each one's spans
+    also hold the others' slices, so their claims add up to more than the GPU had. Each report is
+    credited at the client's claim times 1/R when R, the sum of the fresh claim rates of all the
+    GPU's clients (each one's over its last report's interval, kept RATE_TTL), is above 1: the
+    GPU's time is shared in proportion to the claims. And whatever the rates say, the GPU's clients
+    are never credited more than the wall time since the GPU was first reported on."""
+
+    __slots__ = ("rates", "rate_sum", "credited", "since")
+    RATE_TTL = 1.5  # s: a client reports about once a second (BUSY_PERIOD) while its busy time grows
+
+    def __init__(self):
+        self.rates: OrderedDict[int, tuple[float, float]] = OrderedDict()  # id -> (rate, when)
+        self.rate_sum = 0.0
+        self.credited = 0.0
+        self.since: float | None = None
+
+    def share(self, client: int, rate: float, now: float) -> float:
+        """The part of a claim at `rate` (seconds per second) that is credited."""
+        old = self.rates.pop(client, None)
+        if old is not None:
+            self.rate_sum -= old[0]
+        while self.rates:  # oldest first: a client that stopped reporting claims nothing now
+            oldest, (r, when) = next(iter(self.rates.items()))
+            if when >= now - self.RATE_TTL:
+                break
+            del self.rates[oldest]
+            self.rate_sum -= r
+        rate = min(1.0, max(0.0, rate))
+        self.rates[client] = (rate, now)
+        # alone, nothing to share (and no rounding drift is carried)
+        self.rate_sum = rate if len(self.rates) == 1 else max(0.0, self.rate_sum) + rate
+        return 1.0 if self.rate_sum <= 1.0 else 1.0 / self.rate_sum
+
+    def credit(self, seconds: float, now: float) -> float:
+        """seconds, or less: never past the wall time since the first report (BUSY_SLACK_S)."""
+        if self.since is None:
+            self.since = now - seconds  # a first claim brings time from before
+        room = max(0.0, (now - self.since) + BUSY_SLACK_S - self.credited)
+        seconds = min(seconds, room)
+        self.credited += seconds
+        return seconds
+
+
+def busy(conn, gpu, busy_ns: int, now: float, together: GpuBusy | None = None) -> float | None:
     """BUSY_UPDATE (cumulative ns). Credits the increase over the last report, at most the wall
     time since it (BUSY_SLACK); a value below the last is ignored, so the counter never goes back.
-    Returns None, or the seconds claimed when the report was cut (the caller logs it). A first
-    report is cut silently: the total is the process's since it started, and a client that
+    together: the GPU's GpuBusy, which shares out what its clients claim at once. Returns None, or
+    the seconds claimed when the report was cut to the client's own wall time (the caller logs it).
+    A first report is cut silently: the total is the process's since it started, and a client that
     reconnects (a scheduler restart) brings what it measured before this connection."""
     stats = lock_stats(conn, gpu)
     if stats.busy_at is None:
@@ -160,18 +210,20 @@ def busy(conn, gpu, busy_ns: int, now: float) -> float | None:
         return None
     first = stats.busy_ns == 0
     claimed = (busy_ns - stats.busy_ns) / 1e9
-    allowed = max(0.0, now - stats.busy_at) * BUSY_SLACK + BUSY_SLACK_S
+    interval = max(0.0, now - stats.busy_at)
+    allowed = interval * BUSY_SLACK + BUSY_SLACK_S
     stats.busy_ns = busy_ns
     stats.busy_at = now
-    if claimed > allowed:
-        stats.busy += allowed
-        _seen(stats, now)
-        if first:
-            return None
+    cut = claimed > allowed
+    credit = min(claimed, allowed)
+    if together is not None:
+        credit *= together.share(conn.id, credit / interval if interval > 0 else 1.0, now)
+        credit = together.credit(credit, now)
+    stats.busy += credit
+    _seen(stats, now)
+    if cut and not first:
         stats.busy_clamps += 1
         return claimed
-    stats.busy += claimed
-    _seen(stats, now)
     return None
 
 
