@@ -304,6 +304,7 @@ class DraNode:
         from xpushare.kubernetes.dra.inventory import Publishing, discover
         from xpushare.kubernetes.dra.main import build
         self.root = root
+        os.makedirs(root, exist_ok=True)
         self.registry = os.path.join(root, "reg")
         self.cdi_dir = os.path.join(root, "cdi")
         self.state_dir = os.path.join(root, "state")
