@@ -196,6 +196,16 @@ def test_slots_mode_publishes_n_devices_per_gpu(node, api):
          what="slot devices")
 
 
+def test_probe_answers_while_the_plugin_serves(node, kubelet):
+    from xpushare.kubernetes.dra.main import main
+    n = node()
+    kubelet(n)
+    flags = ["--probe", "--kubelet-plugins-dir", n.args.kubelet_plugins_dir]
+    assert main(flags) == 0
+    n.stop()
+    assert main(flags) == 1
+
+
 def test_dry_run_prints_the_slice_without_a_cluster(capsys):
     from xpushare.kubernetes.dra.main import main
     assert main(["--dry-run", "--node-name", "n1", "--gpu-memory", "64GiB", "--oversubscribe", "2"],

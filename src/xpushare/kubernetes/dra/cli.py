@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="discover the GPUs with NVML, print the ResourceSlice that would be published "
                         "(JSON) and exit; needs no cluster")
+    p.add_argument("--probe", action="store_true",
+                   help="check that the plugin running on this node answers on its DRA socket and exit "
+                        "0, or 1 saying why: the DaemonSet's liveness and readiness probe")
     p.add_argument("--node-name", default=env_default(p, "NODE_NAME"),
                    help="this node's name (env NODE_NAME, from the downward API; --dry-run: the host name)")
     p.add_argument("--driver-name", default=DRIVER_NAME, help="default %(default)s")

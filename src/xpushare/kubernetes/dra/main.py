@@ -140,6 +140,21 @@ class DraPlugin:
         return 0
 
 
+def probe(args, timeout: float = 5.0) -> int:
+    """--probe: a NodePrepareResources of no claims on the DRA socket (it changes nothing)."""
+    import grpc
+    from ..proto import dra_v1_pb2, dra_v1_pb2_grpc
+    path = os.path.join(args.kubelet_plugins_dir, args.driver_name, "dra.sock")
+    try:
+        with grpc.insecure_channel(f"unix:{path}") as ch:
+            dra_v1_pb2_grpc.DRAPluginStub(ch).NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(),
+                                                                   timeout=timeout)
+    except grpc.RpcError as e:
+        print(f"nvshare-dra-plugin: no answer on {path}: {e.code().name}: {e.details()}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def dry_run(args, gpus: List[GpuInfo], publishing: Publishing) -> int:
     node = args.node_name or socket.gethostname()
     devices = slice_devices(device_specs(gpus, publishing), lambda uuid: True)
@@ -188,6 +203,8 @@ def build(args, gpus: List[GpuInfo], publishing: Publishing, api=None):
 def main(argv: Optional[List[str]] = None, nvml=None, api=None) -> int:
     """`nvml` (a pynvml stand-in) and `api` (api.KubeApi's methods) are for tests."""
     args = parse_args(build_parser(), argv)
+    if args.probe:
+        return probe(args)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
