@@ -71,6 +71,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--oversubscribe", type=_number(0.1, 100), default=1.0, metavar="FACTOR",
                    help="publish FACTOR x the memory: claims on one GPU may add up to more than it "
                         "holds, swapped in turns by the scheduler (default %(default)s)")
+    _add_paths(p)
+    _add_health(p)
+    p.add_argument("--watch-interval", type=float, default=1.0,
+                   help="seconds between socket checks and slice retries (default %(default)s)")
+    p.add_argument("--resync-interval", type=float, default=30.0,
+                   help="seconds between re-sending prepared claims' limits to the scheduler "
+                        "(default %(default)s)")
+    p.add_argument("--debug", action="store_true", default=env_default(p, "NVSHARE_DEBUG", "0") not in ("0", ""))
+    return p
+
+
+def _add_paths(p: argparse.ArgumentParser) -> None:
+    """Where the kubelet, the runtime, the library and the scheduler are on the node."""
     p.add_argument("--kubelet-plugins-dir", default=DEFAULT_PLUGINS_DIR,
                    help="the DRA socket goes in <this>/<driver>/dra.sock (default %(default)s)")
     p.add_argument("--kubelet-registry-dir", default=DEFAULT_REGISTRY_DIR,
@@ -95,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra environment for every prepared claim's containers (repeatable)")
     p.add_argument("--kubeconfig", default=env_default(p, "NVSHARE_KUBECONFIG"),
                    help="kubeconfig file (default: the in-cluster service account)")
+
+
+def _add_health(p: argparse.ArgumentParser) -> None:
+    """GPU health, as nvshare-device-plugin's flags (health.py)."""
     p.add_argument("--nvml-health", choices=("auto", "on", "off"),
                    default=env_default(p, "NVSHARE_NVML_HEALTH", "auto"),
                    help="take GPUs with critical XIDs or lost GPUs out of the slice (auto: when NVML works)")
@@ -105,10 +122,3 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--health-file", default=env_default(p, "NVSHARE_HEALTH_FILE"),
                    help="JSON file marking GPUs unhealthy by hand: {\"GPU-...\": \"Unhealthy\"}")
     p.add_argument("--health-file-interval", type=float, default=0.5, help=argparse.SUPPRESS)
-    p.add_argument("--watch-interval", type=float, default=1.0,
-                   help="seconds between socket checks and slice retries (default %(default)s)")
-    p.add_argument("--resync-interval", type=float, default=30.0,
-                   help="seconds between re-sending prepared claims' limits to the scheduler "
-                        "(default %(default)s)")
-    p.add_argument("--debug", action="store_true", default=env_default(p, "NVSHARE_DEBUG", "0") not in ("0", ""))
-    return p
