@@ -163,6 +163,9 @@ class FakeResourceApi:
     def _store(self, body):
         self.rv += 1
         body = copy.deepcopy(body)
+        for device in body["spec"].get("devices") or []:     # as the API server returns quantities
+            for cap in (device.get("capacity") or {}).values():
+                cap["value"] = _canonical(cap["value"])
         body["metadata"]["resourceVersion"] = str(self.rv)
         self.slices[body["metadata"]["name"]] = body
         return body
@@ -189,6 +192,16 @@ class FakeResourceApi:
             do_GET = do_POST = do_PUT = do_DELETE = _do
 
         return Handler
+
+
+def _canonical(text: str) -> str:
+    """A quantity in the API server's canonical form, for the binary sizes used here (8589934592 ->
+    "8Gi")."""
+    n = int(text)
+    for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
 
 
 def _status(code, reason, message):

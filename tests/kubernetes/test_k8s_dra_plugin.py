@@ -73,7 +73,7 @@ def test_registration_offers_v1_and_v1beta1_and_publishes_the_slice(node, kubele
     poll(lambda: api.slice_devices() == ["gpu-0", "gpu-1"], 10, what="the slice")
     (s,) = api.slices.values()
     assert s["spec"]["nodeName"] == NODE and s["spec"]["pool"]["name"] == NODE
-    assert s["spec"]["devices"][1]["capacity"]["memory"]["value"] == str(40 * GIB)
+    assert s["spec"]["devices"][1]["capacity"]["memory"]["value"] == "40Gi"
 
 
 @pytest.mark.parametrize("version", ["v1.DRAPlugin", "v1beta1.DRAPlugin"])
@@ -105,6 +105,19 @@ def test_prepare_writes_the_cdi_spec_tells_the_scheduler_and_unprepare_undoes_it
         assert "set_claim" in sched.log() and "clear_claim" in sched.log()
     finally:
         sched.stop()
+
+
+def test_a_two_gpu_claim_is_one_cdi_device_given_once(node, kubelet, api):
+    n = node()
+    c = claim(results=[result("gpu-0", request="gpus", memory="20Gi", compute="50"),
+                       result("gpu-1", request="gpus", memory="20Gi", compute="50")])
+    api.add_claim(c)
+    uid = c["metadata"]["uid"]
+    devices = kubelet(n).prepare(c).claims[uid].devices
+    assert [(d.device_name, list(d.cdi_device_ids)) for d in devices] == [
+        ("gpu-0", [f"gpu.nvshare.com/claim={uid}"]), ("gpu-1", [])]
+    env = n.cdi_env(uid)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == f"{GPU_A},{GPU_B}" and env["NVSHARE_COMPUTE_LIMIT"] == "50"
 
 
 def test_the_scheduler_is_told_again_after_it_restarts(node, kubelet, api):
@@ -182,6 +195,26 @@ def test_an_unhealthy_gpu_leaves_the_slice_and_comes_back(node, kubelet, api, tm
     assert api.slices[f"{NODE}-{DRIVER}"]["spec"]["pool"]["generation"] == gen + 1
     health.write_text("{}")
     poll(lambda: api.slice_devices() == ["gpu-0", "gpu-1"], 10, what="gpu-1 back")
+
+
+def test_an_unchanged_slice_is_not_written_again(node, api):
+    """The periodic check reads the slice back (its quantities in the API server's canonical form)
+    and writes nothing when it says the same."""
+    node("--resync-interval", "0.1")
+    poll(lambda: api.slice_devices() == ["gpu-0", "gpu-1"], 10, what="the slice")
+    assert api.slices[f"{NODE}-{DRIVER}"]["spec"]["devices"][0]["capacity"]["memory"]["value"] == "80Gi"
+    poll(lambda: sum(m == "GET" for m, _ in api.requests) >= 4, 10, what="a few checks")
+    assert [m for m, _ in api.requests if m in ("POST", "PUT")] == ["POST"]
+
+
+def test_a_deleted_slice_is_published_again(node, kubelet, api):
+    """The kubelet deletes a driver's slices when its plugin stays unregistered for a while: a new
+    registration (and the periodic check) publishes it again."""
+    n = node("--resync-interval", "0.3")
+    poll(lambda: api.slice_devices() == ["gpu-0", "gpu-1"], 10, what="the slice")
+    api.slices.clear()
+    kubelet(n)
+    poll(lambda: api.slice_devices() == ["gpu-0", "gpu-1"], 10, what="the slice again")
 
 
 def test_the_slice_is_published_once_the_api_server_answers(node, api):

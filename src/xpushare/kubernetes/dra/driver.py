@@ -106,7 +106,7 @@ class Driver:
             for other in sorted(set(existing) - {name}):
                 self.api.delete_slice(other)
             current = existing.get(name)
-            if current is not None and current.get("spec", {}).get("devices") == want["spec"]["devices"]:
+            if current is not None and _same(current.get("spec", {}).get("devices"), want["spec"]["devices"]):
                 self._published = want["spec"]["devices"]
                 return False
             if current is None:
@@ -128,8 +128,15 @@ class Driver:
 
     # -- claims ----------------------------------------------------------------------------------
     def _devices(self, p: ClaimPlan) -> List[PreparedDevice]:
-        ids = (cdi.device_id(p.uid),)
-        return [PreparedDevice(g.request, p.pool, g.device, ids) for g in p.grants]
+        """One CDI device carries the whole claim (all its GPUs in one NVIDIA_VISIBLE_DEVICES). The
+        kubelet hands a container the CDI IDs of every device of the requests it uses, without
+        removing repeats: the ID goes on the first device of each request only, so that a
+        container of a one-request claim of several GPUs gets it once."""
+        ids, seen, out = (cdi.device_id(p.uid),), set(), []
+        for g in p.grants:
+            out.append(PreparedDevice(g.request, p.pool, g.device, () if g.request in seen else ids))
+            seen.add(g.request)
+        return out
 
     def prepare(self, namespace: str, uid: str, name: str) -> List[PreparedDevice]:
         """ClaimError (the claim cannot be prepared here), ApiError (try again) or the devices."""
@@ -185,3 +192,26 @@ class Driver:
             plans = list(self.state.claims.values())
         return sum(self._tell(p) for p in plans)
 
+
+def _same(published, wanted) -> bool:
+    """Whether the API server's copy of the devices says what we would write. It returns quantities
+    in canonical form ("85899345920" comes back as "80Gi"), so those are compared by value."""
+    def canonical(devices):
+        from .claims import quantity
+        out = []
+        for d in devices or []:
+            d = {**d, "capacity": {name: _quantities(cap, quantity) for name, cap in (d.get("capacity") or {}).items()}}
+            out.append(d)
+        return out
+    try:
+        return canonical(published) == canonical(wanted)
+    except ValueError:
+        return False
+
+
+def _quantities(value, quantity):
+    if isinstance(value, dict):
+        return {k: _quantities(v, quantity) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_quantities(v, quantity) for v in value]
+    return quantity(value, "capacity")

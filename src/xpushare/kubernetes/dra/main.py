@@ -83,8 +83,11 @@ class DraPlugin:
         name = driver.driver_name
         self.endpoint = os.path.join(plugins_dir, name, "dra.sock")
         self.dra = Served(self.endpoint, lambda s: add_dra_services(s, driver))
+        # Registered (again): publish again. The kubelet deletes a driver's slices some time after
+        # its plugin goes away, and would not tell us.
         self.registration = Served(os.path.join(registry_dir, f"{name}-reg.sock"),
-                                   lambda s: add_registration_service(s, name, self.endpoint))
+                                   lambda s: add_registration_service(
+                                       s, name, self.endpoint, lambda ok, error: ok and self.changed()))
         self.watch_interval = watch_interval
         self.resync_interval = resync_interval
         self.stop_event = threading.Event()
@@ -116,8 +119,10 @@ class DraPlugin:
                     log.error("cannot publish the ResourceSlice: %s; retrying", e)
                     self._publish_error = str(e)
         if time.monotonic() >= self._next_resync:
+            # also check the slice is still there (someone may have deleted it)
             self._next_resync = time.monotonic() + self.resync_interval
             self.driver.resync()
+            self.changed()
 
     def run(self, health_sources: List[HealthSource] = ()) -> int:
         board = HealthBoard([g.uuid for g in self.driver.gpus], self.driver.set_health)
