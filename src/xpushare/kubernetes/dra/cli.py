@@ -10,7 +10,7 @@ from ...envflags import env_default
 from ...sizes import parse_size
 from ..health import DEFAULT_IGNORED_XIDS
 from ..plugin_cli import (DEFAULT_CONTAINER_LIB_DIR, DEFAULT_HOST_LIB_DIR, DEFAULT_SOCKET_DIR, _key_value,
-                          _xid_list)
+                          _positive_int, _xid_list)
 from . import DRIVER_NAME
 from .inventory import CONSUMABLE, SLOTS
 
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="consumable: one device per GPU whose memory and compute claims share "
                         "(Kubernetes 1.34+ with DRAConsumableCapacity); slots: --slots devices per GPU, "
                         "for clusters without it (env NVSHARE_DRA_SHARING; default %(default)s)")
-    p.add_argument("--slots", type=int, choices=range(1, 1001), metavar="N", default=4,
+    p.add_argument("--slots", type=_positive_int, metavar="N", default=4,
                    help="devices per GPU with --sharing=slots (1 to 1000; default %(default)s)")
     p.add_argument("--gpu-memory", type=_gpu_memory, action="append", default=[], metavar="[UUID=]SIZE",
                    help="count a GPU's memory as SIZE instead of the card's (e.g. 40GiB; repeatable)")
