@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Regenerate the committed kubelet device-plugin stubs
-#   src/xpushare/kubernetes/proto/deviceplugin_pb2.py
-#   src/xpushare/kubernetes/proto/deviceplugin_pb2_grpc.py
-# from src/xpushare/kubernetes/proto/deviceplugin.proto.
+# Regenerate the committed kubelet API stubs
+#   src/xpushare/kubernetes/proto/<name>_pb2.py, <name>_pb2.pyi, <name>_pb2_grpc.py
+# from every src/xpushare/kubernetes/proto/<name>.proto (the device-plugin API, plugin
+# registration, the DRA plugin API v1 and v1beta1).
 #
 # The generator is pinned: grpcio-tools 1.63.0 carries protoc 26.1, whose Python gencode
 # ("Protobuf Python Version: 5.26.1") runs on every protobuf runtime >= 5.26 (pyproject's floor),
@@ -17,7 +17,7 @@ set -euo pipefail
 
 GRPCIO_TOOLS_VERSION="1.63.0"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PROTO_REL="xpushare/kubernetes/proto/deviceplugin.proto"
+PROTO_REL_DIR="xpushare/kubernetes/proto"
 PKG_DIR="$ROOT/src/xpushare/kubernetes/proto"
 CACHE="${XPUSHARE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/xpushare-tools}"
 VENV="$CACHE/grpcio-tools-$GRPCIO_TOOLS_VERSION"
@@ -33,29 +33,43 @@ fi
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
-# -I src makes the descriptor's file name "xpushare/kubernetes/proto/deviceplugin.proto", unique in
-# protobuf's default descriptor pool, while the proto package stays "v1beta1" (the wire contract).
+NAMES=()
+for proto in "$PKG_DIR"/*.proto; do
+    NAMES+=("$(basename "$proto" .proto)")
+done
+
+# -I src makes each descriptor's file name "xpushare/kubernetes/proto/<name>.proto", unique in
+# protobuf's default descriptor pool, while the proto packages stay those of the wire contract.
 (cd "$ROOT/src" && "$VENV/bin/python" -m grpc_tools.protoc -I . \
-    --python_out="$OUT" --grpc_python_out="$OUT" --pyi_out="$OUT" "$PROTO_REL")
+    --python_out="$OUT" --grpc_python_out="$OUT" --pyi_out="$OUT" \
+    $(for n in "${NAMES[@]}"; do printf '%s ' "$PROTO_REL_DIR/$n.proto"; done))
 
 GEN="$OUT/xpushare/kubernetes/proto"
-# Relative import fix: the grpc stub imports the messages by their top-level path; make it a
-# package-relative import so the stubs work wherever the package is installed or vendored.
-sed -i 's/^from xpushare\.kubernetes\.proto import deviceplugin_pb2 as /from . import deviceplugin_pb2 as /' \
-    "$GEN/deviceplugin_pb2_grpc.py"
-grep -q '^from \. import deviceplugin_pb2 as ' "$GEN/deviceplugin_pb2_grpc.py" || {
-    echo "regen_proto.sh: relative import fix did not apply" >&2; exit 1; }
+FILES=()
+for n in "${NAMES[@]}"; do
+    # Relative import fix: the grpc stub imports the messages by their top-level path; make it a
+    # package-relative import so the stubs work wherever the package is installed or vendored.
+    sed -i "s/^from xpushare\.kubernetes\.proto import ${n}_pb2 as /from . import ${n}_pb2 as /" \
+        "$GEN/${n}_pb2_grpc.py"
+    grep -q "^from \. import ${n}_pb2 as " "$GEN/${n}_pb2_grpc.py" || {
+        echo "regen_proto.sh: relative import fix did not apply to ${n}_pb2_grpc.py" >&2; exit 1; }
+    FILES+=("${n}_pb2.py" "${n}_pb2_grpc.py" "${n}_pb2.pyi")
+done
 
 if [ "${1:-}" = "--check" ]; then
     rc=0
-    for f in deviceplugin_pb2.py deviceplugin_pb2_grpc.py deviceplugin_pb2.pyi; do
-        diff -u "$PKG_DIR/$f" "$GEN/$f" || rc=1
+    for f in "${FILES[@]}"; do
+        if [ -f "$PKG_DIR/$f" ]; then
+            diff -u "$PKG_DIR/$f" "$GEN/$f" || rc=1
+        else
+            echo "--- missing: $PKG_DIR/$f"; rc=1
+        fi
     done
     [ $rc -eq 0 ] && echo "stubs are up to date"
     exit $rc
 fi
 
-for f in deviceplugin_pb2.py deviceplugin_pb2_grpc.py deviceplugin_pb2.pyi; do
+for f in "${FILES[@]}"; do
     cp "$GEN/$f" "$PKG_DIR/$f"
 done
-echo "regenerated $PKG_DIR/deviceplugin_pb2{.py,.pyi,_grpc.py} with grpcio-tools $GRPCIO_TOOLS_VERSION"
+echo "regenerated the stubs of ${NAMES[*]} in $PKG_DIR with grpcio-tools $GRPCIO_TOOLS_VERSION"

@@ -284,3 +284,19 @@ def test_env_configures_units(short_dir, kubelet):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_probe_answers_while_the_plugin_serves_and_fails_without_it(running, short_dir):
+    """--probe (the DaemonSet's liveness and readiness probe) dials the plugin's own socket."""
+    import subprocess
+    import sys
+    from .k8s_helpers import PKG_PARENT
+    plugin, *_ = running
+    cmd = [sys.executable, "-m", "xpushare.kubernetes.plugin", "--probe",
+           "--device-plugin-dir", os.path.join(short_dir, "dp")]
+    env = dict(os.environ, PYTHONPATH=PKG_PARENT)
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=env)
+    assert ok.returncode == 0, ok.stderr
+    plugin.stop()
+    gone = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=env)
+    assert gone.returncode == 1 and "no answer on" in gone.stderr and ENDPOINT in gone.stderr

@@ -151,3 +151,50 @@ def test_committed_stubs_are_current():
     if r.returncode != 0 and "stubs are up to date" not in r.stdout and "---" not in r.stdout:
         pytest.skip(f"could not install grpcio-tools to check (no package index?): {r.stderr[-400:]}")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# The kubelet's plugin registration and DRA plugin APIs: package -> service -> methods
+DRA_MESSAGES = {
+    "NodePrepareResourcesRequest": {"claims": (1, True)},
+    "NodePrepareResourcesResponse": {"claims": (1, True)},
+    "NodePrepareResourceResponse": {"devices": (1, True), "error": (2, False)},
+    "Device": {"request_names": (1, True), "pool_name": (2, False), "device_name": (3, False),
+               "cdi_device_ids": (4, True)},
+    "NodeUnprepareResourcesRequest": {"claims": (1, True)},
+    "NodeUnprepareResourcesResponse": {"claims": (1, True)},
+    "NodeUnprepareResourceResponse": {"error": (1, False)},
+    "Claim": {"namespace": (1, False), "uid": (2, False), "name": (3, False)},
+}
+REGISTRATION_MESSAGES = {
+    "PluginInfo": {"type": (1, False), "name": (2, False), "endpoint": (3, False),
+                   "supported_versions": (4, True)},
+    "RegistrationStatus": {"plugin_registered": (1, False), "error": (2, False)},
+    "RegistrationStatusResponse": {}, "InfoRequest": {},
+}
+
+
+@pytest.mark.parametrize("module,package,messages,service,methods", [
+    ("dra_v1", "k8s.io.kubelet.pkg.apis.dra.v1", DRA_MESSAGES, "DRAPlugin",
+     {"NodePrepareResources", "NodeUnprepareResources"}),
+    ("dra_v1beta1", "k8s.io.kubelet.pkg.apis.dra.v1beta1", DRA_MESSAGES, "DRAPlugin",
+     {"NodePrepareResources", "NodeUnprepareResources"}),
+    ("pluginregistration", "pluginregistration", REGISTRATION_MESSAGES, "Registration",
+     {"GetInfo", "NotifyRegistrationStatus"}),
+])
+def test_dra_and_registration_wire_names(module, package, messages, service, methods):
+    import importlib
+    pb = importlib.import_module(f"xpushare.kubernetes.proto.{module}_pb2")
+    fd = pb.DESCRIPTOR
+    assert fd.package == package and fd.name == f"xpushare/kubernetes/proto/{module}.proto"
+    top = {name for name in fd.message_types_by_name}
+    assert top == set(messages)
+    for msg, fields in messages.items():
+        got = {f.name: (f.number, _repeated(f)) for f in fd.message_types_by_name[msg].fields}
+        assert got == fields, msg
+    svc = fd.services_by_name[service]
+    assert svc.full_name == f"{package}.{service}"
+    assert {m.name for m in svc.methods} == methods
+    text = (PROTO_DIR / f"{module}_pb2_grpc.py").read_text()
+    assert f"from . import {module}_pb2 as" in text and "from xpushare" not in text
+    for m in methods:
+        assert f"'/{package}.{service}/{m}'" in text

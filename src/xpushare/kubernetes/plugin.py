@@ -248,6 +248,17 @@ def _rpc_text(e: Exception) -> str:
     return str(e) or type(e).__name__
 
 
+def probe(socket_path: str, timeout: float = 5.0) -> int:
+    """--probe: 0 when a plugin answers GetDevicePluginOptions on `socket_path`, else 1."""
+    try:
+        with grpc.insecure_channel(f"unix:{socket_path}") as ch:
+            pb_grpc.DevicePluginStub(ch).GetDevicePluginOptions(pb.Empty(), timeout=timeout)
+    except grpc.RpcError as e:
+        print(f"nvshare-device-plugin: no answer on {socket_path}: {_rpc_text(e)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _discover(args) -> List[dev.PhysicalGPU]:
     if args.gpu_uuids:
         return dev.parse_gpu_list(args.gpu_uuids)
@@ -272,6 +283,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"nvshare-device-plugin: {missing.name} is not installed; {what} the kubernetes extra: "
               f"{EXTRA_HINT}", file=sys.stderr)
         return 1
+    if args.probe:
+        return probe(os.path.join(args.device_plugin_dir, args.endpoint))
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:

@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nvshare-device-plugin",
         description="Kubelet device plugin advertising nvshare.com/gpu (N shared units per physical GPU).")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--probe", action="store_true",
+                   help="check that the plugin running on this node answers on its socket "
+                        "(<device-plugin-dir>/<endpoint>) and exit 0, or 1 saying why: the "
+                        "DaemonSet's liveness and readiness probe")
     p.add_argument("--virtual-devices", type=_positive_int,
                    default=env_default(p, "NVSHARE_VIRTUAL_DEVICES", str(DEFAULT_VIRTUAL_DEVICES)),
                    help="units advertised per physical GPU (env NVSHARE_VIRTUAL_DEVICES; default 10)")

@@ -18,7 +18,7 @@ from ..protocol import (
 )
 from . import peer, placement, status
 from .ctlschema import (
-    Choice, Field, GpuSelector, Int, Invalid, PodName, Schema, show, unsigned_max, validate,
+    Choice, Field, GpuSelector, Int, Invalid, PodName, Schema, Uid, show, unsigned_max, validate,
 )
 from .policy import TQ_MAX, Mode
 from .quota_ranges import CLEAR, COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
@@ -156,6 +156,23 @@ def _set_quota(field: str, convert: Callable):
     return op
 
 
+def op_set_claim(state: SchedulerState, msg: dict) -> dict:
+    """nvshare-dra-plugin: a prepared ResourceClaim's limits for one pod (quotas.py, source
+    "claim"); a field the request leaves out is not set by the claim."""
+    values = {}
+    for field, convert in (("compute_limit", lambda pct: pct / 100.0), ("compute_share", float),
+                           ("memory_limit", int)):
+        if field in msg:
+            values[field] = None if msg[field] == CLEAR else convert(msg[field])
+    targets = state.quotas.set_claim(msg["pod_uid"], msg["claim"], values)
+    log.info("claim %s pod_uid=%s %s (%d clients now)", msg["claim"], msg["pod_uid"], values, len(targets))
+    return {"clients": len(targets)}
+
+
+def op_clear_claim(state: SchedulerState, msg: dict) -> dict:
+    return {"pods": state.quotas.clear_claim(msg["claim"])}
+
+
 def op_place(state: SchedulerState, msg: dict) -> dict:
     """The `count` least-loaded GPUs for a job (placement.py has the ranking). Open to every local
     user: it changes nothing and tells less than status does."""
@@ -223,6 +240,11 @@ OPS: dict[str, Op] = {
     "set_priority": Op(op_set_priority, admin=True, schema=Schema((
         Field("priority", PRIORITY, required=True), Field("pid", PID),
         Field("client_id", CLIENT_ID)), one_of=("pid", "client_id"))),
+    "set_claim": Op(op_set_claim, admin=True, schema=Schema((
+        Field("claim", Uid(), required=True), Field("pod_uid", Uid(), required=True),
+        Field("compute_limit", COMPUTE_LIMIT), Field("compute_share", COMPUTE_SHARE),
+        Field("memory_limit", MEMORY_LIMIT)))),
+    "clear_claim": Op(op_clear_claim, admin=True, schema=Schema((Field("claim", Uid(), required=True),))),
     "set_compute_limit": Op(_set_quota("compute_limit", lambda pct: pct / 100.0), admin=True,
                             schema=Schema((Field("value", COMPUTE_LIMIT, required=True), *TARGET),
                                           one_of=("pid", "client_id", "pod"))),

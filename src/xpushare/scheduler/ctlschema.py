@@ -102,6 +102,19 @@ class PodName:
 
 
 @dataclass(frozen=True)
+class Uid:
+    """A Kubernetes object's metadata.uid (a pod's, a ResourceClaim's): letters, digits and dashes,
+    at most 64 characters."""
+    hint: str = "a Kubernetes UID (letters, digits and dashes)"
+    TEXT: ClassVar[re.Pattern] = re.compile(r"[A-Za-z0-9][-A-Za-z0-9]{0,63}")
+
+    def check(self, name: str, value):
+        if not isinstance(value, str) or self.TEXT.fullmatch(value) is None:
+            raise Invalid(f"invalid {name} {show(value)}: {self.hint}")
+        return value
+
+
+@dataclass(frozen=True)
 class Choice:
     """One of a few strings."""
     values: tuple[str, ...]

@@ -1,15 +1,19 @@
 """Per-client quotas: compute limit, compute share and memory limit, and where each comes from.
 
-Three sources set them, field by field:
+Four sources set them, field by field:
 - the environment the process was started with (NVSHARE_COMPUTE_LIMIT, NVSHARE_COMPUTE_SHARE,
   NVSHARE_GPU_MEMORY_LIMIT), which the library sends once in SETTINGS;
 - the pod's annotations (nvshare.com/gpu-compute-limit, -share, -memory-limit), from the pod watch
   (kubernetes/pod_watch.py), matched to clients by the pod UID of their cgroup (peer identity);
+- the pod's DRA ResourceClaims (gpu.nvshare.com): nvshare-dra-plugin sends what the cluster
+  allocated (set_claim / clear_claim control ops) when it prepares a claim for a pod;
 - nvsharectl --set-compute-limit / --set-compute-share / --set-memory-limit, for one client (its pid
   or client id) or for a pod (NAMESPACE/NAME: its clients now and those that come later).
-For each field the most recent of the annotation and nvsharectl applies, else the environment: an
-operator's command is not undone by an annotation that was there before it, and an annotation edited
-after a command applies. "none" from either is a value (no limit), not the absence of one.
+For each field the most recent of the claim, the annotation and nvsharectl applies, else the
+environment: an operator's command is not undone by an annotation that was there before it, and an
+annotation edited after a command applies. "none" from either is a value (no limit), not the absence
+of one. A field a claim sets is not taken from the pod's annotations: the cluster placed the pod by
+what it claimed, and the pod's own annotation must not raise it (an operator's nvsharectl may).
 
 Where the effective values go, whenever they change: the compute and memory limits to the library in
 LIMITS (only to a client that sent SETTINGS: an older library would take the unknown message as a
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nvshare.scheduler")
 
 NAMES = ("compute_limit", "compute_share", "memory_limit")
-SOURCES = ("environment", "annotation", "nvsharectl")
+SOURCES = ("environment", "claim", "annotation", "nvsharectl")
 
 
 @dataclass(frozen=True)
@@ -75,13 +79,19 @@ class Quotas:
         self._when = itertools.count(1)
         self.annotations: dict[str, dict[str, tuple]] = {}          # pod uid -> field -> (value, when)
         self.by_pod: dict[tuple[str, str], dict[str, tuple]] = {}   # (namespace, name) -> ...
+        self.claims: dict[str, dict[str, dict[str, tuple]]] = {}    # pod uid -> claim uid -> ...
 
     # -- what applies --------------------------------------------------------------------------
     def layers(self, conn: Conn) -> list[tuple[str, dict[str, tuple]]]:
         pod = conn.pod
         found = [("nvsharectl", conn.quota_set)]
         if pod is not None:
-            found.append(("annotation", self.annotations.get(pod.uid, {})))
+            claimed: dict[str, tuple] = {}
+            for layer in self.claims.get(pod.uid, {}).values():
+                claimed.update((k, v) for k, v in layer.items() if k not in claimed or v[1] > claimed[k][1])
+            found.append(("claim", claimed))
+            annotated = self.annotations.get(pod.uid, {})
+            found.append(("annotation", {k: v for k, v in annotated.items() if k not in claimed}))
             if pod.namespace and pod.name:
                 found.append(("nvsharectl", self.by_pod.get((pod.namespace, pod.name), {})))
         return found
@@ -158,14 +168,34 @@ class Quotas:
         self.annotations[key.uid] = new
         self._refresh_pod(key.uid)
 
+    def set_claim(self, pod_uid: str, claim_uid: str, values: dict) -> list[Conn]:
+        """A DRA claim's limits for a pod (field -> value; fields absent are not set by the claim).
+        Sent again unchanged (the plugin re-sends after a restart of either side), a field keeps its
+        place in the order. Returns the pod's clients now."""
+        old = self.claims.get(pod_uid, {}).get(claim_uid, {})
+        new = {name: old[name] if name in old and old[name][0] == value else (value, next(self._when))
+               for name, value in values.items() if name in NAMES}
+        self.claims.setdefault(pod_uid, {})[claim_uid] = new
+        return self._refresh_pod(pod_uid)
+
+    def clear_claim(self, claim_uid: str) -> int:
+        """The claim was unprepared: its limits go from every pod it was set for."""
+        pods = [uid for uid, claims in self.claims.items() if claims.pop(claim_uid, None) is not None]
+        for uid in pods:
+            if not self.claims[uid]:
+                del self.claims[uid]
+            self._refresh_pod(uid)
+        return len(pods)
+
     def pod_removed(self, key) -> None:
         if self.annotations.pop(key.uid, None) is not None:
             self._refresh_pod(key.uid)
 
-    def _refresh_pod(self, uid: str) -> None:
-        for conn in self.state.clients():
-            if conn.pod is not None and conn.pod.uid == uid:
-                self.refresh(conn)
+    def _refresh_pod(self, uid: str) -> list[Conn]:
+        conns = [c for c in self.state.clients() if c.pod is not None and c.pod.uid == uid]
+        for conn in conns:
+            self.refresh(conn)
+        return conns
 
 
 def _pct(fraction: float | None) -> str:
