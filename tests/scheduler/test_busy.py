@@ -9,6 +9,8 @@ import os
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from sched_harness import MessageType, registered, uuid
 from test_metrics import metrics_scheduler, scrape, value  # noqa: F401  (fixture)
 from testkit.waiting import poll
@@ -73,9 +75,25 @@ def test_a_client_alone_or_beside_an_idle_one_keeps_its_whole_claim():
     metrics.attached(idle, gpu, 0.0, together)
     metrics.busy(idle, gpu, 900_000_000, 1.0, together)             # busy until t=1, then idle
     _reports(together, [busy], gpu, [(1.0 + t, 0, 0.8 * t) for t in range(1, 8)])
-    # the first report overlaps the idle client's last (rates 0.8 + 0.9): cut; the later ones,
-    # once that rate is older than RATE_TTL, are not
-    assert 0.8 * 7 - 0.4 < busy.locks[gpu].busy <= 0.8 * 7
+    # the first report ([0, 2]) overlaps the idle client's ([0, 1]): rates 0.4 + 0.9 x 1/2, under
+    # 1, nothing cut; the later ones do not overlap it
+    assert busy.locks[gpu].busy == pytest.approx(0.8 * 7)
+
+
+def test_clients_taking_turns_keep_their_whole_claims():
+    # serial mode: each holds the GPU for 1 s in turn and reports every second while it holds
+    together, gpu = metrics.GpuBusy(), object()
+    conns = [SimpleNamespace(locks={}, id=1), SimpleNamespace(locks={}, id=2)]
+    for c in conns:
+        metrics.attached(c, gpu, 0.0, together)
+    claims, totals = [], [0.0, 0.0]
+    for t in range(1, 13):
+        i = t % 2            # client i held [t-1, t]
+        totals[i] += 0.98
+        claims.append((float(t), i, totals[i]))
+    _reports(together, conns, gpu, claims)
+    for c, total in zip(conns, totals):
+        assert c.locks[gpu].busy == pytest.approx(total, rel=0.02)
 
 
 def test_the_clients_of_a_gpu_never_sum_to_more_than_its_wall_time():

@@ -154,37 +154,43 @@ def attached(conn, gpu, now: float, together: GpuBusy | None = None) -> None:
 class GpuBusy:
     """What the clients of one GPU claim together. A client measures the spans its work kept the
     GPU busy; when contexts run together the GPU time-slices between them, and each one's spans
-    also hold the others' slices, so their claims add up to more than the GPU had. Each report is
-    credited at the client's claim times 1/R when R, the sum of the fresh claim rates of all the
-    GPU's clients (each one's over its last report's interval, kept RATE_TTL), is above 1: the
-    GPU's time is shared in proportion to the claims. And whatever the rates say, the GPU's clients
-    are never credited more than the wall time since the GPU was first reported on."""
+    also hold the others' slices, so their claims add up to more than the GPU had. A report claims
+    a rate (seconds per second) over its interval, from the client's previous report to now; the
+    overlapping claims of the others are the sum of their rates weighted by how much of this
+    interval their own intervals cover (clients that take turns barely overlap). When that sum R
+    with this claim's rate is above 1, the claim is credited times 1/R: the GPU's time is shared in
+    proportion to the claims. And whatever the rates say, the GPU's clients are never credited
+    more than the wall time since the first of them attached."""
 
-    __slots__ = ("rates", "rate_sum", "credited", "since")
-    RATE_TTL = 1.5  # s: a client reports about once a second (BUSY_PERIOD) while its busy time grows
+    __slots__ = ("claims", "credited", "since")
+    KEEP_S = 5.0   # a claim is kept this long after its interval ended
+    OTHERS = 128   # at most this many of the latest other claims are weighed (a bound on the work)
 
     def __init__(self):
-        self.rates: OrderedDict[int, tuple[float, float]] = OrderedDict()  # id -> (rate, when)
-        self.rate_sum = 0.0
+        # client id -> (rate, interval start, interval end), in the order they came
+        self.claims: OrderedDict[int, tuple[float, float, float]] = OrderedDict()
         self.credited = 0.0
         self.since: float | None = None
 
-    def share(self, client: int, rate: float, now: float) -> float:
-        """The part of a claim at `rate` (seconds per second) that is credited."""
-        old = self.rates.pop(client, None)
-        if old is not None:
-            self.rate_sum -= old[0]
-        while self.rates:  # oldest first: a client that stopped reporting claims nothing now
-            oldest, (r, when) = next(iter(self.rates.items()))
-            if when >= now - self.RATE_TTL:
+    def share(self, client: int, rate: float, start: float, now: float) -> float:
+        """The part of a claim at `rate` over [start, now] that is credited."""
+        self.claims.pop(client, None)
+        while self.claims:  # oldest first
+            oldest, (_, _, end) = next(iter(self.claims.items()))
+            if end >= now - self.KEEP_S:
                 break
-            del self.rates[oldest]
-            self.rate_sum -= r
+            del self.claims[oldest]
         rate = min(1.0, max(0.0, rate))
-        self.rates[client] = (rate, now)
-        # alone, nothing to share (and no rounding drift is carried)
-        self.rate_sum = rate if len(self.rates) == 1 else max(0.0, self.rate_sum) + rate
-        return 1.0 if self.rate_sum <= 1.0 else 1.0 / self.rate_sum
+        length = max(now - start, 1e-3)
+        total = rate
+        for weighed, (r, s, e) in enumerate(reversed(self.claims.values())):
+            if weighed >= self.OTHERS:
+                break
+            overlap = min(e, now) - max(s, start)
+            if overlap > 0:
+                total += r * overlap / length
+        self.claims[client] = (rate, start, now)
+        return 1.0 if total <= 1.0 else 1.0 / total
 
     def credit(self, seconds: float, now: float) -> float:
         """seconds, or less: never past the wall time since the first report (BUSY_SLACK_S)."""
@@ -210,14 +216,15 @@ def busy(conn, gpu, busy_ns: int, now: float, together: GpuBusy | None = None) -
         return None
     first = stats.busy_ns == 0
     claimed = (busy_ns - stats.busy_ns) / 1e9
-    interval = max(0.0, now - stats.busy_at)
+    start = stats.busy_at
+    interval = max(0.0, now - start)
     allowed = interval * BUSY_SLACK + BUSY_SLACK_S
     stats.busy_ns = busy_ns
     stats.busy_at = now
     cut = claimed > allowed
     credit = min(claimed, allowed)
     if together is not None:
-        credit *= together.share(conn.id, credit / interval if interval > 0 else 1.0, now)
+        credit *= together.share(conn.id, credit / interval if interval > 0 else 1.0, start, now)
         credit = together.credit(credit, now)
     stats.busy += credit
     _seen(stats, now)
