@@ -155,41 +155,46 @@ class GpuBusy:
     """What the clients of one GPU claim together. A client measures the spans its work kept the
     GPU busy; when contexts run together the GPU time-slices between them, and each one's spans
     also hold the others' slices, so their claims add up to more than the GPU had. A report claims
-    a rate (seconds per second) over its interval, from the client's previous report to now; the
-    overlapping claims of the others are the sum of their rates weighted by how much of this
-    interval their own intervals cover (clients that take turns barely overlap). When that sum R
-    with this claim's rate is above 1, the claim is credited times 1/R: the GPU's time is shared in
-    proportion to the claims. And whatever the rates say, the GPU's clients are never credited
-    more than the wall time since the first of them attached."""
+    a rate (seconds per second) over its interval, from the client's previous report to now. The
+    others' claims weigh on it as far as their intervals overlap it; the claim of one that holds
+    the GPU now is taken to go on at its rate until now (it reports again within a second while its
+    busy time grows; GOES_ON_S at most), one that gave the GPU back ended with its last report
+    (clients that take turns barely overlap). When the sum R of this rate and the others' weighed
+    rates is above 1, the claim is credited times 1/R: the GPU's time is shared in proportion to
+    the claims. And whatever the rates say, the GPU's clients are never credited more than the wall
+    time since the first of them attached."""
 
     __slots__ = ("claims", "credited", "since")
     KEEP_S = 5.0   # a claim is kept this long after its interval ended
+    GOES_ON_S = 1.5  # a holder's claim goes on this long at most (it reports once a second)
     OTHERS = 128   # at most this many of the latest other claims are weighed (a bound on the work)
 
     def __init__(self):
-        # client id -> (rate, interval start, interval end), in the order they came
-        self.claims: OrderedDict[int, tuple[float, float, float]] = OrderedDict()
+        # client id -> (rate, interval start, interval end, its LockStats), in the order they came
+        self.claims: OrderedDict[int, tuple[float, float, float, LockStats]] = OrderedDict()
         self.credited = 0.0
         self.since: float | None = None
 
-    def share(self, client: int, rate: float, start: float, now: float) -> float:
-        """The part of a claim at `rate` over [start, now] that is credited."""
+    def share(self, client: int, rate: float, start: float, now: float, lock: LockStats) -> float:
+        """The part of a claim at `rate` over [start, now] that is credited; lock: the client's
+        LockStats on this GPU (holding it while `granted` is set)."""
         self.claims.pop(client, None)
         while self.claims:  # oldest first
-            oldest, (_, _, end) = next(iter(self.claims.items()))
+            oldest, (_, _, end, _) = next(iter(self.claims.items()))
             if end >= now - self.KEEP_S:
                 break
             del self.claims[oldest]
         rate = min(1.0, max(0.0, rate))
         length = max(now - start, 1e-3)
         total = rate
-        for weighed, (r, s, e) in enumerate(reversed(self.claims.values())):
+        for weighed, (r, s, e, held) in enumerate(reversed(self.claims.values())):
             if weighed >= self.OTHERS:
                 break
-            overlap = min(e, now) - max(s, start)
+            until = min(now, e + self.GOES_ON_S) if held.granted is not None else min(e, now)
+            overlap = until - max(s, start)
             if overlap > 0:
                 total += r * overlap / length
-        self.claims[client] = (rate, start, now)
+        self.claims[client] = (rate, start, now, lock)
         return 1.0 if total <= 1.0 else 1.0 / total
 
     def credit(self, seconds: float, now: float) -> float:
@@ -224,7 +229,8 @@ def busy(conn, gpu, busy_ns: int, now: float, together: GpuBusy | None = None) -
     cut = claimed > allowed
     credit = min(claimed, allowed)
     if together is not None:
-        credit *= together.share(conn.id, credit / interval if interval > 0 else 1.0, start, now)
+        credit *= together.share(conn.id, credit / interval if interval > 0 else 1.0, start, now,
+                                 stats)
         credit = together.credit(credit, now)
     stats.busy += credit
     _seen(stats, now)
