@@ -254,8 +254,9 @@ def measure(quick: bool = False, seconds: float | None = None,
     for case in p["cases"]:
         mode, tq, clients = CASES[case]
         port = free_port()
+        debug = ("--debug",) if os.environ.get("BUSY_SCHEDULER_LOG") else ()
         with harness.Scheduler(mode=mode, tq=tq, extra_args=(
-                "--metrics-port", str(port), "--metrics-address", "127.0.0.1")) as sched:
+                "--metrics-port", str(port), "--metrics-address", "127.0.0.1", *debug)) as sched:
             env = harness.library_env(lib, sched.socket)
             rows: dict = {}
             for pattern in p["workloads"]:
@@ -266,6 +267,8 @@ def measure(quick: bool = False, seconds: float | None = None,
                 group[pattern + ":wall"] = group.pop("wall")
                 rows.update(group)
             rows["overclaims"] = overclaims(sched.log())
+            if debug:  # BUSY_SCHEDULER_LOG=DIR: the scheduler's every message, per case
+                Path(os.environ["BUSY_SCHEDULER_LOG"], f"{case}.log").write_text(sched.log())
         results[case] = rows
     if nvml:
         nvml.stop()

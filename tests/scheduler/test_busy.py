@@ -66,8 +66,39 @@ def test_clients_running_together_share_the_gpu_time_they_claim_in_proportion(st
         metrics.lock_stats(c, gpu).granted = 0.0
     _reports(together, conns, gpu, [(t + d, i, t + d) for t in range(1, 21)
                                     for i, d in ((0, 0.0), (1, stagger))])
-    a, b = (c.locks[gpu].busy for c in conns)
+    a, b = (metrics.busy_seconds(c.locks[gpu], 30.0) for c in conns)
     assert a == pytest.approx(10.0, rel=0.1) and b == pytest.approx(10.0, rel=0.1), (a, b)
+
+
+@pytest.mark.parametrize("stagger", [0.001, 0.3])
+def test_clients_granted_together_after_a_pause_are_shared_out_alike(stagger):
+    # each warmed up alone and gave the GPU back (a small claim), then both were granted at t=3
+    # and saturate it together, reporting once a second: the first to report is not favoured
+    together, gpu = metrics.GpuBusy(), object()
+    conns = [SimpleNamespace(locks={}, id=1), SimpleNamespace(locks={}, id=2)]
+    for i, c in enumerate(conns):
+        metrics.attached(c, gpu, 0.0, together)
+        metrics.busy(c, gpu, 50_000_000, 0.5 + i * 0.5, together)
+    for c in conns:
+        metrics.lock_stats(c, gpu).granted = 3.0
+    # as the library does: a first report soon after the grant (its interval reaches back to the
+    # release), then one a second
+    claims = [(3.06 + t + d, i, 0.08 + t) for t in range(0, 6) for i, d in ((0, 0.0), (1, stagger))]
+    _reports(together, conns, gpu, claims)
+    a, b = (metrics.busy_seconds(c.locks[gpu], 30.0) - 0.05 for c in conns)
+    assert a == pytest.approx(2.5, rel=0.06) and b == pytest.approx(2.5, rel=0.06), (a, b)
+
+
+def test_a_claim_waits_for_a_holder_that_has_not_reported_and_not_for_one_that_left():
+    together, gpu = metrics.GpuBusy(), object()
+    a, b = SimpleNamespace(locks={}, id=1), SimpleNamespace(locks={}, id=2)
+    for c in (a, b):
+        metrics.attached(c, gpu, 0.0, together)
+        metrics.lock_stats(c, gpu).granted = 0.0
+    metrics.busy(a, gpu, 1_000_000_000, 1.0, together)
+    assert a.locks[gpu].busy == 0.0 and together.pending      # b may have run beside it
+    together.left(b.id)
+    assert metrics.busy_seconds(a.locks[gpu], 1.01) == pytest.approx(1.0)
 
 
 def test_a_client_alone_or_beside_an_idle_one_keeps_its_whole_claim():
@@ -79,7 +110,7 @@ def test_a_client_alone_or_beside_an_idle_one_keeps_its_whole_claim():
     _reports(together, [busy], gpu, [(1.0 + t, 0, 0.8 * t) for t in range(1, 8)])
     # the first report ([0, 2]) overlaps the idle client's ([0, 1]): rates 0.4 + 0.9 x 1/2, under
     # 1, nothing cut; the later ones do not overlap it
-    assert busy.locks[gpu].busy == pytest.approx(0.8 * 7)
+    assert metrics.busy_seconds(busy.locks[gpu], 20.0) == pytest.approx(0.8 * 7)
 
 
 def test_clients_taking_turns_keep_their_whole_claims():
@@ -95,7 +126,7 @@ def test_clients_taking_turns_keep_their_whole_claims():
         claims.append((float(t), i, totals[i]))
     _reports(together, conns, gpu, claims)
     for c, total in zip(conns, totals):
-        assert c.locks[gpu].busy == pytest.approx(total, rel=0.02)
+        assert metrics.busy_seconds(c.locks[gpu], 20.0) == pytest.approx(total, rel=0.02)
 
 
 def test_the_clients_of_a_gpu_never_sum_to_more_than_its_wall_time():
@@ -114,7 +145,7 @@ def test_the_clients_of_a_gpu_never_sum_to_more_than_its_wall_time():
             i = rnd.randrange(len(conns))
             totals[i] += rnd.uniform(0.0, 1.5)  # claims as wild as a client may send
             metrics.busy(conns[i], gpu, int(totals[i] * 1e9), now, together)
-            credited = sum(c.locks[gpu].busy for c in conns)
+            credited = sum(metrics.busy_seconds(c.locks[gpu], now) for c in conns)
             assert credited <= now + metrics.BUSY_SLACK_S + 1e-9, (seed, now, credited)
 
 

@@ -100,7 +100,7 @@ class LockStats:
     stay monotonic (what a release adds is what a scrape showed, and more)."""
 
     __slots__ = ("grants", "drops", "held", "waited", "requested", "granted", "dropped", "evict",
-                 "prefetch", "busy", "busy_ns", "busy_at", "busy_clamps", "busy_seen")
+                 "prefetch", "busy", "busy_ns", "busy_at", "busy_clamps", "busy_seen", "together")
 
     def __init__(self):
         self.grants = 0
@@ -115,6 +115,7 @@ class LockStats:
         self.busy_at: float | None = None         # when it came (or the GPU was attached)
         self.busy_clamps = 0                      # reports cut to the wall time that passed
         self.busy_seen: deque[tuple[float, float]] = deque()  # (when, busy) over BUSY_WINDOW
+        self.together: GpuBusy | None = None      # its GPU's, which credits busy (GpuBusy)
 
 
 # A BUSY_UPDATE may claim at most the wall time since the previous one (or since the ATTACH) times
@@ -131,6 +132,7 @@ BUSY_WINDOW = 10.0
 def busy_ratio(stats: LockStats, now: float) -> float | None:
     """The client's GPU busy time over the wall time of the last BUSY_WINDOW seconds (from its
     reports: the oldest kept is at most a report older than the window); None before two."""
+    busy_seconds(stats, now)
     seen = stats.busy_seen
     if len(seen) < 2:
         return None
@@ -140,11 +142,12 @@ def busy_ratio(stats: LockStats, now: float) -> float | None:
 
 
 def attached(conn, gpu, now: float, together: GpuBusy | None = None) -> None:
-    """ATTACH: the wall time a client's busy reports are measured against begins (for the GPU's
-    clients together: at the first ATTACH)."""
-    if together is not None and together.since is None:
-        together.since = now
+    """ATTACH: the wall time a client's busy reports are measured against begins; together: its
+    GPU's GpuBusy."""
     stats = lock_stats(conn, gpu)
+    if together is not None:
+        stats.together = together
+        together.joined(conn.id, stats, now)
     if stats.busy_at is None:
         stats.busy_at = now
     if not stats.busy_seen:
@@ -155,62 +158,103 @@ class GpuBusy:
     """What the clients of one GPU claim together. A client measures the spans its work kept the
     GPU busy; when contexts run together the GPU time-slices between them, and each one's spans
     also hold the others' slices, so their claims add up to more than the GPU had. A report claims
-    a rate (seconds per second) over its interval, from the client's previous report to now. The
-    others' claims weigh on it as far as their intervals overlap it; the claim of one that holds
-    the GPU now is taken to go on at its rate until now (it reports again within a second while its
-    busy time grows; GOES_ON_S at most), one that gave the GPU back ended with its last report
-    (clients that take turns barely overlap). When the sum R of this rate and the others' weighed
-    rates is above 1, the claim is credited times 1/R: the GPU's time is shared in proportion to
-    the claims. And whatever the rates say, the GPU's clients are never credited more than the wall
-    time since the first of them attached."""
+    a rate (seconds per second) over its interval, from the client's previous report to now.
 
-    __slots__ = ("claims", "credited", "since")
-    KEEP_S = 5.0   # a claim is kept this long after its interval ended
-    GOES_ON_S = 1.5  # a holder's claim goes on this long at most (it reports once a second)
-    OTHERS = 128   # at most this many of the latest other claims are weighed (a bound on the work)
+    A claim is credited once the claims it overlaps are known: when every other client that holds
+    the GPU has reported past its end, or GOES_ON_S after it (a holder whose busy time grows reports
+    once a second). The others' claims weigh on it as far as their intervals overlap its own
+    (clients that take turns barely overlap); when the sum R of its rate and their weighed rates is
+    above 1, it is credited times 1/R: the GPU's time is shared in proportion to the claims. And
+    whatever the rates say, the GPU's clients are never credited more than the wall time since the
+    first of them attached."""
+
+    __slots__ = ("history", "latest", "pending", "credited", "since")
+    KEEP_S = 5.0     # a claim is weighed against others this long after its interval ended
+    GOES_ON_S = 1.5  # a claim waits at most this long for the others' reports
+    OTHERS = 128     # at most this many of the latest claims are weighed (a bound on the work)
 
     def __init__(self):
-        # client id -> (rate, interval start, interval end, its LockStats), in the order they came
-        self.claims: OrderedDict[int, tuple[float, float, float, LockStats]] = OrderedDict()
+        self.history: deque[tuple[int, float, float, float]] = deque()  # (client, rate, from, to)
+        self.latest: OrderedDict[int, tuple[float, LockStats]] = OrderedDict()  # client -> to, lock
+        self.pending: deque[tuple[int, LockStats, float, float, float]] = deque()
         self.credited = 0.0
         self.since: float | None = None
 
-    def share(self, client: int, rate: float, start: float, now: float, lock: LockStats) -> float:
-        """The part of a claim at `rate` over [start, now] that is credited; lock: the client's
-        LockStats on this GPU (holding it while `granted` is set)."""
-        self.claims.pop(client, None)
-        while self.claims:  # oldest first
-            oldest, (_, _, end, _) = next(iter(self.claims.items()))
-            if end >= now - self.KEEP_S:
+    def joined(self, client: int, lock: LockStats, now: float) -> None:
+        """A client attached: once it holds the GPU, claims wait for its first report too."""
+        self.latest.setdefault(client, (now, lock))
+
+    def left(self, client: int) -> None:
+        """A client is gone: no claim waits for it (its pending claims are still settled)."""
+        self.latest.pop(client, None)
+
+    def claim(self, client: int, lock: LockStats, seconds: float, start: float, now: float) -> None:
+        """`seconds` of GPU time claimed over [start, now]; credited to `lock` now or later."""
+        if self.since is None:
+            self.since = start  # the first claim: from the ATTACH it counts from
+        rate = min(1.0, max(0.0, seconds / max(now - start, 1e-3)))
+        self.history.append((client, rate, start, now))
+        self.latest.pop(client, None)
+        self.latest[client] = (now, lock)
+        self.pending.append((client, lock, seconds, start, now))
+        self.settle(now)
+
+    def settle(self, now: float) -> None:
+        """Credit the pending claims whose overlapping claims are known (oldest first)."""
+        while self.pending and self._known(self.pending[0], now):
+            client, lock, seconds, start, end = self.pending.popleft()
+            lock.busy += self._credit(seconds * self._share(client, seconds, start, end), end)
+            _seen(lock, end)
+        while self.history and self.history[0][3] < now - self.KEEP_S:
+            self.history.popleft()
+        while self.latest:
+            client, (end, lock) = next(iter(self.latest.items()))
+            if end >= now - self.KEEP_S or lock.granted is not None:
                 break
-            del self.claims[oldest]
-        rate = min(1.0, max(0.0, rate))
-        length = max(now - start, 1e-3)
-        total = rate
-        for weighed, (r, s, e, held) in enumerate(reversed(self.claims.values())):
-            if weighed >= self.OTHERS:
+            del self.latest[client]
+
+    def _known(self, pending, now: float) -> bool:
+        client, _, _, _, end = pending
+        if now >= end + self.GOES_ON_S:
+            return True
+        for seen, (other, (reported, lock)) in enumerate(reversed(self.latest.items())):
+            if seen >= self.OTHERS:
                 break
-            until = min(now, e + self.GOES_ON_S) if held.granted is not None else min(e, now)
-            overlap = until - max(s, start)
-            if overlap > 0:
-                total += r * overlap / length
-        self.claims[client] = (rate, start, now, lock)
+            if other != client and lock.granted is not None and reported < end:
+                return False
+        return True
+
+    def _share(self, client: int, seconds: float, start: float, end: float) -> float:
+        length = max(end - start, 1e-3)
+        total = min(1.0, seconds / length)
+        for seen, (other, rate, s, e) in enumerate(reversed(self.history)):
+            if seen >= self.OTHERS or e < start - self.KEEP_S:
+                break
+            overlap = min(e, end) - max(s, start)
+            if other != client and overlap > 0:
+                total += rate * overlap / length
         return 1.0 if total <= 1.0 else 1.0 / total
 
-    def credit(self, seconds: float, now: float) -> float:
-        """seconds, or less: never past the wall time since the first report (BUSY_SLACK_S)."""
-        if self.since is None:
-            self.since = now - seconds  # a first claim brings time from before
-        room = max(0.0, (now - self.since) + BUSY_SLACK_S - self.credited)
+    def _credit(self, seconds: float, end: float) -> float:
+        """seconds, or less: never past the wall time since the first claim (BUSY_SLACK_S)."""
+        room = max(0.0, (end - self.since) + BUSY_SLACK_S - self.credited)
         seconds = min(seconds, room)
         self.credited += seconds
         return seconds
 
 
+def busy_seconds(stats: LockStats, now: float) -> float:
+    """The client's credited GPU busy time, with what could be settled by now."""
+    if stats.together is not None:
+        stats.together.settle(now)
+    return stats.busy
+
+
 def busy(conn, gpu, busy_ns: int, now: float, together: GpuBusy | None = None) -> float | None:
     """BUSY_UPDATE (cumulative ns). Credits the increase over the last report, at most the wall
     time since it (BUSY_SLACK); a value below the last is ignored, so the counter never goes back.
-    together: the GPU's GpuBusy, which shares out what its clients claim at once. Returns None, or
+    together: the GPU's GpuBusy, which shares out what its clients claim at once (and credits
+    it once it can tell: busy_seconds). Returns None, or
     the seconds claimed when the report was cut to the client's own wall time (the caller logs it).
     A first report is cut silently: the total is the process's since it started, and a client that
     reconnects (a scheduler restart) brings what it measured before this connection."""
@@ -222,18 +266,16 @@ def busy(conn, gpu, busy_ns: int, now: float, together: GpuBusy | None = None) -
     first = stats.busy_ns == 0
     claimed = (busy_ns - stats.busy_ns) / 1e9
     start = stats.busy_at
-    interval = max(0.0, now - start)
-    allowed = interval * BUSY_SLACK + BUSY_SLACK_S
+    allowed = max(0.0, now - start) * BUSY_SLACK + BUSY_SLACK_S
     stats.busy_ns = busy_ns
     stats.busy_at = now
     cut = claimed > allowed
-    credit = min(claimed, allowed)
     if together is not None:
-        credit *= together.share(conn.id, credit / interval if interval > 0 else 1.0, start, now,
-                                 stats)
-        credit = together.credit(credit, now)
-    stats.busy += credit
-    _seen(stats, now)
+        stats.together = together
+        together.claim(conn.id, stats, min(claimed, allowed), start, now)
+    else:
+        stats.busy += min(claimed, allowed)
+        _seen(stats, now)
     if cut and not first:
         stats.busy_clamps += 1
         return claimed

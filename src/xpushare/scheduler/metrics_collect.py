@@ -162,7 +162,8 @@ def _client_row(c, g, ident: tuple, now: float, gangs) -> ClientRow:
     held = st.held + (max(0.0, now - st.granted) if st.granted is not None else 0.0)
     waited = st.waited + (max(0.0, now - st.requested) if st.requested is not None else 0.0)
     return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, st.grants,
-                     dict(st.drops), held, waited, st.busy, metrics.busy_ratio(st, now),
+                     dict(st.drops), held, waited, metrics.busy_seconds(st, now),
+                     metrics.busy_ratio(st, now),
                      q.compute_limit, share, q.memory_limit, resident, swapped)
 
 

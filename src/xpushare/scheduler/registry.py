@@ -191,6 +191,7 @@ class GpuRegistry:
         client."""
         self.carry(self.gangs.leave(conn, self.now()))
         for gpu in conn.gpus():
+            gpu.stats.busy.left(conn.id)
             if gpu.made_by is not None:
                 self._left(gpu, conn)
 
