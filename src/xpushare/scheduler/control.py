@@ -76,6 +76,13 @@ def is_admin(state: SchedulerState, conn: Conn) -> bool:
     return gid is not None and gid in peer.groups(conn.pid, conn.gid)
 
 
+def may_raise_itself(state: SchedulerState, conn: Conn) -> bool:
+    """Whether what the client declares of itself (priority, share) may raise it above the
+    default (policy/claims.py): an admin's own process, outside a pod (root in a container is not
+    the node's admin: the cluster raises a pod by its annotations)."""
+    return conn.pod is None and is_admin(state, conn)
+
+
 def select_gpus(state: SchedulerState, sel) -> list[Gpu]:
     """Every GPU for None; else the one GPU an index, a UUID or a unique UUID prefix names (`sel`
     is what GPU_SELECTOR accepted, or None)."""

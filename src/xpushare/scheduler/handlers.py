@@ -18,7 +18,7 @@ from ..protocol import (
 )
 from . import control, metrics, swap
 from .jobinfo import job_info
-from .policy import SwitchReport
+from .policy import SwitchReport, claimed_priority, raises
 from .registry import Gpu, Refused, lock_log
 from .state import SchedulerState
 
@@ -49,13 +49,17 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
     if conn.hello is not None or conn.ctl:
         raise ProtocolError("HELLO sent twice, or on a control connection")
     conn.hello = msg
-    conn.priority = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
+    declared = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
+    # what a process says of itself may lower its claim, not raise it over other users' (claims.py)
+    conn.priority = claimed_priority(
+        declared, not raises(declared) or control.may_raise_itself(state, conn))
     # The policy learns it when the client joins its job, at its first ATTACH (registry.join),
     # before any of its seats can be reclaimed.
     conn.swappable = bool(msg.flags & HELLO_SWAP)
     conn.send(encode(Welcome(conn.id, VERSION, FEATURES)))
-    log.info("client pid=%d uid=%d client=%d priority=%d%s: %s", conn.pid, conn.uid, conn.id,
-             msg.priority, " swap" if conn.swappable else "", conn.command[:120])
+    log.info("client pid=%d uid=%d client=%d priority=%d%s%s: %s", conn.pid, conn.uid, conn.id,
+             msg.priority, "" if conn.priority == msg.priority else f" (counts as {conn.priority})",
+             " swap" if conn.swappable else "", conn.command[:120])
 
 
 def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
