@@ -60,8 +60,8 @@ def handle(state: SchedulerState, conn: Conn, msg: dict) -> bytes:
     except (CtlError, Invalid) as e:
         reply = {"ok": False, "error": str(e)}
     if op is not None and op.admin:
-        log.info("ctl %s from pid=%d uid=%d: %s", name, conn.pid, conn.uid,
-                 "ok" if reply["ok"] else reply["error"])
+        state.client_log.info(conn.uid, "ctl %s from pid=%d uid=%d: %s", name, conn.pid, conn.uid,
+                              "ok" if reply["ok"] else reply["error"])
     try:
         return encode_json(MessageType.CTL_REPLY, reply)
     except ProtocolError:  # over MAX_CTL_REPLY: a frame cannot carry it

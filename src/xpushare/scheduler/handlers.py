@@ -57,9 +57,10 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
     # before any of its seats can be reclaimed.
     conn.swappable = bool(msg.flags & HELLO_SWAP)
     conn.send(encode(Welcome(conn.id, VERSION, FEATURES)))
-    log.info("client pid=%d uid=%d client=%d priority=%d%s%s: %s", conn.pid, conn.uid, conn.id,
-             msg.priority, "" if conn.priority == msg.priority else f" (counts as {conn.priority})",
-             " swap" if conn.swappable else "", conn.command[:120])
+    state.client_log.info(
+        conn.uid, "client pid=%d uid=%d client=%d priority=%d%s%s: %s", conn.pid, conn.uid, conn.id,
+        msg.priority, "" if conn.priority == msg.priority else f" (counts as {conn.priority})",
+        " swap" if conn.swappable else "", conn.command[:120])
 
 
 def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
@@ -91,9 +92,9 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     metrics.attached(conn, gpu, registry.now())
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
     conn.send(encode(Attached(msg.device, 0, capacity)))
-    log.info("attach pid=%d device=%d gpu=%s%s capacity=%d%s", conn.pid, msg.device, gpu.label,
-             f" ({gpu.uuid})" if gpu.index is not None else "", capacity,
-             "" if gpu.capacity else " (its own)")
+    state.client_log.info(conn.uid, "attach pid=%d device=%d gpu=%s%s capacity=%d%s", conn.pid,
+                          msg.device, gpu.label, f" ({gpu.uuid})" if gpu.index is not None else "",
+                          capacity, "" if gpu.capacity else " (its own)")
 
 
 def on_req_lock(state: SchedulerState, conn: Conn, msg: LockRequest) -> None:
@@ -178,7 +179,7 @@ def on_job(state: SchedulerState, conn: Conn, msg: Job) -> None:
     if dropped:
         conn.warnings.warning("job", "pid=%d: JOB values out of range, taken as unknown: %s",
                               conn.pid, ", ".join(dropped))
-    log.info("job pid=%d client=%d %s", conn.pid, conn.id, info.describe())
+    state.client_log.info(conn.uid, "job pid=%d client=%d %s", conn.pid, conn.id, info.describe())
 
 
 def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:

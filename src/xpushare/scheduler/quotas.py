@@ -113,8 +113,9 @@ class Quotas:
         if conn.quota_env is not None and quota.limits() != conn.quota_sent:
             conn.quota_sent = quota.limits()
             conn.send(encode(conn.quota_sent))
-            log.info("limits pid=%d client=%d compute=%s memory=%s", conn.pid, conn.id,
-                     _pct(quota.compute_limit), quota.memory_limit or "none")
+            self.state.client_log.info(conn.uid, "limits pid=%d client=%d compute=%s memory=%s",
+                                       conn.pid, conn.id, _pct(quota.compute_limit),
+                                       quota.memory_limit or "none")
         if quota.compute_share != old.compute_share and conn.gpus():
             self.state.registry.set_share(conn, quota.compute_share)
 
@@ -131,9 +132,10 @@ class Quotas:
             from .control import may_raise_itself  # not at the top: control imports state
             share = claimed_share(env.compute_share, may_raise_itself(self.state, conn))
             if share != env.compute_share:
-                log.info("settings pid=%d uid=%d client=%d: compute share %g counts as the "
-                         "default: only an admin may raise it", conn.pid, conn.uid, conn.id,
-                         env.compute_share)
+                self.state.client_log.info(
+                    conn.uid, "settings pid=%d uid=%d client=%d: compute share %g counts as the "
+                    "default: only an admin may raise it", conn.pid, conn.uid, conn.id,
+                    env.compute_share)
                 env = replace(env, compute_share=share)
         conn.quota_env = env
         conn.quota_sent = None
