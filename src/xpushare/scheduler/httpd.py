@@ -16,6 +16,7 @@ its answer gets through:
   rest of its head, or for it to read) is dropped for it, or if none waits, the oldest. A peer
   that is slow to send or to read thus cannot hold slots against one that is not, and one address
   cannot take the slots of others;
+- the state is copied once for all the requests that come while it is (_take);
 - the answer is written as it is formatted, piece by piece, and the next piece only once the
   socket's buffer is under WRITE_BUFFER: a connection holds at most that much of output. A peer
   that reads nothing for WRITE_TIMEOUT, or has not read it all within RESPONSE_DEADLINE, is
@@ -66,6 +67,7 @@ class MetricsServer:
         self.nvml = NvmlReader() if nvml else None
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[_Conn] = set()
+        self._taking: asyncio.Future | None = None  # the copy of the state under way (_take)
 
     async def start(self) -> None:
         if self.nvml is not None:
@@ -149,13 +151,30 @@ class MetricsServer:
             return await self._send_all(conn, 404, {}, [b"not found: try /metrics or /healthz\n"])
         encoder, content_type = choose_encoder(headers.get("accept", ""))
         openmetrics = content_type.startswith("application/openmetrics")
-        for scrape in take_pieces(self.state, self.state.registry.now(), self.nvml):
-            await asyncio.sleep(0)  # let the loop serve what came meanwhile
+        if self._taking is None:
+            self._taking = asyncio.ensure_future(self._take())
+            self._taking.add_done_callback(self._taken)
+        # shielded: a connection dropped meanwhile leaves the copy to the others waiting for it
+        scrape = await asyncio.shield(self._taking)
         chunked = version == "HTTP/1.1"  # 1.0 has no chunks: its answer ends where the data does
         await asyncio.wait_for(
             self._stream(conn, {"Content-Type": content_type},
                          render(scrape, encoder, openmetrics), chunked),
             RESPONSE_DEADLINE)
+
+    async def _take(self):
+        """A copy of what the series show, taken in pieces (metrics_collect.take_pieces). One is
+        taken at a time, for every request that comes while it is: the copies held do not grow
+        with the connections (nor does the time taken), and an answer shows the state as it was
+        at most one copy's time before its request."""
+        for scrape in take_pieces(self.state, self.state.registry.now(), self.nvml):
+            await asyncio.sleep(0)  # let the loop serve what came meanwhile
+        return scrape
+
+    def _taken(self, future) -> None:
+        self._taking = None
+        if not future.cancelled():
+            future.exception()  # seen here when nobody waits for it any more (logged by those who do)
 
     async def _send_all(self, conn, status: int, headers: dict, body: list[bytes]) -> None:
         """A short answer whose length is known."""
