@@ -1,7 +1,9 @@
-"""What a client's declaration of itself counts for (policy/claims.py): table-driven cases, and the
+"""What a client's declaration of itself counts for (policy/claims.py, policy/owners.py):
+table-driven cases; an owner's waiters in their own order in the places they hold; and the
 invariant in seeded simulated runs (test_policy_shares_sim.Sim, every call checked by Replay): no
 self-declaration of priority or share by one user's non-admin processes raises that user's part of
-the GPU's time against another user's, in serial and auto modes; an admin's setting may."""
+the GPU's time against another user's, in serial and auto modes, their own order among themselves
+included; an admin's setting may."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import random
 
 import pytest
 
-from xpushare.scheduler.policy import DEFAULT_SHARE, claimed_priority, claimed_share, raises
+from xpushare.scheduler.policy import (
+    DEFAULT_SHARE, Arbiter, Mode, claimed_priority, claimed_share, raises,
+)
 
 from test_policy_replay import GiB
 from test_policy_shares_sim import Sim
@@ -39,6 +43,22 @@ def test_raises_says_when_governance_matters():
     assert not raises(0) and not raises(-5, 0.5) and not raises(declared_share=None)
 
 
+def test_an_owners_waiters_take_its_places_in_their_own_order():
+    arb = Arbiter(Mode.SERIAL, 10.0)
+    for client, owner, own in (("x", "v", 0), ("a1", "a", 0), ("v", "v", 0), ("a2", "a", 1000),
+                               ("a3", "a", -5)):
+        arb.set_owner(client, owner, own)
+    arb.request("x", 0.0)  # holds
+    for t, client in enumerate(("a1", "v", "a2", "a3"), start=1):
+        arb.request(client, float(t))
+    # a's places were 1st and 4th, v's 2nd: a2 (own 1000) takes a's first, a1 the next, a3 the last
+    assert arb.order(4.0) == ["a2", "v", "a1", "a3"]
+    arb.disconnect("a2", 5.0)
+    arb.set_owner("b", None, 1000)  # nobody's: ordered by its priority and arrival alone
+    arb.request("b", 6.0)
+    assert arb.order(6.0) == ["v", "a1", "a3", "b"]
+
+
 def _declarations(rng, n):
     """(priority, share) declared by each of n processes: anything the protocol carries."""
     return [(rng.choice([rng.randint(-1000, 1000), 1000, 1, 0, -1]),
@@ -55,6 +75,9 @@ def _victims_part(seed, scene, attackers, governed):
         shares[f"a{i}"] = claimed_share(share, governed) or DEFAULT_SHARE
         prios[f"a{i}"] = claimed_priority(prio, governed)
     sim = Sim(seed, *scene, shares)
+    sim.arb.set_owner("victim", "v", 0)
+    for i, decl in enumerate(attackers):  # what each declared orders it among its user's
+        sim.arb.set_owner(f"a{i}", "a", decl[0] if decl is not None else 0)
     for c, p in prios.items():
         sim.call("set_priority", c, p)
     sim.run(60 * len(shares) * sim.tq)

@@ -1,7 +1,8 @@
 """What a process declares of itself, against another user's (issue 22, item 7; policy/claims.py):
 a priority or a compute share above the default from a non-admin process counts as the default,
 so it neither overtakes nor preempts another user's client, nor lengthens its own quanta against
-it; lower values and an admin's settings still apply."""
+it; lower values and an admin's settings still apply; and as declared it still orders its own
+user's processes (policy/owners.py)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,27 @@ def test_a_declared_priority_does_not_overtake_or_preempt_another_user(scheduler
         assert climber.nothing_sent()
         victim.release()
         climber.expect(MessageType.LOCK_OK)
+
+
+@needs_root
+def test_a_declared_priority_orders_its_own_users_processes_in_their_places(scheduler):
+    with ConnectedAs(NOBODY, NOBODY, scheduler.sock, 3) as (holder, first, urgent):
+        for c, priority in ((holder, 0), (first, 0), (urgent, 1000)):
+            c.hello(priority=priority)
+            c.attach(0)
+        holder.request()
+        holder.expect(MessageType.LOCK_OK)
+        first.request()                  # the user's place: first in the queue
+        victim = registered(scheduler.sock)
+        victim.request()                 # another user's: second
+        urgent.request()                 # its user's other place: third
+        assert urgent.nothing_sent()     # (its request is handled before the release below)
+        holder.release()
+        urgent.expect(MessageType.LOCK_OK)  # its user's first place, by its own priority
+        urgent.release()
+        victim.expect(MessageType.LOCK_OK)  # the other user's turn did not move
+        victim.release()
+        first.expect(MessageType.LOCK_OK)
 
 
 @needs_root

@@ -140,7 +140,7 @@ def op_set_priority(state: SchedulerState, msg: dict) -> dict:
     prio = msg["priority"]
     targets = _clients(state, msg)
     for conn in targets:
-        conn.priority = prio
+        conn.priority = conn.own_priority = prio
         log.info("priority pid=%d client=%d priority=%d", conn.pid, conn.id, prio)
         state.registry.set_priority(conn, prio)
     return {"clients": len(targets)}

@@ -49,8 +49,9 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
     if conn.hello is not None or conn.ctl:
         raise ProtocolError("HELLO sent twice, or on a control connection")
     conn.hello = msg
-    declared = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
-    # what a process says of itself may lower its claim, not raise it over other users' (claims.py)
+    declared = conn.own_priority = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
+    # What a process says of itself may lower its claim, not raise it over other users'
+    # (claims.py); as declared it orders it among its own user's processes (owners.py).
     conn.priority = claimed_priority(
         declared, not raises(declared) or control.may_raise_itself(state, conn))
     # The policy learns it when the client joins its job, at its first ATTACH (registry.join),

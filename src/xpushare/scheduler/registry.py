@@ -184,7 +184,7 @@ class GpuRegistry:
         if conn not in self.gangs.job_of:
             ident = identify(conn)
             self.carry(self.gangs.join(conn, ident.key, ident.label, ident.size, conn.priority,
-                                       self.now()))
+                                       self.now(), owner=conn.uid, own=conn.own_priority))
             if conn.swappable:
                 self.set_swappable(conn, True)
         self.carry(self.gangs.attach(conn, gpu, self.now()))
