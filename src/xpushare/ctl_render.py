@@ -7,12 +7,15 @@ line) gives way, and then it ends in an ellipsis so the cut shows.
 
 from __future__ import annotations
 
+import re
 import sys
+import textwrap
 from dataclasses import dataclass
 
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .inert import inert_tree
 from .sizes import format_size
@@ -21,6 +24,21 @@ DEFAULT_WIDTH = 200  # of output that is not a terminal, unless --width or COLUM
 COMMAND_WIDTH = 60  # a command line wider than this is shortened even with room to spare
 JOB_WIDTH = 40  # so is a job's name (NVSHARE_JOB, a torchrun id: up to 128 characters)
 FREE_MIN = 12  # narrowest a free-text column is worth showing; below that it is dropped
+
+
+_NUMBER_WORD = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?) (?=[^\W\d_]|%)")
+_NBSP = "\u00a0"
+
+
+def wrap_hanging(text: str, width: int, indent: int) -> list[str]:
+    """`text` in lines of at most `width` characters, broken between words, every line after the
+    first indented by `indent` spaces (so that a label's text stays under it), and a number never
+    parted from the word after it (`switch 72 ms`, `5 s`): the space between them is made
+    non-breaking while wrapping."""
+    glued = _NUMBER_WORD.sub(lambda m: m.group(1) + _NBSP, text)
+    lines = textwrap.wrap(glued, width=max(width, indent + 10), subsequent_indent=" " * indent,
+                          break_on_hyphens=False)
+    return [line.replace(_NBSP, " ") for line in lines] or [text]
 
 
 @dataclass
@@ -273,7 +291,8 @@ def render_status(status: dict, file=None, width: int | None = None) -> None:
         console.print("No GPUs known yet.")
     for g in gpus:
         if g.get("why"):
-            console.print(f"GPU {gpu_label(g)}: {g['why']}", overflow="fold")
+            for line in wrap_hanging(f"GPU {gpu_label(g)}: {g['why']}", console.width, 2):
+                console.print(Text(line))
     clients = status.get("clients", [])
     if clients:
         columns, rows = without_job(CLIENT_COLUMNS, [_client_row(c) for c in clients], clients)

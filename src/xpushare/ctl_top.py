@@ -21,7 +21,7 @@ from rich.text import Text
 
 from .ctl_render import (
     JOB_WIDTH, Column, client_bytes, duration, fitted_table, gpu_label, gpu_state_cell,
-    last_switch_cell, make_console, quota_cell, size_or_dash, without_job,
+    last_switch_cell, make_console, quota_cell, size_or_dash, without_job, wrap_hanging,
 )
 from .ctl_keys import KeyReader
 from .inert import inert_tree
@@ -168,15 +168,16 @@ def _gpu_lines(g: dict, footprint: int, width: int, bar_width: int) -> list[Text
         head += f"  {g['uuid']}"
     bar = memory_bar(g.get("used") or 0, footprint, g.get("capacity"), bar_width)
     tail = _memory_tail(g, footprint)
-    lines = [Text(head, style="bold", overflow="fold"), Text(f"  mem {bar}{tail}", overflow="fold")]
+    # Each wrapped with a hanging indent under its label, no number parted from its unit.
+    texts = [(head, 2, "bold"), (f"  mem {bar}{tail}", 6, "")]
     if g.get("last_switch"):
         ago = g["last_switch"].get("ago")
-        lines.append(Text(f"  last switch: {last_switch_cell(g, ', ')}"
-                          f"{f' ({duration(ago)} ago)' if ago is not None else ''}",
-                          overflow="fold"))
+        texts.append((f"  last switch: {last_switch_cell(g, ', ')}"
+                      f"{f' ({duration(ago)} ago)' if ago is not None else ''}", 4, ""))
     if g.get("why"):
-        lines.append(Text(f"  why: {g['why']}", overflow="fold"))
-    return lines
+        texts.append((f"  why: {g['why']}", 7, ""))
+    return [Text(line, style=style, overflow="fold")
+            for text, indent, style in texts for line in wrap_hanging(text, width, indent)]
 
 
 TOP_COLUMNS = [Column("Client", 1), Column("PID", 8), Column("Priority", 3), Column("State", 2),

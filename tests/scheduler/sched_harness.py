@@ -277,3 +277,51 @@ class HeldAsUser:
     def __exit__(self, *exc):
         os.close(self._hold_w)
         os.waitpid(self.pid, 0)
+
+
+class ConnectedAs:
+    """n FakeClients whose connections another uid made: a forked child switches to uid/gid,
+    connects (the scheduler takes the peer's pid and uid at the connect), hands the sockets back
+    over SCM_RIGHTS and stays alive (its pid is theirs) until the with block ends:
+    `with ConnectedAs(uid, gid, sock, n) as clients:`."""
+
+    def __init__(self, uid: int, gid: int, sock: Path, n: int = 1):
+        self.uid, self.gid, self.sock, self.n = uid, gid, sock, n
+        self.pid = None
+        self.clients: list[FakeClient] = []
+
+    def __enter__(self) -> list[FakeClient]:
+        parent, child = socket.socketpair()
+        self.pid = os.fork()
+        if self.pid == 0:  # child
+            code = 0
+            try:
+                parent.close()
+                os.setgroups([])
+                os.setgid(self.gid)
+                os.setuid(self.uid)
+                made = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(self.n)]
+                for s in made:
+                    s.connect(str(self.sock))
+                socket.send_fds(child, [b"x"], [s.fileno() for s in made])
+                child.recv(1)  # until the parent's with block ends
+            except BaseException:
+                code = 1
+            os._exit(code)
+        child.close()
+        self._hold = parent
+        _, fds, _, _ = socket.recv_fds(parent, 1, self.n)
+        assert len(fds) == self.n, "the child could not connect as its uid"
+        for fd in fds:
+            c = FakeClient.__new__(FakeClient)
+            c.sock = socket.socket(fileno=fd)
+            c.decoder = FrameDecoder(replies=True)
+            c.client_id = None
+            self.clients.append(c)
+        return self.clients
+
+    def __exit__(self, *exc):
+        for c in self.clients:
+            c.close()
+        self._hold.close()
+        os.waitpid(self.pid, 0)

@@ -17,6 +17,7 @@ from xpushare.protocol import (
     FEATURE_JOBS, JOB_EXPLICIT, JOB_TORCH, JOB_UNKNOWN, Job, ProtocolError, encode,
 )
 from xpushare.scheduler import handlers, limits
+from xpushare.scheduler.clientlog import ClientLog
 from xpushare.scheduler.jobinfo import MAX_LOCAL_WORLD_SIZE, MAX_WORLD_SIZE, JobInfo, job_info
 
 TORCH = Job(JOB_TORCH, "", 8, 4, 5, 1, "run-7", "10.0.0.1:29500")
@@ -70,16 +71,19 @@ def test_a_job_that_names_nothing_is_a_protocol_error(msg, message):
 # -- the handler, on a stand-in connection -----------------------------------------------------
 
 def _conn(hello=True, devices=()):
-    return SimpleNamespace(hello=object() if hello else None, job_info=None, pid=1, id=1,
+    return SimpleNamespace(hello=object() if hello else None, job_info=None, pid=1, id=1, uid=0,
                            devices=dict.fromkeys(devices), warnings=limits.LogLimiter())
+
+
+STATE = SimpleNamespace(client_log=ClientLog())  # what the JOB handler uses of the state
 
 
 def test_the_handler_keeps_the_record_on_the_connection():
     conn = _conn()
-    handlers.HANDLERS[MessageType.JOB](None, conn, TORCH)
+    handlers.HANDLERS[MessageType.JOB](STATE, conn, TORCH)
     assert conn.job_info == job_info(TORCH)[0]
     with pytest.raises(ProtocolError, match="twice"):
-        handlers.on_job(None, conn, TORCH)
+        handlers.on_job(STATE, conn, TORCH)
     assert conn.job_info == job_info(TORCH)[0]     # the first one stays
 
 

@@ -19,6 +19,7 @@ from testkit.waiting import poll
 
 from xpushare.kubernetes.pod_settings import PodKey, parse_annotations
 from xpushare.protocol import FEATURE_QUOTAS, Limits, Settings, encode
+from xpushare.scheduler.clientlog import ClientLog
 from xpushare.scheduler.quotas import Quota, Quotas
 
 
@@ -29,6 +30,7 @@ class _Conn:
     closed = False
     hello = object()
     pid = id = 1
+    uid = 0
 
     def __init__(self, pod=None, env: Quota | None = Quota()):
         self.pod, self.quota_env, self.quota_set = pod, env, {}
@@ -42,7 +44,7 @@ class _Conn:
 
 
 def _quotas(*conns):
-    return Quotas(SimpleNamespace(clients=lambda: list(conns)))
+    return Quotas(SimpleNamespace(clients=lambda: list(conns), client_log=ClientLog()))
 
 
 POD = SimpleNamespace(uid="u-1", namespace="ns", name="web")

@@ -13,7 +13,7 @@ Wiring into the asyncio scheduler (the loop never waits on the API server):
         watcher.start()      # returns at once; it raises only for a missing client or in-cluster
                              # configuration (ImportError, kubernetes.config.ConfigException)
     ...
-    await loop.run_in_executor(None, watcher.stop)   # at shutdown: joins the threads (2 s at most)
+    watcher.stop(timeout=0)  # at shutdown: the daemon threads are not waited for
 
 With ``loop`` given, every callback runs on that loop through loop.call_soon_threadsafe, in the
 order the watcher saw the changes; without it, callbacks run in the watcher's thread.
@@ -124,7 +124,8 @@ class PodSettingsWatcher:
         return self
 
     def stop(self, timeout: float = 2.0) -> None:
-        """Stop watching: interrupts a watch in progress and joins the threads."""
+        """Stop watching: interrupts a watch in progress and joins the threads for at most
+        `timeout` seconds each (0: not at all; a list in progress cannot be interrupted)."""
         self._stop.set()
         with self._resp_lock:
             resp = self._resp
@@ -135,7 +136,7 @@ class PodSettingsWatcher:
         except queue.Full:
             pass
         for t in (self._thread, self._event_thread):
-            if t is not None and t is not threading.current_thread():
+            if t is not None and t is not threading.current_thread() and timeout > 0:
                 t.join(timeout)
 
     def _make_api(self):

@@ -12,7 +12,7 @@ from .. import __version__, metrics_flags
 from ..envflags import parse_args
 from ..paths import default_socket_path, socket_override
 from ..sizes import parse_size
-from . import logformat
+from . import clientlog, logformat
 from .limits import FRAME_TIMEOUT, HELLO_TIMEOUT, MAX_CONNECTIONS_PER_UID
 from .policy import Mode, check_tq
 
@@ -59,6 +59,17 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _log_limit(text: str) -> tuple[int, float]:
+    lines, sep, seconds = text.partition("/")
+    try:
+        if not sep or not lines.isdigit():
+            raise ValueError
+        return int(lines), _seconds(seconds)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(
+            f"not LINES/SECONDS (e.g. 100/30): {text!r}") from None
+
+
 def _group(text: str) -> int:
     if text.isdigit():
         return int(text)
@@ -101,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="open connections one user may have; more are refused with an error. "
                         "Root and the scheduler's own user are exempt; 0: no cap "
                         f"(default: {MAX_CONNECTIONS_PER_UID})")
+    p.add_argument("--client-log-limit", type=_log_limit,
+                   default=(clientlog.LINES, clientlog.INTERVAL), metavar="LINES/SECONDS",
+                   help="log lines one user's clients may cause (requests, connections, errors) "
+                        "per interval; past that they are counted, and one line at the interval's "
+                        "end says how many were suppressed. Root and the scheduler's own user are "
+                        "exempt; 0/S: no limit "
+                        f"(default: {clientlog.LINES}/{clientlog.INTERVAL:g})")
     # How long a connection may take to send its first message, and to complete a frame (tests).
     p.add_argument("--hello-timeout", type=_seconds, default=HELLO_TIMEOUT, help=argparse.SUPPRESS)
     p.add_argument("--frame-timeout", type=_seconds, default=FRAME_TIMEOUT, help=argparse.SUPPRESS)
@@ -176,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                     admin_gid=args.admin_group, max_conns_per_uid=args.max_connections_per_uid,
                     hello_timeout=args.hello_timeout, frame_timeout=args.frame_timeout,
                     metrics_port=args.metrics_port, metrics_address=args.metrics_address,
-                    nvml=not args.no_nvml)
+                    nvml=not args.no_nvml, client_log_limit=args.client_log_limit)
     for sel, size in args.gpu_memory:
         if sel is None:
             config.gpu_memory = size

@@ -19,6 +19,7 @@ socket, so a dead pid is never shown as a holder and a reused pid never inherits
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 
@@ -44,10 +45,11 @@ class Conn:
     (write, close, abort, is_closing, get_write_buffer_size)."""
 
     def __init__(self, cid: int, transport: asyncio.Transport, pid: int, uid: int, gid: int,
-                 pod=None):
+                 pod=None, client_log=None):
         self.id, self.transport, self.pid, self.uid, self.gid = cid, transport, pid, uid, gid
         self.hello: Hello | None = None
         self.priority = 0                         # HELLO's, until set_priority changes it
+        self.own_priority = 0                     # what it declared (claims.py), or set_priority's
         self.ctl = False
         self.devices: dict[int, Gpu] = {}         # client ordinal -> GPU
         self.memory: dict[str, tuple[int, int]] = {}  # uuid -> (managed_bytes, other_bytes)
@@ -57,7 +59,8 @@ class Conn:
         self.command = peer.cmdline(pid)
         self.pod = pod                            # peer.PodLookup's answer at connect
         self.closed = False                       # by the scheduler: close() was called
-        self.warnings = limits.LogLimiter()
+        self.warnings = limits.LogLimiter(  # through its uid's line budget (clientlog.py)
+            sink=None if client_log is None else functools.partial(client_log.warning, uid))
         self.quota_env: Quota | None = None       # SETTINGS' (None: never sent, gets no LIMITS)
         self.quota_set: dict[str, tuple] = {}     # nvsharectl's for this client: field -> (value, when)
         self.quota = Quota()                      # what applies now (quotas.Quotas.refresh)
@@ -129,7 +132,8 @@ class Connection(asyncio.Protocol):
             transport.write(encode_error(refused))
             transport.close()
             return
-        self.conn = Conn(state.next_id(), transport, pid, uid, gid, pod=state.pods(pid))
+        self.conn = Conn(state.next_id(), transport, pid, uid, gid, pod=state.pods(pid),
+                         client_log=state.client_log)
         state.connected(self.conn)
         self.deadline.arm(state.config.hello_timeout, "sent no HELLO or control request")
         self.pidfd = peer.process_handle(sock, pid)
@@ -145,7 +149,8 @@ class Connection(asyncio.Protocol):
             self._frames_in(conn, data)
         except ProtocolError as e:
             self.state.stats.malformed += 1
-            log.warning("pid=%d: protocol error: %s; closing its connection", conn.pid, e)
+            self.state.client_log.warning(conn.uid, "pid=%d: protocol error: %s; closing its "
+                                          "connection", conn.pid, e)
             self._end(conn, f"protocol error: {e}")
         except Exception:  # a bug of ours: lose this connection, not the daemon
             log.exception("pid=%d: internal error; closing its connection", conn.pid)
@@ -170,8 +175,8 @@ class Connection(asyncio.Protocol):
     def eof_received(self) -> bool:
         conn = self.conn
         if conn is not None and self.decoder.pending and not conn.closed:
-            log.warning("pid=%d: connection closed inside a frame (%d bytes pending)", conn.pid,
-                        self.decoder.pending)
+            self.state.client_log.warning(conn.uid, "pid=%d: connection closed inside a frame "
+                                          "(%d bytes pending)", conn.pid, self.decoder.pending)
         return False  # close the transport: connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -191,8 +196,8 @@ class Connection(asyncio.Protocol):
 
     def _timed_out(self, what: str, seconds: float) -> None:
         conn = self.conn
-        log.warning("pid=%d uid=%d client=%d %s within %gs; closing its connection", conn.pid,
-                    conn.uid, conn.id, what, seconds)
+        self.state.client_log.warning(conn.uid, "pid=%d uid=%d client=%d %s within %gs; closing "
+                                      "its connection", conn.pid, conn.uid, conn.id, what, seconds)
         self._end(conn, f"{what} within {seconds:g}s")
 
     def _process_exited(self) -> None:
@@ -217,8 +222,8 @@ def forget(state: SchedulerState, conn: Conn) -> None:
     state.disconnected(conn)
     if conn.hello is not None:
         held = [g.label for g in conn.gpus() if state.registry.gangs.holds(conn, g)]
-        log.info("disconnect pid=%d client=%d%s", conn.pid, conn.id,
-                 f" (held gpu {','.join(held)})" if held else "")
+        state.client_log.info(conn.uid, "disconnect pid=%d client=%d%s", conn.pid, conn.id,
+                              f" (held gpu {','.join(held)})" if held else "")
     state.registry.leave(conn)
 
 

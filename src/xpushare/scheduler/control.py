@@ -60,8 +60,8 @@ def handle(state: SchedulerState, conn: Conn, msg: dict) -> bytes:
     except (CtlError, Invalid) as e:
         reply = {"ok": False, "error": str(e)}
     if op is not None and op.admin:
-        log.info("ctl %s from pid=%d uid=%d: %s", name, conn.pid, conn.uid,
-                 "ok" if reply["ok"] else reply["error"])
+        state.client_log.info(conn.uid, "ctl %s from pid=%d uid=%d: %s", name, conn.pid, conn.uid,
+                              "ok" if reply["ok"] else reply["error"])
     try:
         return encode_json(MessageType.CTL_REPLY, reply)
     except ProtocolError:  # over MAX_CTL_REPLY: a frame cannot carry it
@@ -74,6 +74,13 @@ def is_admin(state: SchedulerState, conn: Conn) -> bool:
         return True
     gid = state.config.admin_gid
     return gid is not None and gid in peer.groups(conn.pid, conn.gid)
+
+
+def may_raise_itself(state: SchedulerState, conn: Conn) -> bool:
+    """Whether what the client declares of itself (priority, share) may raise it above the
+    default (policy/claims.py): an admin's own process, outside a pod (root in a container is not
+    the node's admin: the cluster raises a pod by its annotations)."""
+    return conn.pod is None and is_admin(state, conn)
 
 
 def select_gpus(state: SchedulerState, sel) -> list[Gpu]:
@@ -133,7 +140,7 @@ def op_set_priority(state: SchedulerState, msg: dict) -> dict:
     prio = msg["priority"]
     targets = _clients(state, msg)
     for conn in targets:
-        conn.priority = prio
+        conn.priority = conn.own_priority = prio
         log.info("priority pid=%d client=%d priority=%d", conn.pid, conn.id, prio)
         state.registry.set_priority(conn, prio)
     return {"clients": len(targets)}

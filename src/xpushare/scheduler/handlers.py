@@ -18,7 +18,7 @@ from ..protocol import (
 )
 from . import control, metrics, swap
 from .jobinfo import job_info
-from .policy import SwitchReport
+from .policy import SwitchReport, claimed_priority, raises
 from .registry import Gpu, Refused, lock_log
 from .state import SchedulerState
 
@@ -49,13 +49,19 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
     if conn.hello is not None or conn.ctl:
         raise ProtocolError("HELLO sent twice, or on a control connection")
     conn.hello = msg
-    conn.priority = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
+    declared = conn.own_priority = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
+    # What a process says of itself may lower its claim, not raise it over other users'
+    # (claims.py); as declared it orders it among its own user's processes (owners.py).
+    conn.priority = claimed_priority(
+        declared, not raises(declared) or control.may_raise_itself(state, conn))
     # The policy learns it when the client joins its job, at its first ATTACH (registry.join),
     # before any of its seats can be reclaimed.
     conn.swappable = bool(msg.flags & HELLO_SWAP)
     conn.send(encode(Welcome(conn.id, VERSION, FEATURES)))
-    log.info("client pid=%d uid=%d client=%d priority=%d%s: %s", conn.pid, conn.uid, conn.id,
-             msg.priority, " swap" if conn.swappable else "", conn.command[:120])
+    state.client_log.info(
+        conn.uid, "client pid=%d uid=%d client=%d priority=%d%s%s: %s", conn.pid, conn.uid, conn.id,
+        msg.priority, "" if conn.priority == msg.priority else f" (counts as {conn.priority})",
+        " swap" if conn.swappable else "", conn.command[:120])
 
 
 def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
@@ -87,9 +93,9 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     metrics.attached(conn, gpu, registry.now(), gpu.stats.busy)
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
     conn.send(encode(Attached(msg.device, 0, capacity)))
-    log.info("attach pid=%d device=%d gpu=%s%s capacity=%d%s", conn.pid, msg.device, gpu.label,
-             f" ({gpu.uuid})" if gpu.index is not None else "", capacity,
-             "" if gpu.capacity else " (its own)")
+    state.client_log.info(conn.uid, "attach pid=%d device=%d gpu=%s%s capacity=%d%s", conn.pid,
+                          msg.device, gpu.label, f" ({gpu.uuid})" if gpu.index is not None else "",
+                          capacity, "" if gpu.capacity else " (its own)")
 
 
 def on_req_lock(state: SchedulerState, conn: Conn, msg: LockRequest) -> None:
@@ -174,7 +180,7 @@ def on_job(state: SchedulerState, conn: Conn, msg: Job) -> None:
     if dropped:
         conn.warnings.warning("job", "pid=%d: JOB values out of range, taken as unknown: %s",
                               conn.pid, ", ".join(dropped))
-    log.info("job pid=%d client=%d %s", conn.pid, conn.id, info.describe())
+    state.client_log.info(conn.uid, "job pid=%d client=%d %s", conn.pid, conn.id, info.describe())
 
 
 def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:

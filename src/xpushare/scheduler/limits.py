@@ -20,7 +20,8 @@ without bound, hold a file descriptor forever or flood its log:
   chart's health probe, run as root) and root's clients served when everybody else has used up the
   limit. The scheduler raises its soft RLIMIT_NOFILE to the hard limit at start (raise_fd_limit).
 - WARN_INTERVAL: a warning a peer can trigger again and again is logged once per interval and key
-  (LogLimiter); the next line says how many were suppressed.
+  (LogLimiter); the next line says how many were suppressed. All the lines a uid's clients cause
+  are limited per uid besides (clientlog.py, --client-log-limit).
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ class LogLimiter:
 
     _PRUNE_AT = 4096  # keys kept before the stale ones are dropped
 
-    def __init__(self, interval: float = WARN_INTERVAL, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, interval: float = WARN_INTERVAL, clock: Callable[[], float] = time.monotonic,
+                 sink: Callable[..., object] | None = None):
         self.interval, self._clock = interval, clock
+        self._sink = sink or log.warning  # a connection's: its uid's ClientLog (clientlog.py)
         self._last: dict[Hashable, float] = {}
         self._suppressed: dict[Hashable, int] = {}
 
@@ -78,7 +81,7 @@ class LogLimiter:
         if suppressed:
             fmt += " (%d more like it in the last %gs not logged)"
             args += (suppressed, now - last)
-        log.warning(fmt, *args)
+        self._sink(fmt, *args)
         return True
 
     def _prune(self, now: float) -> None:

@@ -2,7 +2,8 @@
 
 Four sources set them, field by field:
 - the environment the process was started with (NVSHARE_COMPUTE_LIMIT, NVSHARE_COMPUTE_SHARE,
-  NVSHARE_GPU_MEMORY_LIMIT), which the library sends once in SETTINGS;
+  NVSHARE_GPU_MEMORY_LIMIT), which the library sends once in SETTINGS; a share above the default
+  counts as the default unless the process is an admin's, outside a pod (policy/claims.py);
 - the pod's annotations (nvshare.com/gpu-compute-limit, -share, -memory-limit), from the pod watch
   (kubernetes/pod_watch.py), matched to clients by the pod UID of their cgroup (peer identity);
 - the pod's DRA ResourceClaims (gpu.nvshare.com): nvshare-dra-plugin sends what the cluster
@@ -25,10 +26,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from ..protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, Limits, ProtocolError, Settings, encode
+from .policy import claimed_share, raises
 
 if TYPE_CHECKING:
     from .connection import Conn
@@ -121,8 +123,9 @@ class Quotas:
         if conn.quota_env is not None and quota.limits() != conn.quota_sent:
             conn.quota_sent = quota.limits()
             conn.send(encode(conn.quota_sent))
-            log.info("limits pid=%d client=%d compute=%s memory=%s", conn.pid, conn.id,
-                     _pct(quota.compute_limit), quota.memory_limit or "none")
+            self.state.client_log.info(conn.uid, "limits pid=%d client=%d compute=%s memory=%s",
+                                       conn.pid, conn.id, _pct(quota.compute_limit),
+                                       quota.memory_limit or "none")
         if quota.compute_share != old.compute_share and conn.gpus():
             self.state.registry.set_share(conn, quota.compute_share)
 
@@ -134,7 +137,17 @@ class Quotas:
     # -- the sources ---------------------------------------------------------------------------
     def settings(self, conn: Conn, msg: Settings) -> None:
         """SETTINGS: the environment's values; LIMITS always answers it."""
-        conn.quota_env = from_settings(msg)
+        env = from_settings(msg)
+        if raises(declared_share=env.compute_share):  # only an admin's own may (claims.py)
+            from .control import may_raise_itself  # not at the top: control imports state
+            share = claimed_share(env.compute_share, may_raise_itself(self.state, conn))
+            if share != env.compute_share:
+                self.state.client_log.info(
+                    conn.uid, "settings pid=%d uid=%d client=%d: compute share %g counts as the "
+                    "default: only an admin may raise it", conn.pid, conn.uid, conn.id,
+                    env.compute_share)
+                env = replace(env, compute_share=share)
+        conn.quota_env = env
         conn.quota_sent = None
         self.refresh(conn)
 

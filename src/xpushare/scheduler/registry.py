@@ -86,6 +86,7 @@ class GpuRegistry:
         self.default_tq = None if config.tq is None else check_tq(config.tq)
         self.gpus: dict[str, Gpu] = {}            # by uuid_key
         self.made: Counter[int] = Counter()       # uid -> client-made GPUs it made, still known
+        self.client_log = None                    # the state's ClientLog (clientlog.py)
         self.gangs = Gangs(order=_gpu_order)      # every client is a member of one job
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gang_timer: asyncio.TimerHandle | None = None
@@ -117,7 +118,7 @@ class GpuRegistry:
         if made_by is not None:
             self.made[made_by] += 1
         self.capacity_changed(gpu)
-        log.info("gpu %s: %s, %s, capacity %s, mode %s, tq %s",
+        self._log_gpu(made_by, "gpu %s: %s, %s, capacity %s, mode %s, tq %s",
                  gpu.label if made_by is None else f"(made up by a client of uid {made_by})", uuid,
                  name or "?", f"{gpu.capacity} bytes ({gpu.capacity_source})" if gpu.capacity
                  else "unknown", gpu.arbiter.mode.value, _tq_text(gpu.arbiter))
@@ -153,8 +154,16 @@ class GpuRegistry:
         self.made[gpu.made_by] -= 1
         if not self.made[gpu.made_by]:
             del self.made[gpu.made_by]
-        log.info("gpu %s (made up by a client of uid %d): forgotten, its last client left",
-                 gpu.uuid, gpu.made_by)
+        self._log_gpu(gpu.made_by, "gpu %s (made up by a client of uid %d): forgotten, its last "
+                      "client left", gpu.uuid, gpu.made_by)
+
+    def _log_gpu(self, made_by: int | None, fmt: str, *args) -> None:
+        """A GPU's line: one a client made up comes and goes with that uid's clients, so its
+        lines count against the uid's budget (clientlog.py)."""
+        if made_by is None or self.client_log is None:
+            log.info(fmt, *args)
+        else:
+            self.client_log.info(made_by, fmt, *args)
 
     def capacity_changed(self, gpu: Gpu) -> None:
         """Tell the arbiter the GPU's capacity (auto admission and eviction decisions use it)."""
@@ -175,7 +184,7 @@ class GpuRegistry:
         if conn not in self.gangs.job_of:
             ident = identify(conn)
             self.carry(self.gangs.join(conn, ident.key, ident.label, ident.size, conn.priority,
-                                       self.now()))
+                                       self.now(), owner=conn.uid, own=conn.own_priority))
             if conn.swappable:
                 self.set_swappable(conn, True)
         self.carry(self.gangs.attach(conn, gpu, self.now()))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import limits
+from . import clientlog, limits
 from .gpus import GpuInfo
 from .metrics import SchedulerStats
 from .peer import PodLookup
@@ -37,6 +37,7 @@ class Config:
     metrics_port: int = 0                                 # --metrics-port; 0 = no exporter
     metrics_address: str = "0.0.0.0"                      # --metrics-address
     nvml: bool = True                                     # not --no-nvml: NVML series too
+    client_log_limit: tuple[int, float] = (clientlog.LINES, clientlog.INTERVAL)  # --client-log-limit
 
 
 class SchedulerState:
@@ -48,6 +49,8 @@ class SchedulerState:
         self.fd_limit = 0                                 # the open-file limit, set when serving
         self.conn_room = 1 << 62                          # connections before the fd reserve
         self.warnings = limits.LogLimiter()               # refusals, keyed by uid; accept errors
+        self.client_log = clientlog.ClientLog(*config.client_log_limit)  # lines clients cause
+        self.registry.client_log = self.client_log
         self.pods = PodLookup()
         self.stats = SchedulerStats()                     # event counts for the exporter
         self.quotas = Quotas(self)                        # limits and shares (quotas.py)

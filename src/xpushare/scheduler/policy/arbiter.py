@@ -10,9 +10,10 @@ through events.
 Compute shares and the quanta they scale are kept in a ShareBook (shares.py); where clients' memory
 is, and the room taken from idle ones, in a ResidencyBook with its events and queries (residency.py).
 
-Why a little over 400 lines: what is left here is the one object every strategy and the gang layer
-call through (events, expiry, hold_off/resume); its records, indexes, share arithmetic, residency
-and snapshot are in their own files, and splitting the event methods would spread one lock's state.
+Why it is long: a little over 400 lines, what is left here is the one object every strategy and
+the gang layer call through (events, expiry, hold_off/resume); its records, indexes, share
+arithmetic, residency, owners' own order (owners.py) and snapshot are in their own files, and
+splitting the event methods would spread one lock's state.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .model import (
     Grant, Holding, Mode, Overdue, SwitchReport, Waiting, _check_bytes, check_share,
 )
 from .holders import HolderIndex
+from .owners import Owners
 from .queue import WaitQueue
 from .residency import NetFootprints, Residency, ResidencyBook
 from .shares import ShareBook
@@ -58,6 +60,7 @@ class Arbiter(Residency):
         self.holders: dict[Client, Holding] = self._held.records   # grant order
         self.waiting: dict[Client, Waiting] = self._queue.records  # arrival order
         self._priorities: dict[Client, int] = {}
+        self._owners = Owners()  # whose each client is, and its own priority (owners.py)
         self._evicted: set[Client] = set()         # last drop carried EVICT: grant with PREFETCH
         self._preempted: dict[Client, float] = {}  # wait a preempted client resumes at its request
         self._arrivals = itertools.count()
@@ -195,6 +198,7 @@ class Arbiter(Residency):
         since = now - self._preempted.pop(client, 0.0)
         self._queue.add(client, Waiting(since=since, seq=next(self._arrivals)),
                         self.priority(client))
+        self._owners.reorder(self, client)
         self._res.sync(self, client)
         self._shares.contend(client, 1)
         self._shares.rescale(self, now)
@@ -227,6 +231,7 @@ class Arbiter(Residency):
         self._shares.forget(client)
         self._footprints.pop(client, None)
         self._priorities.pop(client, None)
+        self._owners.forget(client)
         self._evicted.discard(client)
         self._preempted.pop(client, None)
         self._costs.forget(client)
@@ -277,6 +282,12 @@ class Arbiter(Residency):
         self._held.reshare(client, old, share)
         self._shares.rescale(self, now)
         return self._step(now)
+
+    def set_owner(self, client: Client, owner, own: int) -> None:
+        """Whose the client is (a user; None: nobody's) and the priority it gave itself, which
+        orders it among its owner's waiters of its base priority from its next request on
+        (owners.py). Decides nothing now."""
+        self._owners.set(client, owner, own)
 
     def set_priority(self, client: Client, priority: int, now: float) -> list[Action]:
         if isinstance(priority, bool) or not isinstance(priority, int):

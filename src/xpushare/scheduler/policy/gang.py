@@ -66,8 +66,9 @@ class Gangs(SeatRouting):
 
     # -- membership ---------------------------------------------------------------------------
     def join(self, member, key: Hashable, label: str, size: int | None, priority: int,
-             now: float) -> Outcome:
-        """`member` belongs to the job `key` (made on its first member)."""
+             now: float, owner=None, own: int | None = None) -> Outcome:
+        """`member` belongs to the job `key` (made on its first member); owner, own: its user and
+        the priority it gave itself (Arbiter.set_owner)."""
         self._begin(now)
         job = self.jobs.get(key)
         if job is None:
@@ -76,7 +77,8 @@ class Gangs(SeatRouting):
                 self._forming.add(job)
         elif size and (job.size or 0) < size:
             job.size = size
-        job.members[member] = Member(priority=priority)
+        job.members[member] = Member(priority=priority, owner=owner,
+                                     own=priority if own is None else own)
         self.job_of[member] = job
         return self._end()  # it counts for the job's size once it attached a GPU (attach)
 
@@ -151,8 +153,9 @@ class Gangs(SeatRouting):
     def set_priority(self, member, priority: int, now: float) -> Outcome:
         self._begin(now)
         job = self.job_of[member]
-        job.members[member].priority = priority
+        job.members[member].priority = job.members[member].own = priority
         for seat in job.seats.values():
+            seat.gpu.arbiter.set_owner(seat, job.owner(), job.own_priority())
             self._call(seat.gpu, seat.gpu.arbiter.set_priority, seat, job.priority())
         return self._end()
 
@@ -240,6 +243,7 @@ class Gangs(SeatRouting):
     def _push(self, seat: Seat) -> None:
         """What the seat's arbiter must know of a new (or withdrawn) seat."""
         job, arb = seat.job, seat.gpu.arbiter
+        arb.set_owner(seat, job.owner(), job.own_priority())
         self._call(seat.gpu, arb.set_priority, seat, job.priority())
         if job.share() is not None:
             self._call(seat.gpu, arb.set_share, seat, job.share())

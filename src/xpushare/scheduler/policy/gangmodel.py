@@ -32,6 +32,8 @@ class JobFormed:
 @dataclass(eq=False)
 class Member:
     priority: int = 0
+    owner: Any = None       # its user (owners.py); None: nobody's
+    own: int = 0            # the priority it gave itself, which orders it among its owner's
     share: float | None = None
     gpus: set = field(default_factory=set)          # the GPUs it attached
     wants: set = field(default_factory=set)         # GPUs it asked for and was not granted
@@ -74,6 +76,14 @@ class Job:
 
     def priority(self) -> int:
         return max((m.priority for m in self.members.values()), default=0)
+
+    def owner(self):
+        """Its members' user, when they have one (owners.py); else None."""
+        owners = {m.owner for m in self.members.values()}
+        return owners.pop() if len(owners) == 1 else None
+
+    def own_priority(self) -> int:
+        return max((m.own for m in self.members.values()), default=0)
 
     def share(self) -> float | None:
         shares = [m.share for m in self.members.values() if m.share is not None]
