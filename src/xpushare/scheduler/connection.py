@@ -49,7 +49,7 @@ class Conn:
         self.id, self.transport, self.pid, self.uid, self.gid = cid, transport, pid, uid, gid
         self.hello: Hello | None = None
         self.priority = 0                         # HELLO's, until set_priority changes it
-        self.own_priority = 0                     # what it declared (claims.py), or set_priority's
+        self.own_priority = 0                     # what it declared (declared.py), or set_priority's
         self.ctl = False
         self.devices: dict[int, Gpu] = {}         # client ordinal -> GPU
         self.memory: dict[str, tuple[int, int]] = {}  # uuid -> (managed_bytes, other_bytes)

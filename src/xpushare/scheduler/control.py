@@ -78,7 +78,7 @@ def is_admin(state: SchedulerState, conn: Conn) -> bool:
 
 def may_raise_itself(state: SchedulerState, conn: Conn) -> bool:
     """Whether what the client declares of itself (priority, share) may raise it above the
-    default (policy/claims.py): an admin's own process, outside a pod (root in a container is not
+    default (policy/declared.py): an admin's own process, outside a pod (root in a container is not
     the node's admin: the cluster raises a pod by its annotations)."""
     return conn.pod is None and is_admin(state, conn)
 

@@ -51,7 +51,7 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
     conn.hello = msg
     declared = conn.own_priority = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, msg.priority))
     # What a process says of itself may lower its claim, not raise it over other users'
-    # (claims.py); as declared it orders it among its own user's processes (owners.py).
+    # (declared.py); as declared it orders it among its own user's processes (owners.py).
     conn.priority = claimed_priority(
         declared, not raises(declared) or control.may_raise_itself(state, conn))
     # The policy learns it when the client joins its job, at its first ATTACH (registry.join),

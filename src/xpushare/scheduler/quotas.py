@@ -3,7 +3,7 @@
 Four sources set them, field by field:
 - the environment the process was started with (NVSHARE_COMPUTE_LIMIT, NVSHARE_COMPUTE_SHARE,
   NVSHARE_GPU_MEMORY_LIMIT), which the library sends once in SETTINGS; a share above the default
-  counts as the default unless the process is an admin's, outside a pod (policy/claims.py);
+  counts as the default unless the process is an admin's, outside a pod (policy/declared.py);
 - the pod's annotations (nvshare.com/gpu-compute-limit, -share, -memory-limit), from the pod watch
   (kubernetes/pod_watch.py), matched to clients by the pod UID of their cgroup (peer identity);
 - the pod's DRA ResourceClaims (gpu.nvshare.com): nvshare-dra-plugin sends what the cluster
@@ -138,7 +138,7 @@ class Quotas:
     def settings(self, conn: Conn, msg: Settings) -> None:
         """SETTINGS: the environment's values; LIMITS always answers it."""
         env = from_settings(msg)
-        if raises(declared_share=env.compute_share):  # only an admin's own may (claims.py)
+        if raises(declared_share=env.compute_share):  # only an admin's own may (policy/declared.py)
             from .control import may_raise_itself  # not at the top: control imports state
             share = claimed_share(env.compute_share, may_raise_itself(self.state, conn))
             if share != env.compute_share:

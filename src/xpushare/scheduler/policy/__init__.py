@@ -34,7 +34,7 @@ it goes on aging from the wait it had (otherwise a busy higher-priority client c
 every grant, and it would never age enough to keep one).
 
 What a client declares of itself (HELLO's priority, SETTINGS' share) reaches set_priority and
-set_share as claims.py says: above the default it counts as the default unless an admin governs it.
+set_share as declared.py says: above the default it counts as the default unless an admin governs it.
 
 Compute shares (set_share): a weight per client, DEFAULT_SHARE unless set. A share orders nothing
 (priorities keep their meaning); it splits the GPU's time among clients that take turns. In modes
@@ -97,7 +97,7 @@ running holders of one share. With equal shares the mean never changes: O(1).
 """
 
 from .arbiter import Arbiter
-from .claims import DEFAULT_PRIORITY, claimed_priority, claimed_share, raises
+from .declared import DEFAULT_PRIORITY, claimed_priority, claimed_share, raises
 from .median import LowerMedian
 from .model import (
     AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, DEFAULT_SHARE, EVICT_AFTER_QUANTA,

@@ -1,6 +1,6 @@
-"""One user's clients among themselves: the order their own priorities ask for (claims.py).
+"""One user's clients among themselves: the order their own priorities ask for (declared.py).
 
-Against other users a client's priority is what claims.py lets it claim, so a process's own
+Against other users a client's priority is what declared.py lets it claim, so a process's own
 declaration above the default counts as the default there. Among the waiters of one owner (a
 user) at one base priority, though, its own priority (what it declared) still decides who goes
 first: when one of them joins the waiters, they take the places that owner's waiters hold, in

@@ -1,4 +1,4 @@
-"""What a process declares of itself, against another user's (issue 22, item 7; policy/claims.py):
+"""What a process declares of itself, against another user's (issue 22, item 7; policy/declared.py):
 a priority or a compute share above the default from a non-admin process counts as the default,
 so it neither overtakes nor preempts another user's client, nor lengthens its own quanta against
 it; lower values and an admin's settings still apply; and as declared it still orders its own

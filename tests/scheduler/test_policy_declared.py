@@ -1,4 +1,4 @@
-"""What a client's declaration of itself counts for (policy/claims.py, policy/owners.py):
+"""What a client's declaration of itself counts for (policy/declared.py, policy/owners.py):
 table-driven cases; an owner's waiters in their own order in the places they hold; and the
 invariant in seeded simulated runs (test_policy_shares_sim.Sim, every call checked by Replay): no
 self-declaration of priority or share by one user's non-admin processes raises that user's part of
