@@ -10,7 +10,14 @@ import tempfile
 import pytest
 
 from .fake_apiserver import FakeApiServer
+from .helmtool import helm_or_skip
 from .k8s_helpers import FakeKubelet, PluginProcess
+
+
+@pytest.fixture(scope="session")
+def helm():
+    """helm (helmtool.py): skipped, with the reason, where it cannot be had."""
+    return helm_or_skip()
 
 
 @pytest.fixture

