@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from .k8s_helpers import REPO
-from .test_k8s_helm import CHART, NS, by_kind, helm, kv, render, validate_all  # noqa: F401 (fixtures)
+from .test_k8s_helm import CHART, NS, by_kind, kv, render, validate_all  # noqa: F401 (fixtures)
 
 DASHBOARD = REPO / "deploy" / "grafana" / "xpushare.json"
 CHART_DASHBOARD = CHART / "dashboards" / "xpushare.json"
