@@ -59,15 +59,16 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
 
 
 def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
-    """Attach the GPU msg.uuid names (registry.attach: a UUID of bad syntax is a protocol error; one
-    too many made up by this uid is refused like a connection past the per-uid cap, with ERROR and
+    """Attach the GPU msg.uuid names under ordinal msg.device (registry.attach: a UUID of bad syntax
+    is a protocol error; an ordinal past limits.max_ordinals, or one GPU too many made up by this
+    uid, is refused like a connection past the per-uid cap, with ERROR and
     the connection closed: a client left waiting for ATTACHED would hang, a closed one runs
     ungated). ATTACHED carries the scheduler's capacity, else the client's own report, which
     applies to that client only."""
     _require_hello(conn)
     registry = state.registry
     try:
-        gpu = registry.attach(conn, msg.uuid, msg.name)
+        gpu = registry.attach(conn, msg.device, msg.uuid, msg.name)
     except Refused as e:
         state.warnings.warning(("attach", conn.uid), "refusing ATTACH of pid=%d uid=%d: %s; "
                                "closing its connection", conn.pid, conn.uid, e)
