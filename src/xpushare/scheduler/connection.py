@@ -63,6 +63,9 @@ class Conn:
         self.quota = Quota()                      # what applies now (quotas.Quotas.refresh)
         self.quota_sent: Limits | None = None     # the last LIMITS sent
         self.job_info: JobInfo | None = None      # JOB's (None: the client named no job)
+        self.admin: bool | None = None            # access.is_admin's answer, once asked
+        self.awaiting = False                     # a reply is being built (handlers.on_ctl)
+        self.resume = lambda: None                # read on once it is sent (Connection sets it)
 
     def ordinal(self, gpu: Gpu) -> int:
         for dev, g in self.devices.items():  # a loop, not next(genexpr): it is on every grant
@@ -130,6 +133,7 @@ class Connection(asyncio.Protocol):
             transport.close()
             return
         self.conn = Conn(state.next_id(), transport, pid, uid, gid, pod=state.pods(pid))
+        self.conn.resume = self._resume
         state.connected(self.conn)
         self.deadline.arm(state.config.hello_timeout, "sent no HELLO or control request")
         self.pidfd = peer.process_handle(sock, pid)
@@ -154,11 +158,16 @@ class Connection(asyncio.Protocol):
     def _frames_in(self, conn: Conn, data: bytes) -> None:
         decoder = self.decoder
         decoder.feed(data)
+        if conn.awaiting:  # read before the pause took effect: kept for _resume
+            return
         completed = 0
         for frame in decoder.frames():
             dispatch(self.state, conn, frame)
             completed += 1
             if conn.closed:
+                return
+            if conn.awaiting:  # the rest waits until that reply is sent (_resume)
+                conn.transport.pause_reading()
                 return
         if conn.hello is None and not conn.ctl:
             return  # the first message's deadline runs on
@@ -166,6 +175,14 @@ class Connection(asyncio.Protocol):
             self.deadline.cancel()
         elif completed or not self.deadline.armed:
             self.deadline.arm(self.state.config.frame_timeout, "did not complete a frame")
+
+    def _resume(self) -> None:
+        """The reply being built was sent: the frames that came after its request, then more."""
+        conn = self.conn
+        if conn.closed or conn.transport.is_closing():
+            return
+        conn.transport.resume_reading()
+        self.data_received(b"")
 
     def eof_received(self) -> bool:
         conn = self.conn

@@ -8,13 +8,14 @@ connection only (connection.py).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 from ..protocol import (
     FEATURE_BUSY, FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SWAP, HELLO_SWAP, PRIORITY_LIMIT, VERSION,
     Attach, Attached, BusyUpdate, Hello, Job, LockRequest, MemUpdate, MessageType, ProtocolError,
-    Released, ReleaseReason, Residency, Settings, Welcome, encode, encode_error,
+    Released, ReleaseReason, Residency, Settings, Welcome, encode, encode_error, encode_json,
 )
 from . import control, metrics, swap
 from .jobinfo import job_info
@@ -179,8 +180,24 @@ def on_job(state: SchedulerState, conn: Conn, msg: Job) -> None:
 
 
 def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:
+    """A reply built in steps (status) is built a slice at a time (statusreply.Slicer); until it
+    is sent, nothing more is read from this connection, so its replies keep the order of its
+    requests and one connection has at most one reply in the making."""
     conn.ctl = conn.hello is None
-    conn.send(control.handle(state, conn, msg))
+    reply = control.start(state, conn, msg)
+    if isinstance(reply, bytes):
+        conn.send(reply)
+        return
+    conn.awaiting = True
+
+    def done(frame: bytes | None) -> None:
+        conn.awaiting = False
+        if conn.closed:
+            return
+        conn.send(frame if frame is not None else
+                  encode_json(MessageType.CTL_REPLY, {"ok": False, "error": "internal error"}))
+        conn.resume()
+    state.slicer.submit(asyncio.get_running_loop(), reply, done)
 
 
 HANDLERS = {
