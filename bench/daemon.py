@@ -9,6 +9,7 @@ a thousand clients and the daemon's thousand connections fit.
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import socket
@@ -53,18 +54,24 @@ class Daemon:
     construction and stopped (and its directory removed) by stop() or on leaving a with block."""
 
     def __init__(self, mode: str, gpu_memory: str = "16GiB", extra: tuple[str, ...] = (),
-                 ready_timeout: float = 20.0) -> None:
+                 ready_timeout: float = 20.0, src: Path | None = None,
+                 python_args: tuple[str, ...] = ()) -> None:
+        """src: the package sources to run (another checkout's src/, for a baseline measured in
+        the same run); python_args: before `-m xpushare.scheduler` (e.g. a profiler's)."""
         children_can_import_xpushare()
+        env = None
+        if src is not None:
+            env = {**os.environ, "PYTHONPATH": str(src)}
         self.dir = Path(tempfile.mkdtemp(prefix="nvs-", dir="/tmp"))
         self.socket = self.dir / "s.sock"
         self.log_path = self.dir / "scheduler.log"
         self._saved_log: str | None = None
-        self.argv = [sys.executable, "-m", "xpushare.scheduler", "--no-nvml", "--gpu-memory", gpu_memory,
+        self.argv = [sys.executable, *python_args, "-m", "xpushare.scheduler", "--no-nvml", "--gpu-memory", gpu_memory,
                      "--socket", str(self.socket), "--mode", mode, *extra]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                         preexec_fn=raise_nofile)
+                                         preexec_fn=raise_nofile, env=env)
         try:
             self._wait_ready(ready_timeout)
         except BaseException:
@@ -94,6 +101,12 @@ class Daemon:
 
     def rss_kib(self) -> int | None:
         return rss_kib(self.proc.pid)
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the daemon has used so far."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def log(self) -> str:
         """Its log (after stop(), what it held when the directory was removed)."""

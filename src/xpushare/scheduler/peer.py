@@ -49,6 +49,8 @@ def cmdline(pid: int) -> str:
     except OSError:
         return ""
     text = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
+    if text.isprintable():  # the usual case, checked in C: no loop over characters per connect
+        return text
     return "".join(ch if ch.isprintable() else " " for ch in text)  # one line in logs and tables
 
 

@@ -118,8 +118,10 @@ class Quotas:
 
     def attached(self, conn: Conn, gpu: Gpu) -> None:
         """Tell the policy the client's share (after ATTACH; refresh() when it changes): its job's
-        seats take the highest share of their members (policy/gang.py)."""
-        self.state.registry.set_share(conn, conn.quota.compute_share)
+        seats take the highest share of their members (policy/gang.py). A client without one
+        (the usual case) changes no job's share: nothing to tell, on the registration path."""
+        if conn.quota.compute_share is not None:
+            self.state.registry.set_share(conn, conn.quota.compute_share)
 
     # -- the sources ---------------------------------------------------------------------------
     def settings(self, conn: Conn, msg: Settings) -> None:
