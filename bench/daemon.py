@@ -9,6 +9,7 @@ a thousand clients and the daemon's thousand connections fit.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -23,6 +24,7 @@ import common  # noqa: F401  (the repository root on sys.path, for testkit)
 from protoclient import children_can_import_xpushare
 from testkit.waiting import stop_process
 
+FAKE_NVML = Path(__file__).resolve().parents[1] / "tests" / "scheduler" / "fake_nvml"
 PROBLEMS = ("Traceback", "internal error")  # log lines a daemon that works correctly never writes
 
 
@@ -55,18 +57,24 @@ class Daemon:
 
     def __init__(self, mode: str, gpu_memory: str = "16GiB", extra: tuple[str, ...] = (),
                  ready_timeout: float = 20.0, src: Path | None = None,
-                 python_args: tuple[str, ...] = ()) -> None:
+                 python_args: tuple[str, ...] = (), nvml: list[dict] | None = None) -> None:
         """src: the package sources to run (another checkout's src/, for a baseline measured in
-        the same run); python_args: before `-m xpushare.scheduler` (e.g. a profiler's)."""
+        the same run); python_args: before `-m xpushare.scheduler` (e.g. a profiler's); nvml: the
+        GPUs the tests' fake pynvml reports ({"uuid", "name", "memory"}), instead of --no-nvml."""
         children_can_import_xpushare()
         env = None
-        if src is not None:
-            env = {**os.environ, "PYTHONPATH": str(src)}
+        if src is not None or nvml is not None:
+            paths = [str(src)] if src is not None else [os.environ.get("PYTHONPATH", "")]
+            if nvml is not None:
+                paths.insert(0, str(FAKE_NVML))
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+                   "FAKE_NVML_GPUS": json.dumps(nvml or [])}
         self.dir = Path(tempfile.mkdtemp(prefix="nvs-", dir="/tmp"))
         self.socket = self.dir / "s.sock"
         self.log_path = self.dir / "scheduler.log"
         self._saved_log: str | None = None
-        self.argv = [sys.executable, *python_args, "-m", "xpushare.scheduler", "--no-nvml", "--gpu-memory", gpu_memory,
+        self.argv = [sys.executable, *python_args, "-m", "xpushare.scheduler",
+                     *(["--no-nvml"] if nvml is None else []), "--gpu-memory", gpu_memory,
                      "--socket", str(self.socket), "--mode", mode, *extra]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,

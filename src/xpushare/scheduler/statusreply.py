@@ -91,9 +91,9 @@ def _fit_and_encode(head: dict, gpus: list, clients: list, jobs: list) -> Steps:
         yield from _list_made_up_gpus_that_fit(head, gpus, clients, fixed)
         gpu_t = yield from _texts(head.pop("_gpus"))
         client_t = yield from _texts(clients)
-    left_out = 0
-    while client_t and size() > REPLY_MAX:  # bounded whatever the number of connections
-        client_t.pop()
+    left_out, total = 0, size()
+    while client_t and total > REPLY_MAX:  # bounded whatever the number of connections
+        total -= len(client_t.pop()) + 1
         left_out += 1
     if left_out:
         head["clients_not_listed"] = left_out
