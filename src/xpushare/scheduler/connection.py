@@ -65,7 +65,7 @@ class Conn:
         self.job_info: JobInfo | None = None      # JOB's (None: the client named no job)
         self.admin: bool | None = None            # access.is_admin's answer, once asked
         self.awaiting = False                     # a reply is being built (handlers.on_ctl)
-        self.resume = lambda: None                # read on once it is sent (Connection sets it)
+        self.resume = _nothing                    # read on once it is sent (Connection sets it)
 
     def ordinal(self, gpu: Gpu) -> int:
         for dev, g in self.devices.items():  # a loop, not next(genexpr): it is on every grant
@@ -198,6 +198,7 @@ class Connection(asyncio.Protocol):
             os.close(self.pidfd)
             self.pidfd = None
         if self.conn is not None:
+            self.conn.resume = _nothing  # no cycle through this protocol: freed without the collector
             if exc is not None:
                 log.debug("pid=%d: connection error: %s", self.conn.pid, exc)
             forget(self.state, self.conn)
@@ -227,6 +228,10 @@ class Connection(asyncio.Protocol):
         log.warning("pid=%d uid=%d client=%d has exited but its connection is still open (held "
                     "by a process it forked?); closing it", conn.pid, conn.uid, conn.id)
         self._end(conn, f"pid {conn.pid}, which made this connection, has exited")
+
+
+def _nothing() -> None:
+    pass
 
 
 def forget(state: SchedulerState, conn: Conn) -> None:
