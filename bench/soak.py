@@ -264,7 +264,9 @@ def compare(args) -> int:
             rt = res["probe"]["round_trip_us"]
             row = {"p50_us": rt.get("p50"), "p99_us": rt.get("p99"), "max_us": rt.get("max"),
                    "cycles": rt["n"], "over_10ms": res["probe"]["over_10ms"],
-                   "loop_holds": res["log"]["loop_holds"], "gc_pauses": res["log"]["gc_pauses"]}
+                   "loop_holds": res["log"]["loop_holds"], "gc_pauses": res["log"]["gc_pauses"],
+                   "requests": res["sent"]["requests"], "answered": res["sent"]["answered"],
+                   "bad_replies": res["sent"]["bad_replies"], "alive": res["alive_at_end"]}
             out[name].append(row)
             if args.keep_log:
                 args.keep_log.mkdir(parents=True, exist_ok=True)
