@@ -134,3 +134,24 @@ def _first_to_arrive(asker, waiter) -> str:
         if asker.sock in ready:
             return "status"
     raise AssertionError("neither the grant nor the status reply came")
+
+
+def test_status_requests_waiting_their_turn_are_not_timed_out_as_silent_peers(start_scheduler):
+    # A first message must be complete within --hello-timeout; a status request that is complete
+    # but waits behind others' replies is no silent peer.
+    s = start_scheduler("--no-nvml", "--hello-timeout", "0.3")
+    clients = [registered(s.sock, devices=()) for _ in range(100)]
+    askers = []
+    try:
+        for c in clients:
+            for dev in range(16):
+                c.attach(dev, uuid(dev))
+        askers = [FakeClient(s.sock) for _ in range(30)]
+        for a in askers:
+            a.send_raw(STATUS)
+        replies = [a.expect(MessageType.CTL_REPLY, timeout=60) for a in askers]
+        assert all(r["ok"] for r in replies)
+        assert "sent no HELLO or control request" not in s.log()
+    finally:
+        for c in clients + askers:
+            c.close()

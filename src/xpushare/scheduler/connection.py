@@ -168,6 +168,10 @@ class Connection(asyncio.Protocol):
                 return
             if conn.awaiting:  # the rest waits until that reply is sent (_resume)
                 conn.transport.pause_reading()
+                # Its request is complete, and nothing more is read until _resume, which arms
+                # the deadline again for what is pending then: a reply that waits its turn
+                # behind others is no peer that stopped sending.
+                self.deadline.cancel()
                 return
         if conn.hello is None and not conn.ctl:
             return  # the first message's deadline runs on

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..protocol import (
-    PRIORITY_LIMIT, Attach, Attached, MessageType, ProtocolError, encode_json,
+    PRIORITY_LIMIT, Attach, Attached, MessageType, encode_json,
 )
 from . import placement, statusreply
 from .access import is_admin, viewer

@@ -180,7 +180,7 @@ def on_job(state: SchedulerState, conn: Conn, msg: Job) -> None:
 
 
 def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:
-    """A reply built in steps (status) is built a slice at a time (statusreply.Slicer); until it
+    """A reply built in steps (status) is built a slice at a time (slicer.Slicer); until it
     is sent, nothing more is read from this connection, so its replies keep the order of its
     requests and one connection has at most one reply in the making."""
     conn.ctl = conn.hello is None
