@@ -24,7 +24,7 @@ from ..protocol import MAX_CTL_REPLY, MessageType, encode_frame
 from . import swap
 from .access import Viewer
 from .state import SchedulerState
-from .status import client_status, gpu_status, job_shown, job_status
+from .status import COMMAND_MAX, client_status, gpu_status, job_shown, job_status
 
 COMMAND_SHORT = 32  # characters of a command line when the reply would not fit otherwise
 REPLY_MAX = MAX_CTL_REPLY - 256  # what status fills of a frame, below it: the counts added last
@@ -37,60 +37,50 @@ def _dump(value) -> str:
 
 
 def steps(state: SchedulerState, viewer: Viewer) -> Steps:
-    """The CTL_REPLY frame of a status request, a step at a time."""
+    """The CTL_REPLY frame of a status request, a step at a time. Each GPU's, client's and job's
+    entry is encoded in the step that builds it, and only its text is kept: entries kept as dicts
+    from one slice to the next would be promoted by the collector and make it run full
+    collections over the whole daemon (several ms each) while status requests keep coming."""
     registry = state.registry
     now = registry.now()
     clients = state.clients()
     yield
     swapped = swap.swapped_by_gpu(clients)
-    gpus = []
-    for g in registry.in_order():
-        gpus.append(gpu_status(g, now, swapped.get(g.uuid, 0), viewer))
+    gpus = registry.in_order()
+    gpu_t = []
+    for g in gpus:
+        gpu_t.append(_dump(gpu_status(g, now, swapped.get(g.uuid, 0), viewer)))
         yield
-    entries = []
-    for c in clients:
-        if c.closed or c not in state.conns:
-            continue  # gone since the request came
-        entries.append(client_status(state, c, now, viewer))
-        yield
-    jobs = []
+    shown: list = []
+    client_t = yield from _clients(state, clients, now, viewer, shown=shown)
+    job_t = []
     for job in list(registry.gangs.jobs.values()):
         if job_shown(job):
-            jobs.append(job_status(job, viewer))
+            job_t.append(_dump(job_status(job, viewer)))
             yield
     head = {"ok": True, "scheduler": {
         "pid": os.getpid(), "uid": os.geteuid(), "version": __version__,
         "socket": str(state.config.socket_path), "mode": registry.default_mode.value,
         "tq": registry.default_tq if registry.default_tq is not None else "auto"}}
-    return (yield from _fit_and_encode(head, gpus, entries, jobs))
-
-
-def _texts(items: list[dict]) -> Generator[None, None, list[str]]:
-    out = []
-    for item in items:
-        out.append(_dump(item))
-        yield
-    return out
-
-
-def _fit_and_encode(head: dict, gpus: list, clients: list, jobs: list) -> Steps:
-    gpu_t = yield from _texts(gpus)
-    client_t = yield from _texts(clients)
-    job_t = yield from _texts(jobs)
     fixed = len(_dump(head)) + 64 + sum(map(len, job_t)) + len(job_t)
 
     def size() -> int:
         return fixed + sum(map(len, gpu_t)) + len(gpu_t) + sum(map(len, client_t)) + len(client_t)
 
     if size() > REPLY_MAX:
-        for c in clients:
-            if c["command"]:
-                c["command"] = c["command"][:COMMAND_SHORT]
-        client_t = yield from _texts(clients)
-    if size() > REPLY_MAX:
-        yield from _list_made_up_gpus_that_fit(head, gpus, clients, fixed)
+        client_t = yield from _clients(state, shown, now, viewer, COMMAND_SHORT)
+    if size() > REPLY_MAX:  # rare (hundreds of client-made GPUs): their entries as dicts again
+        gpu_d = []
+        for g in gpus:
+            gpu_d.append(gpu_status(g, now, swapped.get(g.uuid, 0), viewer))
+            yield
+        client_d = []
+        for c in shown:
+            client_d.append(client_status(state, c, now, viewer, COMMAND_SHORT))
+            yield
+        yield from _list_made_up_gpus_that_fit(head, gpu_d, client_d, fixed)
         gpu_t = yield from _texts(head.pop("_gpus"))
-        client_t = yield from _texts(clients)
+        client_t = yield from _texts(client_d)
     left_out, total = 0, size()
     while client_t and total > REPLY_MAX:  # bounded whatever the number of connections
         total -= len(client_t.pop()) + 1
@@ -101,6 +91,29 @@ def _fit_and_encode(head: dict, gpus: list, clients: list, jobs: list) -> Steps:
              '],"jobs":[', ",".join(job_t), "]}"]
     yield
     return encode_frame(MessageType.CTL_REPLY, "".join(parts).encode("utf-8"))
+
+
+def _clients(state: SchedulerState, clients: list, now: float, viewer: Viewer,
+             command_max: int = COMMAND_MAX, shown: list | None = None) -> Generator:
+    """The clients' entries as text, a client a step, leaving out those gone meanwhile (and
+    listing the others in `shown`)."""
+    out = []
+    for c in clients:
+        if c.closed or c not in state.conns:
+            continue  # gone since the request came
+        if shown is not None:
+            shown.append(c)
+        out.append(_dump(client_status(state, c, now, viewer, command_max)))
+        yield
+    return out
+
+
+def _texts(items: list[dict]) -> Generator[None, None, list[str]]:
+    out = []
+    for item in items:
+        out.append(_dump(item))
+        yield
+    return out
 
 
 def _list_made_up_gpus_that_fit(head: dict, gpus: list, clients: list, fixed: int) -> Generator:
