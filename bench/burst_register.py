@@ -10,7 +10,7 @@ taken from just before the first connect to the last ATTACHED. Baseline trees co
 `git worktree add /tmp/base-loop <commit>`.
 
     python3 bench/burst_register.py [--clients 1000] [--rounds 4] [--tree NAME=PATH ...]
-                                    [--profile DIR] [--json out.json]
+                                    [--this-with NAME=ARGS ...] [--profile DIR] [--json out.json]
 
 --profile DIR runs each scheduler under cProfile and leaves DIR/<tree>-<round>.prof (profiled
 rounds time the profiler too: use them to find where the time goes, not for the numbers).
@@ -83,10 +83,11 @@ def burst(path: Path, n: int, frames: Frames, timeout: float = 60.0) -> list[flo
             s.close()
 
 
-def one_round(name: str, src: Path, n: int, frames: Frames, profile: Path | None, r: int) -> dict:
+def one_round(name: str, src: Path, n: int, frames: Frames, profile: Path | None, r: int,
+              extra: tuple[str, ...] = ()) -> dict:
     python_args = ("-m", "cProfile", "-o", str(profile / f"{name}-{r}.prof")) if profile else ()
     # Run as root (the per-uid connection cap exempts it; older trees lack the flag).
-    with Daemon("auto", src=src, python_args=python_args) as d:
+    with Daemon("auto", src=src, python_args=python_args, extra=extra) as d:
         time.sleep(0.3)  # let start-up finish before the CPU reading
         cpu0 = d.cpu_s()
         times = burst(d.socket, n, frames)
@@ -110,20 +111,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
                    help="a checkout to measure (its src/ is run); this checkout is always measured")
+    p.add_argument("--this-with", action="append", default=[], metavar="NAME=ARGS",
+                   help="also this checkout with these scheduler options, e.g. "
+                        "asyncio='--event-loop asyncio'")
     p.add_argument("--profile", type=Path)
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     raise_nofile()
-    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]) / "src") for t in a.tree]
-    trees.append(("this", REPO / "src"))
+    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]) / "src", ()) for t in a.tree]
+    trees += [(t.split("=", 1)[0], REPO / "src", tuple(t.split("=", 1)[1].split()))
+              for t in a.this_with]
+    trees.append(("this", REPO / "src", ()))
     if a.profile:
         a.profile.mkdir(parents=True, exist_ok=True)
     frames = Frames(FAKE_UUID)
-    results: dict[str, list[dict]] = {name: [] for name, _ in trees}
+    results: dict[str, list[dict]] = {name: [] for name, _, _ in trees}
     for r in range(a.rounds):
         order = trees if r % 2 == 0 else trees[::-1]  # alternate who goes first
-        for name, src in order:
-            results[name].append(one_round(name, src, a.clients, frames, a.profile, r))
+        for name, src, extra in order:
+            results[name].append(one_round(name, src, a.clients, frames, a.profile, r, extra))
             print(f"round {r} {name}: p99 {percentile(results[name][-1]['ms'], 99):.1f} ms, "
                   f"cpu {results[name][-1]['cpu_s_per_1000']:.3f} s/1000", flush=True)
     out = {"clients": a.clients, "rounds": a.rounds,
