@@ -9,6 +9,8 @@ a thousand clients and the daemon's thousand connections fit.
 
 from __future__ import annotations
 
+import json
+import os
 import resource
 import shutil
 import socket
@@ -22,6 +24,7 @@ import common  # noqa: F401  (the repository root on sys.path, for testkit)
 from protoclient import children_can_import_xpushare
 from testkit.waiting import stop_process
 
+FAKE_NVML = Path(__file__).resolve().parents[1] / "tests" / "scheduler" / "fake_nvml"
 PROBLEMS = ("Traceback", "internal error")  # log lines a daemon that works correctly never writes
 
 
@@ -53,18 +56,30 @@ class Daemon:
     construction and stopped (and its directory removed) by stop() or on leaving a with block."""
 
     def __init__(self, mode: str, gpu_memory: str = "16GiB", extra: tuple[str, ...] = (),
-                 ready_timeout: float = 20.0) -> None:
+                 ready_timeout: float = 20.0, src: Path | None = None,
+                 python_args: tuple[str, ...] = (), nvml: list[dict] | None = None) -> None:
+        """src: the package sources to run (another checkout's src/, for a baseline measured in
+        the same run); python_args: before `-m xpushare.scheduler` (e.g. a profiler's); nvml: the
+        GPUs the tests' fake pynvml reports ({"uuid", "name", "memory"}), instead of --no-nvml."""
         children_can_import_xpushare()
+        env = None
+        if src is not None or nvml is not None:
+            paths = [str(src)] if src is not None else [os.environ.get("PYTHONPATH", "")]
+            if nvml is not None:
+                paths.insert(0, str(FAKE_NVML))
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+                   "FAKE_NVML_GPUS": json.dumps(nvml or [])}
         self.dir = Path(tempfile.mkdtemp(prefix="nvs-", dir="/tmp"))
         self.socket = self.dir / "s.sock"
         self.log_path = self.dir / "scheduler.log"
         self._saved_log: str | None = None
-        self.argv = [sys.executable, "-m", "xpushare.scheduler", "--no-nvml", "--gpu-memory", gpu_memory,
+        self.argv = [sys.executable, *python_args, "-m", "xpushare.scheduler",
+                     *(["--no-nvml"] if nvml is None else []), "--gpu-memory", gpu_memory,
                      "--socket", str(self.socket), "--mode", mode, *extra]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                         preexec_fn=raise_nofile)
+                                         preexec_fn=raise_nofile, env=env)
         try:
             self._wait_ready(ready_timeout)
         except BaseException:
@@ -94,6 +109,12 @@ class Daemon:
 
     def rss_kib(self) -> int | None:
         return rss_kib(self.proc.pid)
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the daemon has used so far."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def log(self) -> str:
         """Its log (after stop(), what it held when the directory was removed)."""

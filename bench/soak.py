@@ -168,10 +168,13 @@ def _phase(samples: list, t0: float, t1: float) -> list[float]:
     return [rtt for t, rtt in samples if t0 <= t < t1]
 
 
-def measure(p: dict) -> dict:
+def measure(p: dict, src: Path | None = None, watch: bool = False) -> dict:
+    """src: the package sources to run (another checkout's src/); watch: under bench/loopwatch.py,
+    whose lines about loop holds are counted from the daemon's log."""
     t_begin = time.monotonic()
     nofile, load_start = raise_nofile(), os.getloadavg()
-    with Daemon(p["mode"]) as daemon:
+    python_args = (str(BENCH / "loopwatch.py"),) if watch else ()
+    with Daemon(p["mode"], src=src, python_args=python_args) as daemon:
         sampler = RssSampler(daemon)
         pr = Probe(daemon.socket)
         time.sleep(p["quiet_s"])
@@ -206,8 +209,10 @@ def measure(p: dict) -> dict:
         "log": {"Traceback": log.count("Traceback"), "internal error": log.count("internal error"),
                 "lines": log.count("\n"), "bytes": len(log),
                 # GPUs it learnt from ATTACH (the probe's, the fuzz's and those of mutated UUIDs)
-                "gpus_learnt": log.count("gpu (made up by a client of uid ")},
-        "alive_at_end": alive, "restored": restored, "gpus_known_at_end": gpus,
+                "gpus_learnt": log.count("gpu (made up by a client of uid "),
+                "loop_holds": log.count("loopwatch: loop held"),
+                "gc_pauses": log.count("loopwatch: gc generation")},
+        "daemon_log": log if watch else "", "alive_at_end": alive, "restored": restored, "gpus_known_at_end": gpus,
         "load_average": {"start": [round(v, 2) for v in load_start],
                          "end": [round(v, 2) for v in os.getloadavg()]},
         "seconds": round(time.monotonic() - t_begin, 1)}
@@ -225,14 +230,50 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, help="malformed frames (default 100000)")
     ap.add_argument("--requests", type=int, help="fuzzed control requests (default 10000)")
     ap.add_argument("--json", type=Path, help="write the result here")
+    ap.add_argument("--watch", action="store_true",
+                    help="run the daemon under bench/loopwatch.py (loop holds in its log)")
+    ap.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
+                    help="also run another checkout's scheduler, alternating with this one; prints "
+                         "the probe's round trips of each")
+    ap.add_argument("--rounds", type=int, default=2, help="with --tree: rounds of each")
+    ap.add_argument("--keep-log", type=Path, metavar="DIR",
+                    help="with --tree --watch: each daemon's log, DIR/<tree>-<round>.log")
     args = ap.parse_args(argv)
     if any(v is not None and v < 1 for v in (args.frames, args.requests)):
         ap.error("--frames and --requests must be positive")
+    if args.tree or args.watch:
+        return compare(args)
     result = measure(plan(args.quick, None, args.frames, args.requests))
     result["rerun"] = " ".join([RERUN, *(argv if argv is not None else sys.argv[1:])])
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     print(section(result))
+    return 0
+
+
+def compare(args) -> int:
+    """The fuzz against schedulers from several source trees, alternating: the probe's round trip
+    during the fuzz (p50, p99, max, cycles over 10 ms) per tree and round."""
+    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]) / "src") for t in args.tree]
+    trees.append(("this", BENCH.parent / "src"))
+    p = plan(args.quick, None, args.frames, args.requests)
+    out: dict[str, list] = {name: [] for name, _ in trees}
+    for r in range(args.rounds):
+        for name, src in (trees if r % 2 == 0 else trees[::-1]):
+            res = measure(p, src=src, watch=args.watch)
+            rt = res["probe"]["round_trip_us"]
+            row = {"p50_us": rt.get("p50"), "p99_us": rt.get("p99"), "max_us": rt.get("max"),
+                   "cycles": rt["n"], "over_10ms": res["probe"]["over_10ms"],
+                   "loop_holds": res["log"]["loop_holds"], "gc_pauses": res["log"]["gc_pauses"],
+                   "requests": res["sent"]["requests"], "answered": res["sent"]["answered"],
+                   "bad_replies": res["sent"]["bad_replies"], "alive": res["alive_at_end"]}
+            out[name].append(row)
+            if args.keep_log:
+                args.keep_log.mkdir(parents=True, exist_ok=True)
+                (args.keep_log / f"{name}-{r}.log").write_text(res["daemon_log"])
+            print(f"round {r} {name}: {row}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"parameters": p, "trees": out}, indent=1))
     return 0
 
 

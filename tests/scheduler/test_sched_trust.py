@@ -40,18 +40,24 @@ def _error_and_eof(c: FakeClient) -> str:
 # -- made-up GPUs ---------------------------------------------------------------------------------
 
 def test_200_made_up_gpus_leave_status_answering_and_go_with_their_client(scheduler):
-    with registered(scheduler.sock, devices=()) as attacker:
+    # Root is exempt from the made-up cap, not from the ordinals one process can have: 200 GPUs
+    # over connections of CAP ordinals each.
+    attackers = [registered(scheduler.sock, devices=()) for _ in range(200 // CAP + 1)]
+    try:
         for i in range(200):
-            attacker.attach(i, uuid(1000 + i))
+            attackers[i // CAP].attach(i % CAP, uuid(1000 + i))
         with FakeClient(scheduler.sock) as other:
             st = other.ctl("status")
         assert st["ok"], st
         made = [g for g in st["gpus"] if g["index"] is None]
         assert 0 < len(made) and len(made) + st.get("gpus_not_listed", 0) == 200
-        (me,) = [c for c in st["clients"] if c["client_id"] == attacker.client_id]
-        assert len(me["gpus"]) + me.get("gpus_not_listed", 0) == 200
-        assert {d["uuid"] for d in me["gpus"]} == {g["uuid"] for g in made}
-    # Gone once the client has left (its EOF is handled after the close, on another connection).
+        mine = [c for c in st["clients"] if c["client_id"] in {a.client_id for a in attackers}]
+        assert sum(len(c["gpus"]) + c.get("gpus_not_listed", 0) for c in mine) == 200
+        assert {d["uuid"] for c in mine for d in c["gpus"]} == {g["uuid"] for g in made}
+    finally:
+        for a in attackers:
+            a.close()
+    # Gone once the clients have left (their EOF is handled after the close, on another connection).
     poll(lambda: scheduler.status()["gpus"] == [], what="the made-up GPUs forgotten")
     assert scheduler.log().count("forgotten, its last client left") == 200
 

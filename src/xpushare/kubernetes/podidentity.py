@@ -156,6 +156,8 @@ def parse_cgroup_file(text: str) -> Optional[CgroupPodRef]:
     The first line whose path names a pod wins; a line naming a container beats one that only
     names the pod (v1 hierarchies can disagree while a process is being moved).
     """
+    if "kubepods" not in text:  # every pod's cgroup path names it; most processes are in none
+        return None
     best = None
     for line in text.splitlines():
         parts = line.split(":", 2)

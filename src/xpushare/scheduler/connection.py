@@ -66,6 +66,9 @@ class Conn:
         self.quota = Quota()                      # what applies now (quotas.Quotas.refresh)
         self.quota_sent: Limits | None = None     # the last LIMITS sent
         self.job_info: JobInfo | None = None      # JOB's (None: the client named no job)
+        self.admin: bool | None = None            # access.is_admin's answer, once asked
+        self.awaiting = False                     # a reply is being built (handlers.on_ctl)
+        self.resume = _nothing                    # read on once it is sent (Connection sets it)
 
     def ordinal(self, gpu: Gpu) -> int:
         for dev, g in self.devices.items():  # a loop, not next(genexpr): it is on every grant
@@ -134,6 +137,7 @@ class Connection(asyncio.Protocol):
             return
         self.conn = Conn(state.next_id(), transport, pid, uid, gid, pod=state.pods(pid),
                          client_log=state.client_log)
+        self.conn.resume = self._resume
         state.connected(self.conn)
         self.deadline.arm(state.config.hello_timeout, "sent no HELLO or control request")
         self.pidfd = peer.process_handle(sock, pid)
@@ -159,11 +163,20 @@ class Connection(asyncio.Protocol):
     def _frames_in(self, conn: Conn, data: bytes) -> None:
         decoder = self.decoder
         decoder.feed(data)
+        if conn.awaiting:  # read before the pause took effect: kept for _resume
+            return
         completed = 0
         for frame in decoder.frames():
             dispatch(self.state, conn, frame)
             completed += 1
             if conn.closed:
+                return
+            if conn.awaiting:  # the rest waits until that reply is sent (_resume)
+                conn.transport.pause_reading()
+                # Its request is complete, and nothing more is read until _resume, which arms
+                # the deadline again for what is pending then: a reply that waits its turn
+                # behind others is no peer that stopped sending.
+                self.deadline.cancel()
                 return
         if conn.hello is None and not conn.ctl:
             return  # the first message's deadline runs on
@@ -171,6 +184,14 @@ class Connection(asyncio.Protocol):
             self.deadline.cancel()
         elif completed or not self.deadline.armed:
             self.deadline.arm(self.state.config.frame_timeout, "did not complete a frame")
+
+    def _resume(self) -> None:
+        """The reply being built was sent: the frames that came after its request, then more."""
+        conn = self.conn
+        if conn.closed or conn.transport.is_closing():
+            return
+        conn.transport.resume_reading()
+        self.data_received(b"")
 
     def eof_received(self) -> bool:
         conn = self.conn
@@ -186,6 +207,7 @@ class Connection(asyncio.Protocol):
             os.close(self.pidfd)
             self.pidfd = None
         if self.conn is not None:
+            self.conn.resume = _nothing  # no cycle through this protocol: freed without the collector
             if exc is not None:
                 log.debug("pid=%d: connection error: %s", self.conn.pid, exc)
             forget(self.state, self.conn)
@@ -215,6 +237,10 @@ class Connection(asyncio.Protocol):
         log.warning("pid=%d uid=%d client=%d has exited but its connection is still open (held "
                     "by a process it forked?); closing it", conn.pid, conn.uid, conn.id)
         self._end(conn, f"pid {conn.pid}, which made this connection, has exited")
+
+
+def _nothing() -> None:
+    pass
 
 
 def forget(state: SchedulerState, conn: Conn) -> None:

@@ -1,22 +1,23 @@
 """Control operations (nvsharectl): one table, OPS, of op name -> handler, whether it changes
-settings, and the schema of its fields (ctlschema.py). Changing settings is for root, the scheduler's
-own uid and --admin-group members; GPU selection (an index, a UUID or a unique UUID prefix) is shared
+settings, and the schema of its fields (ctlschema.py). Who may change settings, what a requester
+sees of other users' clients and how many requests a non-admin uid may make are access.py's; GPU
+selection (an index, a UUID or a unique UUID prefix) is shared
 by every op that takes a `gpu`. A request is checked against its op's schema before the handler
 runs, so handlers see only fields of the right type and range."""
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..protocol import (
-    PRIORITY_LIMIT, Attach, Attached, MessageType, ProtocolError, encode_json,
+    PRIORITY_LIMIT, Attach, Attached, MessageType, encode_json,
 )
-from . import peer, placement, status
+from . import placement, statusreply
+from .access import is_admin, viewer
 from .ctlschema import (
     Choice, Field, GpuSelector, Int, Invalid, PodName, Schema, Uid, show, unsigned_max, validate,
 )
@@ -37,14 +38,23 @@ class CtlError(Exception):
 
 @dataclass(frozen=True)
 class Op:
-    run: Callable[[SchedulerState, dict], dict | None]  # gets the fields validate() returned
+    run: Callable[[SchedulerState, dict], dict | None] | None  # gets what validate() returned
     admin: bool  # changes settings: checked with is_admin, and logged
     schema: Schema = Schema()
+    # A reply too costly to build at once (status): the steps of statusreply, given what the
+    # requester may see; start() returns them instead of a frame.
+    steps: Callable | None = None
 
 
 def handle(state: SchedulerState, conn: Conn, msg: dict) -> bytes:
+    """The CTL_REPLY frame answering one control request, built at once."""
+    reply = start(state, conn, msg)
+    return reply if isinstance(reply, bytes) else statusreply.run_to_end(reply)
+
+
+def start(state: SchedulerState, conn: Conn, msg: dict) -> bytes | statusreply.Steps:
     """The CTL_REPLY frame answering one control request (any JSON value: the frame decoder only
-    passes objects, but nothing here relies on it)."""
+    passes objects, but nothing here relies on it), or the steps that build it."""
     name = msg.get("op") if isinstance(msg, dict) else None
     op = OPS.get(name) if isinstance(name, str) else None
     try:
@@ -52,35 +62,25 @@ def handle(state: SchedulerState, conn: Conn, msg: dict) -> bytes:
             raise CtlError("a control request is a JSON object")
         if op is None:
             raise CtlError(f"unknown op {show(name)}")
-        if op.admin and not is_admin(state, conn):
+        admin = is_admin(state, conn)
+        if op.admin and not admin:
             raise CtlError(f"permission denied: uid {conn.uid} may not change scheduler settings "
                            "(root, the scheduler's own uid or --admin-group members only)")
+        wait = 0.0 if admin else state.requests.take(conn.uid)
+        if wait:
+            raise CtlError(f"too many control requests from uid {conn.uid} (at most "
+                           f"{state.requests.rate:g} a second, {state.requests.burst} at once); "
+                           f"try again in {wait:.2f}s")
         fields = validate(name, op.schema, msg)
+        if op.steps is not None:
+            return op.steps(state, viewer(state, conn))
         reply = {"ok": True, **(op.run(state, fields) or {})}
     except (CtlError, Invalid) as e:
         reply = {"ok": False, "error": str(e)}
     if op is not None and op.admin:
         state.client_log.info(conn.uid, "ctl %s from pid=%d uid=%d: %s", name, conn.pid, conn.uid,
                               "ok" if reply["ok"] else reply["error"])
-    try:
-        return encode_json(MessageType.CTL_REPLY, reply)
-    except ProtocolError:  # over MAX_CTL_REPLY: a frame cannot carry it
-        return encode_json(MessageType.CTL_REPLY, {
-            "ok": False, "error": f"reply too large for one frame ({len(state.conns)} connections)"})
-
-
-def is_admin(state: SchedulerState, conn: Conn) -> bool:
-    if conn.uid in (0, os.geteuid()):
-        return True
-    gid = state.config.admin_gid
-    return gid is not None and gid in peer.groups(conn.pid, conn.gid)
-
-
-def may_raise_itself(state: SchedulerState, conn: Conn) -> bool:
-    """Whether what the client declares of itself (priority, share) may raise it above the
-    default (policy/declared.py): an admin's own process, outside a pod (root in a container is not
-    the node's admin: the cluster raises a pod by its annotations)."""
-    return conn.pod is None and is_admin(state, conn)
+    return encode_json(MessageType.CTL_REPLY, reply)
 
 
 def select_gpus(state: SchedulerState, sel) -> list[Gpu]:
@@ -234,7 +234,7 @@ TARGET = (Field("pid", PID), Field("client_id", CLIENT_ID), Field("pod", PodName
 
 OPS: dict[str, Op] = {
     "ping": Op(op_ping, admin=False),
-    "status": Op(status.build, admin=False),
+    "status": Op(None, admin=False, steps=statusreply.steps),
     "place": Op(op_place, admin=False, schema=Schema((
         Field("count", COUNT, required=True), Field("memory", JOB_MEMORY)))),
     "set_tq": Op(op_set_tq, admin=True, schema=Schema((

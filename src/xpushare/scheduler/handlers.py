@@ -8,15 +8,16 @@ connection only (connection.py).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 from ..protocol import (
     FEATURE_BUSY, FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SWAP, HELLO_SWAP, PRIORITY_LIMIT, VERSION,
     Attach, Attached, BusyUpdate, Hello, Job, LockRequest, MemUpdate, MessageType, ProtocolError,
-    Released, ReleaseReason, Residency, Settings, Welcome, encode, encode_error,
+    Released, ReleaseReason, Residency, Settings, Welcome, encode, encode_error, encode_json,
 )
-from . import control, metrics, swap
+from . import access, control, metrics, swap
 from .jobinfo import job_info
 from .policy import SwitchReport, claimed_priority, raises
 from .registry import Gpu, Refused, lock_log
@@ -53,7 +54,7 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
     # What a process says of itself may lower its claim, not raise it over other users'
     # (declared.py); as declared it orders it among its own user's processes (owners.py).
     conn.priority = claimed_priority(
-        declared, not raises(declared) or control.may_raise_itself(state, conn))
+        declared, not raises(declared) or access.may_raise_itself(state, conn))
     # The policy learns it when the client joins its job, at its first ATTACH (registry.join),
     # before any of its seats can be reclaimed.
     conn.swappable = bool(msg.flags & HELLO_SWAP)
@@ -65,15 +66,16 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
 
 
 def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
-    """Attach the GPU msg.uuid names (registry.attach: a UUID of bad syntax is a protocol error; one
-    too many made up by this uid is refused like a connection past the per-uid cap, with ERROR and
+    """Attach the GPU msg.uuid names under ordinal msg.device (registry.attach: a UUID of bad syntax
+    is a protocol error; an ordinal past limits.max_ordinals, or one GPU too many made up by this
+    uid, is refused like a connection past the per-uid cap, with ERROR and
     the connection closed: a client left waiting for ATTACHED would hang, a closed one runs
     ungated). ATTACHED carries the scheduler's capacity, else the client's own report, which
     applies to that client only."""
     _require_hello(conn)
     registry = state.registry
     try:
-        gpu = registry.attach(conn, msg.uuid, msg.name)
+        gpu = registry.attach(conn, msg.device, msg.uuid, msg.name)
     except Refused as e:
         state.warnings.warning(("attach", conn.uid), "refusing ATTACH of pid=%d uid=%d: %s; "
                                "closing its connection", conn.pid, conn.uid, e)
@@ -184,8 +186,24 @@ def on_job(state: SchedulerState, conn: Conn, msg: Job) -> None:
 
 
 def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:
+    """A reply built in steps (status) is built a slice at a time (slicer.Slicer); until it
+    is sent, nothing more is read from this connection, so its replies keep the order of its
+    requests and one connection has at most one reply in the making."""
     conn.ctl = conn.hello is None
-    conn.send(control.handle(state, conn, msg))
+    reply = control.start(state, conn, msg)
+    if isinstance(reply, bytes):
+        conn.send(reply)
+        return
+    conn.awaiting = True
+
+    def done(frame: bytes | None) -> None:
+        conn.awaiting = False
+        if conn.closed:
+            return
+        conn.send(frame if frame is not None else
+                  encode_json(MessageType.CTL_REPLY, {"ok": False, "error": "internal error"}))
+        conn.resume()
+    state.slicer.submit(asyncio.get_running_loop(), reply, done)
 
 
 HANDLERS = {

@@ -13,6 +13,12 @@ without bound, hold a file descriptor forever or flood its log:
 - MAX_MADE_UP_GPUS_PER_UID: GPUs NVML did not report that one uid's clients made known by attaching
   them (registry.py); each is forgotten when its last client leaves, and ATTACH of one more is
   refused with an ERROR and the connection is closed.
+- Device ordinals per connection: a process has at most as many CUDA devices as the driver
+  reports, and CUDA numbers them from 0, so an ATTACH's ordinal must be below the count of GPUs
+  NVML reported plus MAX_MADE_UP_GPUS_PER_UID (room for devices NVML does not show: no NVML, MIG).
+  Everything the scheduler keeps per client and GPU (memory, swap, lock counts, status and metrics
+  entries) is then bounded by it; an ATTACH past it gets an ERROR and the connection is closed.
+  Root too: no process of root's has more devices either.
 - FD_RESERVE: when the open connections (FDS_PER_CONNECTION descriptors each) reach the
   open-file limit less this reserve, only
   privileged peers (root and the scheduler's own uid, who may also change settings) are admitted; the
@@ -46,6 +52,11 @@ FDS_PER_CONNECTION = 2            # its socket and the pidfd of its process (con
 WARN_INTERVAL = 60.0              # seconds between two lines of one repeated warning
 
 _OUT_OF_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+def max_ordinals(nvml_gpus: int) -> int:
+    """The device ordinals one connection may ATTACH: 0 up to this, exclusive."""
+    return nvml_gpus + MAX_MADE_UP_GPUS_PER_UID
 
 
 def privileged(uid: int) -> bool:

@@ -49,6 +49,8 @@ def cmdline(pid: int) -> str:
     except OSError:
         return ""
     text = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
+    if text.isprintable():  # the usual case, checked in C: no loop over characters per connect
+        return text
     return "".join(ch if ch.isprintable() else " " for ch in text)  # one line in logs and tables
 
 
@@ -70,7 +72,8 @@ POD_IDENTITY_ROOT_ENV = "NVSHARE_POD_IDENTITY_ROOT"
 
 
 class PodLookup:
-    """pid -> pod identity through xpushare.kubernetes.podidentity, when that module is there.
+    """pid -> pod identity through xpushare.kubernetes.podidentity, when that module is there and
+    the host keeps pods' logs (a Kubernetes node), or the test seam names a root.
     Called once per connection, when it is made (Conn.pod); never cached by pid, which the kernel
     reuses."""
 
@@ -86,8 +89,14 @@ class PodLookup:
         if not self._loaded:
             self._loaded = True
             try:
-                from ..kubernetes.podidentity import pod_identity
+                from ..kubernetes.podidentity import DEFAULT_POD_LOG_ROOT, pod_identity
                 self._fn = pod_identity
+                # A pod's name comes from the kubelet's pod log directories (the chart mounts
+                # them): on a host without them there are no pods to find, and no connection's
+                # cgroup is read (a burst of registrations paid about 80 µs each for it).
+                if self.root is None and not os.path.isdir(DEFAULT_POD_LOG_ROOT):
+                    self._fn = None
+                    log.info("pod identities: off (no %s on this host)", DEFAULT_POD_LOG_ROOT)
                 if self.root is not None:
                     root = self.root
                     self._fn = lambda pid: pod_identity(

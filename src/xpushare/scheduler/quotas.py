@@ -30,6 +30,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from ..protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, Limits, ProtocolError, Settings, encode
+from .access import may_raise_itself
 from .policy import claimed_share, raises
 
 if TYPE_CHECKING:
@@ -131,15 +132,16 @@ class Quotas:
 
     def attached(self, conn: Conn, gpu: Gpu) -> None:
         """Tell the policy the client's share (after ATTACH; refresh() when it changes): its job's
-        seats take the highest share of their members (policy/gang.py)."""
-        self.state.registry.set_share(conn, conn.quota.compute_share)
+        seats take the highest share of their members (policy/gang.py). A client without one
+        (the usual case) changes no job's share: nothing to tell, on the registration path."""
+        if conn.quota.compute_share is not None:
+            self.state.registry.set_share(conn, conn.quota.compute_share)
 
     # -- the sources ---------------------------------------------------------------------------
     def settings(self, conn: Conn, msg: Settings) -> None:
         """SETTINGS: the environment's values; LIMITS always answers it."""
         env = from_settings(msg)
         if raises(declared_share=env.compute_share):  # only an admin's own may (policy/declared.py)
-            from .control import may_raise_itself  # not at the top: control imports state
             share = claimed_share(env.compute_share, may_raise_itself(self.state, conn))
             if share != env.compute_share:
                 self.state.client_log.info(

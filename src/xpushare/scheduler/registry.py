@@ -87,6 +87,7 @@ class GpuRegistry:
         self.gpus: dict[str, Gpu] = {}            # by uuid_key
         self.made: Counter[int] = Counter()       # uid -> client-made GPUs it made, still known
         self.client_log = None                    # the state's ClientLog (clientlog.py)
+        self.nvml_count = 0                       # GPUs NVML reported (never forgotten)
         self.gangs = Gangs(order=_gpu_order)      # every client is a member of one job
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gang_timer: asyncio.TimerHandle | None = None
@@ -117,6 +118,8 @@ class GpuRegistry:
         self.gpus[uuid_key(uuid)] = gpu
         if made_by is not None:
             self.made[made_by] += 1
+        else:
+            self.nvml_count += 1
         self.capacity_changed(gpu)
         self._log_gpu(made_by, "gpu %s: %s, %s, capacity %s, mode %s, tq %s",
                  gpu.label if made_by is None else f"(made up by a client of uid {made_by})", uuid,
@@ -124,9 +127,15 @@ class GpuRegistry:
                  else "unknown", gpu.arbiter.mode.value, _tq_text(gpu.arbiter))
         return gpu
 
-    def attach(self, conn, uuid: str, name: str) -> Gpu:
+    def attach(self, conn, device: int, uuid: str, name: str) -> Gpu:
         """The GPU conn's ATTACH names, made up when it is not known. ProtocolError for a UUID
-        without the syntax of one; Refused when conn's uid has made up too many."""
+        without the syntax of one; Refused for an ordinal no process can have (limits.py), or when
+        conn's uid has made up too many."""
+        ordinals = limits.max_ordinals(self.nvml_count)
+        if device >= ordinals:
+            raise Refused(f"device ordinal {device}: a process has at most {ordinals} devices here "
+                          f"({self.nvml_count} GPU(s) from NVML, and "
+                          f"{limits.MAX_MADE_UP_GPUS_PER_UID} more it may name)")
         gpu = self.get(uuid)
         if gpu is None:
             if not valid_uuid(uuid):

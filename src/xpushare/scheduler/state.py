@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import clientlog, limits
+from .access import RequestBudget
+from .slicer import Slicer
 from .gpus import GpuInfo
 from .metrics import SchedulerStats
 from .peer import PodLookup
@@ -54,6 +56,8 @@ class SchedulerState:
         self.pods = PodLookup()
         self.stats = SchedulerStats()                     # event counts for the exporter
         self.quotas = Quotas(self)                        # limits and shares (quotas.py)
+        self.requests = RequestBudget()                   # control requests per non-admin uid
+        self.slicer = Slicer()                            # status replies, a slice at a time
         self._ids = itertools.count(1)
         for info in gpus:
             self.registry.add(info.uuid, info.index, info.name, info.memory_total)

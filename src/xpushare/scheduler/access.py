@@ -1,0 +1,112 @@
+"""Who may do and see what over the scheduler's socket: the one place that decides it.
+
+An admin is root, the scheduler's own uid, or a process in the --admin-group group, all by the
+peer's kernel credentials (SO_PEERCRED, /proc/PID/status), never by what a client says, and never
+a process in a pod other than the scheduler's own: root in a container is not the node's admin (the
+device plugin mounts the socket into every GPU pod, and pods run as root unless told otherwise).
+An admin may change settings (control.py), sees every client in full, and its own processes may
+raise themselves above the default priority and share (may_raise_itself).
+
+Everyone may read status and top, but a non-admin sees other users' processes without their
+command line (an argument may be a password) and without their pod (its namespace and name, also
+where a pod's name is the label of a job); its own processes (the same uid) in full.
+
+Control requests of a non-admin uid (status builds cost the loop time) are taken from a token
+bucket per uid: REQUESTS_PER_S on average, REQUESTS_BURST at once. An admin is not limited: the
+chart's health probe and an operator must get through.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from . import peer
+
+if TYPE_CHECKING:
+    from .connection import Conn
+    from .state import SchedulerState
+
+REQUESTS_PER_S = 10.0  # control requests a non-admin uid may make, on average
+REQUESTS_BURST = 20    # ... and at once
+
+
+def is_admin(state: SchedulerState, conn: Conn) -> bool:
+    """Root, the scheduler's own uid, or a member of --admin-group. Decided once per connection:
+    the groups are read from /proc, and the process that connected does not change."""
+    if conn.admin is None:
+        gid = state.config.admin_gid
+        conn.admin = (conn.uid in (0, os.geteuid()) or (
+            gid is not None and gid in peer.groups(conn.pid, conn.gid))) and _on_the_node(state, conn)
+    return conn.admin
+
+
+class Viewer:
+    """What one requester may see of the clients (status, top)."""
+
+    def __init__(self, uid: int, admin: bool):
+        self.uid, self.admin = uid, admin
+
+    def sees(self, client: Conn) -> bool:
+        """Whether the client's command line and pod are shown."""
+        return self.admin or client.uid == self.uid
+
+    def job_label(self, job) -> str | None:
+        """The job's label, unless it is another user's pod's name."""
+        if job.key[0] != "pod" or self.admin or any(m.uid == self.uid for m in job.members):
+            return job.label
+        return None
+
+
+EVERYTHING = Viewer(0, admin=True)
+
+
+def _on_the_node(state: SchedulerState, conn: Conn) -> bool:
+    """Outside any pod, or in the scheduler's own (an operator's `kubectl exec` into it)."""
+    if conn.pod is None:
+        return True
+    own = state.pods(os.getpid())
+    return own is not None and getattr(own, "uid", None) == getattr(conn.pod, "uid", None)
+
+
+def may_raise_itself(state: SchedulerState, conn: Conn) -> bool:
+    """Whether what the client declares of itself (priority, share) may raise it above the
+    default (policy/declared.py): an admin's own process (the cluster raises a pod by its
+    annotations or its DRA claim)."""
+    return is_admin(state, conn)
+
+
+def viewer(state: SchedulerState, conn: Conn) -> Viewer:
+    return Viewer(conn.uid, is_admin(state, conn))
+
+
+class RequestBudget:
+    """A token bucket per uid. Buckets that have filled up again are forgotten (so one per uid
+    that asked recently: bounded by the uids that have connections, each capped)."""
+
+    _PRUNE_AT = 1024
+
+    def __init__(self, rate: float = REQUESTS_PER_S, burst: int = REQUESTS_BURST,
+                 clock=time.monotonic):
+        self.rate, self.burst, self._clock = rate, burst, clock
+        self._buckets: dict[int, tuple[float, float]] = {}  # uid -> (tokens, when counted)
+
+    def take(self, uid: int) -> float:
+        """Take one request of `uid`: 0.0 when it may go on, else the seconds until it may."""
+        now = self._clock()
+        tokens, then = self._buckets.get(uid, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - then) * self.rate)
+        if tokens < 1.0:
+            self._buckets[uid] = (tokens, now)
+            return (1.0 - tokens) / self.rate
+        if len(self._buckets) >= self._PRUNE_AT:
+            self._prune(now)
+        self._buckets[uid] = (tokens - 1.0, now)
+        return 0.0
+
+    def _prune(self, now: float) -> None:
+        full = [u for u, (t, then) in self._buckets.items()
+                if t + (now - then) * self.rate >= self.burst]
+        for uid in full:
+            del self._buckets[uid]

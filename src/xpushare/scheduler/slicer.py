@@ -1,0 +1,56 @@
+"""Work too long to do at once on the event loop (a status reply), done a slice at a time.
+
+A job is a generator that yields after each small step and returns its result. Slicer runs the
+oldest job's steps for up to SLICE_S, then lets the loop read and answer what came meanwhile, then
+the next slice: one callback per turn of the loop however many jobs wait, so a lock request waits
+for at most one slice.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable, Generator
+
+log = logging.getLogger("nvshare.scheduler")
+
+SLICE_S = 0.0005  # work done per turn of the loop
+
+
+class Slicer:
+    """The jobs waiting, oldest first."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self._clock = clock
+        self._pending: collections.deque = collections.deque()  # (steps, done)
+        self._scheduled = False
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def submit(self, loop, gen: Generator, done: Callable[[bytes | None], None]) -> None:
+        """done(result) when the job is done; done(None) if it failed (logged)."""
+        self._pending.append((gen, done))
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._slice, loop)
+
+    def _slice(self, loop) -> None:
+        end = self._clock() + SLICE_S
+        while self._pending:
+            gen, done = self._pending[0]
+            try:
+                next(gen)
+            except StopIteration as finished:
+                self._pending.popleft()
+                done(finished.value)
+            except Exception:  # a bug of ours: this request fails, not the daemon
+                log.exception("a sliced job failed")
+                self._pending.popleft()
+                done(None)
+            if self._clock() >= end:
+                break
+        self._scheduled = bool(self._pending)
+        if self._scheduled:
+            loop.call_soon(self._slice, loop)
