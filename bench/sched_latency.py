@@ -212,12 +212,13 @@ def contended(sock: Path, handoffs: int, queue_wait_s: float) -> list[float]:
     return latencies
 
 
-def start_scheduler(mode: str, tq: float = 60.0):
+def start_scheduler(mode: str, tq: float = 60.0, event_loop: str = "asyncio"):
     """A scheduler subprocess (the GPU harness's helper; it needs no GPU) on a fake GPU only."""
     from common import harness
 
     children_can_import_xpushare()
-    return harness.Scheduler(mode=mode, tq=tq, extra_args=("--no-nvml",), log_locks=False)
+    return harness.Scheduler(mode=mode, tq=tq, extra_args=("--no-nvml", "--event-loop", event_loop),
+                             log_locks=False)
 
 
 # ----------------------------------------------------------------------------- the benchmark
@@ -236,15 +237,16 @@ def ratios(ours: dict, baseline: dict) -> dict:
     return {q: ratio(ours.get(q), baseline.get(q)) for q in ("p50", "p99")}
 
 
-def measure(cycles: int, handoffs: int, queue_wait_s: float = 0.001, keep_samples: bool = True) -> dict:
+def measure(cycles: int, handoffs: int, queue_wait_s: float = 0.001, keep_samples: bool = True,
+            event_loop: str = "asyncio") -> dict:
     t_begin = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="nvs-lat-", dir="/tmp") as tmp:
         base = Baseline(Path(tmp))
         try:
-            with start_scheduler("auto") as sched:
+            with start_scheduler("auto", event_loop=event_loop) as sched:
                 rtt, cycle, sizes = uncontended(sched.socket, cycles)
             print(f"sched_latency: uncontended p50 {summary(rtt)['p50']:.1f} us", flush=True)
-            with start_scheduler("serial") as sched:
+            with start_scheduler("serial", event_loop=event_loop) as sched:
                 grant = contended(sched.socket, handoffs, queue_wait_s)
             print(f"sched_latency: handoff p50 {summary(grant)['p50']:.1f} us", flush=True)
             base_rtt, base_cycle = base.ping_pong(sizes["request"], sizes["reply"], sizes["trailing"], cycles)
@@ -253,6 +255,7 @@ def measure(cycles: int, handoffs: int, queue_wait_s: float = 0.001, keep_sample
             base.stop()
     result = {
         "parameters": {"cycles": cycles, "handoffs": handoffs, "queue_wait_s": queue_wait_s,
+                       "event_loop": event_loop,
                        "frame_bytes": sizes, "fake_gpu": FAKE_UUID,
                        "modes": {"uncontended": "auto", "contended": "serial"}},
         "uncontended": {"round_trip_us": summary(rtt), "cycle_us": summary(cycle)},
@@ -287,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--handoffs", type=int, help="contended handoffs (default 3000; >= 2000)")
     p.add_argument("--queue-wait", type=float, default=0.001, metavar="SECONDS",
                    help="pause after a waiter's REQ_LOCK before the holder releases (default 0.001)")
+    p.add_argument("--event-loop", choices=("asyncio", "uvloop"), default="asyncio",
+                   help="the scheduler's --event-loop (default asyncio, its default)")
     p.add_argument("--json", type=Path, help="write the result here")
     p.add_argument("--serve-baseline", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -301,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--queue-wait must be >= 0")
     params = plan(args.quick, None, args.cycles, args.handoffs)
     try:
-        result = measure(params["cycles"], params["handoffs"], args.queue_wait)
+        result = measure(params["cycles"], params["handoffs"], args.queue_wait,
+                         event_loop=args.event_loop)
     except (ProtocolFailure, TimeoutError, RuntimeError) as e:
         print(f"sched_latency: failed: {e}", file=sys.stderr)
         return 1

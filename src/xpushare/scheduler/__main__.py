@@ -122,9 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     # How long a connection may take to send its first message, and to complete a frame (tests).
     p.add_argument("--hello-timeout", type=_seconds, default=HELLO_TIMEOUT, help=argparse.SUPPRESS)
     p.add_argument("--frame-timeout", type=_seconds, default=FRAME_TIMEOUT, help=argparse.SUPPRESS)
-    p.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
-                   help="the event loop: uvloop (faster lock round trips) or the standard "
-                        "library's; auto: uvloop where it is installed (default)")
+    p.add_argument("--event-loop", choices=("asyncio", "uvloop"), default="asyncio",
+                   help="the event loop: the standard library's (default) or uvloop's (the same "
+                        "lock round trip, bursts of connects served later: docs/benchmarks.md)")
     p.add_argument("--log-format", choices=("text", "json"), default="text",
                    help="text: one line per event (default); json: one JSON object per line, with "
                         "the line's fields (event, pid, gpu, ...)")
@@ -137,16 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def event_loop_factory(choice: str):
-    """uvloop's loop where it is installed (or asked for), else asyncio's; logs which."""
-    if choice != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            if choice == "uvloop":
-                raise
-        else:
-            log.info("event loop: uvloop %s", uvloop.__version__)
-            return uvloop.new_event_loop
+    """The loop asked for (uvloop must then be installed); logs which."""
+    if choice == "uvloop":
+        import uvloop
+
+        log.info("event loop: uvloop %s", uvloop.__version__)
+        return uvloop.new_event_loop
     log.info("event loop: asyncio")
     return asyncio.new_event_loop
 
