@@ -345,8 +345,9 @@ _CLIENT_FAMILIES = (  # (make a family of some clients' samples, samples per cli
     (_counter("xpushare_client_lock_wait_seconds", "Time the client waited for the lock, the "
               "current wait included.", lambda r: r.waited), 1),
     (_counter("xpushare_client_gpu_busy_seconds", "GPU time the client's own work took, as its "
-              "library measures it with timing events (BUSY_UPDATE), cut to the wall time that "
-              "passed.", lambda r: r.busy), 1),
+              "library measures it with timing events (BUSY_UPDATE); claims made at once by a "
+              "GPU's clients are shared out, never more than the wall time (docs/metrics.md).",
+              lambda r: r.busy), 1),
     (_gauge("xpushare_client_gpu_busy_ratio", "GPU time the client's own work took over "
                       "the wall time of the last 10 s: the share of the GPU it achieved.",
                       lambda r: r.busy_ratio), 1),
