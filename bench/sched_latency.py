@@ -88,8 +88,12 @@ def serve_baseline(path: Path) -> None:
     (request, reply, trailing bytes), then per cycle reads `request` bytes, writes `reply` bytes and
     reads `trailing` bytes (which get no answer)."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
+    # bound under another name and renamed once listening: the path appears only when a connect
+    # to it is accepted (bind() alone creates the file, and a connect before listen() is refused)
+    staging = path.with_name(path.name + ".bound")
+    server.bind(str(staging))
     server.listen(4)
+    os.rename(staging, path)
     gc.disable()
     while True:
         conn, _ = server.accept()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -58,3 +59,32 @@ def test_cli_refuses_too_few_samples():
         with pytest.raises(SystemExit) as e:
             sl.main(argv)
         assert e.value.code == 2
+
+
+def test_the_baseline_socket_appears_only_once_it_listens(tmp_path, monkeypatch):
+    """Its path is how the benchmark knows it may connect: a connect between bind() and listen()
+    would be refused (the load test failed that way)."""
+    import socket as socket_module
+
+    path = tmp_path / "baseline.sock"
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    class Watched(socket_module.socket):
+        def listen(self, *args):
+            seen["path_before_listen"] = path.exists()
+            return super().listen(*args)
+
+        def accept(self):
+            seen["path_when_serving"] = path.exists()
+            raise Stop
+
+    monkeypatch.setattr(sl.socket, "socket", Watched)
+    try:
+        with pytest.raises(Stop):
+            sl.serve_baseline(path)
+    finally:
+        gc.enable()  # the server turns the collector off for its ping-pong
+    assert seen == {"path_before_listen": False, "path_when_serving": True}
