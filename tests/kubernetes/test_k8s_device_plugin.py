@@ -182,9 +182,15 @@ def test_preferred_allocation_even_spread_from_idle(running):
 
 
 def test_pre_start_container_is_a_no_op(running):
-    _, kubelet, _, _ = running
-    kubelet.stub(ENDPOINT).PreStartContainer(pb.PreStartContainerRequest(devices_ids=[f"{GPU_A}::0"]),
-                                             timeout=10)
+    """GetDevicePluginOptions says it is not needed; a kubelet that calls it anyway gets an empty
+    answer, and the plugin goes on serving."""
+    plugin, kubelet, _, _ = running
+    stub = kubelet.stub(ENDPOINT)
+    assert not stub.GetDevicePluginOptions(pb.Empty(), timeout=10).pre_start_required
+    resp = stub.PreStartContainer(pb.PreStartContainerRequest(devices_ids=[f"{GPU_A}::0"]), timeout=10)
+    assert resp == pb.PreStartContainerResponse()
+    assert plugin.proc.poll() is None
+    assert stub.GetDevicePluginOptions(pb.Empty(), timeout=10) is not None
 
 
 def test_kubelet_restart_reregisters(running):

@@ -169,9 +169,6 @@ def _errors(sim, clients):
     return {c: sim.held[c] / total - want[c] for c in clients}
 
 
-RESULTS: dict = {}   # (test, scene, seed) -> largest error, for the summary test below
-
-
 @pytest.mark.parametrize("scene", SCENES, ids=lambda s: f"{s[0]}-{(s[1] or 0) // GiB}GiB")
 @pytest.mark.parametrize("seed", SEEDS)
 def test_saturating_clients_get_time_in_proportion_to_their_shares(scene, seed):
@@ -182,7 +179,6 @@ def test_saturating_clients_get_time_in_proportion_to_their_shares(scene, seed):
     mean_quantum = sim.tq
     sim.run(ROUNDS * n * mean_quantum)
     errors = _errors(sim, list(shares))
-    RESULTS[("saturating", scene, seed)] = (max(map(abs, errors.values())), sim.unbounded)
     assert sim.idle_waiting == 0.0
     assert max(map(abs, errors.values())) <= TOLERANCE, (shares, sim.tq, errors)
     if scene[0] == "auto":   # memory fits or not: running holders never had unequal shares
@@ -208,7 +204,6 @@ def test_time_an_early_releaser_leaves_goes_to_the_others(scene, seed):
     for b in bursty:
         assert sim.held[b] / sim.now < shares[b] / total + TOLERANCE, (b, shares, sim.held)
     errors = _errors(sim, saturating) if len(saturating) > 1 else {saturating[0]: 0.0}
-    RESULTS[("early", scene, seed)] = (max(map(abs, errors.values())), sim.unbounded)
     assert max(map(abs, errors.values())) <= TOLERANCE, (shares, sim.tq, errors)
 
 
@@ -224,18 +219,3 @@ def test_a_higher_priority_preempts_whatever_the_shares(scene, seed):
     sim.run(ROUNDS * n * sim.tq)
     assert sim.preemptions_checked >= 10
     assert sim.idle_waiting == 0.0
-
-
-def test_zz_summary_of_the_share_errors(capsys):
-    """Prints the largest error of each run above (run with -s to see it)."""
-    if not RESULTS:
-        pytest.skip("run with the simulations above")
-    with capsys.disabled():
-        for kind in ("saturating", "early"):
-            rows = [(e, u) for (k, _, _), (e, u) in RESULTS.items() if k == kind]
-            if rows:
-                exact = [e for e, u in rows if u]
-                print(f"\n{kind}: {len(rows)} runs, largest error {max(e for e, _ in rows):.4f}, "
-                      f"mean {sum(e for e, _ in rows) / len(rows):.4f}; "
-                      f"{len(exact)} without a bound met, largest error "
-                      f"{max(exact, default=0):.4f}")
