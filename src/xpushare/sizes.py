@@ -4,6 +4,7 @@ Grammar: optional spaces, a non-negative number (digits, optionally `.digits`), 
 optional unit, case-insensitive: B, K/Ki/KB/KiB, M/Mi/MB/MiB, G/Gi/GB/GiB, T/Ti/TB/TiB
 (the same grammar as native/src/config.c). Every unit is binary
 (K = KB = KiB = 1024 bytes), as nvidia-smi and CUDA count memory. Fractions round down to whole bytes.
+A size must fit the wire's 64-bit byte counts (at most SIZE_MAX, as the C parser holds it too).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from decimal import Decimal
 
 _UNITS = {"": 0, "b": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+SIZE_MAX = (1 << 64) - 1  # bytes: the protocol carries sizes as unsigned 64-bit integers
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -25,7 +27,10 @@ def parse_size(text: str) -> int:
     if not m or unit not in _UNITS:
         raise ValueError(f"invalid size {text!r}: expected a number of bytes or a number with a unit "
                          "(K, M, G, T, e.g. 512MiB, 16GiB)")
-    return int(Decimal(m.group(1)) * (1024 ** _UNITS[unit]))
+    value = int(Decimal(m.group(1)) * (1024 ** _UNITS[unit]))
+    if value > SIZE_MAX:
+        raise ValueError(f"invalid size {text!r}: at most {SIZE_MAX} bytes (16 EiB)")
+    return value
 
 
 def format_size(n: int) -> str:

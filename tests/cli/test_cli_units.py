@@ -25,6 +25,24 @@ def test_parse_size_rejects(text):
         parse_size(text)
 
 
+@pytest.mark.parametrize("text", ["16777216T", "18446744073709551616", "99999999999999999999999G"])
+def test_parse_size_refuses_what_64_bits_cannot_carry(text):
+    """As native/src/config.c does: a scheduler given such a capacity used to start and then fail
+    every ATTACH (its reply cannot be encoded), leaving every client unscheduled."""
+    with pytest.raises(ValueError, match="at most"):
+        parse_size(text)
+    assert parse_size("18446744073709551615") == (1 << 64) - 1
+    assert parse_size("16777215.99T") < 1 << 64
+
+
+def test_the_scheduler_refuses_a_capacity_past_64_bits_as_a_usage_error(capsys):
+    from xpushare.scheduler.__main__ import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["--no-nvml", "--gpu-memory", "16777216T"])
+    assert e.value.code == 2 and "at most" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("value, text", [(0, "0B"), (1023, "1023B"), (1536, "1.5KiB"),
                                          (16 << 30, "16GiB"), ((80 << 30) - (20 << 20), "79.98GiB")])
 def test_format_size(value, text):
