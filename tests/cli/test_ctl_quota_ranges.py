@@ -4,8 +4,10 @@ error (exit 2) that names the flag and the range. Both accept the edges of tests
 table the pod annotations and the library's environment are checked against too."""
 
 import math
+import re
 import subprocess
 import sys
+from decimal import Decimal
 
 import pytest
 
@@ -92,7 +94,13 @@ def _request_value(flag: str, text: str):
     """What the op's request carries for `text` when a client other than nvsharectl sends it."""
     if text == "none":
         return text
-    return parse_size(text) if flag == MEMORY else float(text.rstrip("%"))
+    if flag != MEMORY:
+        return float(text.rstrip("%"))
+    try:
+        return parse_size(text)
+    except ValueError:  # past 64 bits nvsharectl refuses it; another client may still send it
+        number, unit = re.fullmatch(r"([0-9.]+)\s*([A-Za-z]*)", text.strip()).groups()
+        return int(Decimal(number) * 1024 ** "BKMGT".index((unit or "B")[0].upper()))
 
 
 SHARED_EDGES = [(LIMIT, text, ok) for text, ok in COMPUTE_LIMIT_EDGES] + \
