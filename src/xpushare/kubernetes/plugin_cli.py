@@ -61,6 +61,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the kubelet's device-plugin directory (default %(default)s)")
     p.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help="socket file name (default %(default)s)")
     p.add_argument("--resource-name", default=RESOURCE_NAME, help="default %(default)s")
+    add_injection_arguments(p, "allocated container")
+    p.add_argument("--pass-device-specs", action="store_true",
+                   help="also list /dev/nvidia* device nodes in Allocate (for runtimes without the "
+                        "NVIDIA container toolkit hook)")
+    add_health_arguments(p, "advertised")
+    p.add_argument("--watch-interval", type=float, default=1.0,
+                   help="seconds between socket checks (default %(default)s)")
+    metrics_flags.add_arguments(p, "NVSHARE_PLUGIN_METRICS_PORT", "the plugin's Prometheus metrics")
+    p.add_argument("--debug", action="store_true", default=env_default(p, "NVSHARE_DEBUG", "0") not in ("0", ""))
+    return p
+
+
+def add_injection_arguments(p: argparse.ArgumentParser, receiver: str) -> None:
+    """What both plugins inject into a container (the library and the scheduler socket, mounted
+    from the host) and where; `receiver` names whose environment --container-env extends."""
     p.add_argument("--library", default=None,
                    help="libnvshare.so to install (default: $NVSHARE_LIBRARY, else the one shipped in "
                         "the package)")
@@ -74,12 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--container-socket-dir", default=DEFAULT_SOCKET_DIR,
                    help="where containers see it (default %(default)s)")
     p.add_argument("--container-env", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                   help="extra environment for every allocated container (repeatable)")
-    p.add_argument("--pass-device-specs", action="store_true",
-                   help="also list /dev/nvidia* device nodes in Allocate (for runtimes without the "
-                        "NVIDIA container toolkit hook)")
+                   help=f"extra environment for every {receiver} (repeatable)")
+
+
+def add_health_arguments(p: argparse.ArgumentParser, where: str) -> None:
+    """GPU health (health.py), the same for both plugins: an unhealthy GPU is no longer `where`."""
     p.add_argument("--nvml-health", choices=("auto", "on", "off"), default=env_default(p, "NVSHARE_NVML_HEALTH", "auto"),
-                   help="watch NVML XID events and lost GPUs (auto: when NVML initialises)")
+                   help=f"watch NVML XID events and lost GPUs; an unhealthy GPU is not {where} "
+                        "(auto: when NVML initialises)")
     p.add_argument("--ignored-xids", type=_xid_list, default=DEFAULT_IGNORED_XIDS,
                    help="XIDs that do not make a GPU unhealthy (default 13,31,43,45,68,109)")
     p.add_argument("--xid-recovery-seconds", type=float, default=300.0,
@@ -89,8 +106,3 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON file marking GPUs Unhealthy by hand: {\"GPU-...\": \"Unhealthy\"} "
                         "(env NVSHARE_HEALTH_FILE)")
     p.add_argument("--health-file-interval", type=float, default=0.5, help=argparse.SUPPRESS)
-    p.add_argument("--watch-interval", type=float, default=1.0,
-                   help="seconds between socket checks (default %(default)s)")
-    metrics_flags.add_arguments(p, "NVSHARE_PLUGIN_METRICS_PORT", "the plugin's Prometheus metrics")
-    p.add_argument("--debug", action="store_true", default=env_default(p, "NVSHARE_DEBUG", "0") not in ("0", ""))
-    return p

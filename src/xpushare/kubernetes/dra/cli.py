@@ -8,9 +8,7 @@ import argparse
 from ... import __version__
 from ...envflags import env_default
 from ...sizes import parse_size
-from ..health import DEFAULT_IGNORED_XIDS
-from ..plugin_cli import (DEFAULT_CONTAINER_LIB_DIR, DEFAULT_HOST_LIB_DIR, DEFAULT_SOCKET_DIR, _key_value,
-                          _positive_int, _xid_list)
+from ..plugin_cli import _positive_int, add_health_arguments, add_injection_arguments
 from . import DRIVER_NAME
 from .inventory import CONSUMABLE, SLOTS
 
@@ -72,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="publish FACTOR x the memory: claims on one GPU may add up to more than it "
                         "holds, swapped in turns by the scheduler (default %(default)s)")
     _add_paths(p)
-    _add_health(p)
+    add_health_arguments(p, "in the slice")
     p.add_argument("--watch-interval", type=float, default=1.0,
                    help="seconds between socket checks and slice retries (default %(default)s)")
     p.add_argument("--resync-interval", type=float, default=30.0,
@@ -91,34 +89,9 @@ def _add_paths(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cdi-dir", default=DEFAULT_CDI_DIR, help="CDI spec directory (default %(default)s)")
     p.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
                    help="where prepared claims are recorded (default %(default)s)")
-    p.add_argument("--library", default=None,
-                   help="libnvshare.so to install (default: $NVSHARE_LIBRARY, else the one shipped)")
-    p.add_argument("--host-lib-dir", default=env_default(p, "NVSHARE_HOST_LIB_DIR", DEFAULT_HOST_LIB_DIR),
-                   help="host directory the library is installed into and mounted from (default %(default)s)")
-    p.add_argument("--container-lib-dir", default=DEFAULT_CONTAINER_LIB_DIR,
-                   help="where containers see the library directory (default %(default)s)")
-    p.add_argument("--host-socket-dir", default=DEFAULT_SOCKET_DIR,
-                   help="host directory of the scheduler socket (default %(default)s)")
-    p.add_argument("--container-socket-dir", default=DEFAULT_SOCKET_DIR,
-                   help="where containers see it (default %(default)s)")
     p.add_argument("--scheduler-socket", default=None,
                    help="the scheduler socket the plugin tells claims' limits to (default: "
                         "<host-socket-dir>/scheduler.sock)")
-    p.add_argument("--container-env", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                   help="extra environment for every prepared claim's containers (repeatable)")
+    add_injection_arguments(p, "prepared claim's container")
     p.add_argument("--kubeconfig", default=env_default(p, "NVSHARE_KUBECONFIG"),
                    help="kubeconfig file (default: the in-cluster service account)")
-
-
-def _add_health(p: argparse.ArgumentParser) -> None:
-    """GPU health, as nvshare-device-plugin's flags (health.py)."""
-    p.add_argument("--nvml-health", choices=("auto", "on", "off"),
-                   default=env_default(p, "NVSHARE_NVML_HEALTH", "auto"),
-                   help="take GPUs with critical XIDs or lost GPUs out of the slice (auto: when NVML works)")
-    p.add_argument("--ignored-xids", type=_xid_list, default=DEFAULT_IGNORED_XIDS,
-                   help="XIDs that do not make a GPU unhealthy (default 13,31,43,45,68,109)")
-    p.add_argument("--xid-recovery-seconds", type=float, default=300.0,
-                   help="a GPU with a critical XID is healthy again after this long without another (0: never)")
-    p.add_argument("--health-file", default=env_default(p, "NVSHARE_HEALTH_FILE"),
-                   help="JSON file marking GPUs unhealthy by hand: {\"GPU-...\": \"Unhealthy\"}")
-    p.add_argument("--health-file-interval", type=float, default=0.5, help=argparse.SUPPRESS)
