@@ -30,7 +30,7 @@ pytest.importorskip("grpc")
 pytest.importorskip("kubernetes")
 pynvml = pytest.importorskip("pynvml")
 
-from tests.kubernetes.dra_fakes import DraNode, FakeDraKubelet, FakeResourceApi, claim, result  # noqa: E402
+from tests.kubernetes.dra_fakes import claim, prepared_claim_env, result  # noqa: E402
 
 WORKLOAD = harness.REPO / "bench" / "quota_workload.py"
 LIMIT_PCT = 30
@@ -66,23 +66,12 @@ def claim_env(scheduler_factory, nvshare_lib, tmp_path):
     """(scheduler, the CDI environment of a prepared claim of 2 GiB and 30% on the visible GPU)."""
     sched = scheduler_factory(mode="auto", tq=2)
     lib_dir = str(nvshare_lib.parent)
-    api = FakeResourceApi()
     root = harness.short_tempdir("dra-")
-    node = DraNode(str(root), api, pynvml, "--host-lib-dir", lib_dir, "--container-lib-dir", lib_dir,
-                   "--host-socket-dir", str(sched.socket.parent),
-                   "--container-socket-dir", str(sched.socket.parent)).start()
-    kubelet = FakeDraKubelet(node.registry)
+    c = claim(results=[result(device=f"gpu-{harness.visible_gpu_index()}", memory="2Gi",
+                              compute=str(LIMIT_PCT))])
     try:
-        kubelet.register()
-        c = claim(results=[result(device=f"gpu-{harness.visible_gpu_index()}", memory="2Gi",
-                                  compute=str(LIMIT_PCT))])
-        api.add_claim(c)
-        assert kubelet.prepare(c).claims[c["metadata"]["uid"]].error == ""
-        env = node.cdi_env(c["metadata"]["uid"])
+        env = prepared_claim_env(str(root), pynvml, lib_dir, str(sched.socket.parent), c)
     finally:
-        kubelet.close()
-        node.stop()
-        api.stop()
         shutil.rmtree(root, ignore_errors=True)
     assert env["NVSHARE_GPU_MEMORY_LIMIT"] == str(2 * GIB) and env["NVSHARE_COMPUTE_LIMIT"] == str(LIMIT_PCT)
     assert env["LD_PRELOAD"] == str(nvshare_lib) and env["NVSHARE_SOCK_PATH"] == str(sched.socket)

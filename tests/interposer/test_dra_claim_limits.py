@@ -19,8 +19,7 @@ from .test_quota import TOLERANCE, _saturate
 pytest.importorskip("grpc")
 pytest.importorskip("kubernetes")
 
-from ..kubernetes.dra_fakes import (DraNode, FakeDraKubelet, FakeGpu, FakeNvml, FakeResourceApi,  # noqa: E402
-                                    claim, result)
+from ..kubernetes.dra_fakes import FakeGpu, FakeNvml, claim, prepared_claim_env, result  # noqa: E402
 
 MOCK_GPU_MEMORY = 16 << 30   # the mock driver's device
 
@@ -31,21 +30,8 @@ def claim_env(world, nvshare_lib):
     lib_dir = os.path.dirname(str(nvshare_lib))
     assert os.path.basename(str(nvshare_lib)) == "libnvshare.so"
     world.socket = world.dir / "scheduler.sock"       # the name the spec's NVSHARE_SOCK_PATH uses
-    api = FakeResourceApi()
-    node = DraNode(str(world.dir / "dra"), api, FakeNvml(FakeGpu(uuid_of(0), memory=MOCK_GPU_MEMORY)),
-                   "--host-lib-dir", lib_dir, "--container-lib-dir", lib_dir,
-                   "--host-socket-dir", str(world.dir), "--container-socket-dir", str(world.dir)).start()
-    kubelet = FakeDraKubelet(node.registry)
-    try:
-        kubelet.register()
-        c = claim(results=[result(memory="8Gi", compute="30")])
-        api.add_claim(c)
-        assert kubelet.prepare(c).claims[c["metadata"]["uid"]].error == ""
-        env = node.cdi_env(c["metadata"]["uid"])
-    finally:
-        kubelet.close()
-        node.stop()
-        api.stop()
+    env = prepared_claim_env(str(world.dir / "dra"), FakeNvml(FakeGpu(uuid_of(0), memory=MOCK_GPU_MEMORY)),
+                             lib_dir, str(world.dir), claim(results=[result(memory="8Gi", compute="30")]))
     assert env["NVSHARE_GPU_MEMORY_LIMIT"] == str(8 << 30) and env["NVSHARE_COMPUTE_LIMIT"] == "30"
     assert env["LD_PRELOAD"] == str(nvshare_lib) and env["NVSHARE_SOCK_PATH"] == str(world.socket)
     return env

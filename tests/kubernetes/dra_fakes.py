@@ -21,25 +21,14 @@ from xpushare.kubernetes.proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_p
 from xpushare.kubernetes.proto import pluginregistration_pb2 as reg_pb
 from xpushare.kubernetes.proto import pluginregistration_pb2_grpc as reg_grpc
 
+from .fake_apiserver import kubeconfig_for
+
 GIB = 1 << 30
 DRIVER = "gpu.nvshare.com"
 NODE = "node-a"
 GPU_A = "GPU-11111111-2222-3333-4444-555555555555"
 GPU_B = "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
 
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters:
-- name: fake
-  cluster: {{server: "{url}"}}
-users:
-- name: test
-  user: {{}}
-contexts:
-- name: fake
-  context: {{cluster: fake, user: test}}
-current-context: fake
-"""
 
 
 # -- NVML ----------------------------------------------------------------------------------------
@@ -111,7 +100,7 @@ class FakeResourceApi:
     def kubeconfig(self, directory) -> str:
         path = os.path.join(str(directory), "kubeconfig")
         with open(path, "w") as f:
-            f.write(KUBECONFIG.format(url=self.url))
+            f.write(kubeconfig_for(self.url))
         return path
 
     def stop(self):
@@ -352,3 +341,23 @@ class DraNode:
         with open(cdi.spec_path(self.cdi_dir, claim_uid)) as f:
             spec = json.load(f)
         return dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
+
+
+def prepared_claim_env(root: str, nvml, lib_dir: str, socket_dir: str, the_claim: dict) -> dict:
+    """The environment of the CDI spec a plugin (DraNode under `root`, GPUs from `nvml`) writes for
+    `the_claim`, prepared through the fake kubelet as on a node whose library is in lib_dir and
+    whose scheduler socket is in socket_dir (host and container alike). All is stopped again."""
+    api = FakeResourceApi()
+    node = DraNode(root, api, nvml, "--host-lib-dir", lib_dir, "--container-lib-dir", lib_dir,
+                   "--host-socket-dir", socket_dir, "--container-socket-dir", socket_dir).start()
+    kubelet = FakeDraKubelet(node.registry)
+    try:
+        kubelet.register()
+        api.add_claim(the_claim)
+        uid = the_claim["metadata"]["uid"]
+        assert kubelet.prepare(the_claim).claims[uid].error == ""
+        return node.cdi_env(uid)
+    finally:
+        kubelet.close()
+        node.stop()
+        api.stop()

@@ -24,6 +24,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 
+def kubeconfig_for(url: str) -> str:
+    """A kubeconfig that points the official client at a fake API server, with no credentials."""
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: fake
+  cluster: {{server: "{url}"}}
+users:
+- name: test
+  user: {{}}
+contexts:
+- name: fake
+  context: {{cluster: fake, user: test}}
+current-context: fake
+"""
+
+
 class FakeApiServer:
     def __init__(self):
         self.cond = threading.Condition()

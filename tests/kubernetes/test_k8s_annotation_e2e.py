@@ -24,6 +24,8 @@ import pytest
 from xpushare.kubernetes.pod_settings import COMPUTE_LIMIT, EVENT_REASON, MEMORY_LIMIT
 from xpushare.protocol import FEATURE_QUOTAS, Limits, MessageType, Settings, encode
 
+from .fake_apiserver import kubeconfig_for
+
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scheduler"))
 from sched_harness import FakeClient, SchedulerProcess  # noqa: E402
@@ -38,19 +40,6 @@ NAMESPACE, NAME = "ml", "trainer"
 APPLY_BOUND = 1.0
 WAIT = 10.0
 
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters:
-- name: fake
-  cluster: {{server: "{url}"}}
-users:
-- name: test
-  user: {{}}
-contexts:
-- name: fake
-  context: {{cluster: fake, user: test}}
-current-context: fake
-"""
 
 
 @pytest.fixture
@@ -81,7 +70,7 @@ def start_scheduler(api, workdir):
     NAMESPACE/NAME. The pods the test added before are in the list, whose reports the scheduler
     takes before any connection that comes after the watch opened."""
     kubeconfig = workdir / "kubeconfig"
-    kubeconfig.write_text(KUBECONFIG.format(url=api.url))
+    kubeconfig.write_text(kubeconfig_for(api.url))
     root = pod_root(workdir / "root", os.getpid())
     started = []
 
