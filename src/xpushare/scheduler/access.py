@@ -66,7 +66,7 @@ def _on_the_node(state: SchedulerState, conn: Conn) -> bool:
     """Outside any pod, or in the scheduler's own (an operator's `kubectl exec` into it)."""
     if conn.pod is None:
         return True
-    own = state.pods(os.getpid())
+    own = state.pods.own()
     return own is not None and getattr(own, "uid", None) == getattr(conn.pod, "uid", None)
 
 

@@ -163,8 +163,8 @@ def _client_row(c, g, ident: tuple, now: float, gangs) -> ClientRow:
     waited = st.waited + (max(0.0, now - st.requested) if st.requested is not None else 0.0)
     return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, st.grants,
                      dict(st.drops), held, waited, metrics.busy_seconds(st, now),
-                     metrics.busy_ratio(st, now),
-                     q.compute_limit, share, q.memory_limit, resident, swapped)
+                     metrics.busy_ratio(st, now), q.compute_limit, share, q.memory_limit, resident,
+                     swapped)
 
 
 def render(scrape: Scrape, encoder, openmetrics: bool) -> Iterator[bytes]:
@@ -344,9 +344,8 @@ _CLIENT_FAMILIES = (  # (make a family of some clients' samples, samples per cli
               "hold included.", lambda r: r.held), 1),
     (_counter("xpushare_client_lock_wait_seconds", "Time the client waited for the lock, the "
               "current wait included.", lambda r: r.waited), 1),
-    (_counter("xpushare_client_gpu_busy_seconds", "GPU time the client's own work took, as its "
-              "library measures it with timing events (BUSY_UPDATE); claims made at once by a "
-              "GPU's clients are shared out, never more than the wall time (docs/metrics.md).",
+    (_counter("xpushare_client_gpu_busy_seconds", "GPU time the client's own work took, by its "
+              "library's timing events; what a GPU's clients claim at once is shared out.",
               lambda r: r.busy), 1),
     (_gauge("xpushare_client_gpu_busy_ratio", "GPU time the client's own work took over "
                       "the wall time of the last 10 s: the share of the GPU it achieved.",

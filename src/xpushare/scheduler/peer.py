@@ -80,6 +80,7 @@ class PodLookup:
     def __init__(self, environ=None):
         self._fn = None
         self._loaded = False
+        self._own: tuple = ()   # (the scheduler's own pod,) once looked up
         self.root = (os.environ if environ is None else environ).get(POD_IDENTITY_ROOT_ENV) or None
         if self.root is not None:
             log.warning("pod identities are read below %s (%s), not from /proc and /var/log/pods: "
@@ -111,3 +112,9 @@ class PodLookup:
         except Exception as e:  # never let a lookup take the daemon down
             log.debug("pod identity of pid %d failed: %s", pid, e)
             return None
+
+    def own(self):
+        """The scheduler's own pod (None outside one): looked up once, it does not change."""
+        if not self._own:
+            self._own = (self(os.getpid()),)
+        return self._own[0]
