@@ -30,7 +30,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-from daemon import Daemon, raise_nofile  # noqa: E402
+from daemon import Daemon, alternating_rounds, checkouts, raise_nofile  # noqa: E402
 from loadgen import Frames, LoadFailure  # noqa: E402
 from stats import percentile  # noqa: E402
 from xpushare.protocol import HEADER, MessageType  # noqa: E402
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     raise_nofile()
-    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]) / "src", ()) for t in a.tree]
+    trees = [(name, src, ()) for name, src in checkouts(a.tree)]
     trees += [(t.split("=", 1)[0], REPO / "src", tuple(t.split("=", 1)[1].split()))
               for t in a.this_with]
     trees.append(("this", REPO / "src", ()))
@@ -126,12 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         a.profile.mkdir(parents=True, exist_ok=True)
     frames = Frames(FAKE_UUID)
     results: dict[str, list[dict]] = {name: [] for name, _, _ in trees}
-    for r in range(a.rounds):
-        order = trees if r % 2 == 0 else trees[::-1]  # alternate who goes first
-        for name, src, extra in order:
-            results[name].append(one_round(name, src, a.clients, frames, a.profile, r, extra))
-            print(f"round {r} {name}: p99 {percentile(results[name][-1]['ms'], 99):.1f} ms, "
-                  f"cpu {results[name][-1]['cpu_s_per_1000']:.3f} s/1000", flush=True)
+    for r, (name, src, extra) in alternating_rounds(trees, a.rounds):
+        results[name].append(one_round(name, src, a.clients, frames, a.profile, r, extra))
+        print(f"round {r} {name}: p99 {percentile(results[name][-1]['ms'], 99):.1f} ms, "
+              f"cpu {results[name][-1]['cpu_s_per_1000']:.3f} s/1000", flush=True)
     out = {"clients": a.clients, "rounds": a.rounds,
            "trees": {name: summary(rs) for name, rs in results.items()}}
     print(json.dumps(out["trees"], indent=1))

@@ -28,6 +28,26 @@ FAKE_NVML = Path(__file__).resolve().parents[1] / "tests" / "scheduler" / "fake_
 PROBLEMS = ("Traceback", "internal error")  # log lines a daemon that works correctly never writes
 
 
+def checkouts(specs: list[str]) -> list[tuple[str, Path]]:
+    """--tree NAME=PATH options as (NAME, PATH/src): other checkouts whose schedulers a comparison
+    runs beside this tree's (Daemon(src=...))."""
+    out = []
+    for spec in specs:
+        name, eq, path = spec.partition("=")
+        if not (eq and name and path):
+            raise SystemExit(f"--tree wants NAME=PATH: {spec!r}")
+        out.append((name, Path(path) / "src"))
+    return out
+
+
+def alternating_rounds(items: list, rounds: int):
+    """(round, item) for every round and item, the order reversed every other round, so that
+    drift (a warmer machine, a busier neighbour) does not favour whichever goes first."""
+    for r in range(rounds):
+        for item in (items if r % 2 == 0 else items[::-1]):
+            yield r, item
+
+
 def raise_nofile() -> tuple[int, int]:
     """Soft RLIMIT_NOFILE raised to the hard limit; (soft, hard) now in force."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

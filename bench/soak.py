@@ -40,7 +40,7 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 import common  # noqa: E402,F401  (the repository root on sys.path, for testkit)
-from daemon import Daemon, raise_nofile  # noqa: E402
+from daemon import Daemon, alternating_rounds, checkouts, raise_nofile  # noqa: E402
 from protoclient import ProtoClient, ctl  # noqa: E402
 from sched_latency import summary  # noqa: E402
 from soak_fuzz import send_all  # noqa: E402
@@ -254,24 +254,22 @@ def main(argv: list[str] | None = None) -> int:
 def compare(args) -> int:
     """The fuzz against schedulers from several source trees, alternating: the probe's round trip
     during the fuzz (p50, p99, max, cycles over 10 ms) per tree and round."""
-    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]) / "src") for t in args.tree]
-    trees.append(("this", BENCH.parent / "src"))
+    trees = checkouts(args.tree) + [("this", BENCH.parent / "src")]
     p = plan(args.quick, None, args.frames, args.requests)
     out: dict[str, list] = {name: [] for name, _ in trees}
-    for r in range(args.rounds):
-        for name, src in (trees if r % 2 == 0 else trees[::-1]):
-            res = measure(p, src=src, watch=args.watch)
-            rt = res["probe"]["round_trip_us"]
-            row = {"p50_us": rt.get("p50"), "p99_us": rt.get("p99"), "max_us": rt.get("max"),
-                   "cycles": rt["n"], "over_10ms": res["probe"]["over_10ms"],
-                   "loop_holds": res["log"]["loop_holds"], "gc_pauses": res["log"]["gc_pauses"],
-                   "requests": res["sent"]["requests"], "answered": res["sent"]["answered"],
-                   "bad_replies": res["sent"]["bad_replies"], "alive": res["alive_at_end"]}
-            out[name].append(row)
-            if args.keep_log:
-                args.keep_log.mkdir(parents=True, exist_ok=True)
-                (args.keep_log / f"{name}-{r}.log").write_text(res["daemon_log"])
-            print(f"round {r} {name}: {row}", flush=True)
+    for r, (name, src) in alternating_rounds(trees, args.rounds):
+        res = measure(p, src=src, watch=args.watch)
+        rt = res["probe"]["round_trip_us"]
+        row = {"p50_us": rt.get("p50"), "p99_us": rt.get("p99"), "max_us": rt.get("max"),
+               "cycles": rt["n"], "over_10ms": res["probe"]["over_10ms"],
+               "loop_holds": res["log"]["loop_holds"], "gc_pauses": res["log"]["gc_pauses"],
+               "requests": res["sent"]["requests"], "answered": res["sent"]["answered"],
+               "bad_replies": res["sent"]["bad_replies"], "alive": res["alive_at_end"]}
+        out[name].append(row)
+        if args.keep_log:
+            args.keep_log.mkdir(parents=True, exist_ok=True)
+            (args.keep_log / f"{name}-{r}.log").write_text(res["daemon_log"])
+        print(f"round {r} {name}: {row}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"parameters": p, "trees": out}, indent=1))
     return 0

@@ -28,7 +28,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-from daemon import Daemon, raise_nofile  # noqa: E402
+from daemon import Daemon, alternating_rounds, checkouts, raise_nofile  # noqa: E402
 from loadgen import read_frame  # noqa: E402
 from protoclient import GIB, ProtoClient  # noqa: E402
 from stats import percentile  # noqa: E402
@@ -134,16 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     raise_nofile()
-    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]) / "src") for t in a.tree]
-    trees.append(("this", REPO / "src"))
+    trees = checkouts(a.tree) + [("this", REPO / "src")]
     results: dict[str, list] = {name: [] for name, _ in trees}
-    for r in range(a.rounds):
-        for name, src in (trees if r % 2 == 0 else trees[::-1]):
-            results[name].append(one_round(src, a.conns, a.gpus, a.seconds))
-            s = _summary(results[name][-1:])
-            print(f"round {r} {name}: loaded p99 {s['loaded_ms']['p99']} ms, max "
-                  f"{s['loaded_ms']['max']} ms, quiet p99 {s['quiet_ms']['p99']} ms, "
-                  f"{s['status_per_s'][0]} status/s", flush=True)
+    for r, (name, src) in alternating_rounds(trees, a.rounds):
+        results[name].append(one_round(src, a.conns, a.gpus, a.seconds))
+        s = _summary(results[name][-1:])
+        print(f"round {r} {name}: loaded p99 {s['loaded_ms']['p99']} ms, max "
+              f"{s['loaded_ms']['max']} ms, quiet p99 {s['quiet_ms']['p99']} ms, "
+              f"{s['status_per_s'][0]} status/s", flush=True)
     out = {"conns": a.conns, "gpus": a.gpus, "seconds": a.seconds,
            "trees": {name: _summary(rs) for name, rs in results.items()}}
     print(json.dumps(out["trees"], indent=1))
