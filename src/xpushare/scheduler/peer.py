@@ -94,7 +94,7 @@ class PodLookup:
                 self._fn = pod_identity
                 # A pod's name comes from the kubelet's pod log directories (the chart mounts
                 # them): on a host without them there are no pods to find, and no connection's
-                # cgroup is read (a burst of registrations paid about 80 µs each for it).
+                # cgroup is read (docs/benchmarks.md, "burst registration").
                 if self.root is None and not os.path.isdir(DEFAULT_POD_LOG_ROOT):
                     self._fn = None
                     log.info("pod identities: off (no %s on this host)", DEFAULT_POD_LOG_ROOT)

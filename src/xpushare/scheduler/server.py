@@ -81,7 +81,7 @@ class Server:
         self._start_pod_watch(loop)
         # What exists now (modules, classes, functions: most of the daemon's objects) lives as long
         # as the daemon: out of the collector's way, a full collection scans only what was made
-        # while serving (a fuzzing run's full collections held the loop 5-6 ms each).
+        # while serving (docs/benchmarks.md, "fuzzing": full collections were what held the loop).
         gc.freeze()
         registry = self.state.registry
         log.info("nvshare-scheduler %s listening on %s (mode %s, tq %s, %d gpu(s) known)",

@@ -1,9 +1,9 @@
 """The status reply, built and encoded a slice at a time so that it never holds the event loop.
 
-A status of 255 clients on 20 GPUs took about 86 ms in one piece, during which no lock was granted.
-Here the reply is a generator (steps): it yields after each GPU, client, job or encoded piece, and
-slicer.Slicer runs the generators of every pending request one slice at a time, so lock messages are read and answered between two slices
-whatever the number of requests. Each piece is encoded to JSON as it is made; the frame is joined
+Built in one piece, its cost grows with clients x GPUs, and no lock is granted meanwhile. So the
+reply is a generator (steps): it yields after each GPU, client, job or encoded piece, and
+slicer.Slicer runs the generators of every pending request one slice at a time, so lock messages
+are read and answered between two slices whatever the number of requests. Each piece is encoded to JSON as it is made; the frame is joined
 from them at the end (a copy of at most MAX_CTL_REPLY bytes).
 
 A reply is one frame, so what it lists is bounded: with very many clients their command lines are
@@ -40,7 +40,7 @@ def steps(state: SchedulerState, viewer: Viewer) -> Steps:
     """The CTL_REPLY frame of a status request, a step at a time. Each GPU's, client's and job's
     entry is encoded in the step that builds it, and only its text is kept: entries kept as dicts
     from one slice to the next would be promoted by the collector and make it run full
-    collections over the whole daemon (several ms each) while status requests keep coming."""
+    collections over the whole daemon while status requests keep coming."""
     registry = state.registry
     now = registry.now()
     clients = state.clients()
