@@ -38,3 +38,31 @@ def test_root_on_the_node_or_in_the_schedulers_own_pod_is_admin():
 
 def test_a_user_in_no_pod_is_no_admin():
     assert not access.is_admin(_state(), _conn(uid=2001))
+
+
+def test_root_in_another_pod_is_held_to_the_per_uid_caps_and_line_budget():
+    """Exempt from the caps (connections, the fd reserve, made-up GPUs) and from the log budget is
+    root on the node, not root in a tenant's pod."""
+    from xpushare.scheduler.clientlog import ClientLog
+
+    state = _state(own_pod=SimpleNamespace(uid="sched-pod"))
+    pod = SimpleNamespace(uid="user-pod")
+    assert not access.node_privileged(state, 0, pod)
+    assert access.node_privileged(state, 0, None)
+    assert access.node_privileged(state, 0, SimpleNamespace(uid="sched-pod"))
+    assert not access.node_privileged(state, 2001, None)
+    lines = ClientLog(lines=2, interval=60, clock=lambda: 0.0)
+    tenant, node_root = SimpleNamespace(uid=0, privileged=False), SimpleNamespace(uid=0, privileged=True)
+    assert [lines.info(tenant, "x") for _ in range(3)] == [True, True, False]
+    assert all(lines.info(node_root, "x") for _ in range(3))
+
+
+def test_admission_of_a_connection_not_node_privileged_counts_against_the_caps():
+    from pathlib import Path
+
+    from xpushare.scheduler.state import Config, SchedulerState
+
+    state = SchedulerState(Config(socket_path=Path("/nonexistent/s.sock")))
+    state.conn_room = 0  # the reserve: only the node's privileged get in
+    assert state.admission(0, privileged=True) is None
+    assert "open-file limit" in state.admission(0, privileged=False)

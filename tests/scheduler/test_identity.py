@@ -101,7 +101,15 @@ def test_pod_and_command_are_read_when_the_process_connects():
     ours, theirs = socket.socketpair(socket.AF_UNIX)
     try:
         state = SchedulerState(Config(socket_path=Path("/nonexistent/s.sock")))
-        state.pods = lambda pid: looked_up.append(pid) or f"pod of {pid}"
+
+        class Pods:  # peer.PodLookup's interface
+            def __call__(self, pid):
+                looked_up.append(pid)
+                return f"pod of {pid}"
+
+            def own(self):
+                return None
+        state.pods = Pods()
 
         async def connect_and_close():
             conn = Connection(state)

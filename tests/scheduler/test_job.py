@@ -72,7 +72,8 @@ def test_a_job_that_names_nothing_is_a_protocol_error(msg, message):
 
 def _conn(hello=True, devices=()):
     return SimpleNamespace(hello=object() if hello else None, job_info=None, pid=1, id=1, uid=0,
-                           devices=dict.fromkeys(devices), warnings=limits.LogLimiter())
+                           privileged=True, devices=dict.fromkeys(devices),
+                           warnings=limits.LogLimiter())
 
 
 STATE = SimpleNamespace(client_log=ClientLog())  # what the JOB handler uses of the state

@@ -31,6 +31,7 @@ class _Conn:
     hello = object()
     pid = id = 1
     uid = 0
+    privileged = True
 
     def __init__(self, pod=None, env: Quota | None = Quota()):
         self.pod, self.quota_env, self.quota_set = pod, env, {}

@@ -6,6 +6,8 @@ a process in a pod other than the scheduler's own: root in a container is not th
 device plugin mounts the socket into every GPU pod, and pods run as root unless told otherwise).
 An admin may change settings (control.py), sees every client in full, and its own processes may
 raise themselves above the default priority and share (may_raise_itself).
+The same pod rule decides who is exempt from the per-uid caps and the log-line budget
+(node_privileged): root or the scheduler's uid, on the node.
 
 Everyone may read status and top, but a non-admin sees other users' processes without their
 command line (an argument may be a password) and without their pod (its namespace and name, also
@@ -22,7 +24,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from . import peer
+from . import limits, peer
 
 if TYPE_CHECKING:
     from .connection import Conn
@@ -38,7 +40,7 @@ def is_admin(state: SchedulerState, conn: Conn) -> bool:
     if conn.admin is None:
         gid = state.config.admin_gid
         conn.admin = (conn.uid in (0, os.geteuid()) or (
-            gid is not None and gid in peer.groups(conn.pid, conn.gid))) and _on_the_node(state, conn)
+            gid is not None and gid in peer.groups(conn.pid, conn.gid))) and on_the_node(state, conn.pod)
     return conn.admin
 
 
@@ -62,12 +64,19 @@ class Viewer:
 EVERYTHING = Viewer(0, admin=True)
 
 
-def _on_the_node(state: SchedulerState, conn: Conn) -> bool:
-    """Outside any pod, or in the scheduler's own (an operator's `kubectl exec` into it)."""
-    if conn.pod is None:
+def on_the_node(state: SchedulerState, pod) -> bool:
+    """A process in `pod` (None: in none) is the node's: outside any pod, or in the scheduler's
+    own (an operator's `kubectl exec` into it)."""
+    if pod is None:
         return True
     own = state.pods.own()
-    return own is not None and getattr(own, "uid", None) == getattr(conn.pod, "uid", None)
+    return own is not None and getattr(own, "uid", None) == getattr(pod, "uid", None)
+
+
+def node_privileged(state: SchedulerState, uid: int, pod) -> bool:
+    """Exempt from the per-uid caps and admitted into the connection reserve (limits.privileged:
+    root, the scheduler's uid), and on the node: root in a GPU pod is a tenant like any other."""
+    return limits.privileged(uid) and on_the_node(state, pod)
 
 
 def may_raise_itself(state: SchedulerState, conn: Conn) -> bool:

@@ -41,15 +41,18 @@ class ClientLog:
         self.lines, self.interval, self._clock = lines, interval, clock
         self._windows: dict[int, _Window] = {}
 
-    def info(self, uid: int, fmt: str, *args) -> bool:
-        return self.log(logging.INFO, uid, fmt, *args)
+    def info(self, who, fmt: str, *args) -> bool:
+        return self.log(logging.INFO, who, fmt, *args)
 
-    def warning(self, uid: int, fmt: str, *args) -> bool:
-        return self.log(logging.WARNING, uid, fmt, *args)
+    def warning(self, who, fmt: str, *args) -> bool:
+        return self.log(logging.WARNING, who, fmt, *args)
 
-    def log(self, level: int, uid: int, fmt: str, *args) -> bool:
-        """Log fmt % args at `level` unless uid has used up its lines; True if logged."""
-        if not self.lines or privileged(uid):
+    def log(self, level: int, who, fmt: str, *args) -> bool:
+        """Log fmt % args at `level` unless who's uid has used up its lines; True if logged.
+        who: a connection (its uid, exempt when it is node-privileged: access.py) or a uid
+        (exempt when privileged)."""
+        uid, exempt = (who, privileged(who)) if isinstance(who, int) else (who.uid, who.privileged)
+        if not self.lines or exempt:
             log.log(level, fmt, *args)
             return True
         now = self._clock()

@@ -24,7 +24,7 @@ import logging
 import os
 
 from ..protocol import Frame, FrameDecoder, Hello, Limits, ProtocolError, encode_error
-from . import handlers, limits, peer
+from . import access, handlers, limits, peer
 from .jobinfo import JobInfo
 from .metrics import LockStats
 from .quotas import Quota
@@ -45,8 +45,9 @@ class Conn:
     (write, close, abort, is_closing, get_write_buffer_size)."""
 
     def __init__(self, cid: int, transport: asyncio.Transport, pid: int, uid: int, gid: int,
-                 pod=None, client_log=None):
+                 pod=None, client_log=None, privileged: bool = False):
         self.id, self.transport, self.pid, self.uid, self.gid = cid, transport, pid, uid, gid
+        self.privileged = privileged              # exempt from the per-uid caps (access.py)
         self.hello: Hello | None = None
         self.priority = 0                         # HELLO's, until set_priority changes it
         self.own_priority = 0                     # what it declared (declared.py), or set_priority's
@@ -60,7 +61,7 @@ class Conn:
         self.pod = pod                            # peer.PodLookup's answer at connect
         self.closed = False                       # by the scheduler: close() was called
         self.warnings = limits.LogLimiter(  # through its uid's line budget (clientlog.py)
-            sink=None if client_log is None else functools.partial(client_log.warning, uid))
+            sink=None if client_log is None else functools.partial(client_log.warning, self))
         self.quota_env: Quota | None = None       # SETTINGS' (None: never sent, gets no LIMITS)
         self.quota_set: dict[str, tuple] = {}     # nvsharectl's for this client: field -> (value, when)
         self.quota = Quota()                      # what applies now (quotas.Quotas.refresh)
@@ -128,15 +129,17 @@ class Connection(asyncio.Protocol):
         state = self.state
         sock = transport.get_extra_info("socket")
         pid, uid, gid = peer.credentials(sock)
-        refused = state.admission(uid)
+        pod = state.pods(pid)
+        privileged = access.node_privileged(state, uid, pod)
+        refused = state.admission(uid, privileged)
         if refused is not None:
             state.warnings.warning(("refused", uid), "refusing a connection of pid=%d uid=%d: %s",
                                    pid, uid, refused)
             transport.write(encode_error(refused))
             transport.close()
             return
-        self.conn = Conn(state.next_id(), transport, pid, uid, gid, pod=state.pods(pid),
-                         client_log=state.client_log)
+        self.conn = Conn(state.next_id(), transport, pid, uid, gid, pod=pod,
+                         client_log=state.client_log, privileged=privileged)
         self.conn.resume = self._resume
         state.connected(self.conn)
         self.deadline.arm(state.config.hello_timeout, "sent no HELLO or control request")
@@ -153,7 +156,7 @@ class Connection(asyncio.Protocol):
             self._frames_in(conn, data)
         except ProtocolError as e:
             self.state.stats.malformed += 1
-            self.state.client_log.warning(conn.uid, "pid=%d: protocol error: %s; closing its "
+            self.state.client_log.warning(conn, "pid=%d: protocol error: %s; closing its "
                                           "connection", conn.pid, e)
             self._end(conn, f"protocol error: {e}")
         except Exception:  # a bug of ours: lose this connection, not the daemon
@@ -196,7 +199,7 @@ class Connection(asyncio.Protocol):
     def eof_received(self) -> bool:
         conn = self.conn
         if conn is not None and self.decoder.pending and not conn.closed:
-            self.state.client_log.warning(conn.uid, "pid=%d: connection closed inside a frame "
+            self.state.client_log.warning(conn, "pid=%d: connection closed inside a frame "
                                           "(%d bytes pending)", conn.pid, self.decoder.pending)
         return False  # close the transport: connection_lost follows
 
@@ -218,7 +221,7 @@ class Connection(asyncio.Protocol):
 
     def _timed_out(self, what: str, seconds: float) -> None:
         conn = self.conn
-        self.state.client_log.warning(conn.uid, "pid=%d uid=%d client=%d %s within %gs; closing "
+        self.state.client_log.warning(conn, "pid=%d uid=%d client=%d %s within %gs; closing "
                                       "its connection", conn.pid, conn.uid, conn.id, what, seconds)
         self._end(conn, f"{what} within {seconds:g}s")
 
@@ -248,7 +251,7 @@ def forget(state: SchedulerState, conn: Conn) -> None:
     state.disconnected(conn)
     if conn.hello is not None:
         held = [g.label for g in conn.gpus() if state.registry.gangs.holds(conn, g)]
-        state.client_log.info(conn.uid, "disconnect pid=%d client=%d%s", conn.pid, conn.id,
+        state.client_log.info(conn, "disconnect pid=%d client=%d%s", conn.pid, conn.id,
                               f" (held gpu {','.join(held)})" if held else "")
     state.registry.leave(conn)
 

@@ -78,7 +78,7 @@ def start(state: SchedulerState, conn: Conn, msg: dict) -> bytes | statusreply.S
     except (CtlError, Invalid) as e:
         reply = {"ok": False, "error": str(e)}
     if op is not None and op.admin:
-        state.client_log.info(conn.uid, "ctl %s from pid=%d uid=%d: %s", name, conn.pid, conn.uid,
+        state.client_log.info(conn, "ctl %s from pid=%d uid=%d: %s", name, conn.pid, conn.uid,
                               "ok" if reply["ok"] else reply["error"])
     return encode_json(MessageType.CTL_REPLY, reply)
 

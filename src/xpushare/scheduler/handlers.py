@@ -60,7 +60,7 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
     conn.swappable = bool(msg.flags & HELLO_SWAP)
     conn.send(encode(Welcome(conn.id, VERSION, FEATURES)))
     state.client_log.info(
-        conn.uid, "client pid=%d uid=%d client=%d priority=%d%s%s: %s", conn.pid, conn.uid, conn.id,
+        conn, "client pid=%d uid=%d client=%d priority=%d%s%s: %s", conn.pid, conn.uid, conn.id,
         msg.priority, "" if conn.priority == msg.priority else f" (counts as {conn.priority})",
         " swap" if conn.swappable else "", conn.command[:120])
 
@@ -95,7 +95,7 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     metrics.attached(conn, gpu, registry.now(), gpu.stats.busy)
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
     conn.send(encode(Attached(msg.device, 0, capacity)))
-    state.client_log.info(conn.uid, "attach pid=%d device=%d gpu=%s%s capacity=%d%s", conn.pid,
+    state.client_log.info(conn, "attach pid=%d device=%d gpu=%s%s capacity=%d%s", conn.pid,
                           msg.device, gpu.label, f" ({gpu.uuid})" if gpu.index is not None else "",
                           capacity, "" if gpu.capacity else " (its own)")
 
@@ -182,7 +182,7 @@ def on_job(state: SchedulerState, conn: Conn, msg: Job) -> None:
     if dropped:
         conn.warnings.warning("job", "pid=%d: JOB values out of range, taken as unknown: %s",
                               conn.pid, ", ".join(dropped))
-    state.client_log.info(conn.uid, "job pid=%d client=%d %s", conn.pid, conn.id, info.describe())
+    state.client_log.info(conn, "job pid=%d client=%d %s", conn.pid, conn.id, info.describe())
 
 
 def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:

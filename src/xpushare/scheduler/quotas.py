@@ -124,7 +124,7 @@ class Quotas:
         if conn.quota_env is not None and quota.limits() != conn.quota_sent:
             conn.quota_sent = quota.limits()
             conn.send(encode(conn.quota_sent))
-            self.state.client_log.info(conn.uid, "limits pid=%d client=%d compute=%s memory=%s",
+            self.state.client_log.info(conn, "limits pid=%d client=%d compute=%s memory=%s",
                                        conn.pid, conn.id, _pct(quota.compute_limit),
                                        quota.memory_limit or "none")
         if quota.compute_share != old.compute_share and conn.gpus():
@@ -145,7 +145,7 @@ class Quotas:
             share = claimed_share(env.compute_share, may_raise_itself(self.state, conn))
             if share != env.compute_share:
                 self.state.client_log.info(
-                    conn.uid, "settings pid=%d uid=%d client=%d: compute share %g counts as the "
+                    conn, "settings pid=%d uid=%d client=%d: compute share %g counts as the "
                     "default: only an admin may raise it", conn.pid, conn.uid, conn.id,
                     env.compute_share)
                 env = replace(env, compute_share=share)

@@ -142,7 +142,7 @@ class GpuRegistry:
                 raise ProtocolError(f"ATTACH of {uuid[:48]!r}: not a GPU UUID "
                                     "(GPU- or MIG- and the 8-4-4-4-12 hex form)")
             cap = limits.MAX_MADE_UP_GPUS_PER_UID
-            if self.made[conn.uid] >= cap and not limits.privileged(conn.uid):
+            if self.made[conn.uid] >= cap and not conn.privileged:
                 raise Refused(f"uid {conn.uid} already has {self.made[conn.uid]} GPUs the "
                               f"scheduler does not know attached (at most {cap}): not attaching "
                               f"{uuid}")

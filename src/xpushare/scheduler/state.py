@@ -65,9 +65,10 @@ class SchedulerState:
     def next_id(self) -> int:
         return next(self._ids)
 
-    def admission(self, uid: int) -> str | None:
-        """Why a new connection of `uid` is refused (its ERROR text), or None to admit it."""
-        if limits.privileged(uid):
+    def admission(self, uid: int, privileged: bool) -> str | None:
+        """Why a new connection of `uid` is refused (its ERROR text), or None to admit it;
+        privileged: access.node_privileged's answer for it (exempt from the caps)."""
+        if privileged:
             return None
         if len(self.conns) >= self.conn_room:
             return (f"the scheduler is at its open-file limit ({len(self.conns)} connections, "
