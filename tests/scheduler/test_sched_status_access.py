@@ -34,7 +34,9 @@ SECRET = "--db-password=hunter2"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
 STATUS = encode_json(MessageType.CTL_REQUEST, {"op": "status"})
 
-# A client process of root's whose command line carries a secret, in a pod (HELLO's hint).
+# A client process of root's whose command line carries a secret, in a pod (HELLO's hint). The code
+# comes through the environment so that the secret sits early in the command line, inside status's
+# COMMAND_MAX characters however long the checkout's paths are.
 VICTIM = ("import sys; sys.path[:0] = sys.argv[2:4]; from sched_harness import registered; "
           "c = registered(sys.argv[4], pod_name='secret-pod', pod_namespace='team-a'); "
           "print('ready', flush=True); sys.stdin.read()")
@@ -42,8 +44,10 @@ VICTIM = ("import sys; sys.path[:0] = sys.argv[2:4]; from sched_harness import r
 
 def _victim(sock):
     here = os.path.dirname(os.path.abspath(__file__))
-    p = subprocess.Popen([sys.executable, "-c", VICTIM, SECRET, here, here, str(sock)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
+    env = dict(child_env(), XPUSHARE_TEST_VICTIM=VICTIM)
+    p = subprocess.Popen([sys.executable, "-c", "import os; exec(os.environ['XPUSHARE_TEST_VICTIM'])",
+                          SECRET, here, here, str(sock)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     assert p.stdout.readline().strip() == "ready"
     return p
 
