@@ -8,13 +8,11 @@ field or type that exists in Python but not in C fails to compile, which fails t
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 from xpushare import protocol as P  # noqa: E402
 

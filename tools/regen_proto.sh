@@ -23,6 +23,11 @@ CACHE="${XPUSHARE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/xpushare-tools}"
 VENV="$CACHE/grpcio-tools-$GRPCIO_TOOLS_VERSION"
 PYTHON="${PYTHON:-python3}"
 
+mkdir -p "$CACHE"
+if command -v flock >/dev/null 2>&1; then  # one install at a time (parallel test workers)
+    exec 9>"$CACHE/.grpcio-tools.lock"
+    flock 9
+fi
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import grpc_tools" 2>/dev/null; then
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"

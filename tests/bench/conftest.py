@@ -3,15 +3,11 @@ nvshare-scheduler subprocess (no GPU: --no-nvml) for the protocol client."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
-
 from protoclient import children_can_import_xpushare  # noqa: E402
 
 

@@ -6,14 +6,12 @@ It claims 0.2 s of warm-up, then `--seconds` more of work, for which it counts k
 import json
 import os
 import socket
-import sys
 import time
 
 from xpushare.protocol import (
     Attach, BusyUpdate, FrameDecoder, Hello, MessageType, encode,
 )
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 from busy_workload import parse, wait_for  # noqa: E402
 
 

@@ -8,10 +8,8 @@ current rate and appends a trace point; once the file $FAKE_LIMIT_FILE exists, t
 it applies $FAKE_LAG seconds later (a live change as the scheduler would carry it)."""
 
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import quota_workload as qw  # noqa: E402
 
 args = qw.parse()

@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from protoclient import GIB, ProtoClient, prefetch_requested  # noqa: E402
 from switch_worker import PROGRESS_BYTES, size_key  # noqa: E402

@@ -6,15 +6,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
-
 import jobs  # noqa: E402
 import makespan  # noqa: E402
 import makespan_fit  # noqa: E402

@@ -145,7 +145,6 @@ def test_sigterm_stops_the_running_benchmark_and_keeps_the_results(tmp_path: Pat
     script = textwrap.dedent(f"""
         import os, signal, sys, threading
         from pathlib import Path
-        sys.path[:0] = [{str(Path(run_all.__file__).parent)!r}, {str(Path(__file__).resolve().parents[2])!r}]
         import run_all
         from run_all import Bench
         run_all.machine = lambda: {{}}

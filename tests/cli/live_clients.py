@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scheduler"))
 from sched_harness import GiB, child_env, uuid  # noqa: E402
 
 HARNESS = Path(__file__).resolve().parents[1] / "scheduler"
@@ -39,7 +38,6 @@ def start_clients(sock) -> list[LiveClient]:
 
 
 def _main():
-    sys.path.insert(0, str(HARNESS))
     from sched_harness import registered
     from xpushare.protocol import MessageType
     sock, mem, action, pod = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]

@@ -10,8 +10,6 @@ client, and records RESIDENCY; the mock logs every call with CLOCK_MONOTONIC tim
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -146,7 +144,6 @@ def test_a_drop_swaps_converted_memory_out_at_copy_speed_and_back_before_any_wor
 def test_the_debug_lines_say_what_moved_as_the_swap_benchmark_reads_them(world, recorder):
     """bench/swap.py attributes each request's moves from these lines: the bytes out (and how many
     of them were copied), the bytes back, and the milliseconds of each."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     import swap as bench_swap
 
     app = _swapped_out_by_a_drop(world, recorder, "check", 1, env={"NVSHARE_DEBUG": 1})

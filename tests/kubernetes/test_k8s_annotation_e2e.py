@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,7 +26,6 @@ from xpushare.protocol import FEATURE_QUOTAS, Limits, MessageType, Settings, enc
 from .fake_apiserver import kubeconfig_for
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scheduler"))
 from sched_harness import FakeClient, SchedulerProcess  # noqa: E402
 
 GiB = 1 << 30

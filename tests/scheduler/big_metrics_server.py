@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from xpushare.scheduler import httpd  # noqa: E402
 

@@ -6,9 +6,7 @@ then waits until stdin closes.
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sched_harness import FakeClient  # noqa: E402
 from xpushare.protocol import MessageType  # noqa: E402

@@ -15,8 +15,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
-sys.path.insert(0, str(SRC))
-sys.path.insert(0, str(ROOT))  # testkit, also when this file runs as a subprocess's module
 
 from xpushare.protocol import (  # noqa: E402
     Attach, BusyUpdate, Frame, LockRequest, Released, FrameDecoder, Hello, MemUpdate, MessageType, ProtocolError,

@@ -14,7 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from sched_harness import SRC, registered, uuid
+from sched_harness import registered, uuid
 from xpushare.protocol import MessageType
 from xpushare.scheduler.connection import Connection
 from xpushare.scheduler.state import Config, SchedulerState
@@ -25,7 +25,6 @@ HERE = Path(__file__).resolve().parent
 # prints what the scheduler sends it until the scheduler closes the connection.
 FORK_AND_EXIT = textwrap.dedent("""
     import os, sys
-    sys.path[:0] = [{here!r}, {src!r}]
     from sched_harness import FakeClient
     from xpushare.protocol import MessageType
     c = FakeClient({sock!r}, timeout=20)
@@ -45,7 +44,7 @@ FORK_AND_EXIT = textwrap.dedent("""
 def test_a_holder_that_forks_and_exits_is_not_left_holding(scheduler):
     """The connection ends when the process that made it exits; the lock goes to the waiter."""
     waiter = registered(scheduler.sock)
-    script = FORK_AND_EXIT.format(here=str(HERE), src=str(SRC), sock=str(scheduler.sock),
+    script = FORK_AND_EXIT.format(sock=str(scheduler.sock),
                                   gpu=uuid(0))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     parent = int(proc.stdout.readline().split()[1])

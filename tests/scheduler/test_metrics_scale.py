@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sched_harness  # noqa: E402,F401 - puts the checkout's src/ on the path
 
 from prometheus_client.exposition import choose_encoder  # noqa: E402

@@ -37,16 +37,15 @@ STATUS = encode_json(MessageType.CTL_REQUEST, {"op": "status"})
 # A client process of root's whose command line carries a secret, in a pod (HELLO's hint). The code
 # comes through the environment so that the secret sits early in the command line, inside status's
 # COMMAND_MAX characters however long the checkout's paths are.
-VICTIM = ("import sys; sys.path[:0] = sys.argv[2:4]; from sched_harness import registered; "
-          "c = registered(sys.argv[4], pod_name='secret-pod', pod_namespace='team-a'); "
+VICTIM = ("import sys; from sched_harness import registered; "
+          "c = registered(sys.argv[2], pod_name='secret-pod', pod_namespace='team-a'); "
           "print('ready', flush=True); sys.stdin.read()")
 
 
 def _victim(sock):
-    here = os.path.dirname(os.path.abspath(__file__))
     env = dict(child_env(), XPUSHARE_TEST_VICTIM=VICTIM)
     p = subprocess.Popen([sys.executable, "-c", "import os; exec(os.environ['XPUSHARE_TEST_VICTIM'])",
-                          SECRET, here, here, str(sock)],
+                          SECRET, str(sock)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     assert p.stdout.readline().strip() == "ready"
     return p
