@@ -9,14 +9,18 @@
   beforehand wins: the GPU machine tests its installed package).
 """
 
+import fcntl
 import os
 
 import pytest
 
-from testkit.build import BuildError, native_library
+from testkit.build import BUILD, BuildError, native_library
+
+EXCLUSIVE_LOCK = BUILD / ".exclusive"
 
 
 def pytest_configure(config):
+    BUILD.mkdir(parents=True, exist_ok=True)
     ours = [str(p) for p in config.getini("pythonpath")]
     inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in ours]
     os.environ["PYTHONPATH"] = os.pathsep.join(ours + inherited)
@@ -24,3 +28,21 @@ def pytest_configure(config):
         os.environ["NVSHARE_LIBRARY"] = str(native_library())
     except BuildError as e:
         raise pytest.UsageError(f"libnvshare.so could not be built for the tests: {e}") from e
+
+
+def pytest_sessionstart(session):
+    # The runner's terminal is not the tests' (pytest-xdist's workers get COLUMNS=80): a command a
+    # test runs renders at the width the test gives it, or at the default for a pipe.
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
+
+@pytest.fixture(autouse=True)
+def _machine_share(request):
+    """Tests marked `exclusive` judge timing against the wall clock (a mock GPU's kernels, token
+    buckets, latencies): they run with the machine to themselves, the parallel workers' other
+    tests waiting (an exclusive lock against the shared one every other test holds)."""
+    mode = fcntl.LOCK_EX if request.node.get_closest_marker("exclusive") else fcntl.LOCK_SH
+    with open(EXCLUSIVE_LOCK, "a") as lock:
+        fcntl.flock(lock, mode)
+        yield

@@ -18,6 +18,8 @@ from xpushare.protocol import FEATURE_BUSY, MessageType
 
 from .harness import poll
 
+pytestmark = pytest.mark.exclusive  # the mock GPU's kernels take wall-clock time
+
 TOLERANCE = 0.05
 
 

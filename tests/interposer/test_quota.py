@@ -17,6 +17,8 @@ from xpushare.protocol import FEATURE_QUOTAS, Limits, MessageType
 
 from .harness import GIB, poll
 
+pytestmark = pytest.mark.exclusive  # the mock GPU's kernels take wall-clock time
+
 KERNEL_US = 1000
 TOLERANCE = 0.04  # points of the GPU's time
 OOM = 2

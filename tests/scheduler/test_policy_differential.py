@@ -113,13 +113,22 @@ SWITCHY_CHUNKS = 4          # 400 sequences more, of prefetch reports
 PREFETCHES = [0.0, 0.05, 0.4, 3.0, 4294.967295]  # seconds; the last is LOCK_RELEASED's largest
 
 
+_SCALARS = (int, float, str, bool, type(None))
+_COMPARED: dict = {}  # dataclass type -> the names of its fields that take part in equality
+
+
 def _plain(value):
     """Actions, snapshots and records as plain tuples, so that the two packages' classes compare.
     Fields left out of equality (Drop.gang, set by the jobs layer above the arbiter) are left out
-    here too."""
-    if dataclasses.is_dataclass(value):
-        return (type(value).__name__,) + tuple(_plain(getattr(value, f.name))
-                                               for f in dataclasses.fields(value) if f.compare)
+    here too. (It runs after every event on both sides: the field lists are looked up once.)"""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    names = _COMPARED.get(kind)
+    if names is None and dataclasses.is_dataclass(value):
+        names = _COMPARED[kind] = tuple(f.name for f in dataclasses.fields(value) if f.compare)
+    if names is not None:
+        return (kind.__name__,) + tuple(_plain(getattr(value, n)) for n in names)
     if isinstance(value, (list, tuple)):
         return tuple(_plain(v) for v in value)
     if hasattr(value, "value") and not isinstance(value, (int, float)):  # enums (Mode)
