@@ -33,7 +33,7 @@ if str(BENCH) not in sys.path:
 from daemon import Daemon, alternating_rounds, checkouts, raise_nofile  # noqa: E402
 from loadgen import Frames, LoadFailure  # noqa: E402
 from stats import percentile  # noqa: E402
-from xpushare.protocol import HEADER, MessageType  # noqa: E402
+from xpushare.wire.protocol import HEADER, MessageType  # noqa: E402
 
 REPO = BENCH.parent
 FAKE_UUID = "GPU-00000000-0000-0000-0000-000000000000"

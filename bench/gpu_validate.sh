@@ -95,7 +95,7 @@ if ! timeout 240 "$PYTHON" -m pip install --no-build-isolation --no-deps . > "$O
   log "FAILED: install (see install.log)"
   exit 1
 fi
-NVSHARE_LIBRARY=$(cd / && "$PYTHON" -c 'from xpushare.paths import library_path; print(library_path())') || {
+NVSHARE_LIBRARY=$(cd / && "$PYTHON" -c 'from xpushare.wire.paths import library_path; print(library_path())') || {
   log "FAILED: the installed package has no libnvshare.so"; exit 1; }
 export NVSHARE_LIBRARY   # the tests and benchmarks use exactly the installed library
 log "library: $NVSHARE_LIBRARY"

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from protoclient import GIB
-from xpushare.protocol import (
+from xpushare.wire.protocol import (
     HEADER, MAGIC, Attach, Grant, Hello, LockRequest, MemUpdate, MessageType, Released, encode,
 )
 

@@ -3,7 +3,7 @@
 It speaks for a process that is not a GPU program: HELLO (with a priority), ATTACH of a GPU by UUID,
 MEM_UPDATE, REQ_LOCK, LOCK_OK, LOCK_RELEASED, the way libnvshare.so does, so that a benchmark can
 play a second client (e.g. a high-priority job whose footprint does not fit beside a real one) or
-time the scheduler itself. Frames are built with xpushare.protocol; the ones sent in a timed loop
+time the scheduler itself. Frames are built with xpushare.wire.protocol; the ones sent in a timed loop
 are encoded once, so a measurement times the socket and the scheduler, not the packing.
 
     with ProtoClient(sock, priority=10) as c:
@@ -30,7 +30,7 @@ except ImportError:  # a checkout without `pip install .`: the package sources a
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from xpushare.client import CtlClient, connect  # noqa: E402
-from xpushare.protocol import (  # noqa: E402
+from xpushare.wire.protocol import (  # noqa: E402
     GRANT_PREFETCH, Attach, Attached, DropLock, Frame, FrameDecoder, Grant, Hello,
     LockRequest, MemUpdate, MessageType, Released, Welcome, encode,
 )

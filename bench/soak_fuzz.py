@@ -19,7 +19,7 @@ from pathlib import Path
 
 from loadgen import LoadFailure, read_frame
 from testkit.fuzz import REGISTER, fuzz_request, malformed_frame, request_frame
-from xpushare.protocol import MessageType
+from xpushare.wire.protocol import MessageType
 
 FRAMES_PER_TASK = 200
 TIMEOUT_S = 10.0

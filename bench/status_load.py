@@ -32,7 +32,7 @@ from daemon import Daemon, alternating_rounds, checkouts, raise_nofile  # noqa: 
 from loadgen import read_frame  # noqa: E402
 from protoclient import GIB, ProtoClient  # noqa: E402
 from stats import percentile  # noqa: E402
-from xpushare.protocol import HEADER, Attach, Hello, MessageType, encode, encode_json  # noqa: E402
+from xpushare.wire.protocol import HEADER, Attach, Hello, MessageType, encode, encode_json  # noqa: E402
 
 REPO = BENCH.parent
 STATUS = encode_json(MessageType.CTL_REQUEST, {"op": "status"})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from xpushare.protocol import (
+from xpushare.wire.protocol import (
     Attach, Hello, Job, LockRequest, MemUpdate, MessageType, Released, encode, encode_frame,
     encode_json,
 )

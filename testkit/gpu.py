@@ -93,7 +93,7 @@ def library_path() -> Path:
     """The libnvshare.so under test: $NVSHARE_LIBRARY, else the copy in the package xpushare is
     imported from, else (tests/conftest.py puts the source tree, which has no built library, first on
     sys.path) the installed package's copy, as `nvshare-run --print-lib` tells."""
-    from xpushare.paths import library_path as find
+    from xpushare.wire.paths import library_path as find
 
     try:
         return find()

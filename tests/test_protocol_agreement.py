@@ -1,4 +1,4 @@
-"""native/src/protocol.h and xpushare.protocol describe the same wire format.
+"""native/src/protocol.h and xpushare.wire.protocol describe the same wire format.
 
 A C program generated from the Python definitions includes the header on its own (only <stdint.h>)
 and prints sizeof/offsetof of every field, the enum values and the constants; they must match. A
@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from xpushare import protocol as P  # noqa: E402
+from xpushare.wire import protocol as P  # noqa: E402
 
 HEADER_H = ROOT / "native" / "src" / "protocol.h"
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xpushare.protocol import (
+from xpushare.wire.protocol import (
     HEADER, MAX_JSON_DEPTH, MAX_PAYLOAD, Attach, Frame, FrameDecoder, Hello, Job,
     LockRequest, MemUpdate, MessageType, ProtocolError, Released, decode_json, encode,
     encode_frame, encode_json,

@@ -138,7 +138,7 @@ static long env_long(const char *name, long def, long lo, long hi)
 }
 
 /* The ranges of the compute limit and share, in the wire's units: the same as
- * src/xpushare/scheduler/quota_ranges.py, so that the environment accepts what nvsharectl and the
+ * src/xpushare/wire/quota_ranges.py, so that the environment accepts what nvsharectl and the
  * pod annotations accept (tests/interposer/test_quota_env_ranges.py runs both at the edges). */
 #define COMPUTE_LIMIT_MIN_PM 1u                       /* per mille: 0.1 percent, the wire's step */
 #define COMPUTE_LIMIT_MAX_PM NVS_COMPUTE_LIMIT_SCALE  /* 100 percent */
@@ -268,7 +268,7 @@ void nvs_config_load(void)
     /* NVSHARE_DEBUG first, so that warnings below carry the right prefix. */
     c->debug = (int)env_long("NVSHARE_DEBUG", 0, 0, 9);
     c->require_scheduler = env_bool("NVSHARE_REQUIRE_SCHEDULER");
-    /* The scheduler's range (PRIORITY_LIMIT, src/xpushare/messages.py): a value past it is reported
+    /* The scheduler's range (PRIORITY_LIMIT, src/xpushare/wire/messages.py): a value past it is reported
      * and ignored here, like any other bad value, instead of being clamped there silently. */
     c->priority = (int)env_long("NVSHARE_PRIORITY", 0, -1000, 1000);
     c->single_oversub = env_bool("NVSHARE_ENABLE_SINGLE_OVERSUB");

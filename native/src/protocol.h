@@ -2,7 +2,7 @@
  * protocol.h - the XPUShare wire protocol, version 2 (docs/protocol.md is the definition).
  *
  * Frames are a 12-byte header followed by `length` payload bytes. Integers are little-endian,
- * structs packed. src/xpushare/messages.py is the Python side; tests/test_protocol_agreement.py
+ * structs packed. src/xpushare/wire/messages.py is the Python side; tests/test_protocol_agreement.py
  * compiles this header on its own and compares sizes, offsets and type numbers, so it must need
  * nothing but <stdint.h>.
  */

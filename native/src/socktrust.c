@@ -5,7 +5,7 @@
  *
  * The scheduler learns our pid and command line, and holding our GPU lock it can stall our work:
  * a socket another user planted (say a pre-created /tmp/nvshare-UID, the per-user default when
- * XDG_RUNTIME_DIR is unset) must not be used. The rule, as in src/xpushare/paths.py
+ * XDG_RUNTIME_DIR is unset) must not be used. The rule, as in src/xpushare/wire/paths.py
  * (socket_trusted), on the socket's own directory only (lstat: nothing at the end is followed):
  *   - the directory is a directory (not a symbolic link), owned by root or by our real or
  *     effective uid, and not writable by group or others unless it has the sticky bit (as /tmp:

@@ -18,12 +18,12 @@ import sys
 
 from . import __version__
 from .client import SchedulerUnavailable, connect_ctl
-from .protocol import PRIORITY_LIMIT, ProtocolError
-from .scheduler.ctlschema import Invalid
-from .scheduler.policy import TQ_MAX, Mode
-from .scheduler.quota_ranges import (CLEAR, COMPUTE_LIMIT, COMPUTE_LIMIT_SPAN, COMPUTE_SHARE,
+from .wire.protocol import PRIORITY_LIMIT, ProtocolError
+from .wire.ctlschema import Invalid
+from .wire.scheduling import TQ_MAX, Mode
+from .wire.quota_ranges import (CLEAR, COMPUTE_LIMIT, COMPUTE_LIMIT_SPAN, COMPUTE_SHARE,
                                      COMPUTE_SHARE_SPAN, MEMORY_LIMIT)
-from .sizes import format_size, parse_size, size_argument
+from .wire.sizes import format_size, parse_size, size_argument
 from . import ctl_top
 from .ctl_render import render_status
 

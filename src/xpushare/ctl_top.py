@@ -25,7 +25,7 @@ from .ctl_render import (
 )
 from .ctl_keys import KeyReader
 from .inert import inert_tree
-from .sizes import format_size
+from .wire.sizes import format_size
 
 NONE = "—"  # the scheduler does not report it (yet)
 STATE_ORDER = {"holding": 0, "waiting": 1, "idle": 2}

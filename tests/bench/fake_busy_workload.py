@@ -8,7 +8,7 @@ import os
 import socket
 import time
 
-from xpushare.protocol import (
+from xpushare.wire.protocol import (
     Attach, BusyUpdate, FrameDecoder, Hello, MessageType, encode,
 )
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from protoclient import GIB, ProtoClient, prefetch_requested  # noqa: E402
 from switch_worker import PROGRESS_BYTES, size_key  # noqa: E402
-from xpushare.protocol import DROP_EVICT, MessageType  # noqa: E402
+from xpushare.wire.protocol import DROP_EVICT, MessageType  # noqa: E402
 
 PASS_S = 0.002
 EVICT_S_PER_GIB = 0.02

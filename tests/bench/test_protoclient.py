@@ -6,7 +6,7 @@ import pytest
 
 from protoclient import GIB, ProtoClient, ProtocolFailure, client_gpus, ctl, footprint, prefetch_requested
 from testkit.waiting import poll
-from xpushare.protocol import DropReason
+from xpushare.wire.protocol import DropReason
 
 UUID = "GPU-00000000-0000-0000-0000-0000000000b1"
 

@@ -39,7 +39,7 @@ def start_clients(sock) -> list[LiveClient]:
 
 def _main():
     from sched_harness import registered
-    from xpushare.protocol import MessageType
+    from xpushare.wire.protocol import MessageType
     sock, mem, action, pod = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     ns, _, name = pod.partition("/")
     c = registered(sock, pod_namespace=ns, pod_name=name)

@@ -11,7 +11,7 @@ import pytest
 
 from sched_harness import GiB, as_user, child_env, registered, uuid
 from xpushare import __version__
-from xpushare.protocol import MessageType
+from xpushare.wire.protocol import MessageType
 
 
 def ctl(*args, sock=None, env=None):

@@ -1,12 +1,12 @@
-"""xpushare.sizes and xpushare.paths."""
+"""xpushare.wire.sizes and xpushare.wire.paths."""
 
 import os
 from pathlib import Path
 
 import pytest
 
-from xpushare import paths
-from xpushare.sizes import format_size, parse_size
+from xpushare.wire import paths
+from xpushare.wire.sizes import format_size, parse_size
 
 
 @pytest.mark.parametrize("text, value", [

@@ -15,9 +15,9 @@ from sched_harness import child_env
 from tests.quota_edges import COMPUTE_LIMIT_EDGES, COMPUTE_SHARE_EDGES, MEMORY_LIMIT_EDGES
 from xpushare import ctl
 from xpushare.scheduler.control import OPS
-from xpushare.scheduler.ctlschema import Invalid, validate
-from xpushare.scheduler.quota_ranges import COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
-from xpushare.sizes import parse_size
+from xpushare.wire.ctlschema import Invalid, validate
+from xpushare.wire.quota_ranges import COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
+from xpushare.wire.sizes import parse_size
 
 LIMIT, SHARE, MEMORY = "--set-compute-limit", "--set-compute-share", "--set-memory-limit"
 OP = {LIMIT: "set_compute_limit", SHARE: "set_compute_share", MEMORY: "set_memory_limit"}
@@ -125,6 +125,6 @@ def test_nvsharectl_checks_quotas_without_importing_the_running_scheduler():
             "print(' '.join(m for m in sys.modules if m.startswith('xpushare.scheduler.')))")
     loaded = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True,
                             text=True, check=True, timeout=60).stdout.split()
-    assert "xpushare.scheduler.quota_ranges" in loaded
+    assert "xpushare.wire.quota_ranges" in loaded
     for heavy in ("control", "state", "registry", "server", "quotas", "connection"):
         assert f"xpushare.scheduler.{heavy}" not in loaded

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sched_harness import child_env
-from xpushare.paths import ensure_socket_dir, socket_trusted
+from xpushare.wire.paths import ensure_socket_dir, socket_trusted
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="only root can make a path owned by another user")
@@ -193,7 +193,8 @@ def test_nvshare_run_of_a_victim_whose_per_user_directory_was_planted(listen, mo
     """The attack, as nvshare-run meets it: /tmp/nvshare-VICTIM pre-created by another uid. The
     victim is this process with its effective uid seen as VICTIM by paths.py (the interpreter here
     may not be executable by another uid), with XDG_RUNTIME_DIR and NVSHARE_SOCK_PATH unset."""
-    from xpushare import paths, run
+    from xpushare import run
+    from xpushare.wire import paths
     uid = next(u for u in range(61000, 62000, 2)
                if not os.path.lexists(f"/tmp/nvshare-{u}") and not os.path.lexists(f"/tmp/nvshare-{u + 1}"))
     monkeypatch.setattr(paths, "_euid", lambda: uid)

@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from xpushare.protocol import (
+from xpushare.wire.protocol import (
     Attached,
     DropLock,
     DropReason,

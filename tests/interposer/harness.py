@@ -129,7 +129,7 @@ def locate_library(build_dir: Path) -> Path:
     if os.environ.get("NVSHARE_LIBRARY"):
         return Path(os.environ["NVSHARE_LIBRARY"]).resolve()
     try:
-        from xpushare.paths import library_path
+        from xpushare.wire.paths import library_path
         return library_path()
     except (ImportError, FileNotFoundError):
         pass

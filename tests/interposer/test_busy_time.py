@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from xpushare.protocol import FEATURE_BUSY, MessageType
+from xpushare.wire.protocol import FEATURE_BUSY, MessageType
 
 from .harness import poll
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from xpushare.protocol import MessageType
+from xpushare.wire.protocol import MessageType
 
 DEFAULT_MAX = 1024 // 8  # NVSHARE_MAX_INFLIGHT / 8: the launch-count bound
 LONG_MS, SHORT_MS = 50, 1  # against the default target: > 100/8, < 100/32

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from xpushare.protocol import DROP_EVICT, GRANT_PREFETCH, MessageType, ReleaseReason
+from xpushare.wire.protocol import DROP_EVICT, GRANT_PREFETCH, MessageType, ReleaseReason
 
 from .harness import build_mock_variant
 

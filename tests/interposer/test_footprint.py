@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from xpushare.protocol import MessageType
+from xpushare.wire.protocol import MessageType
 
 from .fake_scheduler import RecordingScheduler
 from .harness import MIB, SRC, clean_env, poll, uuid_of

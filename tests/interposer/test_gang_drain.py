@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from xpushare.protocol import DROP_GANG, MessageType
+from xpushare.wire.protocol import DROP_GANG, MessageType
 
 KERNEL_US = 2000
 BOUND_MS = 300

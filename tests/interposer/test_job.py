@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from xpushare.protocol import (
+from xpushare.wire.protocol import (
     FEATURE_JOBS, FEATURE_QUOTAS, JOB_EXPLICIT, JOB_TORCH, JOB_UNKNOWN, MessageType,
 )
 

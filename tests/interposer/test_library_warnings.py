@@ -4,7 +4,7 @@ refused by the per-process cap (once; the next ones only with NVSHARE_DEBUG). Th
 these lines; the texts checked here are those quotes."""
 
 import pytest
-from xpushare.protocol import MessageType
+from xpushare.wire.protocol import MessageType
 
 OOM = 2
 
@@ -72,7 +72,7 @@ def test_further_refusals_are_in_the_debug_log(world, sched):
 
 @pytest.mark.parametrize("value", ["0", "101", "abc", "-5", "50%%", "0.05", "none please"])
 def test_bad_compute_limit_is_reported_once_and_ignored(world, recorder, value):
-    from xpushare.protocol import FEATURE_QUOTAS
+    from xpushare.wire.protocol import FEATURE_QUOTAS
     recorder.welcome_features = FEATURE_QUOTAS
     app = world.run("init", "ctx", 0, "launch", 1, env={"NVSHARE_COMPUTE_LIMIT": value})
     assert _lines(app) == [f'nvshare[{app.pid}]: warning: ignoring NVSHARE_COMPUTE_LIMIT="{value}": '
@@ -83,7 +83,7 @@ def test_bad_compute_limit_is_reported_once_and_ignored(world, recorder, value):
 
 @pytest.mark.parametrize("value", ["0", "-1", "x", "0.0001", "1e3"])
 def test_bad_compute_share_is_reported_once_and_ignored(world, recorder, value):
-    from xpushare.protocol import FEATURE_QUOTAS
+    from xpushare.wire.protocol import FEATURE_QUOTAS
     recorder.welcome_features = FEATURE_QUOTAS
     app = world.run("init", "ctx", 0, "launch", 1, env={"NVSHARE_COMPUTE_SHARE": value})
     assert _lines(app) == [f'nvshare[{app.pid}]: warning: ignoring NVSHARE_COMPUTE_SHARE="{value}": '
@@ -97,7 +97,7 @@ def test_bad_compute_share_is_reported_once_and_ignored(world, recorder, value):
                                                     ("0.1", "1000000", (1, 10**9)),
                                                     (" 75 % ", "1.0", (750, 1000))])
 def test_good_compute_settings_are_sent_quietly(world, recorder, limit, share, expected):
-    from xpushare.protocol import FEATURE_QUOTAS
+    from xpushare.wire.protocol import FEATURE_QUOTAS
     recorder.welcome_features = FEATURE_QUOTAS
     app = world.run("init", "ctx", 0, "launch", 1,
                     env={"NVSHARE_COMPUTE_LIMIT": limit, "NVSHARE_COMPUTE_SHARE": share})

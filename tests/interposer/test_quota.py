@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from xpushare.protocol import FEATURE_QUOTAS, Limits, MessageType
+from xpushare.wire.protocol import FEATURE_QUOTAS, Limits, MessageType
 
 from .harness import GIB, poll
 

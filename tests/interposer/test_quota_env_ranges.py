@@ -1,5 +1,5 @@
 """The library's NVSHARE_COMPUTE_LIMIT and NVSHARE_COMPUTE_SHARE (native/src/config.c) against
-src/xpushare/scheduler/quota_ranges.py, the ranges nvsharectl, the control ops and the pod
+src/xpushare/wire/quota_ranges.py, the ranges nvsharectl, the control ops and the pod
 annotations use: at the edges of tests/quota_edges.py and at edges made from quota_ranges' bounds
 (so that a bound moved on one side only is caught), the environment accepts a value exactly when
 quota_ranges does, sends it in SETTINGS in the wire's units, and quotes the same range when it
@@ -12,9 +12,9 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 
 from tests.quota_edges import COMPUTE_LIMIT_EDGES, COMPUTE_SHARE_EDGES
-from xpushare.protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, FEATURE_QUOTAS, MessageType
-from xpushare.scheduler.ctlschema import Invalid
-from xpushare.scheduler import quota_ranges as ranges
+from xpushare.wire.protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, FEATURE_QUOTAS, MessageType
+from xpushare.wire.ctlschema import Invalid
+from xpushare.wire import quota_ranges as ranges
 
 LIMIT, SHARE = "NVSHARE_COMPUTE_LIMIT", "NVSHARE_COMPUTE_SHARE"
 KIND = {LIMIT: ranges.COMPUTE_LIMIT, SHARE: ranges.COMPUTE_SHARE}

@@ -8,7 +8,7 @@ import struct
 import threading
 import time
 
-from xpushare.protocol import MessageType, encode_frame
+from xpushare.wire.protocol import MessageType, encode_frame
 
 from .fake_scheduler import Received, RecordingScheduler
 from .harness import poll, uuid_of

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from xpushare.protocol import MessageType
+from xpushare.wire.protocol import MessageType
 
 from .fake_scheduler import RecordingScheduler
 from .harness import clean_env

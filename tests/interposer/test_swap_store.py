@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from xpushare.protocol import (
+from xpushare.wire.protocol import (
     DROP_EVICT, FEATURE_SWAP, HELLO_SWAP, RESIDENCY_ANSWER, RESIDENCY_REFUSED, MessageType,
 )
 

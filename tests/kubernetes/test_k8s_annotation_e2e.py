@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from xpushare.kubernetes.pod_settings import COMPUTE_LIMIT, EVENT_REASON, MEMORY_LIMIT
-from xpushare.protocol import FEATURE_QUOTAS, Limits, MessageType, Settings, encode
+from xpushare.wire.protocol import FEATURE_QUOTAS, Limits, MessageType, Settings, encode
 
 from .fake_apiserver import kubeconfig_for
 

@@ -113,7 +113,7 @@ def test_the_annotation_parser_imports_nothing_of_the_running_scheduler():
     src = str(Path(xpushare.__file__).resolve().parents[1])  # this checkout's, installed or not
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             env={**os.environ, "PYTHONPATH": src}, timeout=60).stdout.split()
-    assert sorted(loaded) == ["xpushare.scheduler.ctlschema", "xpushare.scheduler.quota_ranges"]
+    assert sorted(loaded) == ["xpushare.wire.ctlschema", "xpushare.wire.quota_ranges"]
 
 
 def test_absent_annotations_and_removal():

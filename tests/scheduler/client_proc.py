@@ -9,7 +9,7 @@ import sys
 
 
 from sched_harness import FakeClient  # noqa: E402
-from xpushare.protocol import MessageType  # noqa: E402
+from xpushare.wire.protocol import MessageType  # noqa: E402
 
 
 def main():

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from sched_harness import GiB, uuid
-from xpushare.protocol import FrameDecoder, Hello, MessageType
+from xpushare.wire.protocol import FrameDecoder, Hello, MessageType
 from xpushare.scheduler import control
 from xpushare.scheduler.connection import Conn
 from xpushare.scheduler.gpus import GpuInfo

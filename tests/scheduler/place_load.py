@@ -7,7 +7,7 @@ import contextlib
 
 from sched_harness import FakeClient, GiB, registered, uuid
 from xpushare.client import CtlClient
-from xpushare.protocol import MessageType
+from xpushare.wire.protocol import MessageType
 
 FOUR = [{"uuid": uuid(i), "name": "Fake H100 80GB HBM3", "memory": 80 * GiB} for i in range(4)]
 ARGS = ("--mode", "serial", "--tq", "30")  # serial: a second client waits; 30 s: nothing moves

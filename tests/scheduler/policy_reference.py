@@ -4,7 +4,7 @@ the tree: the oracle of test_policy_differential.py, and what test_policy_cost.p
 no longer is (POLICY_COST_AGAINST=reference).
 
 It is materialised as the package `reference_policy` in a temporary directory, with its relative
-import of xpushare.protocol made absolute. Without git or that commit (a tarball, a shallow clone)
+import of xpushare.wire.protocol made absolute. Without git or that commit (a tarball, a shallow clone)
 the tests that need it are skipped, saying why.
 """
 
@@ -42,7 +42,7 @@ def load() -> ModuleType:
             pytest.skip(f"the reference policy ({REFERENCE_COMMIT[:7]}) is not in this checkout's "
                         f"history: {r.stderr.strip()}", allow_module_level=True)
         (root / f"{name}.py").write_text(r.stdout.replace("from ...protocol import",
-                                                          "from xpushare.protocol import"))
+                                                          "from xpushare.wire.protocol import"))
     spec = importlib.util.spec_from_file_location(NAME, root / "__init__.py",
                                                   submodule_search_locations=[str(root)])
     module = importlib.util.module_from_spec(spec)

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 
-from xpushare.protocol import (  # noqa: E402
+from xpushare.wire.protocol import (  # noqa: E402
     Attach, BusyUpdate, Frame, LockRequest, Released, FrameDecoder, Hello, MemUpdate, MessageType, ProtocolError,
     Residency, encode, encode_frame, encode_json,
 )

@@ -15,7 +15,7 @@ from sched_harness import MessageType, registered, uuid
 from test_metrics import metrics_scheduler, scrape, value  # noqa: F401  (fixture)
 from testkit.waiting import poll
 
-from xpushare.protocol import FEATURE_BUSY
+from xpushare.wire.protocol import FEATURE_BUSY
 from xpushare.scheduler import metrics
 
 

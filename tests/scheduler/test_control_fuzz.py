@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ctl_state import ask, build_state, snapshot
 from sched_harness import FakeClient, registered, uuid
 from testkit.fuzz import FIELDS, REGISTER, fuzz_request, malformed_frame
-from xpushare.protocol import Attached, MessageType, encode, encode_json
+from xpushare.wire.protocol import Attached, MessageType, encode, encode_json
 from xpushare.scheduler import control
 
 SCALAR = (st.none() | st.booleans() | st.integers() | st.integers(-2**80, 2**80) | st.floats()

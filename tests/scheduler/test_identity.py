@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 from sched_harness import registered, uuid
-from xpushare.protocol import MessageType
+from xpushare.wire.protocol import MessageType
 from xpushare.scheduler.connection import Connection
 from xpushare.scheduler.state import Config, SchedulerState
 
@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 FORK_AND_EXIT = textwrap.dedent("""
     import os, sys
     from sched_harness import FakeClient
-    from xpushare.protocol import MessageType
+    from xpushare.wire.protocol import MessageType
     c = FakeClient({sock!r}, timeout=20)
     c.hello()
     c.attach(0, {gpu!r})
@@ -128,7 +128,7 @@ def test_pod_and_command_are_read_when_the_process_connects():
 def test_pod_identity_root_is_the_schedulers_setting(tmp_path):
     """NVSHARE_POD_IDENTITY_ROOT (the end-to-end tests' stand-in for /) is read from the
     scheduler's environment; without it, /proc and /var/log/pods are read."""
-    from xpushare.scheduler.peer import POD_IDENTITY_ROOT_ENV, PodLookup
+    from xpushare.kubernetes.pod_lookup import POD_IDENTITY_ROOT_ENV, PodLookup
     uid = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
     (tmp_path / "proc" / "42").mkdir(parents=True)
     (tmp_path / "proc" / "42" / "cgroup").write_text(f"0::/kubepods/besteffort/pod{uid}/{'c' * 64}\n")

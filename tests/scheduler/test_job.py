@@ -13,7 +13,7 @@ import pytest
 from sched_harness import FakeClient, MessageType, registered
 from testkit.waiting import poll
 
-from xpushare.protocol import (
+from xpushare.wire.protocol import (
     FEATURE_JOBS, JOB_EXPLICIT, JOB_TORCH, JOB_UNKNOWN, Job, ProtocolError, encode,
 )
 from xpushare.scheduler import handlers, limits

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from sched_harness import registered
-from xpushare.protocol import MessageType
+from xpushare.wire.protocol import MessageType
 from xpushare.scheduler.logformat import JsonFormatter
 
 

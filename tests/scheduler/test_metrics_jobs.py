@@ -12,7 +12,7 @@ from sched_harness import FakeClient, MessageType, registered
 from test_metrics import metrics_scheduler, scrape, value  # noqa: F401 (a fixture)
 from testkit.waiting import poll
 
-from xpushare.protocol import JOB_EXPLICIT, Job, encode
+from xpushare.wire.protocol import JOB_EXPLICIT, Job, encode
 
 TRAIN = {"job_name": "train", "kind": "name"}
 

@@ -6,7 +6,7 @@ test_policy_priority.py, test_policy_tq.py); test_policy_replay.py holds the sha
 
 import pytest
 
-from xpushare.protocol import DropReason
+from xpushare.wire.protocol import DropReason
 from xpushare.scheduler.policy import (
     CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, EVICT_AFTER_QUANTA, STRATEGIES, TQ_MAX, TQ_MIN, Arbiter,
     Drop, Evict, Grant, Mode, Overdue, SwitchReport,

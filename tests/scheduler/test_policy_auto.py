@@ -7,7 +7,7 @@ Most scripts use a 10 GiB budget with no reserve and no context overhead, so siz
 
 import pytest
 
-from xpushare.protocol import DropReason
+from xpushare.wire.protocol import DropReason
 from xpushare.scheduler.policy import (
     CLIENT_OVERHEAD, MAX_SKIP, Arbiter, Drop, Evict, Grant, Mode, Overdue,
 )

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from xpushare.protocol import DropReason
+from xpushare.wire.protocol import DropReason
 from xpushare.scheduler.policy import Arbiter, Drop, Evict, Grant, Mode, Overdue
 from xpushare.scheduler.policy.gang import FORM_TIMEOUT, Gangs, JobFormed, Phase
 

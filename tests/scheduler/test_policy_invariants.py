@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from xpushare.protocol import DropReason
+from xpushare.wire.protocol import DropReason
 from xpushare.scheduler.policy import Arbiter, Drop, Evict, Grant, Mode, Overdue, SwitchReport
 
 from test_policy_replay import GiB, Replay

@@ -14,7 +14,7 @@ import statistics
 
 import pytest
 
-from xpushare.protocol import DropReason
+from xpushare.wire.protocol import DropReason
 from xpushare.scheduler.policy import (
     DEFAULT_DYNAMIC_TQ, PREFETCH_FLOOR_RATE, SWITCH_REPORTERS, QUANTA_PER_SWITCH,
     SWITCH_REPORT_MAX, TQ_CEILING, Arbiter, Drop, Grant, LowerMedian, Mode, SwitchReport,

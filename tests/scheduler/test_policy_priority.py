@@ -4,7 +4,7 @@ priorities taking turns by quantum, aging that lets low priority through without
 
 import pytest
 
-from xpushare.protocol import DropReason
+from xpushare.wire.protocol import DropReason
 from xpushare.scheduler.policy import AGING_QUANTA, Arbiter, Drop, Grant, Mode
 
 from test_policy_replay import GiB, Replay, auto, play, with_footprints

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import pytest
 
-from xpushare.protocol import DropReason
+from xpushare.wire.protocol import DropReason
 from xpushare.scheduler.policy import Arbiter, Drop, Evict, Grant, Mode, Overdue, scaled_quantum
 
 GiB = 2**30

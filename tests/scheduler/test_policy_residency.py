@@ -6,7 +6,7 @@ time injected; 16 GiB, no reserve, no context overhead, so sizes read directly.
 
 import pytest
 
-from xpushare.protocol import DropReason
+from xpushare.wire.protocol import DropReason
 from xpushare.scheduler.policy import (
     EVICT_AFTER_QUANTA, Arbiter, Drop, Evict, Grant, Mode, Reclaim,
 )

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from xpushare.protocol import DropReason
+from xpushare.wire.protocol import DropReason
 from xpushare.scheduler.policy import (
     DEFAULT_SHARE, TQ_CEILING, TQ_MAX, TQ_MIN, Arbiter, Drop, Grant, Mode, check_share, scaled_quantum,
 )

@@ -20,7 +20,7 @@ import random
 
 import pytest
 
-from xpushare.protocol import DropReason
+from xpushare.wire.protocol import DropReason
 from xpushare.scheduler.policy import (
     SHARE_RATIO_MAX, SHARE_RATIO_MIN, TQ_CEILING, Arbiter, Drop, Evict, Grant, Mode, scaled_quantum,
 )

@@ -5,7 +5,7 @@ an explicit quantum overrides it and "back to dynamic" restores it.
 
 import pytest
 
-from xpushare.protocol import DropReason
+from xpushare.wire.protocol import DropReason
 from xpushare.scheduler.policy import (
     DEFAULT_DYNAMIC_TQ, EWMA_ALPHA, QUANTA_PER_SWITCH, TQ_CEILING, TQ_FLOOR, Arbiter, Drop, Evict,
     Grant, Mode, Overdue, SwitchReport,

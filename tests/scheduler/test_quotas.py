@@ -18,7 +18,7 @@ from test_metrics import metrics_scheduler, scrape, value  # noqa: F401  (fixtur
 from testkit.waiting import poll
 
 from xpushare.kubernetes.pod_settings import PodKey, parse_annotations
-from xpushare.protocol import FEATURE_QUOTAS, Limits, Settings, encode
+from xpushare.wire.protocol import FEATURE_QUOTAS, Limits, Settings, encode
 from xpushare.scheduler.clientlog import ClientLog
 from xpushare.scheduler.quotas import Quota, Quotas
 

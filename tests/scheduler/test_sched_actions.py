@@ -9,7 +9,7 @@ import pytest
 
 from ctl_state import FakeTransport
 from sched_harness import GiB, uuid
-from xpushare.protocol import MessageType
+from xpushare.wire.protocol import MessageType
 from xpushare.scheduler.policy import Mode
 from xpushare.scheduler.connection import Conn
 from xpushare.scheduler.registry import GpuRegistry

@@ -7,7 +7,7 @@ LOCK_OK/DROP_LOCK with the PREFETCH/EVICT flags, with LOCK_RELEASED's measuremen
 
 import os
 
-from xpushare.protocol import DROP_EVICT, GRANT_PREFETCH, DropReason, MessageType
+from xpushare.wire.protocol import DROP_EVICT, GRANT_PREFETCH, DropReason, MessageType
 
 from sched_harness import FakeClient, GiB, registered
 

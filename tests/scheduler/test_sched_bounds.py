@@ -19,7 +19,7 @@ from sched_harness import (
 )
 from testkit.waiting import poll
 from xpushare.client import CtlClient
-from xpushare.protocol import (
+from xpushare.wire.protocol import (
     Hello, LockRequest, MessageType, encode, encode_json,
 )
 

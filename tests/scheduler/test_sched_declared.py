@@ -11,7 +11,7 @@ import os
 import pytest
 
 from sched_harness import ConnectedAs, registered
-from xpushare.protocol import MessageType, Settings, encode
+from xpushare.wire.protocol import MessageType, Settings, encode
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")

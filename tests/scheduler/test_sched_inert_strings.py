@@ -10,7 +10,7 @@ import sys
 
 from sched_harness import FakeClient, child_env
 from xpushare.inert import inert
-from xpushare.protocol import Job, MessageType
+from xpushare.wire.protocol import Job, MessageType
 
 FORGED = "x\n2026-11-27 00:00:00,000 nvshare-scheduler WARNING evict pid=1 gpu=0"
 HOSTILE = "A\x1b[2J\x1b]0;owned\x07\x1b[5mB\u2028[blink]C[/blink] :fire:"

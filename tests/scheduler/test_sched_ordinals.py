@@ -12,7 +12,7 @@ import os
 import pytest
 
 from sched_harness import FakeClient, GiB, as_user, registered, uuid
-from xpushare.protocol import Attach, MessageType, encode
+from xpushare.wire.protocol import Attach, MessageType, encode
 
 NOBODY = 65534
 ORDINALS = 16  # limits.max_ordinals(0): the test scheduler runs without NVML

@@ -1,8 +1,8 @@
-"""xpushare.protocol on its own: payload packing, frames, the incremental decoder."""
+"""xpushare.wire.protocol on its own: payload packing, frames, the incremental decoder."""
 
 import pytest
 
-from xpushare.protocol import (
+from xpushare.wire.protocol import (
     HEADER, JOB_UNKNOWN, MAGIC, MAX_CTL_REPLY, MAX_PAYLOAD, VERSION, Attach, Attached, DropLock, FrameDecoder,
     Grant, Hello, Job, LockRequest, MemUpdate, Released, MessageType, ProtocolError, Welcome, decode_json, encode, encode_error, encode_frame,
     encode_json,

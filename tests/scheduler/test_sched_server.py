@@ -16,7 +16,7 @@ from sched_harness import (
 )
 from xpushare import __version__
 from xpushare.client import socket_answers
-from xpushare.protocol import (
+from xpushare.wire.protocol import (
     HEADER, MAGIC, MAX_PAYLOAD, VERSION, DropReason, LockRequest, MessageType, encode, encode_frame,
 )
 

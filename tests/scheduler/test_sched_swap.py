@@ -13,7 +13,7 @@ import pytest
 
 from sched_harness import FakeClient, GiB, registered, uuid
 from test_metrics import free_port, scrape, value
-from xpushare.protocol import (
+from xpushare.wire.protocol import (
     FEATURE_SWAP, GRANT_PREFETCH, HELLO_SWAP, RESIDENCY_ANSWER, RESIDENCY_REFUSED, EVICT_ROOM,
     MessageType,
 )

@@ -21,7 +21,7 @@ import pytest
 
 from sched_harness import FakeClient, GiB, as_user, registered, uuid
 from testkit.waiting import poll
-from xpushare.protocol import DROP_EVICT, GRANT_PREFETCH, MessageType, ProtocolError
+from xpushare.wire.protocol import DROP_EVICT, GRANT_PREFETCH, MessageType, ProtocolError
 
 NOBODY = 65534
 MiB = 1 << 20
@@ -81,7 +81,7 @@ def test_an_attach_of_a_uuid_without_the_syntax_of_one_is_a_protocol_error(sched
 
 
 def _attach_frame(text: str) -> bytes:
-    from xpushare.protocol import Attach, encode
+    from xpushare.wire.protocol import Attach, encode
     return encode(Attach(0, 0, text, "Mock GPU", 16 * GiB, 16 * GiB))
 
 

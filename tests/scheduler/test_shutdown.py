@@ -18,7 +18,7 @@ import time
 import pytest
 
 from sched_harness import SchedulerProcess
-from xpushare.protocol import MessageType, encode_json
+from xpushare.wire.protocol import MessageType, encode_json
 from xpushare.scheduler.server import Config, Server
 
 KUBECONFIG = """apiVersion: v1

@@ -8,7 +8,7 @@ import time
 
 from sched_harness import registered
 from xpushare.client import CtlClient
-from xpushare.protocol import MAX_PAYLOAD
+from xpushare.wire.protocol import MAX_PAYLOAD
 from xpushare.scheduler import peer
 from xpushare.scheduler.status import COMMAND_MAX
 

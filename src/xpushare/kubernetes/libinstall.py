@@ -93,9 +93,9 @@ def _fsync_dir(path: Path) -> None:
 
 
 def default_library_source() -> Optional[Path]:
-    """The libnvshare.so shipped in the package (xpushare.paths.library_path()), or None."""
+    """The libnvshare.so shipped in the package (xpushare.wire.paths.library_path()), or None."""
     try:
-        from xpushare.paths import library_path
+        from xpushare.wire.paths import library_path
     except ImportError:  # pragma: no cover - paths.py ships with the package
         return None
     try:

@@ -6,7 +6,7 @@ Three annotations on a pod set its GPU settings:
                                     ("50", "12.5", "50%"), or "none" (no cap)
     nvshare.com/gpu-compute-share   weight against the other pods on the GPU: a number from 0.001
                                     to 1000000
-    nvshare.com/gpu-memory-limit    a size as xpushare.sizes reads it ("4GiB", "512MiB", bytes),
+    nvshare.com/gpu-memory-limit    a size as xpushare.wire.sizes reads it ("4GiB", "512MiB", bytes),
                                     from 1 byte to 2^64-1 bytes, or "none" (no limit)
 
 The ranges are those of nvsharectl's flags and the control ops, from the same kinds
@@ -32,9 +32,9 @@ import re
 from dataclasses import dataclass, field
 from typing import List, Mapping, NamedTuple, Optional, Tuple
 
-from ..scheduler import quota_ranges as ranges
-from ..scheduler.ctlschema import Invalid
-from ..sizes import format_size, parse_size
+from ..wire import quota_ranges as ranges
+from ..wire.ctlschema import Invalid
+from ..wire.sizes import format_size, parse_size
 
 __all__ = ["COMPUTE_LIMIT", "COMPUTE_SHARE", "MEMORY_LIMIT", "ANNOTATIONS", "EVENT_REASON",
            "PodSettings", "Problem", "PodKey", "parse_annotations", "pod_key", "enabled_from_env"]

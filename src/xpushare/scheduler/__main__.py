@@ -6,12 +6,13 @@ import argparse
 import asyncio
 import grp
 import logging
+import os
 import sys
 
 from .. import __version__, metrics_flags
 from ..envflags import parse_args
-from ..paths import default_socket_path, socket_override
-from ..sizes import parse_size
+from ..wire.paths import default_socket_path, socket_override
+from ..wire.sizes import parse_size
 from . import clientlog, logformat
 from .limits import FRAME_TIMEOUT, HELLO_TIMEOUT, MAX_CONNECTIONS_PER_UID
 from .policy import Mode, check_tq
@@ -174,6 +175,15 @@ def _check_metrics(parser: argparse.ArgumentParser, args) -> None:
                      "pip install 'xpushare[kubernetes]'")
 
 
+def node_pods():
+    """What the scheduler is told of the node's pods: who a connection's process is, and a watch of
+    the pods' GPU annotations. This entry point is where the scheduler meets Kubernetes; the rest
+    of xpushare.scheduler never imports xpushare.kubernetes."""
+    from ..kubernetes.pod_lookup import PodLookup
+    from ..kubernetes.pod_watch import watch_from_env
+    return PodLookup(), watch_from_env
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse_args(parser, argv)
@@ -203,14 +213,27 @@ def main(argv: list[str] | None = None) -> int:
         log.error("--event-loop uvloop: %s (pip install uvloop)", e)
         return 2
     try:
-        run(Server(config, gpus).run(), loop_factory)
+        server = Server(config, gpus, *node_pods())
+        run(server.run(), loop_factory)
     except (SocketInUse, MetricsUnavailable, PermissionError) as e:
         log.error("%s", e)
         return 1
     except OSError as e:
         log.error("cannot listen on %s: %s", config.socket_path, e)
         return 1
+    if server.pod_watch is not None:
+        _exit_leaving_threads(0)
     return 0
+
+
+def _exit_leaving_threads(rc: int) -> None:
+    """Shutdown does not join the pod watch's threads (server.py): one still blocked in a request
+    while the interpreter finalises was seen to end the process with SIGABRT instead of 0 (once, in
+    a parallel test run). Their work is over: the logs are flushed and the process ends here."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import functools
 import logging
 import os
 
-from ..protocol import Frame, FrameDecoder, Hello, Limits, ProtocolError, encode_error
+from ..wire.protocol import Frame, FrameDecoder, Hello, Limits, ProtocolError, encode_error
 from . import access, handlers, limits, peer
 from .jobinfo import JobInfo
 from .metrics import LockStats
@@ -58,7 +58,7 @@ class Conn:
         self.swap: dict[str, SwapRecord] = {}     # uuid -> its RESIDENCY reports (swap.py)
         self.locks: dict[Gpu, LockStats] = {}     # its lock's counts per GPU, for the exporter
         self.command = peer.cmdline(pid)
-        self.pod = pod                            # peer.PodLookup's answer at connect
+        self.pod = pod                            # kubernetes.pod_lookup.PodLookup's answer at connect
         self.closed = False                       # by the scheduler: close() was called
         self.warnings = limits.LogLimiter(  # through its uid's line budget (clientlog.py)
             sink=None if client_log is None else functools.partial(client_log.warning, self))

@@ -13,16 +13,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..protocol import (
+from ..wire.protocol import (
     PRIORITY_LIMIT, Attach, Attached, MessageType, encode_json,
 )
 from . import placement, statusreply
 from .access import is_admin, viewer
-from .ctlschema import (
+from ..wire.ctlschema import (
     Choice, Field, GpuSelector, Int, Invalid, PodName, Schema, Uid, show, unsigned_max, validate,
 )
 from .policy import TQ_MAX, Mode
-from .quota_ranges import CLEAR, COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
+from ..wire.quota_ranges import CLEAR, COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
 from .registry import Gpu
 from .state import SchedulerState
 

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from ..protocol import (
+from ..wire.protocol import (
     FEATURE_BUSY, FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SWAP, HELLO_SWAP, PRIORITY_LIMIT, VERSION,
     Attach, Attached, BusyUpdate, Hello, Job, LockRequest, MemUpdate, MessageType, ProtocolError,
     Released, ReleaseReason, Residency, Settings, Welcome, encode, encode_error, encode_json,

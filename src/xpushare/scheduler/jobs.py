@@ -6,7 +6,7 @@ From what the kernel and the client's environment say, first match wins:
 2. a torch distributed run (JOB message, kind 2: TORCHELASTIC_RUN_ID, MASTER_ADDR:MASTER_PORT,
    LOCAL_WORLD_SIZE): one job per run id, rendezvous and uid; its size is the local world size
    (the ranks on this node), so it waits for them all before it runs;
-3. the pod the process runs in (from its cgroup, peer.PodLookup): one job per pod;
+3. the pod the process runs in (from its cgroup, kubernetes.pod_lookup.PodLookup): one job per pod;
 4. else the process alone (a process that drives several GPUs is a job by itself).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import NamedTuple
 
-from ..protocol import JOB_EXPLICIT, JOB_TORCH
+from ..wire.protocol import JOB_EXPLICIT, JOB_TORCH
 
 
 class Identity(NamedTuple):

@@ -26,7 +26,7 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from .. import __version__
-from ..protocol import DropReason, MessageType
+from ..wire.protocol import DropReason, MessageType
 from . import metrics, swap
 from .metrics import PHASES
 from .metrics_jobs import JOB_FAMILIES, JobRow, take_jobs

@@ -64,57 +64,12 @@ def groups(pid: int, gid: int) -> set[int]:
     return found
 
 
-# Test seam: a directory standing in for / when pod identities are read (<root>/proc/<pid>/cgroup,
-# <root>/var/log/pods), so that an end-to-end test can give a local process a pod without a pod
-# cgroup. It is the scheduler's own environment, which only whoever starts the scheduler sets: a
-# client still cannot choose its identity. Deployments never set it (startup warns when it is set).
-POD_IDENTITY_ROOT_ENV = "NVSHARE_POD_IDENTITY_ROOT"
-
-
-class PodLookup:
-    """pid -> pod identity through xpushare.kubernetes.podidentity, when that module is there and
-    the host keeps pods' logs (a Kubernetes node), or the test seam names a root.
-    Called once per connection, when it is made (Conn.pod); never cached by pid, which the kernel
-    reuses."""
-
-    def __init__(self, environ=None):
-        self._fn = None
-        self._loaded = False
-        self._own: tuple = ()   # (the scheduler's own pod,) once looked up
-        self.root = (os.environ if environ is None else environ).get(POD_IDENTITY_ROOT_ENV) or None
-        if self.root is not None:
-            log.warning("pod identities are read below %s (%s), not from /proc and /var/log/pods: "
-                        "a test setting", self.root, POD_IDENTITY_ROOT_ENV)
+class NoPods:
+    """The pod lookup of a scheduler that is told of no pods (its entry point hands it
+    kubernetes.pod_lookup.PodLookup, which finds them on a Kubernetes node)."""
 
     def __call__(self, pid: int):
-        if not self._loaded:
-            self._loaded = True
-            try:
-                from ..kubernetes.podidentity import DEFAULT_POD_LOG_ROOT, pod_identity
-                self._fn = pod_identity
-                # A pod's name comes from the kubelet's pod log directories (the chart mounts
-                # them): on a host without them there are no pods to find, and no connection's
-                # cgroup is read (docs/benchmarks.md, "burst registration").
-                if self.root is None and not os.path.isdir(DEFAULT_POD_LOG_ROOT):
-                    self._fn = None
-                    log.info("pod identities: off (no %s on this host)", DEFAULT_POD_LOG_ROOT)
-                if self.root is not None:
-                    root = self.root
-                    self._fn = lambda pid: pod_identity(
-                        pid, proc_root=os.path.join(root, "proc"),
-                        pod_log_root=os.path.join(root, "var", "log", "pods"))
-            except ImportError:
-                log.debug("pod identity: xpushare.kubernetes.podidentity not available")
-        if self._fn is None or pid <= 0:
-            return None
-        try:
-            return self._fn(pid)
-        except Exception as e:  # never let a lookup take the daemon down
-            log.debug("pod identity of pid %d failed: %s", pid, e)
-            return None
+        return None
 
     def own(self):
-        """The scheduler's own pod (None outside one): looked up once, it does not change."""
-        if not self._own:
-            self._own = (self(os.getpid()),)
-        return self._own[0]
+        return None

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..sizes import format_size
+from ..wire.sizes import format_size
 
 UNLIMITED = 1.0  # the compute a client without a compute limit commits: the whole GPU
 

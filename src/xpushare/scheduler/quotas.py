@@ -29,7 +29,7 @@ import logging
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
-from ..protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, Limits, ProtocolError, Settings, encode
+from ..wire.protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, Limits, ProtocolError, Settings, encode
 from .access import may_raise_itself
 from .policy import claimed_share, raises
 

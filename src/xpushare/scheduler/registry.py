@@ -22,11 +22,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from ..protocol import (
+from ..wire.protocol import (
     DROP_EVICT, DROP_GANG, EVICT_ROOM, GRANT_PREFETCH, DropLock, Grant, ProtocolError, encode,
     encode_error,
 )
-from ..protocol import Evict as EvictFrame  # the EVICT message; policy.Evict closes a connection
+from ..wire.protocol import Evict as EvictFrame  # the EVICT message; policy.Evict closes a connection
 from . import limits, metrics, policy, swap
 from .gpus import uuid_key, valid_uuid
 from .jobs import identify

@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 from .. import __version__
-from ..paths import ensure_socket_dir
+from ..wire.paths import ensure_socket_dir
 from ..client import socket_answers
 from . import limits
 from .connection import Connection
@@ -39,13 +39,17 @@ class MetricsUnavailable(RuntimeError):
 
 
 class Server:
-    def __init__(self, config: Config, gpus: list[GpuInfo] = ()):
+    def __init__(self, config: Config, gpus: list[GpuInfo] = (), pods=None, watch_pods=None):
+        """pods: pid -> pod (peer.NoPods' interface); watch_pods(on_changed, on_removed, loop): starts
+        a watch of the pods' settings and returns it (with stop()), or None. Both come from the
+        entry point (__main__.py), which knows the node; without them there are no pods."""
         self.config = config
-        self.state = SchedulerState(config, gpus)
+        self.state = SchedulerState(config, gpus, pods)
+        self._watch_pods = watch_pods
         self._server: asyncio.AbstractServer | None = None
         self._socket_ino: int | None = None
         self.metrics = None  # httpd.MetricsServer when --metrics-port is given
-        self.pod_watch = None  # kubernetes.pod_watch.PodSettingsWatcher when annotations are on
+        self.pod_watch = None  # what watch_pods started (it has stop()), when it did
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT; remove the socket on the way out."""
@@ -104,22 +108,10 @@ class Server:
                                      f"{config.metrics_port}: {e.strerror or e}") from None
 
     def _start_pod_watch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The pods' GPU annotations (quotas.py), when NVSHARE_POD_ANNOTATIONS is on (the chart
-        sets it): watched in a thread of its own, reported on the loop. Without the kubernetes
-        client, credentials or NODE_NAME, the scheduler serves on without them (one warning).
-        The API server is the in-cluster one, or the one of the kubeconfig file NVSHARE_KUBECONFIG
-        names (a scheduler run outside a pod, and the end-to-end tests' fake API server)."""
-        from ..kubernetes.pod_settings import enabled_from_env
-        if not enabled_from_env():
-            return
-        quotas = self.state.quotas
-        try:
-            from ..kubernetes.pod_watch import PodSettingsWatcher
-            self.pod_watch = PodSettingsWatcher(
-                on_changed=quotas.pod_changed, on_removed=quotas.pod_removed, loop=loop,
-                kubeconfig=os.environ.get("NVSHARE_KUBECONFIG") or None).start()
-        except Exception as e:  # ImportError (no client), ConfigException, no NODE_NAME
-            log.warning("pod annotations (nvshare.com/gpu-*) are not read: %s", e)
+        """The pods' settings (quotas.py), reported on the loop, when the entry point gave a watch."""
+        if self._watch_pods is not None:
+            quotas = self.state.quotas
+            self.pod_watch = self._watch_pods(quotas.pod_changed, quotas.pod_removed, loop)
 
     async def shutdown(self) -> None:
         """Prompt: nothing here waits on a peer or a thread. The pod watch's threads are told to

@@ -15,7 +15,7 @@ from .access import RequestBudget
 from .slicer import Slicer
 from .gpus import GpuInfo
 from .metrics import SchedulerStats
-from .peer import PodLookup
+from .peer import NoPods
 from .policy import Mode
 from .quotas import Quotas
 from .registry import GpuRegistry
@@ -43,7 +43,7 @@ class Config:
 
 
 class SchedulerState:
-    def __init__(self, config: Config, gpus: list[GpuInfo] = ()):
+    def __init__(self, config: Config, gpus: list[GpuInfo] = (), pods=None):
         self.config = config
         self.registry = GpuRegistry(config)
         self.conns: set[Conn] = set()
@@ -53,7 +53,7 @@ class SchedulerState:
         self.warnings = limits.LogLimiter()               # refusals, keyed by uid; accept errors
         self.client_log = clientlog.ClientLog(*config.client_log_limit)  # lines clients cause
         self.registry.client_log = self.client_log
-        self.pods = PodLookup()
+        self.pods = pods or NoPods()                      # pid -> pod (the entry point's)
         self.stats = SchedulerStats()                     # event counts for the exporter
         self.quotas = Quotas(self)                        # limits and shares (quotas.py)
         self.requests = RequestBudget()                   # control requests per non-admin uid

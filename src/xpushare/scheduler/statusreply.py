@@ -20,7 +20,7 @@ import os
 from collections.abc import Generator
 
 from .. import __version__
-from ..protocol import MAX_CTL_REPLY, MessageType, encode_frame
+from ..wire.protocol import MAX_CTL_REPLY, MessageType, encode_frame
 from . import swap
 from .access import Viewer
 from .state import SchedulerState

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..protocol import RESIDENCY_ANSWER, RESIDENCY_REFUSED, Residency
+from ..wire.protocol import RESIDENCY_ANSWER, RESIDENCY_REFUSED, Residency
 from .policy import SWITCH_REPORT_MAX
 
 if TYPE_CHECKING:

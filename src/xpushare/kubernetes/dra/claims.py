@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ...scheduler import quota_ranges as ranges
-from ...scheduler.ctlschema import Invalid
+from ...wire import quota_ranges as ranges
+from ...wire.ctlschema import Invalid
 from .inventory import COMPUTE_FULL, DeviceSpec
 
 PARAMETERS_API = "gpu.nvshare.com/v1alpha1"

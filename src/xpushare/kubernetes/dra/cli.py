@@ -7,7 +7,7 @@ import argparse
 
 from ... import __version__
 from ...envflags import env_default
-from ...sizes import parse_size
+from ...wire.sizes import parse_size
 from ..plugin_cli import _positive_int, add_health_arguments, add_injection_arguments
 from . import DRIVER_NAME
 from .inventory import CONSUMABLE, SLOTS

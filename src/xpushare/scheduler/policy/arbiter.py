@@ -22,7 +22,7 @@ import itertools
 import math
 from collections.abc import Iterable
 
-from ...protocol import DropReason
+from ...wire.protocol import DropReason
 from .model import (
     AGING_QUANTA, CLIENT_OVERHEAD, EVICT_AFTER_QUANTA, RESERVE_FRACTION, Action, Client, Drop, Evict,
     Grant, Holding, Mode, Overdue, SwitchReport, Waiting, _check_bytes, check_share,

@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ...protocol import DropReason
+from ...wire.protocol import DropReason
 from .gangmodel import FORM_TIMEOUT, Job, JobFormed, Member, Outcome, Phase, Seat
 from .gangroute import SeatRouting
 from .model import Action, Drop, Grant, SwitchReport

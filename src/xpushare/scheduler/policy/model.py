@@ -6,14 +6,12 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from enum import Enum
 
-from ...protocol import DropReason
+from ...wire.protocol import DropReason
+from ...wire.scheduling import CONTEXT_RESERVE, TQ_MAX, TQ_MIN, Mode, check_tq  # noqa: F401 (the policy's names)
 
 Client = Hashable
 
-TQ_MIN = 0.001            # seconds: a quantum under 1 ms would be sent as 0 = "no quantum"
-TQ_MAX = 4_294_967.0      # seconds: the largest whole second whose milliseconds fit a u32
 EVICT_AFTER_QUANTA = 2    # a dropped holder silent this many quanta after DROP_LOCK is evicted
 
 TQ_FLOOR = 2.0            # seconds: the dynamic quantum never goes below ...
@@ -37,25 +35,12 @@ SWITCH_REPORTERS = 2
 
 MAX_SKIP = 3              # times later waiters may start before a waiter that does not fit
 AGING_QUANTA = 2          # a waiter's priority rises by one for every this many quanta waited
-CLIENT_OVERHEAD = 768 * 2**20  # bytes a client's CUDA context takes beyond its footprint
-                               # (measured context sizes: docs/benchmarks.md, "Measured facts")
+CLIENT_OVERHEAD = CONTEXT_RESERVE  # bytes a client's CUDA context takes beyond its footprint
 RESERVE_FRACTION = 0.05   # default memory kept free in AUTO admission, a share of the capacity
 DEFAULT_SHARE = 1.0       # a client's compute share (weight) unless one is set
 
 # Drops whose handoff time is a context switch (an ADMIN drop is a mode change, not a switch).
 SWITCH_REASONS = frozenset({DropReason.QUANTUM, DropReason.PREEMPTED, DropReason.MEMORY})
-
-
-def check_tq(tq: float) -> float:
-    """`tq` as a float; ValueError unless it is a number of seconds in [TQ_MIN, TQ_MAX]."""
-    try:
-        value = float(tq)
-    except (TypeError, ValueError):
-        raise ValueError(f"invalid quantum {tq!r}: a number of seconds is required") from None
-    if not TQ_MIN <= value <= TQ_MAX:  # also refuses nan and inf
-        raise ValueError(f"invalid quantum {tq!r}: it must lie between {TQ_MIN:g} and {TQ_MAX:.0f} "
-                         "seconds (it is sent in milliseconds as a 32-bit number)")
-    return value
 
 
 def check_share(share: float | None) -> float:
@@ -92,12 +77,6 @@ def _check_bytes(value: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"invalid {what} {value!r}: a number of bytes (integer >= 0) is required")
     return value
-
-
-class Mode(str, Enum):
-    AUTO = "auto"      # memory-aware: run together what fits, take turns otherwise
-    SERIAL = "serial"  # nvshare's anti-thrash on: one holder, priority then FCFS, time quantum
-    OFF = "off"        # everyone runs at once, no quantum
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...protocol import DropReason
+from ...wire.protocol import DropReason
 from .model import AGING_QUANTA, MAX_SKIP, Action, Client, Mode
 from .residency import COVERED, FITS, SHORT, make_room
 

@@ -3,7 +3,7 @@ constants, the header and the fixed-size payloads as packed little-endian struct
 
 native/src/protocol.h mirrors this module and tests/test_protocol_agreement.py checks that they
 agree, so it holds the definitions alone, to be read beside that header. How frames are encoded
-and decoded is protocol.py's, which re-exports every name here: import from xpushare.protocol.
+and decoded is protocol.py's, which re-exports every name here: import from xpushare.wire.protocol.
 """
 
 from __future__ import annotations

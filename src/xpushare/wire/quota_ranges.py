@@ -19,7 +19,7 @@ imports nothing of the running scheduler.
 
 from __future__ import annotations
 
-from ..protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, Limits, Settings
+from .protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, Limits, Settings
 from .ctlschema import Int, Number, unsigned_max
 
 CLEAR = "none"  # the word that removes a limit

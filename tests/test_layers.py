@@ -1,0 +1,90 @@
+"""Which way the product's dependencies point (docs/architecture.md):
+
+- xpushare.wire, the contract, depends on nothing else of xpushare;
+- the scheduler never imports the Kubernetes code: its entry point (scheduler/__main__.py) hands it
+  the node's pods;
+- the command-line tools (nvsharectl, nvshare-run) import neither the scheduler nor the Kubernetes
+  code, only the contract and their own modules.
+
+Read from the source (every import statement, at any depth in a module), and checked by loading
+nvsharectl too: what it loads is what its users wait for.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "xpushare"
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """The xpushare modules `path` imports, relative imports resolved."""
+    package = _module(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            found.add(target)
+            found.update(f"{target}.{a.name}" for a in node.names)  # `from . import x`
+    return {m for m in found if m == "xpushare" or m.startswith("xpushare.")}
+
+
+MODULES = {_module(p): _imports(p) for p in sorted(PACKAGE.rglob("*.py")) if "_pb2" not in p.name}
+CLI = ("xpushare.ctl", "xpushare.ctl_keys", "xpushare.ctl_render", "xpushare.ctl_top",
+       "xpushare.run", "xpushare.run_gpus", "xpushare.client")
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _offending(importers, forbidden) -> dict:
+    return {m: sorted(i for i in MODULES[m] if any(_within(i, f) for f in forbidden))
+            for m in importers if any(_within(i, f) for i in MODULES[m] for f in forbidden)}
+
+
+def test_the_modules_are_found():
+    assert {"xpushare.wire.messages", "xpushare.scheduler.server", "xpushare.ctl"} <= MODULES.keys()
+    assert "xpushare.wire.protocol" in MODULES["xpushare.scheduler.server"] or any(
+        _within(i, "xpushare.wire") for i in MODULES["xpushare.scheduler.server"])
+
+
+def test_the_contract_depends_on_nothing_else_of_xpushare():
+    wire = [m for m in MODULES if _within(m, "xpushare.wire")]
+    bad = {m: sorted(i for i in MODULES[m] if not _within(i, "xpushare.wire") and i != "xpushare")
+           for m in wire}
+    assert not {m: i for m, i in bad.items() if i}
+
+
+def test_the_scheduler_imports_no_kubernetes_code_but_at_its_entry_point():
+    scheduler = [m for m in MODULES if _within(m, "xpushare.scheduler")
+                 and m != "xpushare.scheduler.__main__"]
+    assert not _offending(scheduler, ["xpushare.kubernetes"])
+
+
+@pytest.mark.parametrize("module", CLI)
+def test_the_command_line_tools_import_neither_the_scheduler_nor_kubernetes(module):
+    assert not _offending([module], ["xpushare.scheduler", "xpushare.kubernetes"])
+
+
+def test_nvsharectl_loads_no_scheduler_module():
+    code = ("import sys, xpushare.ctl; "
+            "print(sorted(m for m in sys.modules if m.startswith(('xpushare.scheduler', "
+            "'xpushare.kubernetes'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
