@@ -149,27 +149,26 @@ int nvs_busy_poll(nvs_dev *d)
 {
     /* never beside a capture: the drain then waits on the checkpoints, which stay for it */
     if (!nvs_busy_measured() || atomic_load(&nvs_exiting) || nvs_capture_any()) return 0;
-    nvs_ctxrec *recs[64];
-    int n = nvs_dev_contexts(d, recs, 64);
     CUcontext prev = NULL;
     int switched = 0, left = 0;
-    for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&recs[i]->ring_mu);
-        int any = recs[i]->count > 0;
-        pthread_mutex_unlock(&recs[i]->ring_mu);
+    NVS_FOR_EACH_CTX(d, rec)
+    {
+        pthread_mutex_lock(&rec->ring_mu);
+        int any = rec->count > 0;
+        pthread_mutex_unlock(&rec->ring_mu);
         if (!any) continue;
         if (!switched) {
             nvs_drv.cuCtxGetCurrent(&prev);
             switched = 1;
         }
-        if (nvs_drv.cuCtxSetCurrent(recs[i]->ctx) != CUDA_SUCCESS) continue;
+        if (nvs_drv.cuCtxSetCurrent(rec->ctx) != CUDA_SUCCESS) continue;
         int quiet = nvs_nocap_enter();
-        pthread_mutex_lock(&recs[i]->ring_mu);
+        pthread_mutex_lock(&rec->ring_mu);
         CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
-        nvs_retire_done(recs[i]);
-        left += recs[i]->count;
+        nvs_retire_done(rec);
+        left += rec->count;
         nvs_relaxed_end(old);
-        pthread_mutex_unlock(&recs[i]->ring_mu);
+        pthread_mutex_unlock(&rec->ring_mu);
         if (quiet) nvs_nocap_leave();
     }
     if (switched) nvs_drv.cuCtxSetCurrent(prev);

@@ -127,7 +127,7 @@ nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
             rec->next = nvs_g.ctxs;
             nvs_g.ctxs = rec;
             rec->dev_next = d->ctxs;
-            d->ctxs = rec;
+            __atomic_store_n(&d->ctxs, rec, __ATOMIC_RELEASE); /* NVS_FOR_EACH_CTX reads it */
         }
         pthread_mutex_unlock(&nvs_g.mu);
         /* a compute limit: the client thread's bucket round takes the new context in now (it
@@ -194,15 +194,6 @@ uint64_t nvs_dev_limit(const nvs_dev *d, int *capped)
 
 /* The device's context records now (at most `cap`), for a walk outside nvs_g.mu: records are never
  * freed, so the pointers stay valid. Takes nvs_g.mu. */
-int nvs_dev_contexts(nvs_dev *d, nvs_ctxrec **recs, int cap)
-{
-    int n = 0;
-    pthread_mutex_lock(&nvs_g.mu);
-    for (nvs_ctxrec *r = d->ctxs; r && n < cap; r = r->dev_next) recs[n++] = r;
-    pthread_mutex_unlock(&nvs_g.mu);
-    return n;
-}
-
 nvs_dev *nvs_dev_find_uuid(const char *uuid)
 {
     nvs_dev *found = NULL;

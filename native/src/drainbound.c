@@ -124,13 +124,15 @@ uint64_t nvs_drain_bounded(nvs_dev *d, unsigned ms)
     atomic_store_explicit(&d->may_run, 0, memory_order_seq_cst);
     int done = wait_inflight(d, deadline);
 
-    nvs_ctxrec *recs[64];
-    int n = nvs_dev_contexts(d, recs, 64);
+    int n = 0;
     CUcontext prev = NULL;
     nvs_drv.cuCtxGetCurrent(&prev);
-    for (int i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
-        if (nvs_drv.cuCtxSetCurrent(recs[i]->ctx) != CUDA_SUCCESS) continue;
-        if (!drain_context(recs[i], deadline)) done = 0;
+    NVS_FOR_EACH_CTX(d, rec)
+    {
+        if (atomic_load(&nvs_exiting)) break;
+        n++;
+        if (nvs_drv.cuCtxSetCurrent(rec->ctx) != CUDA_SUCCESS) continue;
+        if (!drain_context(rec, deadline)) done = 0;
     }
     nvs_drv.cuCtxSetCurrent(prev);
     uint64_t t1 = nvs_now_ns();

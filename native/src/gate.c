@@ -269,32 +269,33 @@ uint64_t nvs_drain(nvs_dev *d)
     while (atomic_load_explicit(&d->inflight, memory_order_seq_cst) != 0) pause_briefly(&spins);
     uint64_t t1 = nvs_now_ns();
 
-    nvs_ctxrec *recs[64];
-    int n = nvs_dev_contexts(d, recs, 64);
-
+    int n = 0;
     CUcontext prev = NULL;
     nvs_drv.cuCtxGetCurrent(&prev);
-    for (int i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
-        if (nvs_drv.cuCtxSetCurrent(recs[i]->ctx) != CUDA_SUCCESS) continue;
+    NVS_FOR_EACH_CTX(d, rec)
+    {
+        if (atomic_load(&nvs_exiting)) break;
+        n++;
+        if (nvs_drv.cuCtxSetCurrent(rec->ctx) != CUDA_SUCCESS) continue;
         if (nvs_nocap_enter()) {
             /* ends the open busy span where the queued work ends (the legacy stream) */
             if (nvs_busy_measured() &&
-                !atomic_load_explicit(&recs[i]->busy_idle, memory_order_relaxed))
-                nvs_checkpoint(recs[i], NULL, 0, 0);
+                !atomic_load_explicit(&rec->busy_idle, memory_order_relaxed))
+                nvs_checkpoint(rec, NULL, 0, 0);
             CUresult r = nvs_drv.cuCtxSynchronize();
             nvs_nocap_leave();
             if (r == CUDA_SUCCESS) {
-                forget_checkpoints(recs[i]);
+                forget_checkpoints(rec);
                 continue;
             }
-            int k = wait_checkpoints(recs[i]);
+            int k = wait_checkpoints(rec);
             NVS_DEBUG("device %d: cuCtxSynchronize(%p) = %d; waited on %d checkpoint event(s) "
-                      "instead", d->ordinal, (void *)recs[i]->ctx, r, k);
+                      "instead", d->ordinal, (void *)rec->ctx, r, k);
         } else {
-            int k = wait_checkpoints(recs[i]);
+            int k = wait_checkpoints(rec);
             NVS_DEBUG("device %d: capture in progress: context %p drained by its %d checkpoint "
                       "event(s) only (later work may still be running)",
-                      d->ordinal, (void *)recs[i]->ctx, k);
+                      d->ordinal, (void *)rec->ctx, k);
         }
     }
     nvs_drv.cuCtxSetCurrent(prev);

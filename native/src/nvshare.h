@@ -150,7 +150,7 @@ typedef struct nvs_dev {
     _Atomic int pitch_align; /* cached texture pitch alignment, 0 = unknown */
     uint64_t last_active_ns; /* client thread */
     uint64_t grant_ns;       /* client thread */
-    nvs_ctxrec *ctxs;        /* contexts seen on this device */
+    nvs_ctxrec *ctxs;        /* contexts seen on this device: NVS_FOR_EACH_CTX */
     /* Footprint (alloc.c, atomics). */
     _Atomic uint64_t managed_bytes;
     _Atomic uint64_t other_bytes;
@@ -263,7 +263,14 @@ extern NVS_TLS unsigned nvs_tls_launches NVS_HIDDEN;
 
 void nvs_devices_init(void) NVS_HIDDEN;                   /* at library init */
 nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx) NVS_HIDDEN;     /* slow path of the TLS cache */
-int nvs_dev_contexts(nvs_dev *d, nvs_ctxrec **recs, int cap) NVS_HIDDEN; /* a snapshot */
+/* Every context seen on device d, newest first, however many (no lock: a record is prepended
+ * under nvs_g.mu with a release store, complete, and never freed or unlinked, so a walk from an
+ * acquired head sees whole records; contexts added during the walk are not visited). */
+static inline nvs_ctxrec *nvs_ctx_first(nvs_dev *d)
+{
+    return __atomic_load_n(&d->ctxs, __ATOMIC_ACQUIRE);
+}
+#define NVS_FOR_EACH_CTX(d, r) for (nvs_ctxrec *r = nvs_ctx_first(d); r; r = r->dev_next)
 nvs_ctxrec *nvs_current_rec(void) NVS_HIDDEN;             /* current context's record or NULL */
 nvs_dev *nvs_dev_touch(CUdevice ordinal) NVS_HIDDEN;      /* learn uuid/name/physical once */
 void nvs_dev_attach_wait(nvs_dev *d) NVS_HIDDEN;          /* <= 1 s for ATTACHED, once */

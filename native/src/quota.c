@@ -130,18 +130,18 @@ static void throttle(nvs_dev *d)
         nanosleep(&ts, NULL);
     }
     if (!nvs_busy_measured()) return;
-    nvs_ctxrec *recs[64];
-    int n = nvs_dev_contexts(d, recs, 64);
     CUcontext prev = NULL;
     nvs_drv.cuCtxGetCurrent(&prev);
-    for (int i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
-        if (atomic_load_explicit(&recs[i]->busy_idle, memory_order_relaxed)) continue;
+    NVS_FOR_EACH_CTX(d, rec)
+    {
+        if (atomic_load(&nvs_exiting)) break;
+        if (atomic_load_explicit(&rec->busy_idle, memory_order_relaxed)) continue;
         if (!nvs_nocap_enter()) break; /* a capture in progress: the spans run on */
-        if (nvs_drv.cuCtxSetCurrent(recs[i]->ctx) == CUDA_SUCCESS) {
-            nvs_checkpoint(recs[i], NULL, 0, 0);
-            pthread_mutex_lock(&recs[i]->ring_mu);
-            nvs_busy_mark_idle(recs[i]);
-            pthread_mutex_unlock(&recs[i]->ring_mu);
+        if (nvs_drv.cuCtxSetCurrent(rec->ctx) == CUDA_SUCCESS) {
+            nvs_checkpoint(rec, NULL, 0, 0);
+            pthread_mutex_lock(&rec->ring_mu);
+            nvs_busy_mark_idle(rec);
+            pthread_mutex_unlock(&rec->ring_mu);
         }
         nvs_nocap_leave();
     }

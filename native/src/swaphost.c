@@ -188,8 +188,8 @@ static void *pinner_main(void *arg)
         pin_devs = 0;
         pthread_mutex_unlock(&pin_mu);
         for (int i = 0; i < NVS_MAX_DEVICES && !atomic_load(&nvs_exiting); i++) {
-            nvs_ctxrec *rec;
-            if (!(devs >> i & 1) || nvs_dev_contexts(&nvs_g.dev[i], &rec, 1) < 1 ||
+            nvs_ctxrec *rec = nvs_ctx_first(&nvs_g.dev[i]);
+            if (!(devs >> i & 1) || !rec ||
                 nvs_drv.cuCtxSetCurrent(rec->ctx) != CUDA_SUCCESS)
                 continue;
             give_host_copies(&nvs_g.dev[i]);

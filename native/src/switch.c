@@ -88,18 +88,17 @@ static int swap_ready(nvs_ctxrec *r)
  * record, or NULL (nothing made current) when no context of d can be used. */
 static nvs_ctxrec *enter_context(nvs_dev *d, CUcontext *prev)
 {
-    nvs_ctxrec *recs[64];
-    int n = nvs_dev_contexts(d, recs, 64);
     *prev = NULL;
     nvs_drv.cuCtxGetCurrent(prev);
-    for (int i = 0; i < n; i++) {
-        if (nvs_drv.cuCtxSetCurrent(recs[i]->ctx) != CUDA_SUCCESS) continue;
-        if (!recs[i]->own_stream &&
-            nvs_drv.cuStreamCreate(&recs[i]->own_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-            recs[i]->own_stream = NULL;
+    NVS_FOR_EACH_CTX(d, rec)
+    {
+        if (nvs_drv.cuCtxSetCurrent(rec->ctx) != CUDA_SUCCESS) continue;
+        if (!rec->own_stream &&
+            nvs_drv.cuStreamCreate(&rec->own_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+            rec->own_stream = NULL;
             continue;
         }
-        return recs[i];
+        return rec;
     }
     nvs_drv.cuCtxSetCurrent(*prev);
     return NULL;

@@ -138,3 +138,23 @@ def test_release_reports_the_drain_time(world, recorder):
     assert (rel.evict_us, rel.prefetch_us) == (0, 0)
     app.resume()
     assert app.finish() == 0
+
+
+def test_a_drain_synchronises_every_context_of_the_device(world, recorder):
+    """However many contexts a process made on a device, a drop drains them all before the lock is
+    given back (the drain once took a snapshot of at most 64, and a 65th context's work ran on
+    past LOCK_RELEASED)."""
+    contexts = 70
+    app = world.app("init", "ctx", 0, "contexts", contexts, "pause",
+                    env={"NVSHARE_IDLE_RELEASE_MS": 0, "NVSHARE_DEBUG": 1})
+    app.paused()
+    recorder.wait_count(MessageType.REQ_LOCK, 1)
+    before = len(world.log.entries(app.pid, "cuCtxSynchronize"))
+    recorder.drop(0)
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1)
+    synced = len(world.log.entries(app.pid, "cuCtxSynchronize")) - before
+    # (the primary context ran nothing: the library has no record of it, and nothing to drain)
+    assert synced == contexts, f"{synced} of {contexts} contexts synchronised"
+    assert f"{contexts} context(s)" in app.stderr()
+    app.resume()
+    assert app.finish() == 0

@@ -19,6 +19,8 @@
  * whole lines): {"step":..,"pid":..,"tid":..,"t":ns,"ret":..,...}. Steps (arguments are mandatory):
  *   init                      cuInit(0)
  *   ctx DEV                   retain DEV's primary context and make it current
+ *   contexts N                N more contexts on the current device (cuCtxCreate), a kernel
+ *                             launched in each; the last one stays current
  *   stream / nostream         create a non-blocking stream and use it from now on / use stream 0
  *   alloc SIZE                cuMemAlloc_v2           (SIZE: bytes, K/M/G suffixes)
  *   allocpitch W H ELEM       cuMemAllocPitch_v2
@@ -87,6 +89,7 @@ typedef CUresult (*gpa2_t)(const char *, void **, int, unsigned long long, int *
     X(DeviceGetName, cuDeviceGetName, 0, cuDeviceGetName, 0)                                       \
     X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 0, cuDevicePrimaryCtxRetain, 0)            \
     X(CtxSetCurrent, cuCtxSetCurrent, 0, cuCtxSetCurrent, 0)                                       \
+    X(CtxCreate, cuCtxCreate_v2, 0, cuCtxCreate, 0)                                                \
     X(CtxGetCurrent, cuCtxGetCurrent, 0, cuCtxGetCurrent, 0)                                       \
     X(CtxSynchronize, cuCtxSynchronize, 0, cuCtxSynchronize, 0)                                    \
     X(StreamCreate, cuStreamCreate, 0, cuStreamCreate, 0)                                          \
@@ -705,6 +708,21 @@ static int run_steps(char **av, int i, int to)
             o_begin(&o, st);
             o_int(&o, "ret", r);
             o_int(&o, "dev", dev);
+            o_end(&o);
+            i += 2;
+        } else if (strcmp(st, "contexts") == 0) {
+            /* N more contexts on the current device, one kernel launched in each; the last stays
+             * current */
+            ARGS(1);
+            int n = atoi(av[i + 1]), done = 0;
+            for (r = 0; done < n && !r; done++) {
+                CUcontext c = NULL;
+                r = F(CtxCreate, CUcontext *, unsigned, CUdevice)(&c, 0, t_dev);
+                if (!r) r = call_gated(S_LaunchKernel);
+            }
+            o_begin(&o, st);
+            o_int(&o, "ret", r);
+            o_int(&o, "count", done);
             o_end(&o);
             i += 2;
         } else if (strcmp(st, "stream") == 0) {
