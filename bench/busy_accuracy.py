@@ -144,7 +144,7 @@ def _wait_file(path: Path, proc: subprocess.Popen, timeout: float, what: str) ->
 
 
 def top_frame(sock: Path) -> str:
-    r = subprocess.run([sys.executable, "-m", "xpushare.ctl", "--socket", str(sock), "top", "--once",
+    r = subprocess.run([sys.executable, "-m", "xpushare.cli.ctl", "--socket", str(sock), "top", "--once",
                         "--width", "120", "--interval", "2"], capture_output=True, text=True,
                        timeout=60, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     return r.stdout if r.returncode == 0 else f"(nvsharectl top failed: {r.stderr.strip()})"

@@ -67,7 +67,7 @@ def separating_capacity(footprints: list[int], overhead: int = CLIENT_OVERHEAD,
 def scheduler_status(sock: Path) -> dict | None:
     """`nvsharectl status --json` of the benchmark's scheduler; None if it cannot be had."""
     try:
-        from xpushare.client import CtlClient
+        from xpushare.cli.client import CtlClient
 
         with CtlClient(sock) as client:
             reply = client.request("status")
@@ -78,7 +78,7 @@ def scheduler_status(sock: Path) -> dict | None:
 
 def control(sock: Path, op: str, **fields: object) -> dict:
     """One control request to the benchmark's scheduler (set_tq, set_gpu_memory, ...); error if refused."""
-    from xpushare.client import CtlClient
+    from xpushare.cli.client import CtlClient
 
     with CtlClient(sock) as client:
         reply = client.request(op, **fields)

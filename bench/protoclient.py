@@ -29,7 +29,7 @@ try:
 except ImportError:  # a checkout without `pip install .`: the package sources are in src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from xpushare.client import CtlClient, connect  # noqa: E402
+from xpushare.cli.client import CtlClient, connect  # noqa: E402
 from xpushare.wire.protocol import (  # noqa: E402
     GRANT_PREFETCH, Attach, Attached, DropLock, Frame, FrameDecoder, Grant, Hello,
     LockRequest, MemUpdate, MessageType, Released, Welcome, encode,

@@ -214,7 +214,7 @@ def scheduler_set_limit(sock: Path):
     """set_limit(pid, pct) through the scheduler's control operation, as `nvsharectl
     --set-compute-limit PCT --pid PID` sends it: the scheduler's reply."""
     def set_limit(pid: int, pct: float) -> dict:
-        from xpushare.client import CtlClient
+        from xpushare.cli.client import CtlClient
 
         with CtlClient(sock) as ctl:
             return ctl.request("set_compute_limit", value=pct, pid=pid)

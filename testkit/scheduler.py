@@ -79,7 +79,7 @@ class SchedulerProcess:
 
     # -- the control protocol ------------------------------------------------------------------
     def ctl(self, op: str, **fields) -> dict:
-        from xpushare.client import CtlClient
+        from xpushare.cli.client import CtlClient
         with CtlClient(self.sock, timeout=5.0) as c:
             return c.request(op, **fields)
 

@@ -3,7 +3,7 @@
 - xpushare.wire, the contract, depends on nothing else of xpushare;
 - the scheduler never imports the Kubernetes code: its entry point (scheduler/__main__.py) hands it
   the node's pods;
-- the command-line tools (nvsharectl, nvshare-run) import neither the scheduler nor the Kubernetes
+- the command-line tools (xpushare.cli: nvsharectl, nvshare-run) import neither the scheduler nor the Kubernetes
   code, only the contract and their own modules.
 
 Read from the source (every import statement, at any depth in a module), and checked by loading
@@ -45,8 +45,7 @@ def _imports(path: Path) -> set[str]:
 
 
 MODULES = {_module(p): _imports(p) for p in sorted(PACKAGE.rglob("*.py")) if "_pb2" not in p.name}
-CLI = ("xpushare.ctl", "xpushare.ctl_keys", "xpushare.ctl_render", "xpushare.ctl_top",
-       "xpushare.run", "xpushare.run_gpus", "xpushare.client")
+CLI = sorted(m for m in MODULES if m.startswith("xpushare.cli."))
 
 
 def _within(module: str, package: str) -> bool:
@@ -59,7 +58,8 @@ def _offending(importers, forbidden) -> dict:
 
 
 def test_the_modules_are_found():
-    assert {"xpushare.wire.messages", "xpushare.scheduler.server", "xpushare.ctl"} <= MODULES.keys()
+    assert {"xpushare.wire.messages", "xpushare.scheduler.server", "xpushare.cli.ctl"} <= MODULES.keys()
+    assert {"xpushare.cli.run", "xpushare.cli.client", "xpushare.cli.ctl_top"} <= set(CLI)
     assert "xpushare.wire.protocol" in MODULES["xpushare.scheduler.server"] or any(
         _within(i, "xpushare.wire") for i in MODULES["xpushare.scheduler.server"])
 
@@ -83,7 +83,7 @@ def test_the_command_line_tools_import_neither_the_scheduler_nor_kubernetes(modu
 
 
 def test_nvsharectl_loads_no_scheduler_module():
-    code = ("import sys, xpushare.ctl; "
+    code = ("import sys, xpushare.cli.ctl; "
             "print(sorted(m for m in sys.modules if m.startswith(('xpushare.scheduler', "
             "'xpushare.kubernetes'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

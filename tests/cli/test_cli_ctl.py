@@ -15,7 +15,7 @@ from xpushare.wire.protocol import MessageType
 
 
 def ctl(*args, sock=None, env=None):
-    argv = [sys.executable, "-m", "xpushare.ctl", *(["--socket", str(sock)] if sock else []), *args]
+    argv = [sys.executable, "-m", "xpushare.cli.ctl", *(["--socket", str(sock)] if sock else []), *args]
     return subprocess.run(argv, env=child_env(env), capture_output=True, text=True, timeout=60)
 
 
@@ -220,7 +220,7 @@ def test_no_arguments_prints_help():
 
 
 def _ctl_in_process(*argv):
-    from xpushare import ctl as ctl_mod
+    from xpushare.cli import ctl as ctl_mod
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = ctl_mod.main(list(argv))
@@ -254,7 +254,7 @@ def test_each_setting_says_what_it_changed(busy):
 def test_a_connection_the_scheduler_closed_is_not_a_closed_stdout(monkeypatch):
     """An EPIPE on the socket (a scheduler that closed the connection) is a failure with a message,
     exit 1; only stdout's own closed pipe is 141 with nothing said."""
-    from xpushare import ctl as ctl_mod
+    from xpushare.cli import ctl as ctl_mod
 
     class Closed:
         path = "/nowhere"

@@ -11,8 +11,8 @@ from rich.console import Console
 
 from test_cli_status_width import WIDTHS, check_fits, table_rows
 
-from xpushare.ctl_render import render_status
-from xpushare.ctl_top import Tracker, json_frame, render_frame
+from xpushare.cli.ctl_render import render_status
+from xpushare.cli.ctl_top import Tracker, json_frame, render_frame
 
 GiB = 1 << 30
 

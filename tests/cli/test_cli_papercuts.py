@@ -9,7 +9,7 @@ import pytest
 
 from sched_harness import GiB, child_env, uuid
 from xpushare import __version__
-from xpushare.ctl import refusal_exit_code
+from xpushare.cli.ctl import refusal_exit_code
 
 
 def tool(module, *args, env=None):
@@ -17,8 +17,8 @@ def tool(module, *args, env=None):
     return subprocess.run(argv, env=child_env(env), capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("module,prog", [("xpushare.ctl", "nvsharectl"),
-                                         ("xpushare.run", "nvshare-run"),
+@pytest.mark.parametrize("module,prog", [("xpushare.cli.ctl", "nvsharectl"),
+                                         ("xpushare.cli.run", "nvshare-run"),
                                          ("xpushare.scheduler", "nvshare-scheduler")])
 def test_version(module, prog):
     r = tool(module, "--version")
@@ -27,14 +27,14 @@ def test_version(module, prog):
 
 
 def test_run_version_among_other_options_before_the_separator():
-    r = tool("xpushare.run", "--no-start", "--version", "--", "false")
+    r = tool("xpushare.cli.run", "--no-start", "--version", "--", "false")
     assert r.returncode == 0 and r.stdout == f"nvshare-run {__version__}\n"
 
 
 def test_run_version_after_the_separator_belongs_to_the_command(tmp_path):
     # The command's own --version: nvshare-run does not answer it (here it fails for want of the
     # library, which shows it went on to run the command instead of printing its version).
-    r = tool("xpushare.run", "--no-start", "--", "python3", "--version",
+    r = tool("xpushare.cli.run", "--no-start", "--", "python3", "--version",
              env={"NVSHARE_LIBRARY": str(tmp_path / "missing.so")})
     assert "nvshare-run 0" not in r.stdout and r.returncode == 1 and "not found" in r.stderr
 
@@ -53,10 +53,10 @@ def one_gpu(start_scheduler):
     (["--set-gpu-memory", "1GiB", "--gpu", "GPU-nope"], "no GPU matches"),
 ])
 def test_a_refused_value_exits_2(one_gpu, args, text):
-    r = tool("xpushare.ctl", "--socket", one_gpu.sock, *args)
+    r = tool("xpushare.cli.ctl", "--socket", one_gpu.sock, *args)
     assert r.returncode == 2, r.stderr
     assert text in r.stderr and "Traceback" not in r.stderr
-    st = json.loads(tool("xpushare.ctl", "--socket", one_gpu.sock, "status", "--json").stdout)
+    st = json.loads(tool("xpushare.cli.ctl", "--socket", one_gpu.sock, "status", "--json").stdout)
     assert st["gpus"][0]["tq"] == 30 and st["gpus"][0]["mode"] == "serial"
 
 
@@ -73,7 +73,7 @@ def _into_a_closed_pipe(*args):
     r, w = os.pipe()
     os.close(r)
     try:
-        p = subprocess.run([sys.executable, "-m", "xpushare.ctl", *map(str, args)], env=child_env(),
+        p = subprocess.run([sys.executable, "-m", "xpushare.cli.ctl", *map(str, args)], env=child_env(),
                            stdout=w, stderr=subprocess.PIPE, text=True, timeout=60)
     finally:
         os.close(w)
@@ -88,7 +88,7 @@ def test_closed_stdout_exits_141_without_a_traceback(one_gpu, args):
 
 
 def test_status_into_head_is_quiet(one_gpu):
-    r = subprocess.run(["bash", "-c", f"{sys.executable} -m xpushare.ctl --socket {one_gpu.sock} "
+    r = subprocess.run(["bash", "-c", f"{sys.executable} -m xpushare.cli.ctl --socket {one_gpu.sock} "
                         "status | head -1"], env=child_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("nvshare-scheduler ")
     assert r.stderr == ""

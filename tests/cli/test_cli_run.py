@@ -11,7 +11,7 @@ import pytest
 
 from sched_harness import child_env
 from testkit.waiting import poll
-from xpushare.client import CtlClient, socket_answers
+from xpushare.cli.client import CtlClient, socket_answers
 
 PRINT_ENV = [sys.executable, "-c", "import os, json; print(json.dumps(dict(os.environ)))"]
 
@@ -40,7 +40,7 @@ def run(*args, lib, env=None, clean=True):
                   "NVSHARE_ENABLE_SINGLE_OVERSUB"):
             if k not in (env or {}):
                 e.pop(k, None)
-    return subprocess.run([sys.executable, "-m", "xpushare.run", *map(str, args)], env=e,
+    return subprocess.run([sys.executable, "-m", "xpushare.cli.run", *map(str, args)], env=e,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -10,8 +10,8 @@ import pytest
 from place_load import ARGS, FOUR, ORDER, loaded_gpus
 from sched_harness import FAKE_NVML, SRC, uuid
 from test_cli_run import PRINT_ENV, _stop, child_environment, fake_lib, run  # noqa: F401 (a fixture)
-from xpushare import run_gpus
-from xpushare.client import CtlClient
+from xpushare.cli import run_gpus
+from xpushare.cli.client import CtlClient
 
 PRINT = "import os, json; print(json.dumps(dict(os.environ)))"
 

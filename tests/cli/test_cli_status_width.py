@@ -15,7 +15,7 @@ WIDTHS = (80, 100, 120, 200)
 
 
 def ctl(sock, *args, env=None):
-    return subprocess.run([sys.executable, "-m", "xpushare.ctl", "--socket", str(sock), *args],
+    return subprocess.run([sys.executable, "-m", "xpushare.cli.ctl", "--socket", str(sock), *args],
                           env=child_env(env), capture_output=True, text=True, timeout=60)
 
 
@@ -98,7 +98,7 @@ def test_long_pids_and_many_holders_stay_whole(live):
     """pid_max can be 4194304: seven-digit pids, several on one GPU, still whole at 80 columns."""
     import io
 
-    from xpushare.ctl_render import render_status
+    from xpushare.cli.ctl_render import render_status
 
     s, _ = live
     status = json.loads(ctl(s.sock, "status", "--json").stdout)

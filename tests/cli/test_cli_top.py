@@ -45,7 +45,7 @@ def test_once_names_a_client_by_its_pod_when_the_scheduler_knows_it():
 
     from rich.console import Console
 
-    from xpushare.ctl_top import Tracker, render_frame
+    from xpushare.cli.ctl_top import Tracker, render_frame
 
     status = {"scheduler": {"version": "0.1.0", "pid": 1}, "gpus": [], "clients": [
         {"client_id": 1, "pid": 4194303, "uid": 0, "priority": 5, "state": "idle", "gpus": [],
@@ -104,7 +104,7 @@ def test_closed_stdout_exits_141_quietly(live, args):
     r, w = os.pipe()
     os.close(r)
     try:
-        p = subprocess.run([sys.executable, "-m", "xpushare.ctl", "--socket", str(s.sock), *args],
+        p = subprocess.run([sys.executable, "-m", "xpushare.cli.ctl", "--socket", str(s.sock), *args],
                            env=child_env(), stdout=w, stderr=subprocess.PIPE, text=True, timeout=60)
     finally:
         os.close(w)
@@ -155,7 +155,7 @@ def test_a_thousand_clients_render_the_rows_that_fit_quickly():
 
     from rich.console import Console
 
-    from xpushare.ctl_top import Tracker, render_frame
+    from xpushare.cli.ctl_top import Tracker, render_frame
 
     status = _many(1000)
     started = time.perf_counter()
@@ -173,7 +173,7 @@ def test_a_thousand_clients_render_the_rows_that_fit_quickly():
 
 
 def test_a_refused_status_is_shown_in_the_live_view():
-    from xpushare.ctl_top import _next_frame
+    from xpushare.cli.ctl_top import _next_frame
 
     class Refusing:
         def request(self, op):
@@ -184,7 +184,7 @@ def test_a_refused_status_is_shown_in_the_live_view():
 
 
 def test_tracker_counts_grants_and_waits_between_frames():
-    from xpushare.ctl_top import Tracker
+    from xpushare.cli.ctl_top import Tracker
 
     def status(state, held_for=None):
         holders = [] if held_for is None else [{"client_id": 7, "pid": 70, "held_for": held_for}]
@@ -210,7 +210,7 @@ def test_busy_share_between_frames():
 
     from rich.console import Console
 
-    from xpushare.ctl_top import Tracker, json_frame, render_frame
+    from xpushare.cli.ctl_top import Tracker, json_frame, render_frame
 
     def status(a_busy, b_busy):
         def gpu(i, busy):
@@ -244,7 +244,7 @@ def test_busy_share_between_frames():
 
 
 def test_memory_bar():
-    from xpushare.ctl_top import memory_bar
+    from xpushare.cli.ctl_top import memory_bar
 
     assert memory_bar(5, 8, 10, 10) == "[█████▒▒▒··]"
     assert memory_bar(5, 30, 10, 10) == "[█████▒▒▒▒▒]"  # more than the capacity: full, never longer
@@ -258,7 +258,7 @@ def test_live_view_into_a_pipe_writes_frames_and_exits_1_when_the_scheduler_goes
     import time
 
     s, _ = live
-    p = subprocess.Popen([sys.executable, "-m", "xpushare.ctl", "--socket", str(s.sock), "top",
+    p = subprocess.Popen([sys.executable, "-m", "xpushare.cli.ctl", "--socket", str(s.sock), "top",
                           "--interval", "0.2", "--width", "100"], stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), text=True)
     try:

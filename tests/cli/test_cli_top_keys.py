@@ -13,7 +13,7 @@ import pytest
 
 from live_clients import TWO_GPUS, start_clients
 from sched_harness import child_env
-from xpushare.ctl_keys import KeyReader
+from xpushare.cli.ctl_keys import KeyReader
 
 
 class Fd:
@@ -101,7 +101,7 @@ def live(start_scheduler):
 def test_live_view_in_a_terminal_leaves_on_q_or_ctrl_c(live, tty_pair, leave):
     master, slave = tty_pair
     before = termios.tcgetattr(slave)
-    p = subprocess.Popen([sys.executable, "-m", "xpushare.ctl", "--socket", str(live.sock), "top",
+    p = subprocess.Popen([sys.executable, "-m", "xpushare.cli.ctl", "--socket", str(live.sock), "top",
                           "--interval", "0.2"], stdin=slave, stdout=slave, stderr=slave,
                          env=child_env({"COLUMNS": "100", "LINES": "40", "TERM": "xterm"}),
                          start_new_session=True)

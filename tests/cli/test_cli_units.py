@@ -167,7 +167,7 @@ def test_chart_probes_run_nvsharectl_ping():
     parsed by nvsharectl's own parser: cheap at any number of clients, unlike `status`."""
     import yaml
 
-    from xpushare.ctl import build_parser
+    from xpushare.cli.ctl import build_parser
 
     manifests = Path(__file__).resolve().parents[2] / "deploy" / "manifests" / "xpushare.yaml"
     (ds,) = [d for d in yaml.safe_load_all(manifests.read_text())
@@ -184,7 +184,7 @@ def test_status_table_keeps_state_whole_next_to_a_long_command():
     """A long command line gives way; the state, GPU and memory cells are never cut."""
     import io
 
-    from xpushare.ctl import render_status
+    from xpushare.cli.ctl import render_status
 
     status = {
         "scheduler": {"version": "0.1.0", "pid": 1, "socket": "/s"},

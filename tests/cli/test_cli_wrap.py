@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 
 from test_cli_status_width import check_fits, ctl, live  # noqa: F401 (live: a fixture)
-from xpushare.ctl_render import render_status, wrap_hanging
-from xpushare.ctl_top import Tracker, render_frame
+from xpushare.cli.ctl_render import render_status, wrap_hanging
+from xpushare.cli.ctl_top import Tracker, render_frame
 
 WHY = ("serial mode: one client at a time, 3 waiting; the next holder needs 12 GiB that idle "
        "clients hold, so 2 of them are asked to move 9 GiB to host first, which takes about 72 ms")

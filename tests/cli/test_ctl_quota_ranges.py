@@ -13,7 +13,7 @@ import pytest
 
 from sched_harness import child_env
 from tests.quota_edges import COMPUTE_LIMIT_EDGES, COMPUTE_SHARE_EDGES, MEMORY_LIMIT_EDGES
-from xpushare import ctl
+from xpushare.cli import ctl
 from xpushare.scheduler.control import OPS
 from xpushare.wire.ctlschema import Invalid, validate
 from xpushare.wire.quota_ranges import COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
@@ -121,7 +121,7 @@ def test_every_quota_flag_has_its_edges_checked():
 
 
 def test_nvsharectl_checks_quotas_without_importing_the_running_scheduler():
-    code = ("import sys, xpushare.ctl; "
+    code = ("import sys, xpushare.cli.ctl; "
             "print(' '.join(m for m in sys.modules if m.startswith(('xpushare.scheduler', "
             "'xpushare.wire.quota_ranges'))))")
     loaded = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True,

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from sched_harness import child_env
-from xpushare.client import CtlClient, UntrustedSocket
+from xpushare.cli.client import CtlClient, UntrustedSocket
 
 
 def _listening(path):
@@ -45,7 +45,7 @@ def test_nvsharectl_says_why_it_did_not_use_a_socket(sockdir):
     d.chmod(0o777)
     listener = _listening(d / "s.sock")
     try:
-        r = subprocess.run([sys.executable, "-m", "xpushare.ctl", "--socket", str(d / "s.sock"),
+        r = subprocess.run([sys.executable, "-m", "xpushare.cli.ctl", "--socket", str(d / "s.sock"),
                             "status"], env=child_env(), capture_output=True, text=True, timeout=60)
     finally:
         listener.close()

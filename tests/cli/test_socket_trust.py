@@ -167,7 +167,7 @@ def _nvshare_run(*args, lib, env=None, **kw):
     e = child_env({"NVSHARE_LIBRARY": str(lib), "NVSHARE_CUDA_LIBRARY": str(lib), **(env or {})})
     for k in ("LD_PRELOAD", "NVSHARE_DEBUG"):
         e.pop(k, None)
-    return subprocess.run([sys.executable, "-m", "xpushare.run", *map(str, args)], env=e,
+    return subprocess.run([sys.executable, "-m", "xpushare.cli.run", *map(str, args)], env=e,
                           capture_output=True, text=True, timeout=60, **kw)
 
 
@@ -193,7 +193,7 @@ def test_nvshare_run_of_a_victim_whose_per_user_directory_was_planted(listen, mo
     """The attack, as nvshare-run meets it: /tmp/nvshare-VICTIM pre-created by another uid. The
     victim is this process with its effective uid seen as VICTIM by paths.py (the interpreter here
     may not be executable by another uid), with XDG_RUNTIME_DIR and NVSHARE_SOCK_PATH unset."""
-    from xpushare import run
+    from xpushare.cli import run
     from xpushare.wire import paths
     uid = next(u for u in range(61000, 62000, 2)
                if not os.path.lexists(f"/tmp/nvshare-{u}") and not os.path.lexists(f"/tmp/nvshare-{u + 1}"))

@@ -39,7 +39,7 @@ TOLERANCE = 0.05   # of the solo throughput: bandwidth-bound sums run at the sam
 
 def _nvshare_run() -> list[str]:
     found = shutil.which("nvshare-run")
-    return [found] if found else [sys.executable, "-m", "xpushare.run"]
+    return [found] if found else [sys.executable, "-m", "xpushare.cli.run"]
 
 
 @pytest.mark.timeout(60)

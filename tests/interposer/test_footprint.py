@@ -163,7 +163,7 @@ def test_allocation_burst_is_coalesced_and_the_final_footprint_arrives(world, re
 
 def _ctl_status(world) -> dict:
     env = clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
-    cmd = [sys.executable, "-m", "xpushare.ctl", "--socket", str(world.socket), "status", "--json"]
+    cmd = [sys.executable, "-m", "xpushare.cli.ctl", "--socket", str(world.socket), "status", "--json"]
     r = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=30)
     assert r.returncode == 0, f"nvsharectl status --json exited with {r.returncode}: {r.stderr}"
     return json.loads(r.stdout)

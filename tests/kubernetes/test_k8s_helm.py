@@ -201,7 +201,7 @@ def test_scheduler_daemonset(helm):
     sc = c["securityContext"]
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
     assert sc["readOnlyRootFilesystem"] is True
-    from xpushare.ctl import build_parser
+    from xpushare.cli.ctl import build_parser
     for probe in ("livenessProbe", "readinessProbe"):  # cheap at any number of clients, unlike status
         command = c[probe]["exec"]["command"]
         assert command[0] == "nvsharectl" and build_parser().parse_args(command[1:]).command == "ping"

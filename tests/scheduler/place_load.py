@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 from sched_harness import FakeClient, GiB, registered, uuid
-from xpushare.client import CtlClient
+from xpushare.cli.client import CtlClient
 from xpushare.wire.protocol import MessageType
 
 FOUR = [{"uuid": uuid(i), "name": "Fake H100 80GB HBM3", "memory": 80 * GiB} for i in range(4)]

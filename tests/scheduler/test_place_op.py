@@ -9,7 +9,7 @@ import pytest
 from ctl_state import FakeTransport, build_state
 from place_load import ARGS, FOUR, ORDER, loaded_gpus
 from sched_harness import GiB, as_user, registered, uuid
-from xpushare.client import CtlClient
+from xpushare.cli.client import CtlClient
 from xpushare.wire.protocol import FrameDecoder
 from xpushare.scheduler import control
 from xpushare.scheduler.connection import Conn

@@ -18,7 +18,7 @@ from sched_harness import (
     FakeClient, HeldAsUser, LimitedScheduler, as_user, make_socket_dir, registered, vm_rss,
 )
 from testkit.waiting import poll
-from xpushare.client import CtlClient
+from xpushare.cli.client import CtlClient
 from xpushare.wire.protocol import (
     Hello, LockRequest, MessageType, encode, encode_json,
 )

@@ -30,7 +30,7 @@ def test_a_rendezvous_with_a_newline_writes_one_log_line(scheduler):
 
 
 def _ctl(sock, *args) -> str:
-    argv = [sys.executable, "-m", "xpushare.ctl", "--socket", str(sock), *args]
+    argv = [sys.executable, "-m", "xpushare.cli.ctl", "--socket", str(sock), *args]
     r = subprocess.run(argv, env=child_env({"COLUMNS": "400"}), capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr

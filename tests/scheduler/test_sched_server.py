@@ -15,7 +15,7 @@ from sched_harness import (
     GiB, FakeClient, SchedulerProcess, as_user, child_env, registered, uuid,
 )
 from xpushare import __version__
-from xpushare.client import socket_answers
+from xpushare.cli.client import socket_answers
 from xpushare.wire.protocol import (
     HEADER, MAGIC, MAX_PAYLOAD, VERSION, DropReason, LockRequest, MessageType, encode, encode_frame,
 )

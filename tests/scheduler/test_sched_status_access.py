@@ -25,7 +25,7 @@ import time
 import pytest
 
 from sched_harness import FakeClient, as_user, child_env, registered, uuid
-from xpushare import ctl, ctl_render, ctl_top  # noqa: F401  (imported while the stdlib is readable)
+from xpushare.cli import ctl, ctl_render, ctl_top  # noqa: F401  (imported while the stdlib is readable)
 from xpushare.wire.protocol import MessageType, encode_json
 from xpushare.scheduler.access import REQUESTS_BURST
 
@@ -81,7 +81,7 @@ def test_a_non_admin_sees_others_without_command_line_or_pod_and_itself_in_full(
     (mine,) = [c for c in st["clients"] if c["client_id"] == my_id]
     assert others and all(c["command"] is None and c["pod"] is None and c["pod_hint"] is None
                           for c in others)
-    assert "xpushare.ctl" not in mine["command"] and mine["command"]  # its own: in full
+    assert "xpushare.cli.ctl" not in mine["command"] and mine["command"]  # its own: in full
     for text in (str(st), cli, top):
         assert "hunter2" not in text and "secret-pod" not in text
     (seen,) = [c for c in full["clients"] if c["uid"] == 0]  # an admin sees everything

@@ -7,7 +7,7 @@ import os
 import time
 
 from sched_harness import registered
-from xpushare.client import CtlClient
+from xpushare.cli.client import CtlClient
 from xpushare.wire.protocol import MAX_PAYLOAD
 from xpushare.scheduler import peer
 from xpushare.scheduler.status import COMMAND_MAX

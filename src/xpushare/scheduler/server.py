@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..wire.paths import ensure_socket_dir
-from ..client import socket_answers
+from ..cli.client import socket_answers
 from . import limits
 from .connection import Connection
 from .gpus import GpuInfo

@@ -42,7 +42,7 @@ class SchedulerLink:
         self.timeout = timeout
 
     def _request(self, op: str, **fields) -> dict:
-        from ...client import CtlClient
+        from ...cli.client import CtlClient
         with CtlClient(self.socket_path, timeout=self.timeout) as c:
             return c.request(op, **fields)
 

@@ -24,8 +24,8 @@ from .ctl_render import (
     last_switch_cell, make_console, quota_cell, size_or_dash, without_job, wrap_hanging,
 )
 from .ctl_keys import KeyReader
-from .inert import inert_tree
-from .wire.sizes import format_size
+from ..inert import inert_tree
+from ..wire.sizes import format_size
 
 NONE = "—"  # the scheduler does not report it (yet)
 STATE_ORDER = {"holding": 0, "waiting": 1, "idle": 2}

@@ -18,13 +18,14 @@ import subprocess
 import sys
 import time
 
-from . import __version__, run_gpus
-from .wire.paths import (
+from .. import __version__
+from . import run_gpus
+from ..wire.paths import (
     LIBRARY_NAME, TRUST_FIX, can_create_dir, client_socket_candidates, default_socket_path,
     ensure_socket_dir, library_path, socket_override, socket_trusted,
 )
 from .client import socket_answers
-from .wire.sizes import size_argument
+from ..wire.sizes import size_argument
 
 START_TIMEOUT = 5.0
 TORCH_ALLOC = "PYTORCH_CUDA_ALLOC_CONF"

@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .inert import inert_tree
-from .wire.sizes import format_size
+from ..inert import inert_tree
+from ..wire.sizes import format_size
 
 DEFAULT_WIDTH = 200  # of output that is not a terminal, unless --width or COLUMNS says otherwise
 COMMAND_WIDTH = 60  # a command line wider than this is shortened even with room to spare

@@ -16,14 +16,14 @@ import json
 import os
 import sys
 
-from . import __version__
+from .. import __version__
 from .client import SchedulerUnavailable, connect_ctl
-from .wire.protocol import PRIORITY_LIMIT, ProtocolError
-from .wire.ctlschema import Invalid
-from .wire.scheduling import TQ_MAX, Mode
-from .wire.quota_ranges import (CLEAR, COMPUTE_LIMIT, COMPUTE_LIMIT_SPAN, COMPUTE_SHARE,
+from ..wire.protocol import PRIORITY_LIMIT, ProtocolError
+from ..wire.ctlschema import Invalid
+from ..wire.scheduling import TQ_MAX, Mode
+from ..wire.quota_ranges import (CLEAR, COMPUTE_LIMIT, COMPUTE_LIMIT_SPAN, COMPUTE_SHARE,
                                      COMPUTE_SHARE_SPAN, MEMORY_LIMIT)
-from .wire.sizes import format_size, parse_size, size_argument
+from ..wire.sizes import format_size, parse_size, size_argument
 from . import ctl_top
 from .ctl_render import render_status
 

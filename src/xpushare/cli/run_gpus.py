@@ -18,7 +18,7 @@ import argparse
 import os
 
 from .client import SchedulerUnavailable, connect_ctl
-from .wire.protocol import ProtocolError
+from ..wire.protocol import ProtocolError
 
 EVERY = "every"  # N for "every GPU the scheduler knows"
 TORCH_MODULES = ("torch.distributed.run", "torch.distributed.launch")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import socket
 
-from .wire.paths import client_socket_candidates, socket_trusted
-from .wire.protocol import (
+from ..wire.paths import client_socket_candidates, socket_trusted
+from ..wire.protocol import (
     Frame, FrameDecoder, MessageType, ProtocolError, encode_json,
 )
 
