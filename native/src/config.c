@@ -137,13 +137,14 @@ static long env_long(const char *name, long def, long lo, long hi)
     return x;
 }
 
-/* The ranges of the compute limit and share, in the wire's units: the same as
- * src/xpushare/wire/quota_ranges.py, so that the environment accepts what nvsharectl and the
- * pod annotations accept (tests/interposer/test_quota_env_ranges.py runs both at the edges). */
-#define COMPUTE_LIMIT_MIN_PM 1u                       /* per mille: 0.1 percent, the wire's step */
-#define COMPUTE_LIMIT_MAX_PM NVS_COMPUTE_LIMIT_SCALE  /* 100 percent */
-#define COMPUTE_SHARE_MIN_TH 1u                       /* thousandths: 0.001, the wire's step */
-#define COMPUTE_SHARE_MAX_TH (1000000u * NVS_COMPUTE_SHARE_SCALE) /* 1000000; fits SETTINGS' u32 */
+/* The ranges of the compute limit and share, in the wire's units: the maxima come from
+ * src/xpushare/wire/quota_ranges.py (nvs_contract.h), so that the environment accepts what
+ * nvsharectl and the pod annotations accept (tests/interposer/test_quota_env_ranges.py runs both at
+ * the edges); the minima are the wire's step. */
+#define COMPUTE_LIMIT_MIN_PM 1u /* per mille: 0.1 percent */
+#define COMPUTE_LIMIT_MAX_PM (NVS_COMPUTE_LIMIT_MAX * NVS_COMPUTE_LIMIT_SCALE / 100u)
+#define COMPUTE_SHARE_MIN_TH 1u /* thousandths: 0.001 */
+#define COMPUTE_SHARE_MAX_TH (NVS_COMPUTE_SHARE_MAX * NVS_COMPUTE_SHARE_SCALE) /* fits a u32 */
 
 /* A decimal number (no sign) in units of 1/scale, after an optional trailing '%' when pct: 0 with
  * *out the number rounded to the nearest unit when the number itself lies from lo to hi units, -1
@@ -268,9 +269,9 @@ void nvs_config_load(void)
     /* NVSHARE_DEBUG first, so that warnings below carry the right prefix. */
     c->debug = (int)env_long("NVSHARE_DEBUG", 0, 0, 9);
     c->require_scheduler = env_bool("NVSHARE_REQUIRE_SCHEDULER");
-    /* The scheduler's range (PRIORITY_LIMIT, src/xpushare/wire/messages.py): a value past it is reported
-     * and ignored here, like any other bad value, instead of being clamped there silently. */
-    c->priority = (int)env_long("NVSHARE_PRIORITY", 0, -1000, 1000);
+    /* The scheduler's range (PRIORITY_LIMIT, from the contract): a value past it is reported and
+     * ignored here, like any other bad value, instead of being clamped there silently. */
+    c->priority = (int)env_long("NVSHARE_PRIORITY", 0, -NVS_PRIORITY_LIMIT, NVS_PRIORITY_LIMIT);
     c->single_oversub = env_bool("NVSHARE_ENABLE_SINGLE_OVERSUB");
     uint64_t v;
     if (env_size("NVSHARE_GPU_MEMORY", &v)) c->gpu_memory = v;
@@ -280,7 +281,7 @@ void nvs_config_load(void)
     }
     c->compute_limit = env_compute_limit();
     c->compute_share = env_compute_share();
-    c->context_reserve = 768ull << 20;
+    c->context_reserve = NVS_CONTEXT_RESERVE; /* the scheduler's admission counts the same */
     if (env_size("NVSHARE_CONTEXT_RESERVE", &v)) c->context_reserve = v;
     c->idle_release_ms = (unsigned)env_long("NVSHARE_IDLE_RELEASE_MS", 250, 0, 86400000);
     c->max_inflight = (unsigned)env_long("NVSHARE_MAX_INFLIGHT", 1024, 0, 1 << 24);
