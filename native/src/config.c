@@ -116,8 +116,7 @@ static int env_size(const char *name, uint64_t *out)
     const char *v = getenv(name);
     if (!v || !*v) return 0;
     if (nvs_parse_size(v, out) != 0) {
-        nvs_warn("ignoring %s=\"%s\": not a size (e.g. 16GiB, 512MiB, 1073741824)",
-                 name, v);
+        nvs_warn("ignoring %s=\"%s\": expected %s", name, v, NVS_SIZE_EXPECTED);
         return 0;
     }
     return 1;

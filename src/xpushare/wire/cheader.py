@@ -16,6 +16,7 @@ from pathlib import Path
 from . import messages as m
 from .quota_ranges import COMPUTE_LIMIT_MAX, COMPUTE_SHARE_MAX
 from .scheduling import CONTEXT_RESERVE
+from .sizes import SIZE_EXPECTED
 
 # Python names the library uses, written as NVS_<name>.
 CONSTANTS = (
@@ -29,6 +30,7 @@ LIMITS = {  # NVS_<name>: what the library's environment accepts, as the schedul
     "COMPUTE_LIMIT_MAX": COMPUTE_LIMIT_MAX, "COMPUTE_SHARE_MAX": COMPUTE_SHARE_MAX,
     "CONTEXT_RESERVE": CONTEXT_RESERVE,
 }
+STRINGS = {"SIZE_EXPECTED": SIZE_EXPECTED}  # NVS_<name>: what both halves say, word for word
 ENUM_PREFIXES = ((m.DropReason, "DROP"), (m.ReleaseReason, "RELEASE"))
 STRUCTS = {  # C struct: its Python fields
     "nvs_header": m.HEADER_FIELDS, "nvs_hello": m.Hello.FIELDS, "nvs_welcome": m.Welcome.FIELDS,
@@ -49,6 +51,12 @@ def _literal(name: str, value: int) -> str:
         return str(value)
     suffix = "ull" if value > 0xFFFFFFFF else "u"
     return f"{value:#x}{suffix}" if name == "NVS_MAGIC" else f"{value}{suffix}"
+
+
+def _c_string(text: str) -> str:
+    if not text.isascii() or not text.isprintable():
+        raise ValueError(f"not a plain C string: {text!r}")
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def constants() -> dict[str, int]:
@@ -78,6 +86,7 @@ def header() -> str:
     lines += [f"    NVS_{t.name} = {int(t)}," for t in m.MessageType]
     lines += ["};", ""]
     lines += [f"#define {name} {_literal(name, value)}" for name, value in constants().items()]
+    lines += [f"#define NVS_{name} {_c_string(text)}" for name, text in STRINGS.items()]
     lines += ["", "/* in protocol.h, after its structs: each payload as messages.py lays it out */",
               "#define NVS_CONTRACT_LAYOUT_CHECKS \\"]
     lines += [f"    {check}; \\" for check in layout_checks()]

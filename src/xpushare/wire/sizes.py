@@ -15,7 +15,11 @@ from decimal import Decimal
 
 _UNITS = {"": 0, "b": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 SIZE_MAX = (1 << 64) - 1  # bytes: the protocol carries sizes as unsigned 64-bit integers
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+# ASCII only, as C's isspace/isdigit/isalpha read it (re's \s would also take \x1c-\x1f and Unicode
+# spaces, which the library refuses)
+_SIZE_RE = re.compile(r"^[ \t\n\v\f\r]*([0-9]+(?:\.[0-9]+)?)[ \t\n\v\f\r]*([a-zA-Z]*)[ \t\n\v\f\r]*\Z")
+# What both halves say of a size they refuse (the library's warning quotes it through nvs_contract.h)
+SIZE_EXPECTED = "a number of bytes, or of K, M, G or T (binary units: 16GiB, 512MiB), at most 16 EiB"
 
 
 def parse_size(text: str) -> int:
@@ -24,12 +28,9 @@ def parse_size(text: str) -> int:
     unit = m.group(2).lower() if m else ""
     if unit not in ("", "b"):
         unit = unit[0] if unit[1:] in ("", "b", "i", "ib") else "?"
-    if not m or unit not in _UNITS:
-        raise ValueError(f"invalid size {text!r}: expected a number of bytes or a number with a unit "
-                         "(K, M, G, T, e.g. 512MiB, 16GiB)")
-    value = int(Decimal(m.group(1)) * (1024 ** _UNITS[unit]))
-    if value > SIZE_MAX:
-        raise ValueError(f"invalid size {text!r}: at most {SIZE_MAX} bytes (16 EiB)")
+    value = int(Decimal(m.group(1)) * (1024 ** _UNITS[unit])) if m and unit in _UNITS else -1
+    if not 0 <= value <= SIZE_MAX:
+        raise ValueError(f"invalid size {text!r}: expected {SIZE_EXPECTED}")
     return value
 
 
