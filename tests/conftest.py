@@ -17,6 +17,7 @@ import pytest
 from testkit.build import BUILD, BuildError, native_library
 
 EXCLUSIVE_LOCK = BUILD / ".exclusive"
+TURNSTILE = BUILD / ".turnstile"
 
 
 def pytest_configure(config):
@@ -41,8 +42,14 @@ def pytest_sessionstart(session):
 def _machine_share(request):
     """Tests marked `exclusive` judge timing against the wall clock (a mock GPU's kernels, token
     buckets, latencies): they run with the machine to themselves, the parallel workers' other
-    tests waiting (an exclusive lock against the shared one every other test holds)."""
-    mode = fcntl.LOCK_EX if request.node.get_closest_marker("exclusive") else fcntl.LOCK_SH
-    with open(EXCLUSIVE_LOCK, "a") as lock:
-        fcntl.flock(lock, mode)
+    tests waiting. Every other test holds the main lock shared, an exclusive one holds it alone;
+    each passes a turnstile first, which an exclusive test keeps while it waits and runs, so that
+    no new test starts meanwhile (flock prefers no one: an exclusive test waited out its timeout
+    while three workers took turns holding the shared lock)."""
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    with open(TURNSTILE, "a") as turnstile, open(EXCLUSIVE_LOCK, "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if not exclusive:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
         yield
