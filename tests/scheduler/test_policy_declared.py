@@ -12,7 +12,7 @@ import random
 import pytest
 
 from xpushare.scheduler.policy import (
-    DEFAULT_SHARE, Arbiter, Mode, claimed_priority, claimed_share, raises,
+    DEFAULT_SHARE, Arbiter, Mode, claimed_priority, own_shares, raises,
 )
 
 from test_policy_replay import GiB
@@ -30,12 +30,13 @@ def test_priority(declared, governed, counts):
     assert claimed_priority(declared, governed) == counts
 
 
-@pytest.mark.parametrize("declared, governed, counts", [
-    (1e6, False, None), (1.001, False, None), (1.0, False, 1.0), (0.5, False, 0.5), (None, False, None),
-    (1e6, True, 1e6), (0.25, True, 0.25),
+@pytest.mark.parametrize("declared, counts", [
+    ({}, {}), ({"a": 1e6}, {"a": 1.0}), ({"a": 1.001}, {"a": 1.0}), ({"a": 1.0}, {"a": 1.0}),
+    ({"a": 0.5}, {"a": 0.5}), ({"a": 30, "b": 70}, {"a": 30 / 70, "b": 1.0}),
+    ({"a": 0.5, "b": 0.25}, {"a": 0.5, "b": 0.25}), ({"a": 4, "b": 0.5}, {"a": 1.0, "b": 0.125}),
 ])
-def test_share(declared, governed, counts):
-    assert claimed_share(declared, governed) == counts
+def test_a_users_declared_shares_keep_their_ratio_the_largest_at_most_the_default(declared, counts):
+    assert own_shares(declared) == pytest.approx(counts)
 
 
 def test_raises_says_when_governance_matters():
@@ -70,10 +71,11 @@ def _victims_part(seed, scene, attackers, governed):
     user that declared `attackers` (None: the default)."""
     shares = {"victim": DEFAULT_SHARE}
     prios = {}
+    declared = {f"a{i}": d[1] for i, d in enumerate(attackers) if d is not None and d[1] is not None}
+    counted = declared if governed else own_shares(declared)
     for i, decl in enumerate(attackers):
-        prio, share = decl if decl is not None else (0, None)
-        shares[f"a{i}"] = claimed_share(share, governed) or DEFAULT_SHARE
-        prios[f"a{i}"] = claimed_priority(prio, governed)
+        shares[f"a{i}"] = counted.get(f"a{i}", DEFAULT_SHARE)
+        prios[f"a{i}"] = claimed_priority(decl[0] if decl is not None else 0, governed)
     sim = Sim(seed, *scene, shares)
     sim.arb.set_owner("victim", "v", 0)
     for i, decl in enumerate(attackers):  # what each declared orders it among its user's

@@ -7,10 +7,12 @@ user's processes (policy/owners.py)."""
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 
 from sched_harness import ConnectedAs, registered
+from testkit.waiting import poll
 from xpushare.wire.protocol import MessageType, Settings, encode
 
 NOBODY = 65534
@@ -78,16 +80,23 @@ def test_a_lower_priority_applies_and_an_admin_may_raise_one(scheduler):
         assert _client_of(root.ctl("status"), low.client_id)["priority"] == 9
 
 
+def _declare_share(client, share: float) -> None:
+    client.hello()
+    client.send_raw(encode(Settings(compute_share=round(share * 1000))))
+    client.expect(MessageType.LIMITS)
+
+
+def _shares(status: dict, *clients) -> list:
+    return [_client_of(status, c.client_id)["quota"]["compute_share"] for c in clients]
+
+
 @needs_root
 def test_a_declared_share_does_not_lengthen_quanta_against_another_user(start_scheduler):
     sched = start_scheduler("--no-nvml", "--mode", "serial", "--tq", "2")
-    with ConnectedAs(NOBODY, NOBODY, sched.sock, 2) as (big, small):
-        big.hello()
-        big.send_raw(encode(Settings(compute_share=1_000_000_000)))  # a share of 1,000,000
-        big.expect(MessageType.LIMITS)
-        small.hello()
-        small.send_raw(encode(Settings(compute_share=500)))  # 0.5: lowering is allowed
-        small.expect(MessageType.LIMITS)
+    with ConnectedAs(NOBODY, NOBODY, sched.sock, 1) as (big,), \
+            ConnectedAs(NOBODY - 1, NOBODY - 1, sched.sock, 1) as (small,):
+        _declare_share(big, 1_000_000)
+        _declare_share(small, 0.5)  # another user's: lowering is allowed
         first = registered(sched.sock)
         first.request()
         first.expect(MessageType.LOCK_OK)
@@ -96,10 +105,67 @@ def test_a_declared_share_does_not_lengthen_quanta_against_another_user(start_sc
         other = registered(sched.sock)
         other.request()
         status = other.ctl("status")
-        assert _client_of(status, big.client_id)["quota"]["compute_share"] is None
-        assert _client_of(status, small.client_id)["quota"]["compute_share"] == 0.5
+        assert _shares(status, big, small) == [1.0, 0.5]  # a user's largest counts as the default
         first.release()
         # big and other contend with equal shares: big's quantum is the plain tq
         assert big.expect(MessageType.LOCK_OK).quantum_ms == 2000
         big.release()
         other.expect(MessageType.LOCK_OK)
+
+
+@needs_root
+def test_a_users_declared_shares_keep_their_ratio_as_its_processes_come_and_go(scheduler):
+    """30 and 70 from one user's processes count as 0.43 and 1 (the largest at the default), so the
+    two take the GPU 30:70 between them and no more of it against another user; when the 70 goes,
+    the 30 alone counts as the default."""
+    with ConnectedAs(NOBODY, NOBODY, scheduler.sock, 2) as (thirty, plain):
+        _declare_share(thirty, 30)
+        plain.hello()  # declared nothing: the default
+        other = registered(scheduler.sock)
+        other.send_raw(encode(Settings(compute_share=500)))  # another user's, lowered: as declared
+        other.expect(MessageType.LIMITS)
+        with ConnectedAs(NOBODY, NOBODY, scheduler.sock, 1) as (seventy,):
+            _declare_share(seventy, 70)
+            status = other.ctl("status")
+            assert _shares(status, thirty, seventy, plain) == [pytest.approx(30 / 70), 1.0, None]
+            assert _shares(status, other) == [0.5]
+        # the 70's process is gone (the with block ended it)
+        assert poll(lambda: _shares(other.ctl("status"), thirty) == [1.0])
+
+
+class _Conn:
+    """What Quotas reads of a connection (connection.Conn's fields)."""
+
+    def __init__(self, n: int, uid: int, pod: str | None):
+        from xpushare.scheduler.quotas import Quota
+        self.id, self.pid, self.uid, self.gid, self.admin = n, 1000 + n, uid, uid, None
+        self.pod = SimpleNamespace(uid=pod, namespace="ns", name=pod) if pod else None
+        self.closed, self.hello, self.quota_set, self.quota_sent = False, object(), {}, None
+        self.quota_env, self.quota = None, Quota()
+
+    def send(self, data) -> None:
+        pass
+
+    def gpus(self) -> list:
+        return []
+
+
+def test_pods_of_one_uid_scale_their_declared_shares_apart():
+    """In Kubernetes many tenants' pods run as root: one pod's declaration must not scale another's
+    (a pod declaring 1000000 would leave every other root pod's declared share near nothing)."""
+    from xpushare.scheduler.quotas import Quotas
+
+    state = SimpleNamespace(config=SimpleNamespace(admin_gid=None),
+                            pods=SimpleNamespace(own=lambda: None),
+                            client_log=SimpleNamespace(info=lambda *a, **k: True))
+    quotas = Quotas(state)
+    greedy, modest, sibling = _Conn(1, 0, "pod-a"), _Conn(2, 0, "pod-b"), _Conn(3, 0, "pod-b")
+    for conn, share in ((greedy, 1_000_000), (modest, 30), (sibling, 70)):
+        quotas.settings(conn, Settings(compute_share=share * 1000))
+    assert greedy.quota.compute_share == 1.0
+    assert (modest.quota.compute_share, sibling.quota.compute_share) == (pytest.approx(30 / 70), 1.0)
+    quotas.forget(sibling)
+    assert modest.quota.compute_share == 1.0 and quotas.declared.keys() == {("pod", "pod-a"),
+                                                                            ("pod", "pod-b")}
+    quotas.forget(greedy)
+    assert ("pod", "pod-a") not in quotas.declared

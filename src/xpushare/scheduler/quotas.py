@@ -2,8 +2,9 @@
 
 Four sources set them, field by field:
 - the environment the process was started with (NVSHARE_COMPUTE_LIMIT, NVSHARE_COMPUTE_SHARE,
-  NVSHARE_GPU_MEMORY_LIMIT), which the library sends once in SETTINGS; a share above the default
-  counts as the default unless the process is an admin's, outside a pod (policy/declared.py);
+  NVSHARE_GPU_MEMORY_LIMIT), which the library sends once in SETTINGS; unless the process is an
+  admin's, outside a pod, a user's declared shares count in their ratio with the largest at most
+  the default (policy/declared.py, own_shares: rescaled as the user's processes come and go);
 - the pod's annotations (nvshare.com/gpu-compute-limit, -share, -memory-limit), from the pod watch
   (kubernetes/pod_watch.py), matched to clients by the pod UID of their cgroup (peer identity);
 - the pod's DRA ResourceClaims (gpu.nvshare.com): nvshare-dra-plugin sends what the cluster
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from ..wire.protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, Limits, ProtocolError, Settings, encode
 from .access import may_raise_itself
-from .policy import claimed_share, raises
+from .policy import own_shares
 
 if TYPE_CHECKING:
     from .connection import Conn
@@ -60,6 +61,13 @@ class Quota:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def _tenant(conn: Conn) -> tuple:
+    """Whose declared shares are scaled together: the pod's processes in a pod (where pods of many
+    tenants often share a uid, root), else the user's. One tenant's declarations never move
+    another's."""
+    return ("pod", conn.pod.uid) if conn.pod is not None else ("uid", conn.uid)
+
+
 def from_settings(msg: Settings) -> Quota:
     """SETTINGS' fields (0 = not set); ProtocolError for a value out of range."""
     if msg.compute_limit > COMPUTE_LIMIT_SCALE:
@@ -83,6 +91,7 @@ class Quotas:
         self.annotations: dict[str, dict[str, tuple]] = {}          # pod uid -> field -> (value, when)
         self.by_pod: dict[tuple[str, str], dict[str, tuple]] = {}   # (namespace, name) -> ...
         self.claims: dict[str, dict[str, dict[str, tuple]]] = {}    # pod uid -> claim uid -> ...
+        self.declared: dict[tuple, dict[Conn, float]] = {}  # tenant -> its ungoverned declared shares
 
     # -- what applies --------------------------------------------------------------------------
     def layers(self, conn: Conn) -> list[tuple[str, dict[str, tuple]]]:
@@ -140,18 +149,38 @@ class Quotas:
     # -- the sources ---------------------------------------------------------------------------
     def settings(self, conn: Conn, msg: Settings) -> None:
         """SETTINGS: the environment's values; LIMITS always answers it."""
-        env = from_settings(msg)
-        if raises(declared_share=env.compute_share):  # only an admin's own may (policy/declared.py)
-            share = claimed_share(env.compute_share, may_raise_itself(self.state, conn))
-            if share != env.compute_share:
-                self.state.client_log.info(
-                    conn, "settings pid=%d uid=%d client=%d: compute share %g counts as the "
-                    "default: only an admin may raise it", conn.pid, conn.uid, conn.id,
-                    env.compute_share)
-                env = replace(env, compute_share=share)
-        conn.quota_env = env
+        conn.quota_env = from_settings(msg)
         conn.quota_sent = None
+        share = conn.quota_env.compute_share
+        if share is not None and not may_raise_itself(self.state, conn):
+            self.declared.setdefault(_tenant(conn), {})[conn] = share
+            self._own_shares(_tenant(conn), conn)
+            counted = conn.quota_env.compute_share
+            if counted != share:
+                self.state.client_log.info(
+                    conn, "settings pid=%d uid=%d client=%d: compute share %g counts as %g: in "
+                    "ratio to its user's (or pod's) other declared shares, the largest at the "
+                    "default (only an admin may raise one above it)", conn.pid, conn.uid, conn.id,
+                    share, counted)
         self.refresh(conn)
+
+    def forget(self, conn: Conn) -> None:
+        """A client is gone: its tenant's other declared shares count without it."""
+        mine = self.declared.get(_tenant(conn))
+        if mine is not None and mine.pop(conn, None) is not None:
+            if mine:
+                self._own_shares(_tenant(conn))
+            else:
+                del self.declared[_tenant(conn)]
+
+    def _own_shares(self, tenant: tuple, new: Conn | None = None) -> None:
+        """The tenant's declared shares as they count now; those of its other clients that changed
+        are carried out (`new` is refreshed by its caller)."""
+        for conn, share in own_shares(self.declared[tenant]).items():
+            if conn.quota_env.compute_share != share:
+                conn.quota_env = replace(conn.quota_env, compute_share=share)
+                if conn is not new:
+                    self.refresh(conn)
 
     def set_clients(self, conns: list[Conn], name: str, value) -> None:
         when = next(self._when)

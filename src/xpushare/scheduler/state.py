@@ -87,6 +87,7 @@ class SchedulerState:
     def disconnected(self, conn: Conn) -> None:
         if conn in self.conns:
             self.conns.discard(conn)
+            self.quotas.forget(conn)
             self.uid_conns[conn.uid] -= 1
             if not self.uid_conns[conn.uid]:
                 del self.uid_conns[conn.uid]

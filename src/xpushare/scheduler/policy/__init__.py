@@ -34,7 +34,8 @@ it goes on aging from the wait it had (otherwise a busy higher-priority client c
 every grant, and it would never age enough to keep one).
 
 What a client declares of itself (HELLO's priority, SETTINGS' share) reaches set_priority and
-set_share as declared.py says: above the default it counts as the default unless an admin governs it.
+set_share as declared.py says: unless an admin governs it, a user's declared shares count in their
+ratio with the largest at most the default (own_shares).
 
 Compute shares (set_share): a weight per client, DEFAULT_SHARE unless set. A share orders nothing
 (priorities keep their meaning); it splits the GPU's time among clients that take turns. In modes
@@ -97,7 +98,7 @@ running holders of one share. With equal shares the mean never changes: O(1).
 """
 
 from .arbiter import Arbiter
-from .declared import DEFAULT_PRIORITY, claimed_priority, claimed_share, raises
+from .declared import DEFAULT_PRIORITY, claimed_priority, own_shares, raises
 from .median import LowerMedian
 from .model import (
     AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, DEFAULT_SHARE, EVICT_AFTER_QUANTA,
@@ -110,7 +111,7 @@ from .snapshot import GpuSnapshot, HolderView, WaiterView
 from .strategies import STRATEGIES, AutoStrategy, OffStrategy, SerialStrategy, Strategy
 
 __all__ = [
-    "DEFAULT_PRIORITY", "claimed_priority", "claimed_share", "raises",
+    "DEFAULT_PRIORITY", "claimed_priority", "own_shares", "raises",
     "AGING_QUANTA", "CLIENT_OVERHEAD", "DEFAULT_DYNAMIC_TQ", "DEFAULT_SHARE", "EVICT_AFTER_QUANTA",
     "EWMA_ALPHA",
     "MAX_SKIP", "PREFETCH_FLOOR_RATE", "SWITCH_REPORTERS", "QUANTA_PER_SWITCH", "RESERVE_FRACTION",
