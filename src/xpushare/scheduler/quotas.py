@@ -166,6 +166,8 @@ class Quotas:
 
     def forget(self, conn: Conn) -> None:
         """A client is gone: its tenant's other declared shares count without it."""
+        if not self.declared:  # the usual case: nobody declared a share
+            return
         mine = self.declared.get(_tenant(conn))
         if mine is not None and mine.pop(conn, None) is not None:
             if mine:
