@@ -23,6 +23,8 @@ import threading
 import time
 from typing import Callable, Dict, Iterable, Optional, Tuple
 
+from .backoff import Backoff
+
 log = logging.getLogger(__name__)
 
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
@@ -88,15 +90,15 @@ class HealthSource:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        backoff = 1.0
+        retry = Backoff(1.0, 60.0)
         while not self._stop.is_set():
             try:
                 self.poll_once()
-                backoff = 1.0
+                retry.succeeded()
             except Exception as e:  # noqa: BLE001 - a health source must never kill the plugin
-                log.error("health source %s failed (%s); retrying in %.0fs", self.name, e, backoff)
-                self._stop.wait(backoff)
-                backoff = min(60.0, backoff * 2)
+                delay = retry.failed()
+                log.error("health source %s failed (%s); retrying in %.0fs", self.name, e, delay)
+                self._stop.wait(delay)
 
     def poll_once(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -31,6 +31,7 @@ import threading
 import time
 from typing import List, Optional
 
+from .backoff import Backoff
 from . import devices as dev
 from . import plugin_metrics
 from .health import FileHealthSource, HealthBoard, HealthSource, NvmlHealthMonitor
@@ -162,7 +163,7 @@ class DevicePlugin:
         self.server: Optional[PluginServer] = None
         self.registered_with: Optional[tuple] = None  # identity of the kubelet.sock we registered with
         self._next_try = 0.0
-        self._backoff = 0.0
+        self._retry = Backoff(max(watch_interval, 1.0), max(max_backoff, watch_interval, 1.0))
         self._said_waiting = False
         self._serve_error: Optional[str] = None
 
@@ -186,7 +187,7 @@ class DevicePlugin:
         self.server = server
         self.registered_with = None  # a new server must be (re-)announced
         self._next_try = 0.0
-        self._backoff = 0.0
+        self._retry.succeeded()
         return True
 
     def step(self) -> None:
@@ -209,14 +210,14 @@ class DevicePlugin:
         try:
             register(self.kubelet_socket, self.endpoint, self.resource_name)
         except Exception as e:  # noqa: BLE001 - grpc.RpcError, FutureTimeoutError
-            self._backoff = min(self.max_backoff, max(self.watch_interval, self._backoff * 2 or 1.0))
-            self._next_try = time.monotonic() + self._backoff
+            delay = self._retry.failed()
+            self._next_try = time.monotonic() + delay
             self.stats.registration_failed()
             log.error("registration with the kubelet failed (%s); retrying in %.1fs",
-                      _rpc_text(e), self._backoff)
+                      _rpc_text(e), delay)
             return
         self.registered_with = kubelet
-        self._backoff = 0.0
+        self._retry.succeeded()
         self.stats.registered()
         log.info("registered %s with the kubelet (endpoint %s, API %s)", self.resource_name,
                  self.endpoint, API_VERSION)

@@ -25,12 +25,12 @@ import json
 import logging
 import os
 import queue
-import random
 import threading
 import time
 from datetime import datetime, timezone
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
+from .backoff import Backoff
 from .pod_settings import (ANNOTATIONS, EVENT_REASON, PodKey, PodSettings, Problem, enabled_from_env,
                            parse_annotations, pod_key)
 
@@ -69,8 +69,8 @@ class PodSettingsWatcher:
     "" for the default ~/.kube/config / $KUBECONFIG) for development.
 
     The watch restarts when the server ends it (every `watch_timeout` seconds), at once; after
-    errors with backoff (`backoff_initial` doubling to `backoff_max`, jittered; the first retry
-    after a healthy watch is immediate); after 410 Gone it lists again. Changes are handled one
+    errors with backoff (backoff.py: `backoff_initial` doubling to `backoff_max`, less up to a
+    random quarter; a watch that works starts it over); after 410 Gone it lists again. Changes are handled one
     watch line at a time, with no batching. Invalid values are reported once per (pod, annotation,
     value) as Events, posted from a second thread so that a slow API server never holds up a change.
     """
@@ -154,7 +154,7 @@ class PodSettingsWatcher:
     # -- the loop ----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        failures = 0
+        retry = Backoff(self.backoff_initial, self.backoff_max, jitter=0.25)
         need_list = True
         while not self._stop.is_set():
             try:
@@ -163,33 +163,26 @@ class PodSettingsWatcher:
                     need_list = False
                     self.synced.set()
                 if self._watch_once():
-                    failures = 0
+                    retry.succeeded()
                     continue                        # the server ended the watch: watch again now
-                failures += 1                       # ended at once with nothing: do not spin
+                # ended at once with nothing: do not spin
             except _Gone:
                 log.info("pod watch: resourceVersion %s is too old (410 Gone); listing the pods again",
                          self.resource_version)
                 need_list = True
-                failures = 0
+                retry.succeeded()
                 continue
             except Exception as e:  # network, API or decoding errors: retry with backoff
                 if self._stop.is_set():
                     break
                 if _status(e) == 410:
                     need_list = True
-                    failures = 0
+                    retry.succeeded()
                     log.info("pod watch: 410 Gone; listing the pods again")
                     continue
-                failures += 1
                 log.warning("pod watch on node %s: %s; retrying (attempt %d)", self.node_name,
-                            _describe(e), failures)
-            self._stop.wait(self._backoff(failures))
-
-    def _backoff(self, failures: int) -> float:
-        if failures <= 1:
-            return 0.0 if failures <= 0 else self.backoff_initial
-        delay = min(self.backoff_max, self.backoff_initial * (2 ** (failures - 1)))
-        return delay * random.uniform(0.75, 1.0)
+                            _describe(e), retry.failures + 1)
+            self._stop.wait(retry.failed())
 
     def _list(self) -> None:
         resp = self._api.list_pod_for_all_namespaces(
