@@ -16,7 +16,7 @@ import stats
 from common import harness, say
 from job_program import GIB
 from jobs import Deadline, JobGroup, JobSize
-from makespan import (FIT_CAPACITY, FIT_GOAL, FIT_SIZE, FIT_TQ, PREFIX, READY_TIMEOUT_S, _alone,
+from makespan_common import (FIT_CAPACITY, FIT_GOAL, FIT_SIZE, FIT_TQ, PREFIX, READY_TIMEOUT_S, _alone,
                       _fit, _job_words, _probe, init_estimate_s, measured, round_record, steps_for)
 from render import (dig, error_of, error_row, extra_text, f, goal_row, num, numeric_items, seconds,
                     table_bars, yes_no)

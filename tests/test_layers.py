@@ -88,3 +88,36 @@ def test_nvsharectl_loads_no_scheduler_module():
             "'xpushare.kubernetes'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _bench_imports() -> dict[str, set[str]]:
+    bench = PACKAGE.parents[1] / "bench"
+    names = {p.stem for p in bench.glob("*.py")}
+    graph = {}
+    for p in bench.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module.split(".")[0])
+        graph[p.stem] = found & names - {p.stem}
+    return graph
+
+
+def test_no_benchmark_modules_import_each_other_in_a_circle():
+    graph, done, path = _bench_imports(), set(), []
+
+    def visit(name):
+        assert name not in path, f"bench/ imports in a circle: {' -> '.join(path + [name])}"
+        if name in done:
+            return
+        path.append(name)
+        for dep in sorted(graph[name]):
+            visit(dep)
+        path.pop()
+        done.add(name)
+
+    assert graph["makespan_fit"] and graph["run_all"]  # the graph is read
+    for name in sorted(graph):
+        visit(name)

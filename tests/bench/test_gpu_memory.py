@@ -9,7 +9,7 @@ import pytest
 import common
 import gpu_memory
 import jobs
-import makespan
+import makespan_common
 from common import harness
 from job_program import GIB, MIB
 
@@ -27,8 +27,8 @@ def test_safety_refuses_a_busy_gpu_and_too_much_under_the_library():
 
 
 def test_the_default_sizes_stay_within_the_safety_limit():
-    assert gpu_memory.library_total_problem([makespan.FIT_SIZE.footprint_estimate()] * 4) is None
-    assert gpu_memory.library_total_problem([makespan.PAIR_SIZE.footprint_estimate()] * 2) is None
+    assert gpu_memory.library_total_problem([makespan_common.FIT_SIZE.footprint_estimate()] * 4) is None
+    assert gpu_memory.library_total_problem([makespan_common.PAIR_SIZE.footprint_estimate()] * 2) is None
 
 
 def test_footprint_estimate_holds_the_working_set_and_grows_with_the_model():

@@ -13,6 +13,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 import jobs  # noqa: E402
 import makespan  # noqa: E402
+import makespan_common  # noqa: E402
 import makespan_fit  # noqa: E402
 import makespan_pair  # noqa: E402
 from job_program import GIB  # noqa: E402
@@ -61,10 +62,10 @@ def test_pair_jobs_do_not_end_on_a_quantum_boundary():
 
 
 def test_steps_for_a_time_alone():
-    assert makespan.steps_for(4.5, 0.0015) == 3000
-    assert makespan.steps_for(0.01, 0.5) == 10
+    assert makespan_common.steps_for(4.5, 0.0015) == 3000
+    assert makespan_common.steps_for(0.01, 0.5) == 10
     with pytest.raises(ValueError):
-        makespan.steps_for(4.5, 0.0)
+        makespan_common.steps_for(4.5, 0.0)
 
 
 # ----------------------------------------------------------------------------- result tables
