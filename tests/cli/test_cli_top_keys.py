@@ -88,6 +88,12 @@ def _read_until(fd, text: bytes, timeout: float) -> bytes:
     return seen
 
 
+def _interruptible() -> None:
+    """Ctrl-C as a terminal delivers it: a test run started in the background (`cmd &` in a
+    script) ignores SIGINT, and a program started from it would inherit that and never see one."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _drain_until_exit(fd, proc, timeout: float) -> bytes:
     """What the program writes until it exits (read as it comes, so that it never waits on a full
     terminal), and a little after."""
@@ -114,7 +120,7 @@ def test_live_view_in_a_terminal_leaves_on_q_or_ctrl_c(live, tty_pair, leave):
     p = subprocess.Popen([sys.executable, "-m", "xpushare.cli.ctl", "--socket", str(live.sock), "top",
                           "--interval", "0.2"], stdin=slave, stdout=slave, stderr=slave,
                          env=child_env({"COLUMNS": "100", "LINES": "40", "TERM": "xterm"}),
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=_interruptible)
     try:
         seen = _read_until(master, b"Clients", 20)
         assert b"GPU 0" in seen and b"serial: serialised" in seen, seen[-2000:]
@@ -122,7 +128,7 @@ def test_live_view_in_a_terminal_leaves_on_q_or_ctrl_c(live, tty_pair, leave):
             os.write(master, b"q")
         else:
             os.killpg(p.pid, signal.SIGINT)
-        rest = _drain_until_exit(master, p, 10)  # a full terminal would hold its last writes
+        rest = _drain_until_exit(master, p, 10)  # never let a full terminal hold its last writes
         assert p.returncode == 0
         assert b"\x1b[?1049l" in seen + rest  # the alternate screen was left
         assert b"Traceback" not in seen + rest
