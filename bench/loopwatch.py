@@ -97,7 +97,7 @@ def main() -> None:
         sys.exit(__doc__)
     module = sys.argv[2]
     sys.argv = [module, *sys.argv[3:]]
-    from xpushare.scheduler import server
+    from xpushare.scheduler.shell import server
 
     startup = server.Server.startup
 

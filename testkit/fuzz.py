@@ -13,7 +13,7 @@ from xpushare.wire.protocol import (
     Attach, Hello, Job, LockRequest, MemUpdate, MessageType, Released, encode, encode_frame,
     encode_json,
 )
-from xpushare.scheduler import control
+from xpushare.scheduler.control import ops
 
 GiB = 1 << 30
 FIELDS = ("seconds", "gpu", "mode", "bytes", "priority", "pid", "client_id", "count", "memory")
@@ -28,9 +28,9 @@ def uuid(i: int) -> str:
 JUNK = [0, 1, -1, 2**31, 2**63, 2**64 - 1, 2**64, 10**30, True, False, None, 1.5, -0.0, 1e308,
         float("nan"), float("inf"), "", "auto", "serial", "off", "²", "9" * 40, "x" * 100, uuid(0),
         uuid(0)[:12], "GPU-", "\ud800", "\u0000", [], {}, [1, [2, [3]]], {"a": {"b": None}}]
-OPS = [*control.OPS, "", "PING", "set_tq ", None, 1, [], {}]
+OPS = [*ops.OPS, "", "PING", "set_tq ", None, 1, [], {}]
 # The ops of OPS that change settings (what a fuzz run has to put back afterwards).
-ADMIN_OPS = tuple(name for name, op in control.OPS.items() if op.admin)
+ADMIN_OPS = tuple(name for name, op in ops.OPS.items() if op.admin)
 
 
 def fuzz_request(rng: random.Random) -> dict:

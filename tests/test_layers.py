@@ -27,13 +27,13 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
-    """The xpushare modules `path` imports, relative imports resolved."""
+def _imports(path: Path, tree: ast.AST | None = None) -> set[str]:
+    """The xpushare modules `path` (or `tree`, parsed from it) imports, relative imports resolved."""
     package = _module(path).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree or ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -58,10 +58,10 @@ def _offending(importers, forbidden) -> dict:
 
 
 def test_the_modules_are_found():
-    assert {"xpushare.wire.messages", "xpushare.scheduler.server", "xpushare.cli.ctl"} <= MODULES.keys()
+    assert {"xpushare.wire.messages", "xpushare.scheduler.shell.server", "xpushare.cli.ctl"} <= MODULES.keys()
     assert {"xpushare.cli.run", "xpushare.cli.client", "xpushare.cli.ctl_top"} <= set(CLI)
-    assert "xpushare.wire.protocol" in MODULES["xpushare.scheduler.server"] or any(
-        _within(i, "xpushare.wire") for i in MODULES["xpushare.scheduler.server"])
+    assert "xpushare.wire.protocol" in MODULES["xpushare.scheduler.shell.server"] or any(
+        _within(i, "xpushare.wire") for i in MODULES["xpushare.scheduler.shell.server"])
 
 
 def test_the_contract_depends_on_nothing_else_of_xpushare():
@@ -121,3 +121,37 @@ def test_no_benchmark_modules_import_each_other_in_a_circle():
     assert graph["makespan_fit"] and graph["run_all"]  # the graph is read
     for name in sorted(graph):
         visit(name)
+
+
+ROOMS = ["shell", "exporter", "control", "node", "policy"]  # each imports only rooms to its right
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """_imports without those under `if TYPE_CHECKING:` (annotations, not dependencies)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for node in ast.walk(tree)
+                   if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                   for n in ast.walk(node)}
+    kept = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+            and id(n) not in typing_only]
+    return _imports(path, ast.Module(body=kept, type_ignores=[]))
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["xpushare", "scheduler"] \
+        and parts[2] in ROOMS else None
+
+
+def test_the_schedulers_rooms_import_one_way():
+    bad = {}
+    for path in sorted((PACKAGE / "scheduler").rglob("*.py")):
+        mine = _room(_module(path))
+        if mine is None:
+            continue
+        allowed = set(ROOMS[ROOMS.index(mine):])
+        wrong = sorted(i for i in _runtime_imports(path) if _room(i) not in allowed | {None})
+        if wrong:
+            bad[_module(path)] = wrong
+    assert not bad
+    assert any(_room(i) == "node" for i in _runtime_imports(PACKAGE / "scheduler" / "control" / "ops.py"))

@@ -14,7 +14,7 @@ import pytest
 from sched_harness import child_env
 from tests.quota_edges import COMPUTE_LIMIT_EDGES, COMPUTE_SHARE_EDGES, MEMORY_LIMIT_EDGES
 from xpushare.cli import ctl
-from xpushare.scheduler.control import OPS
+from xpushare.scheduler.control.ops import OPS
 from xpushare.wire.ctlschema import Invalid, validate
 from xpushare.wire.quota_ranges import COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
 from xpushare.wire.sizes import parse_size

@@ -9,7 +9,7 @@ import asyncio
 import sys
 
 
-from xpushare.scheduler import httpd  # noqa: E402
+from xpushare.scheduler.exporter import httpd  # noqa: E402
 
 PIECE = b"# " + b"x" * (64 * 1024 - 3) + b"\n"
 

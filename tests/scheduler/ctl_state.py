@@ -1,4 +1,4 @@
-"""An in-process SchedulerState for control.handle(): two GPUs from NVML, two registered clients,
+"""An in-process SchedulerState for ops.handle(): two GPUs from NVML, two registered clients,
 and a snapshot of everything a control op may change (to show that a refused one changed nothing)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 from sched_harness import GiB, uuid
 from xpushare.wire.protocol import FrameDecoder, Hello, MessageType
-from xpushare.scheduler import control
-from xpushare.scheduler.connection import Conn
-from xpushare.scheduler.gpus import GpuInfo
-from xpushare.scheduler.state import Config, SchedulerState
+from xpushare.scheduler.control import ops
+from xpushare.scheduler.shell.connection import Conn
+from xpushare.scheduler.node.gpus import GpuInfo
+from xpushare.scheduler.node.state import Config, SchedulerState
 
 
 class FakeTransport:
@@ -64,9 +64,9 @@ def ctl_conn() -> Conn:
 
 
 def ask(state: SchedulerState, msg) -> dict:
-    """control.handle's reply to `msg`, decoded."""
+    """ops.handle's reply to `msg`, decoded."""
     d = FrameDecoder(replies=True)
-    d.feed(control.handle(state, ctl_conn(), msg))
+    d.feed(ops.handle(state, ctl_conn(), msg))
     (frame,) = d.frames()
     assert frame.type == MessageType.CTL_REPLY
     return frame.decode()

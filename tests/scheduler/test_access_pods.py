@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from xpushare.scheduler import access
+from xpushare.scheduler.node import access
 
 
 def _state(own_pod=None):
@@ -43,7 +43,7 @@ def test_a_user_in_no_pod_is_no_admin():
 def test_root_in_another_pod_is_held_to_the_per_uid_caps_and_line_budget():
     """Exempt from the caps (connections, the fd reserve, made-up GPUs) and from the log budget is
     root on the node, not root in a tenant's pod."""
-    from xpushare.scheduler.clientlog import ClientLog
+    from xpushare.scheduler.node.clientlog import ClientLog
 
     state = _state(own_pod=SimpleNamespace(uid="sched-pod"))
     pod = SimpleNamespace(uid="user-pod")
@@ -60,7 +60,7 @@ def test_root_in_another_pod_is_held_to_the_per_uid_caps_and_line_budget():
 def test_admission_of_a_connection_not_node_privileged_counts_against_the_caps():
     from pathlib import Path
 
-    from xpushare.scheduler.state import Config, SchedulerState
+    from xpushare.scheduler.node.state import Config, SchedulerState
 
     state = SchedulerState(Config(socket_path=Path("/nonexistent/s.sock")))
     state.conn_room = 0  # the reserve: only the node's privileged get in

@@ -16,7 +16,7 @@ from test_metrics import metrics_scheduler, scrape, value  # noqa: F401  (fixtur
 from testkit.waiting import poll
 
 from xpushare.wire.protocol import FEATURE_BUSY
-from xpushare.scheduler import metrics
+from xpushare.scheduler.node import metrics
 
 
 def _conn():

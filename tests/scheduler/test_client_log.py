@@ -74,7 +74,7 @@ def test_connection_churn_of_a_user_is_limited_and_counted(limited):
 
 
 def test_the_budget_counts_per_uid_and_reports_at_the_next_interval(caplog):
-    from xpushare.scheduler.clientlog import ClientLog
+    from xpushare.scheduler.node.clientlog import ClientLog
     now = [0.0]
     budget = ClientLog(lines=2, interval=10.0, clock=lambda: now[0])
     caplog.set_level("INFO", logger="nvshare.scheduler")

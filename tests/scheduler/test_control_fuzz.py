@@ -1,4 +1,4 @@
-"""Fuzzing control requests: a property test of control.handle in-process (hypothesis), and a
+"""Fuzzing control requests: a property test of ops.handle in-process (hypothesis), and a
 bounded run against the real daemon with fuzzed control requests and malformed frames over many
 connections, after which the daemon must be alive, its log free of tracebacks, and a well-behaved
 client must still get the lock. Also the daemon's side of the hardening issue's attacks."""
@@ -16,14 +16,14 @@ from ctl_state import ask, build_state, snapshot
 from sched_harness import FakeClient, registered, uuid
 from testkit.fuzz import FIELDS, REGISTER, fuzz_request, malformed_frame
 from xpushare.wire.protocol import Attached, MessageType, encode, encode_json
-from xpushare.scheduler import control
+from xpushare.scheduler.control import ops
 
 SCALAR = (st.none() | st.booleans() | st.integers() | st.integers(-2**80, 2**80) | st.floats()
           | st.text(max_size=60) | st.sampled_from(["auto", "serial", "off", uuid(0), "GPU-", "0"]))
 VALUE = st.recursive(SCALAR, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5),
                                                                                 c, max_size=3),
                      max_leaves=8)
-REQUEST = (st.fixed_dictionaries({"op": st.sampled_from(sorted(control.OPS)) | VALUE},
+REQUEST = (st.fixed_dictionaries({"op": st.sampled_from(sorted(ops.OPS)) | VALUE},
                                  optional={f: VALUE for f in (*FIELDS, "x")})
            | st.dictionaries(st.text(max_size=8), VALUE, max_size=4) | VALUE)
 

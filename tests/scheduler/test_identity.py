@@ -16,8 +16,8 @@ from pathlib import Path
 
 from sched_harness import registered, uuid
 from xpushare.wire.protocol import MessageType
-from xpushare.scheduler.connection import Connection
-from xpushare.scheduler.state import Config, SchedulerState
+from xpushare.scheduler.shell.connection import Connection
+from xpushare.scheduler.node.state import Config, SchedulerState
 
 HERE = Path(__file__).resolve().parent
 

@@ -16,9 +16,10 @@ from testkit.waiting import poll
 from xpushare.wire.protocol import (
     FEATURE_JOBS, JOB_EXPLICIT, JOB_TORCH, JOB_UNKNOWN, Job, ProtocolError, encode,
 )
-from xpushare.scheduler import handlers, limits
-from xpushare.scheduler.clientlog import ClientLog
-from xpushare.scheduler.jobinfo import MAX_LOCAL_WORLD_SIZE, MAX_WORLD_SIZE, JobInfo, job_info
+from xpushare.scheduler.shell import handlers
+from xpushare.scheduler.node import limits
+from xpushare.scheduler.node.clientlog import ClientLog
+from xpushare.scheduler.node.jobinfo import MAX_LOCAL_WORLD_SIZE, MAX_WORLD_SIZE, JobInfo, job_info
 
 TORCH = Job(JOB_TORCH, "", 8, 4, 5, 1, "run-7", "10.0.0.1:29500")
 

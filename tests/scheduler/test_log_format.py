@@ -7,7 +7,7 @@ import pytest
 
 from sched_harness import registered
 from xpushare.wire.protocol import MessageType
-from xpushare.scheduler.logformat import JsonFormatter
+from xpushare.scheduler.shell.logformat import JsonFormatter
 
 
 def test_every_line_is_one_json_object_with_the_events_fields(start_scheduler):

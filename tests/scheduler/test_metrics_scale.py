@@ -22,10 +22,10 @@ from prometheus_client.openmetrics.parser import (  # noqa: E402
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text  # noqa: E402
 
-from xpushare.scheduler.connection import Conn  # noqa: E402
-from xpushare.scheduler.metrics_collect import PIECE_SAMPLES, render, take, take_pieces  # noqa: E402
+from xpushare.scheduler.shell.connection import Conn  # noqa: E402
+from xpushare.scheduler.exporter.metrics_collect import PIECE_SAMPLES, render, take, take_pieces  # noqa: E402
 from xpushare.scheduler.policy import Mode  # noqa: E402
-from xpushare.scheduler.state import Config, SchedulerState  # noqa: E402
+from xpushare.scheduler.node.state import Config, SchedulerState  # noqa: E402
 
 GiB = 1 << 30
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"

@@ -11,8 +11,8 @@ from place_load import ARGS, FOUR, ORDER, loaded_gpus
 from sched_harness import GiB, as_user, registered, uuid
 from xpushare.cli.client import CtlClient
 from xpushare.wire.protocol import FrameDecoder
-from xpushare.scheduler import control
-from xpushare.scheduler.connection import Conn
+from xpushare.scheduler.control import ops
+from xpushare.scheduler.shell.connection import Conn
 
 NOBODY = 65534
 
@@ -71,7 +71,7 @@ def test_any_local_user_may_ask_in_process():
 
         def ask(msg):
             d = FrameDecoder(replies=True)
-            d.feed(control.handle(state, stranger, msg))
+            d.feed(ops.handle(state, stranger, msg))
             (frame,) = d.frames()
             return frame.decode()
         assert ask({"op": "place", "count": 2})["ok"]

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from sched_harness import GiB, uuid
-from xpushare.scheduler.placement import GpuLoad, PlacementError, choose, rank, reason
+from xpushare.scheduler.control.placement import GpuLoad, PlacementError, choose, rank, reason
 
 
 def gpu(index, used=0, waiters=0, holders=0, committed=0.0, capacity=80 * GiB, healthy=True):

@@ -12,7 +12,7 @@ import pytest
 from sched_harness import GiB
 from test_quotas import KEY, POD, _Conn, _notes, _quotas
 
-from xpushare.scheduler.quotas import Quota
+from xpushare.scheduler.node.quotas import Quota
 
 CLAIM, POD_UID = "c0ffee00-0000-4000-8000-000000000001", "u-1"
 

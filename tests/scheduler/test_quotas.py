@@ -19,8 +19,8 @@ from testkit.waiting import poll
 
 from xpushare.kubernetes.pod_settings import PodKey, parse_annotations
 from xpushare.wire.protocol import FEATURE_QUOTAS, Limits, Settings, encode
-from xpushare.scheduler.clientlog import ClientLog
-from xpushare.scheduler.quotas import Quota, Quotas
+from xpushare.scheduler.node.clientlog import ClientLog
+from xpushare.scheduler.node.quotas import Quota, Quotas
 
 
 # -- precedence, on Quotas alone ---------------------------------------------------------------

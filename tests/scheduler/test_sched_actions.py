@@ -11,9 +11,9 @@ from ctl_state import FakeTransport
 from sched_harness import GiB, uuid
 from xpushare.wire.protocol import MessageType
 from xpushare.scheduler.policy import Mode
-from xpushare.scheduler.connection import Conn
-from xpushare.scheduler.registry import GpuRegistry
-from xpushare.scheduler.state import Config
+from xpushare.scheduler.shell.connection import Conn
+from xpushare.scheduler.node.registry import GpuRegistry
+from xpushare.scheduler.node.state import Config
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The bounds of src/xpushare/scheduler/limits.py, on the real scheduler process: what a peer that
+"""The bounds of src/xpushare/scheduler/node/limits.py, on the real scheduler process: what a peer that
 does not read, does not finish its frames, opens too many connections or repeats a bad message can
 make the daemon hold or log; and serving root at the open-file limit.
 

@@ -137,7 +137,7 @@ class _Conn:
     """What Quotas reads of a connection (connection.Conn's fields)."""
 
     def __init__(self, n: int, uid: int, pod: str | None):
-        from xpushare.scheduler.quotas import Quota
+        from xpushare.scheduler.node.quotas import Quota
         self.id, self.pid, self.uid, self.gid, self.admin = n, 1000 + n, uid, uid, None
         self.pod = SimpleNamespace(uid=pod, namespace="ns", name=pod) if pod else None
         self.closed, self.hello, self.quota_set, self.quota_sent = False, object(), {}, None
@@ -153,7 +153,7 @@ class _Conn:
 def test_pods_of_one_uid_scale_their_declared_shares_apart():
     """In Kubernetes many tenants' pods run as root: one pod's declaration must not scale another's
     (a pod declaring 1000000 would leave every other root pod's declared share near nothing)."""
-    from xpushare.scheduler.quotas import Quotas
+    from xpushare.scheduler.node.quotas import Quotas
 
     state = SimpleNamespace(config=SimpleNamespace(admin_gid=None),
                             pods=SimpleNamespace(own=lambda: None),

@@ -7,7 +7,7 @@ import asyncio
 import gc
 
 from sched_harness import make_socket_dir
-from xpushare.scheduler.server import Config, Server
+from xpushare.scheduler.shell.server import Config, Server
 
 
 def test_a_serving_scheduler_leaves_what_existed_at_start_out_of_full_collections():

@@ -13,10 +13,10 @@ from ctl_state import FakeTransport
 from sched_harness import GiB, uuid
 from xpushare.kubernetes import podidentity
 from xpushare.wire.protocol import Attach, Hello, encode
-from xpushare.scheduler.connection import Connection
+from xpushare.scheduler.shell.connection import Connection
 from xpushare.kubernetes.pod_lookup import POD_IDENTITY_ROOT_ENV, PodLookup
 from xpushare.scheduler.policy.gang import Gangs
-from xpushare.scheduler.state import Config, SchedulerState
+from xpushare.scheduler.node.state import Config, SchedulerState
 
 
 class SocketTransport(FakeTransport):

@@ -27,7 +27,7 @@ import pytest
 from sched_harness import FakeClient, as_user, child_env, registered, uuid
 from xpushare.cli import ctl, ctl_render, ctl_top  # noqa: F401  (imported while the stdlib is readable)
 from xpushare.wire.protocol import MessageType, encode_json
-from xpushare.scheduler.access import REQUESTS_BURST
+from xpushare.scheduler.node.access import REQUESTS_BURST
 
 NOBODY = 65534
 SECRET = "--db-password=hunter2"

@@ -19,7 +19,7 @@ import pytest
 
 from sched_harness import SchedulerProcess
 from xpushare.wire.protocol import MessageType, encode_json
-from xpushare.scheduler.server import Config, Server
+from xpushare.scheduler.shell.server import Config, Server
 
 KUBECONFIG = """apiVersion: v1
 kind: Config

@@ -9,8 +9,8 @@ import time
 from sched_harness import registered
 from xpushare.cli.client import CtlClient
 from xpushare.wire.protocol import MAX_PAYLOAD
-from xpushare.scheduler import peer
-from xpushare.scheduler.status import COMMAND_MAX
+from xpushare.scheduler.node import peer
+from xpushare.scheduler.control.status import COMMAND_MAX
 
 CLIENTS = 600
 

@@ -13,8 +13,9 @@ from .. import __version__, metrics_flags
 from ..envflags import parse_args
 from ..wire.paths import default_socket_path, socket_override
 from ..wire.sizes import parse_size
-from . import clientlog, logformat
-from .limits import FRAME_TIMEOUT, HELLO_TIMEOUT, MAX_CONNECTIONS_PER_UID
+from .node import clientlog
+from .shell import logformat
+from .node.limits import FRAME_TIMEOUT, HELLO_TIMEOUT, MAX_CONNECTIONS_PER_UID
 from .policy import Mode, check_tq
 
 log = logging.getLogger("nvshare.scheduler")
@@ -169,7 +170,7 @@ def _check_metrics(parser: argparse.ArgumentParser, args) -> None:
     if not args.metrics_port:
         return
     try:
-        from . import httpd  # noqa: F401 - imports prometheus_client
+        from .exporter import httpd
     except ImportError as e:
         parser.error(f"--metrics-port needs prometheus-client ({e}): "
                      "pip install 'xpushare[kubernetes]'")
@@ -192,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.log_locks or args.debug):
         logging.getLogger("nvshare.scheduler.locks").setLevel(logging.WARNING)
 
-    from .gpus import discover
-    from .server import Config, MetricsUnavailable, Server, SocketInUse
+    from .node.gpus import discover
+    from .shell.server import Config, MetricsUnavailable, Server, SocketInUse
 
     config = Config(socket_path=socket_override(args.socket) or default_socket_path(),
                     tq=args.tq, mode=Mode(args.mode), reserve=args.reserve,

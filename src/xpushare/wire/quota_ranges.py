@@ -2,7 +2,7 @@
 memory limit, however they are set.
 
 The scheduler's control schema checks the `value` of the ops set_compute_limit, set_compute_share
-and set_memory_limit with these kinds (control.py); nvsharectl checks its --set-compute-limit,
+and set_memory_limit with these kinds (control/ops.py); nvsharectl checks its --set-compute-limit,
 --set-compute-share and --set-memory-limit flags with the very same kinds before it sends anything
 (ctl.py); the pod annotations nvshare.com/gpu-compute-limit, -share and -memory-limit are checked
 with them too (kubernetes/pod_settings.py). The library reads NVSHARE_COMPUTE_LIMIT and

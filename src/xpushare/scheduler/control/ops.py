@@ -12,22 +12,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import __version__
-from ..wire.protocol import (
+from ... import __version__
+from ...wire.protocol import (
     PRIORITY_LIMIT, Attach, Attached, MessageType, encode_json,
 )
 from . import placement, statusreply
-from .access import is_admin, viewer
-from ..wire.ctlschema import (
+from ..node.access import is_admin, viewer
+from ...wire.ctlschema import (
     Choice, Field, GpuSelector, Int, Invalid, PodName, Schema, Uid, show, unsigned_max, validate,
 )
-from .policy import TQ_MAX, Mode
-from ..wire.quota_ranges import CLEAR, COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
-from .registry import Gpu
-from .state import SchedulerState
+from ..policy import TQ_MAX, Mode
+from ...wire.quota_ranges import CLEAR, COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
+from ..node.registry import Gpu
+from ..node.state import SchedulerState
 
 if TYPE_CHECKING:
-    from .connection import Conn
+    from ..shell.connection import Conn
 
 log = logging.getLogger("nvshare.scheduler")
 

@@ -1,5 +1,5 @@
 """Placement (the `place` control op, nvshare-run --gpus): which N GPUs of the node a job should use.
-Pure: it ranks load records the caller gathered (control.py) and knows nothing of connections or
+Pure: it ranks load records the caller gathered (control/ops.py) and knows nothing of connections or
 arbiters, so the ranking is tested on its own (tests/scheduler/test_placement.py).
 
 The ranking key, best first, compared in this order:
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..wire.sizes import format_size
+from ...wire.sizes import format_size
 
 UNLIMITED = 1.0  # the compute a client without a compute limit commits: the whole GPU
 

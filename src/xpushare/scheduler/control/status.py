@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import metrics, swap
-from .access import Viewer
-from .registry import Gpu
-from .state import SchedulerState
+from ..node import metrics, swap
+from ..node.access import Viewer
+from ..node.registry import Gpu
+from ..node.state import SchedulerState
 
 if TYPE_CHECKING:
-    from .connection import Conn
+    from ..shell.connection import Conn
 
 COMMAND_MAX = 256  # characters of a client's command line in status (a reply is one frame)
 

@@ -19,11 +19,11 @@ import json
 import os
 from collections.abc import Generator
 
-from .. import __version__
-from ..wire.protocol import MAX_CTL_REPLY, MessageType, encode_frame
-from . import swap
-from .access import Viewer
-from .state import SchedulerState
+from ... import __version__
+from ...wire.protocol import MAX_CTL_REPLY, MessageType, encode_frame
+from ..node import swap
+from ..node.access import Viewer
+from ..node.state import SchedulerState
 from .status import COMMAND_MAX, client_status, gpu_status, job_shown, job_status
 
 COMMAND_SHORT = 32  # characters of a command line when the reply would not fit otherwise

@@ -25,12 +25,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
-from .. import __version__
-from ..wire.protocol import DropReason, MessageType
-from . import metrics, swap
-from .metrics import PHASES
+from ... import __version__
+from ...wire.protocol import DropReason, MessageType
+from ..node import metrics, swap
+from ..node.metrics import PHASES
 from .metrics_jobs import JOB_FAMILIES, JobRow, take_jobs
-from .policy import DEFAULT_SHARE
+from ..policy import DEFAULT_SHARE
 
 log = logging.getLogger("nvshare.scheduler")
 

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 
-from .status import job_shown as shown  # one rule for which jobs are news, wherever they are shown
+from ..control.status import job_shown as shown  # one rule for which jobs are news, wherever they are shown
 
 JOB = ("job_name", "kind")
 TAKE_JOBS = 500  # jobs looked at between two returns to the loop (a few attribute reads each)

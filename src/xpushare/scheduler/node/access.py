@@ -4,7 +4,7 @@ An admin is root, the scheduler's own uid, or a process in the --admin-group gro
 peer's kernel credentials (SO_PEERCRED, /proc/PID/status), never by what a client says, and never
 a process in a pod other than the scheduler's own: root in a container is not the node's admin (the
 device plugin mounts the socket into every GPU pod, and pods run as root unless told otherwise).
-An admin may change settings (control.py), sees every client in full, and its own processes may
+An admin may change settings (control/ops.py), sees every client in full, and its own processes may
 raise themselves above the default priority and share (may_raise_itself).
 The same pod rule decides who is exempt from the per-uid caps and the log-line budget
 (node_privileged): root or the scheduler's uid, on the node.
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from . import limits, peer
 
 if TYPE_CHECKING:
-    from .connection import Conn
+    from ..shell.connection import Conn
     from .state import SchedulerState
 
 REQUESTS_PER_S = 10.0  # control requests a non-admin uid may make, on average

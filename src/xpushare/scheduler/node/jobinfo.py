@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..wire.protocol import JOB_EXPLICIT, JOB_TORCH, JOB_UNKNOWN, Job, ProtocolError
+from ...wire.protocol import JOB_EXPLICIT, JOB_TORCH, JOB_UNKNOWN, Job, ProtocolError
 
 MAX_WORLD_SIZE = 1 << 20     # processes in one job, all nodes: beyond any real run
 MAX_LOCAL_WORLD_SIZE = 4096  # of them on one node: far above the GPUs a node has

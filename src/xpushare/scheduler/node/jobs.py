@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import NamedTuple
 
-from ..wire.protocol import JOB_EXPLICIT, JOB_TORCH
+from ...wire.protocol import JOB_EXPLICIT, JOB_TORCH
 
 
 class Identity(NamedTuple):

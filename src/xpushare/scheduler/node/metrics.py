@@ -17,7 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import OrderedDict, Counter, deque
 
-from .policy import SWITCH_REASONS
+from ..policy import SWITCH_REASONS
 
 # Seconds. A lock wait runs from microseconds (a free GPU) to a few quanta (up to minutes); a switch
 # phase from microseconds to SWITCH_REPORT_MAX (60 s), the most a report counts for.

@@ -30,12 +30,12 @@ import logging
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
-from ..wire.protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, Limits, ProtocolError, Settings, encode
+from ...wire.protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, Limits, ProtocolError, Settings, encode
 from .access import may_raise_itself
-from .policy import own_shares
+from ..policy import own_shares
 
 if TYPE_CHECKING:
-    from .connection import Conn
+    from ..shell.connection import Conn
     from .registry import Gpu
     from .state import SchedulerState
 

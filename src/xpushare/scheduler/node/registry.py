@@ -22,16 +22,17 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from ..wire.protocol import (
+from ...wire.protocol import (
     DROP_EVICT, DROP_GANG, EVICT_ROOM, GRANT_PREFETCH, DropLock, Grant, ProtocolError, encode,
     encode_error,
 )
-from ..wire.protocol import Evict as EvictFrame  # the EVICT message; policy.Evict closes a connection
-from . import limits, metrics, policy, swap
+from ...wire.protocol import Evict as EvictFrame  # the EVICT message; policy.Evict closes a connection
+from .. import policy
+from . import limits, metrics, swap
 from .gpus import uuid_key, valid_uuid
 from .jobs import identify
-from .policy import Arbiter, Mode, check_tq
-from .policy.gang import Gangs, JobFormed, Outcome
+from ..policy import Arbiter, Mode, check_tq
+from ..policy.gang import Gangs, JobFormed, Outcome
 
 log = logging.getLogger("nvshare.scheduler")
 # Grants and releases, one line per lock cycle: off by default (nvshare-scheduler --log-locks), so

@@ -16,12 +16,12 @@ from .slicer import Slicer
 from .gpus import GpuInfo
 from .metrics import SchedulerStats
 from .peer import NoPods
-from .policy import Mode
+from ..policy import Mode
 from .quotas import Quotas
 from .registry import GpuRegistry
 
 if TYPE_CHECKING:
-    from .connection import Conn
+    from ..shell.connection import Conn
 
 
 @dataclass

@@ -19,11 +19,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..wire.protocol import RESIDENCY_ANSWER, RESIDENCY_REFUSED, Residency
-from .policy import SWITCH_REPORT_MAX
+from ...wire.protocol import RESIDENCY_ANSWER, RESIDENCY_REFUSED, Residency
+from ..policy import SWITCH_REPORT_MAX
 
 if TYPE_CHECKING:
-    from .connection import Conn
+    from ..shell.connection import Conn
     from .registry import Gpu
     from .state import SchedulerState
 

@@ -23,14 +23,15 @@ import functools
 import logging
 import os
 
-from ..wire.protocol import Frame, FrameDecoder, Hello, Limits, ProtocolError, encode_error
-from . import access, handlers, limits, peer
-from .jobinfo import JobInfo
-from .metrics import LockStats
-from .quotas import Quota
-from .registry import Gpu
-from .state import SchedulerState
-from .swap import SwapRecord
+from ...wire.protocol import Frame, FrameDecoder, Hello, Limits, ProtocolError, encode_error
+from ..node import access, limits, peer
+from . import handlers
+from ..node.jobinfo import JobInfo
+from ..node.metrics import LockStats
+from ..node.quotas import Quota
+from ..node.registry import Gpu
+from ..node.state import SchedulerState
+from ..node.swap import SwapRecord
 
 log = logging.getLogger("nvshare.scheduler")
 

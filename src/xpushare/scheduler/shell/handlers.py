@@ -2,7 +2,7 @@
 
 A handler gets the scheduler's state, the connection (connection.Conn) and the decoded message.
 Lock messages become events on the GPU's arbiter through registry.apply; control requests go to
-control.py. A message out of the protocol's order raises ProtocolError, which closes this
+control/ops.py. A message out of the protocol's order raises ProtocolError, which closes this
 connection only (connection.py).
 """
 
@@ -12,16 +12,17 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from ..wire.protocol import (
+from ...wire.protocol import (
     FEATURE_BUSY, FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SWAP, HELLO_SWAP, PRIORITY_LIMIT, VERSION,
     Attach, Attached, BusyUpdate, Hello, Job, LockRequest, MemUpdate, MessageType, ProtocolError,
     Released, ReleaseReason, Residency, Settings, Welcome, encode, encode_error, encode_json,
 )
-from . import access, control, metrics, swap
-from .jobinfo import job_info
-from .policy import SwitchReport, claimed_priority, raises
-from .registry import Gpu, Refused, lock_log
-from .state import SchedulerState
+from ..node import access, metrics, swap
+from ..control import ops
+from ..node.jobinfo import job_info
+from ..policy import SwitchReport, claimed_priority, raises
+from ..node.registry import Gpu, Refused, lock_log
+from ..node.state import SchedulerState
 
 if TYPE_CHECKING:
     from .connection import Conn
@@ -190,7 +191,7 @@ def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:
     is sent, nothing more is read from this connection, so its replies keep the order of its
     requests and one connection has at most one reply in the making."""
     conn.ctl = conn.hello is None
-    reply = control.start(state, conn, msg)
+    reply = ops.start(state, conn, msg)
     if isinstance(reply, bytes):
         conn.send(reply)
         return

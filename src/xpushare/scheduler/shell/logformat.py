@@ -15,7 +15,7 @@ import logging
 import re
 import time
 
-from ..inert import inert
+from ...inert import inert
 
 TEXT_FORMAT = "%(asctime)s nvshare-scheduler %(levelname)s %(message)s"
 

@@ -1,9 +1,9 @@
 """nvshare-scheduler's lifecycle: start up, serve, stop on a signal, shut down. Nothing else.
 
-What it serves lives elsewhere: state.py (what the scheduler knows), connection.py (one connection
-and its message handlers), control.py (nvsharectl's operations), status.py (the status view),
-registry.py (GPUs, their timers and the bridge to the policy), policy/ (the pure scheduling policy).
-docs/architecture.md shows how they fit.
+What it serves lives elsewhere: node/state.py (what the scheduler knows), shell/connection.py (one
+connection and its message handlers), control/ (nvsharectl's operations and the status view),
+node/registry.py (GPUs, their timers and the bridge to the policy), policy/ (the pure scheduling
+policy). docs/architecture.md shows how they fit.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import signal
 import stat
 from pathlib import Path
 
-from .. import __version__
-from ..wire.paths import ensure_socket_dir
-from ..cli.client import socket_answers
-from . import limits
+from ... import __version__
+from ...wire.paths import ensure_socket_dir
+from ...cli.client import socket_answers
+from ..node import limits
 from .connection import Connection
-from .gpus import GpuInfo
-from .state import Config, SchedulerState
+from ..node.gpus import GpuInfo
+from ..node.state import Config, SchedulerState
 
 __all__ = ["Config", "MetricsUnavailable", "Server", "SocketInUse"]
 
@@ -97,7 +97,7 @@ class Server:
         config = self.config
         if not config.metrics_port:
             return
-        from .httpd import MetricsServer  # needs prometheus_client, which __main__ has checked
+        from ..exporter.httpd import MetricsServer  # needs prometheus_client, which __main__ has checked
         self.metrics = MetricsServer(self.state, config.metrics_address, config.metrics_port,
                                      nvml=config.nvml)
         try:
