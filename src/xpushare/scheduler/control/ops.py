@@ -102,22 +102,23 @@ def op_ping(state: SchedulerState, msg: dict) -> dict:
     return {"version": __version__}
 
 
-def op_set_tq(state: SchedulerState, msg: dict) -> None:
-    tq = None if msg["seconds"] == "auto" else float(msg["seconds"])
+def _per_gpu(state: SchedulerState, msg: dict, default: str, setter: str, value) -> None:
+    """A setting of the GPUs `gpu` names, or of every GPU and of those to come (the registry's
+    default) without one; a GPU that is not there refuses it before anything changes."""
     gpus = select_gpus(state, msg.get("gpu"))
     if msg.get("gpu") is None:
-        state.registry.default_tq = tq
+        setattr(state.registry, default, value)
     for gpu in gpus:
-        state.registry.apply(gpu, gpu.arbiter.set_tq, tq)
+        state.registry.apply(gpu, getattr(gpu.arbiter, setter), value)
+
+
+def op_set_tq(state: SchedulerState, msg: dict) -> None:
+    _per_gpu(state, msg, "default_tq", "set_tq",
+             None if msg["seconds"] == "auto" else float(msg["seconds"]))
 
 
 def op_set_mode(state: SchedulerState, msg: dict) -> None:
-    mode = Mode(msg["mode"])
-    gpus = select_gpus(state, msg.get("gpu"))
-    if msg.get("gpu") is None:
-        state.registry.default_mode = mode
-    for gpu in gpus:
-        state.registry.apply(gpu, gpu.arbiter.set_mode, mode)
+    _per_gpu(state, msg, "default_mode", "set_mode", Mode(msg["mode"]))
 
 
 def op_set_gpu_memory(state: SchedulerState, msg: dict) -> None:
