@@ -46,7 +46,7 @@ int nvs_busy_measured(void)
 static void add_busy(nvs_ctxrec *rec, float ms)
 {
     if (ms > 0)
-        atomic_fetch_add_explicit(&rec->dev->busy_ns, (uint64_t)((double)ms * 1e6),
+        atomic_fetch_add_explicit(&rec->dev->busy.ns, (uint64_t)((double)ms * 1e6),
                                   memory_order_relaxed);
 }
 
@@ -187,17 +187,17 @@ int nvs_busy_wanted(void)
 
 void nvs_busy_put(nvs_outbox *o, nvs_dev *d, uint64_t now)
 {
-    struct nvs_busy b = {(uint32_t)d->ordinal, 0, atomic_load(&d->busy_ns)};
+    struct nvs_busy b = {(uint32_t)d->ordinal, 0, atomic_load(&d->busy.ns)};
     nvs_outbox_put(o, NVS_BUSY_UPDATE, &b, sizeof(b));
-    d->busy_sent = b.busy_ns;
-    d->busy_sent_ns = now;
+    d->busy.sent = b.busy_ns;
+    d->busy.sent_ns = now;
     NVS_TRACE("busy update device %d: %.3f ms", d->ordinal, (double)b.busy_ns / 1e6);
 }
 
 void nvs_busy_put_if_due(nvs_outbox *o, nvs_dev *d, uint64_t now)
 {
-    if (nvs_busy_wanted() && atomic_load(&d->busy_ns) != d->busy_sent &&
-        now >= d->busy_sent_ns + BUSY_PERIOD)
+    if (nvs_busy_wanted() && atomic_load(&d->busy.ns) != d->busy.sent &&
+        now >= d->busy.sent_ns + BUSY_PERIOD)
         nvs_busy_put(o, d, now);
 }
 
@@ -215,6 +215,6 @@ void nvs_busy_deadline(nvs_dev *d, uint64_t now, uint64_t *t)
     /* held: its checkpoints may finish at any time; unsent: the report is due a period after the
      * last (never a deadline already past that nothing would move: the thread would spin) */
     if (d->lock_state == NVS_LOCK_HELD) nvs_deadline_min(t, now, next_poll_ns);
-    if (atomic_load(&d->busy_ns) != d->busy_sent)
-        nvs_deadline_min(t, now, d->busy_sent_ns + BUSY_PERIOD);
+    if (atomic_load(&d->busy.ns) != d->busy.sent)
+        nvs_deadline_min(t, now, d->busy.sent_ns + BUSY_PERIOD);
 }

@@ -7,8 +7,10 @@
  *     of nvs_dev.may_run and of the lock state (plus the fork child handler);
  *   - nvs_g.mu guards device/context/client state, nvs_g.cv wakes app threads waiting for a
  *     grant or for ATTACHED; alloc.c and free.c share a mutex for their tables (alloc.h).
- * One header for nvs_dev and nvs_ctxrec, with the hot-line layout their comments explain, and the
- * declarations every source file needs beside them; the driver call list is driver.h's.
+ * nvs_dev and nvs_ctxrec, with the hot-line layout their comments explain, and the declarations
+ * every source file needs beside them. A module that owns a part of each device record declares it
+ * in its own header with its locking rule (busy.h, quota.h; the swap store's API is swap.h's); the
+ * driver call list is driver.h's.
  */
 #ifndef NVSHARE_INTERNAL_H
 #define NVSHARE_INTERNAL_H
@@ -30,6 +32,13 @@
 
 #define NVS_MAX_DEVICES 64
 #define NVS_RING 8 /* checkpoint events per context */
+
+typedef struct nvs_dev nvs_dev;
+typedef struct nvs_ctxrec nvs_ctxrec;
+
+/* The modules that own a part of each device record: their state, its locking rule, their API. */
+#include "busy.h"
+#include "quota.h"
 
 /* ---------------------------------------------------------------- config.c */
 /* NVSHARE_PREFETCH: what a grant with PREFETCH does (switch.c). */
@@ -125,9 +134,7 @@ int nvs_hook_find(const char *name) NVS_HIDDEN;
 /* ---------------------------------------------------------------- device.c */
 enum { NVS_LOCK_IDLE = 0, NVS_LOCK_REQUESTED, NVS_LOCK_HELD };
 
-typedef struct nvs_ctxrec nvs_ctxrec;
-
-typedef struct nvs_dev {
+struct nvs_dev {
     /* Hot line: the launch path reads may_run, bumps inflight, sets active. */
     struct {
         _Atomic long inflight;
@@ -178,23 +185,9 @@ typedef struct nvs_dev {
     _Atomic int discard_pending;    /* the last swap-out's discards may still run (switch.c) */
     int discards_due;               /* a swap-out left discards to issue after its report */
     nvs_ctxrec *discard_rec;        /* on this record's second stream: its discard_ev follows them */
-    /* GPU busy time of the process's own work on the device (gate.c), ns, cumulative; what was
-     * last reported in BUSY_UPDATE and when (client thread). */
-    _Atomic uint64_t busy_ns;
-    uint64_t busy_sent, busy_sent_ns;
-    /* Compute limit (quota.c). may_run = lock_run && !throttled: lock_run is what the lock (or
-     * running ungated) allows, throttled says the device's GPU-time bucket is overdrawn (both
-     * nvs_g.mu, written by the client thread). The bucket: client thread. */
-    int lock_run;
-    int throttled;
-    int64_t q_balance_ns;  /* GPU time the process may still use now (< 0: owed) */
-    uint64_t q_last_ns;    /* when the balance was last brought up to date; 0 = not started */
-    uint64_t q_busy_seen;  /* busy_ns charged so far */
-    uint64_t q_poll_ns;    /* the next retirement of finished checkpoints */
-    int q_pending;         /* checkpoints still outstanding at the last one */
-    int q_armed;           /* q_wake was set at the last retirement, which found none outstanding */
-    _Atomic int q_wake;    /* set: the next checkpoint recorded wakes the client thread (quota.c) */
-} nvs_dev;
+    nvs_busy_dev busy;   /* busy.h */
+    nvs_quota_dev quota; /* quota.h */
+};
 
 struct nvs_ctxrec {
     CUcontext ctx;
@@ -290,54 +283,12 @@ uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
 /* Busy time: a start event before the first stream launch after an idle point (the hot path
  * calls it when rec->busy_idle is set); the synchronisation hooks around the driver's own;
  * the client thread's periodic retirement of completed checkpoints (context switched inside). */
-/* busy.c. Busy time is measured iff timed checkpoints are on. ring_mu held for the three after:
- * an idle point; a checkpoint recorded in a ring slot (where its span begins); one retired
- * (prev_ms: the span from the previous checkpoint, < 0 when none). */
-int nvs_busy_measured(void) NVS_HIDDEN;
-void nvs_busy_mark_idle(nvs_ctxrec *rec) NVS_HIDDEN;
-void nvs_busy_tag(nvs_ctxrec *rec, int slot) NVS_HIDDEN;
-void nvs_busy_retired(nvs_ctxrec *rec, int h, float prev_ms) NVS_HIDDEN;
-void nvs_retire_done(nvs_ctxrec *rec) NVS_HIDDEN; /* gate.c, ring_mu held: completed ones */
-void nvs_busy_start(nvs_ctxrec *rec, CUstream s, int per_thread) NVS_HIDDEN;
-/* Before a synchronisation (stream, or NVS_NOSTREAM: the context): the current context's
- * record, with a checkpoint ending its open busy span; NULL when busy time is not measured. */
-nvs_ctxrec *nvs_busy_sync_begin(CUstream s, int per_thread) NVS_HIDDEN;
-void nvs_busy_after_sync(nvs_ctxrec *rec) NVS_HIDDEN;
-int nvs_busy_poll(nvs_dev *d) NVS_HIDDEN; /* returns the checkpoints still outstanding */
+void nvs_retire_done(nvs_ctxrec *rec) NVS_HIDDEN; /* ring_mu held: completed ones */
 /* The most launches between checkpoints (NVSHARE_MAX_INFLIGHT / NVS_RING), 0 = off. */
 extern unsigned nvs_ckpt_interval NVS_HIDDEN;
 unsigned nvs_ckpt_initial(void) NVS_HIDDEN; /* a new context record's ckpt_interval */
 void nvs_ckpt_quota_on(void) NVS_HIDDEN; /* nvs_g.mu held: a compute limit was set (quota.c) */
 extern _Atomic int nvs_exiting NVS_HIDDEN;     /* process exit began: no more driver calls */
-
-/* ---------------------------------------------------------------- quota.c */
-/* The live limits: the environment's until the scheduler sends LIMITS, then the scheduler's.
- * Compute: per mille of the GPU's time, 0 = none. Memory: bytes per device, NVS_NO_LIMIT = none. */
-#define NVS_NO_LIMIT UINT64_MAX
-extern _Atomic uint32_t nvs_compute_limit NVS_HIDDEN;
-extern _Atomic uint64_t nvs_mem_limit NVS_HIDDEN;
-extern _Atomic int nvs_mem_limit_sched NVS_HIDDEN; /* the memory limit came from LIMITS */
-void nvs_quota_from_env(void) NVS_HIDDEN;          /* the environment's limits apply (again) */
-/* LIMITS: compute per mille (0 = none), memory bytes (0 = none). Client thread. */
-void nvs_quota_set(uint32_t compute, uint64_t memory) NVS_HIDDEN;
-/* The per-mille compute limit for adapting checkpoints: 0 when none. */
-static inline uint32_t nvs_compute_limit_now(void)
-{
-    return atomic_load_explicit(&nvs_compute_limit, memory_order_relaxed);
-}
-/* nvs_g.mu held: what the lock allows (run); may_run follows it unless the device is throttled. */
-void nvs_dev_set_run(nvs_dev *d, int run) NVS_HIDDEN;
-/* Client thread, each round, without nvs_g.mu: charge the measured GPU time, throttle or reopen. */
-void nvs_quota_round(uint64_t now) NVS_HIDDEN;
-/* nvs_g.mu held: lowers *t (ns from now) to the next time the quota round has work. */
-void nvs_quota_deadline(uint64_t now, uint64_t *t) NVS_HIDDEN;
-/* nvs_g.mu held: ns until a throttled device may run again (0 when it is not throttled). */
-uint64_t nvs_quota_pause_left(const nvs_dev *d, uint64_t now) NVS_HIDDEN;
-void nvs_quota_reset_after_fork(nvs_dev *d) NVS_HIDDEN;
-/* A checkpoint was just recorded on d (gate.c): wakes a client thread that waits for one. */
-void nvs_quota_checkpoint(nvs_dev *d) NVS_HIDDEN;
-/* alloc.c: the memory limit changed; the next refusal is said again on stderr. */
-void nvs_alloc_limit_changed(void) NVS_HIDDEN;
 
 /* ---------------------------------------------------------------- capture.c */
 /* Stream captures in progress in the process (all modes, all threads): counted from just before

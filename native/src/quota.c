@@ -9,7 +9,7 @@
  * Compute: a token bucket of GPU time per device, enforced at the gate.
  *   - The bucket fills at L (the limit, a fraction) per wall second, up to BURST_MS x L.
  *   - It is charged with the GPU time the process's work took, as busy.c measures it from the timed
- *     checkpoints (d->busy_ns): only GPU time counts, never the host's idle time.
+ *     checkpoints (d->busy.ns): only GPU time counts, never the host's idle time.
  *   - Overdrawn (balance < 0), the device's gate closes as a drain does (may_run = 0) but the lock
  *     is kept: the application's threads wait at their next gated call. The work already queued
  *     past the gate still runs; it is charged when its checkpoints retire (a debt that keeps the
@@ -98,8 +98,8 @@ void nvs_quota_set(uint32_t compute, uint64_t memory)
 /* ------------------------------------------------------------------ the gate */
 void nvs_dev_set_run(nvs_dev *d, int run)
 {
-    d->lock_run = run;
-    atomic_store_explicit(&d->may_run, run && !d->throttled, memory_order_seq_cst);
+    d->quota.lock_run = run;
+    atomic_store_explicit(&d->may_run, run && !d->quota.throttled, memory_order_seq_cst);
 }
 
 static int64_t bucket_cap(uint32_t pm)
@@ -110,9 +110,9 @@ static int64_t bucket_cap(uint32_t pm)
 uint64_t nvs_quota_pause_left(const nvs_dev *d, uint64_t now)
 {
     uint32_t pm = nvs_compute_limit_now();
-    if (!d->throttled || !pm || d->q_balance_ns >= 0) return 0;
-    uint64_t owed = (uint64_t)(-d->q_balance_ns);
-    uint64_t at = d->q_last_ns + owed * NVS_COMPUTE_LIMIT_SCALE / pm;
+    if (!d->quota.throttled || !pm || d->quota.balance_ns >= 0) return 0;
+    uint64_t owed = (uint64_t)(-d->quota.balance_ns);
+    uint64_t at = d->quota.last_ns + owed * NVS_COMPUTE_LIMIT_SCALE / pm;
     return at > now ? at - now : 0;
 }
 
@@ -122,7 +122,7 @@ uint64_t nvs_quota_pause_left(const nvs_dev *d, uint64_t now)
 static void throttle(nvs_dev *d)
 {
     pthread_mutex_lock(&nvs_g.mu);
-    d->throttled = 1;
+    d->quota.throttled = 1;
     atomic_store_explicit(&d->may_run, 0, memory_order_seq_cst);
     pthread_mutex_unlock(&nvs_g.mu);
     while (atomic_load_explicit(&d->inflight, memory_order_seq_cst) != 0) {
@@ -151,8 +151,8 @@ static void throttle(nvs_dev *d)
 /* nvs_g.mu held. */
 static void reopen(nvs_dev *d)
 {
-    d->throttled = 0;
-    if (d->lock_run) {
+    d->quota.throttled = 0;
+    if (d->quota.lock_run) {
         d->want = 0; /* the waiters run now: nothing to ask the scheduler for */
         atomic_store_explicit(&d->may_run, 1, memory_order_seq_cst);
         pthread_cond_broadcast(&nvs_g.cv);
@@ -165,53 +165,53 @@ static void reopen(nvs_dev *d)
  * idle spell or a pause is charged as promptly as the rest; SLOW_TICK_MS is only a backstop. */
 static void retire(nvs_dev *d, uint64_t now)
 {
-    atomic_store(&d->q_wake, 1); /* before looking: one recorded after this look wakes us */
-    d->q_pending = nvs_busy_poll(d);
-    d->q_armed = !d->q_pending;
-    if (d->q_pending) atomic_store(&d->q_wake, 0);
-    d->q_poll_ns = now + (d->q_pending ? TICK_MS : SLOW_TICK_MS) * NVS_MS;
+    atomic_store(&d->quota.wake, 1); /* before looking: one recorded after this look wakes us */
+    d->quota.pending = nvs_busy_poll(d);
+    d->quota.armed = !d->quota.pending;
+    if (d->quota.pending) atomic_store(&d->quota.wake, 0);
+    d->quota.poll_ns = now + (d->quota.pending ? TICK_MS : SLOW_TICK_MS) * NVS_MS;
 }
 
 void nvs_quota_checkpoint(nvs_dev *d)
 {
-    if (atomic_load_explicit(&d->q_wake, memory_order_relaxed) && atomic_exchange(&d->q_wake, 0))
+    if (atomic_load_explicit(&d->quota.wake, memory_order_relaxed) && atomic_exchange(&d->quota.wake, 0))
         nvs_client_wake();
 }
 
 static void round_dev(nvs_dev *d, uint32_t pm, uint64_t now)
 {
     if (!pm) {
-        if (d->q_last_ns || d->throttled) {
+        if (d->quota.last_ns || d->quota.throttled) {
             pthread_mutex_lock(&nvs_g.mu);
-            if (d->throttled) reopen(d);
+            if (d->quota.throttled) reopen(d);
             pthread_mutex_unlock(&nvs_g.mu);
-            d->q_last_ns = 0;
-            d->q_pending = d->q_armed = 0;
-            atomic_store(&d->q_wake, 0);
+            d->quota.last_ns = 0;
+            d->quota.pending = d->quota.armed = 0;
+            atomic_store(&d->quota.wake, 0);
         }
         return;
     }
     /* woken: a checkpoint was recorded since a retirement found none outstanding */
-    if (now >= d->q_poll_ns || (d->q_armed && !atomic_load(&d->q_wake))) retire(d, now);
-    uint64_t busy = atomic_load(&d->busy_ns);
+    if (now >= d->quota.poll_ns || (d->quota.armed && !atomic_load(&d->quota.wake))) retire(d, now);
+    uint64_t busy = atomic_load(&d->busy.ns);
     int64_t cap = bucket_cap(pm);
-    if (!d->q_last_ns) { /* a new limit: a full bucket */
-        d->q_balance_ns = cap;
-        d->q_busy_seen = busy;
-        d->q_last_ns = now;
+    if (!d->quota.last_ns) { /* a new limit: a full bucket */
+        d->quota.balance_ns = cap;
+        d->quota.busy_seen = busy;
+        d->quota.last_ns = now;
     }
-    uint64_t dt = now - d->q_last_ns;
-    d->q_balance_ns += (int64_t)(dt * pm / NVS_COMPUTE_LIMIT_SCALE) -
-                       (int64_t)(busy - d->q_busy_seen);
-    if (d->q_balance_ns > cap) d->q_balance_ns = cap;
-    d->q_busy_seen = busy;
-    d->q_last_ns = now;
-    if (d->q_balance_ns < 0 && !d->throttled) {
+    uint64_t dt = now - d->quota.last_ns;
+    d->quota.balance_ns += (int64_t)(dt * pm / NVS_COMPUTE_LIMIT_SCALE) -
+                       (int64_t)(busy - d->quota.busy_seen);
+    if (d->quota.balance_ns > cap) d->quota.balance_ns = cap;
+    d->quota.busy_seen = busy;
+    d->quota.last_ns = now;
+    if (d->quota.balance_ns < 0 && !d->quota.throttled) {
         NVS_TRACE("device %d: compute limit %.1f%%: %.3f ms of GPU time owed; gate closed",
-                  d->ordinal, pm / 10.0, (double)-d->q_balance_ns / 1e6);
+                  d->ordinal, pm / 10.0, (double)-d->quota.balance_ns / 1e6);
         throttle(d);
         retire(d, now);
-    } else if (d->q_balance_ns >= 0 && d->throttled) {
+    } else if (d->quota.balance_ns >= 0 && d->quota.throttled) {
         pthread_mutex_lock(&nvs_g.mu);
         reopen(d);
         pthread_mutex_unlock(&nvs_g.mu);
@@ -245,25 +245,25 @@ void nvs_quota_deadline(uint64_t now, uint64_t *t)
 {
     if (!nvs_compute_limit_now() || !nvs_busy_measured()) {
         NVS_FOR_EACH_DEV(d) {
-            if (d->throttled || d->q_last_ns) nvs_deadline_min(t, now, now); /* to lift it */
+            if (d->quota.throttled || d->quota.last_ns) nvs_deadline_min(t, now, now); /* to lift it */
         }
         return;
     }
     NVS_FOR_EACH_DEV(d) {
         if (!d->ctxs) continue;
-        if (d->throttled) {
+        if (d->quota.throttled) {
             uint64_t left = nvs_quota_pause_left(d, now);
             nvs_deadline_min(t, now, now + (left < NVS_MS / 4 ? NVS_MS / 4 : left));
         }
-        if (d->q_pending || d->lock_run) nvs_deadline_min(t, now, d->q_poll_ns);
+        if (d->quota.pending || d->quota.lock_run) nvs_deadline_min(t, now, d->quota.poll_ns);
     }
 }
 
 void nvs_quota_reset_after_fork(nvs_dev *d)
 {
-    d->lock_run = d->throttled = 0;
-    d->q_balance_ns = 0;
-    d->q_last_ns = d->q_busy_seen = d->q_poll_ns = 0;
-    d->q_pending = d->q_armed = 0;
-    atomic_store(&d->q_wake, 0);
+    d->quota.lock_run = d->quota.throttled = 0;
+    d->quota.balance_ns = 0;
+    d->quota.last_ns = d->quota.busy_seen = d->quota.poll_ns = 0;
+    d->quota.pending = d->quota.armed = 0;
+    atomic_store(&d->quota.wake, 0);
 }

@@ -103,7 +103,7 @@ static void put_residency(nvs_outbox *o, nvs_dev *d, uint32_t flags)
 static void put_request_or_footprint(nvs_dev *d, uint64_t now)
 {
     /* a throttled device asks once its pause is over (quota.c): others use the GPU meanwhile */
-    if (d->lock_state == NVS_LOCK_IDLE && d->want && !d->throttled) {
+    if (d->lock_state == NVS_LOCK_IDLE && d->want && !d->quota.throttled) {
         atomic_store(&d->mem_dirty, 0);
         put_mem_update(d, now); /* always one before REQ_LOCK */
         struct nvs_device r = {(uint32_t)d->ordinal, 0};
@@ -137,7 +137,7 @@ static void plan_held(nvs_dev *d, uint64_t now, round_plan *pl)
          * idleness: the holder keeps the lock; a longer one is, and the lock goes to others. */
         if (atomic_exchange_explicit(&d->active, 0, memory_order_relaxed) ||
             atomic_load(&d->inflight) > 0 || nvs_capture_any() ||
-            (d->throttled &&
+            (d->quota.throttled &&
              nvs_quota_pause_left(d, now) < (uint64_t)nvs_cfg.idle_release_ms * NVS_MS)) {
             d->last_active_ns = now;
         } else if (now - d->last_active_ns >= (uint64_t)nvs_cfg.idle_release_ms * NVS_MS) {
