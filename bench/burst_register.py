@@ -19,7 +19,6 @@ rounds time the profiler too: use them to find where the time goes, not for the 
 from __future__ import annotations
 
 import argparse
-import json
 import selectors
 import socket
 import sys
@@ -30,7 +29,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-from daemon import Daemon, alternating_rounds, checkouts, raise_nofile  # noqa: E402
+from daemon import Daemon, alternating_rounds, checkouts, raise_nofile, report_trees  # noqa: E402
 from loadgen import Frames, LoadFailure  # noqa: E402
 from stats import percentile  # noqa: E402
 from xpushare.wire.protocol import HEADER, MessageType  # noqa: E402
@@ -132,10 +131,7 @@ def main(argv: list[str] | None = None) -> int:
               f"cpu {results[name][-1]['cpu_s_per_1000']:.3f} s/1000", flush=True)
     out = {"clients": a.clients, "rounds": a.rounds,
            "trees": {name: summary(rs) for name, rs in results.items()}}
-    print(json.dumps(out["trees"], indent=1))
-    if a.json:
-        a.json.write_text(json.dumps(out, indent=1) + "\n")
-    return 0
+    return report_trees(out, a.json)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,15 @@ def alternating_rounds(items: list, rounds: int):
             yield r, item
 
 
+def report_trees(out: dict, path) -> int:
+    """The end of a comparison of checkouts: each tree's summary printed, and the whole result
+    written as JSON to `path` when one was given. Returns the exit status (0)."""
+    print(json.dumps(out["trees"], indent=1))
+    if path:
+        path.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
 def raise_nofile() -> tuple[int, int]:
     """Soft RLIMIT_NOFILE raised to the hard limit; (soft, hard) now in force."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -16,7 +16,6 @@ no per-uid request budget limits: the loop's cost of building replies, not the r
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import selectors
 import socket
@@ -28,7 +27,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-from daemon import Daemon, alternating_rounds, checkouts, raise_nofile  # noqa: E402
+from daemon import Daemon, alternating_rounds, checkouts, raise_nofile, report_trees  # noqa: E402
 from loadgen import read_frame  # noqa: E402
 from protoclient import GIB, ProtoClient  # noqa: E402
 from stats import percentile  # noqa: E402
@@ -144,10 +143,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['status_per_s'][0]} status/s", flush=True)
     out = {"conns": a.conns, "gpus": a.gpus, "seconds": a.seconds,
            "trees": {name: _summary(rs) for name, rs in results.items()}}
-    print(json.dumps(out["trees"], indent=1))
-    if a.json:
-        a.json.write_text(json.dumps(out, indent=1) + "\n")
-    return 0
+    return report_trees(out, a.json)
 
 
 if __name__ == "__main__":

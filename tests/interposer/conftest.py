@@ -7,7 +7,9 @@ import shutil
 import pytest
 
 from .fake_scheduler import RecordingScheduler
-from .harness import build_artifacts, locate_library, new_world
+from testkit.build import BuildError, native_library
+
+from .harness import build_artifacts, new_world
 
 
 @pytest.fixture(scope="session")
@@ -16,10 +18,10 @@ def artifacts(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def nvshare_lib(tmp_path_factory):
+def nvshare_lib():
     try:
-        return locate_library(tmp_path_factory.mktemp("nvbuild"))
-    except RuntimeError as e:
+        return native_library()  # built once per run (tests/conftest.py), or NVSHARE_LIBRARY
+    except BuildError as e:
         pytest.fail(f"libnvshare.so is not available: {e}")
 
 

@@ -3,8 +3,6 @@
 - build_artifacts(): compiles the mock libcuda.so.1 (mock_cuda.c with its modelled GPU,
   mock_timeline.c), the scripted test program (cuda_app), the RTLD_NEXT probe library, the mock
   libnvidia-ml.so.1 and its test program (nvml_app) with gcc.
-- locate_library(): the libnvshare.so under test (NVSHARE_LIBRARY, the package's copy, or a cmake
-  build of native/ into a temporary directory).
 - Scheduler: `python -m xpushare.scheduler` on a private socket, with status() over the ctl protocol.
 - App: one cuda_app process running a script of steps (tests/mock/cuda_app.c documents them); its
   stdout is read line by line (one JSON object per step) so a test can wait for a step, check the
@@ -118,29 +116,6 @@ def build_mock_variant(out: Path, *defines: str) -> Path:
     _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", *(f"-D{d}" for d in defines), "-o", out / "libcuda.so.1",
           "-Wl,-soname,libcuda.so.1", MOCK_SRC / "mock_cuda.c", MOCK_SRC / "mock_timeline.c", "-pthread"])
     return out
-
-
-def locate_library(build_dir: Path) -> Path:
-    """The libnvshare.so under test.
-
-    NVSHARE_LIBRARY wins; else the copy installed in the xpushare package; else native/ is built
-    with cmake into build_dir (the usual case in a source checkout).
-    """
-    if os.environ.get("NVSHARE_LIBRARY"):
-        return Path(os.environ["NVSHARE_LIBRARY"]).resolve()
-    try:
-        from xpushare.wire.paths import library_path
-        return library_path()
-    except (ImportError, FileNotFoundError):
-        pass
-    if shutil.which("cmake") is None:
-        raise RuntimeError("cmake is needed to build native/ (or set NVSHARE_LIBRARY)")
-    _run(["cmake", "-S", REPO / "native", "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release"])
-    _run(["cmake", "--build", build_dir, "-j", "2"])
-    found = sorted(build_dir.rglob("libnvshare.so"))
-    if not found:
-        raise RuntimeError(f"the cmake build in {build_dir} produced no libnvshare.so")
-    return found[0]
 
 
 # ------------------------------------------------------------------------------------------------

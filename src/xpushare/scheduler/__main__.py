@@ -176,15 +176,6 @@ def _check_metrics(parser: argparse.ArgumentParser, args) -> None:
                      "pip install 'xpushare[kubernetes]'")
 
 
-def node_pods():
-    """What the scheduler is told of the node's pods: who a connection's process is, and a watch of
-    the pods' GPU annotations. This entry point is where the scheduler meets Kubernetes; the rest
-    of xpushare.scheduler never imports xpushare.kubernetes."""
-    from ..kubernetes.pod_lookup import PodLookup
-    from ..kubernetes.pod_watch import watch_from_env
-    return PodLookup(), watch_from_env
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse_args(parser, argv)
@@ -214,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("--event-loop uvloop: %s (pip install uvloop)", e)
         return 2
     try:
+        from ..kubernetes.node_pods import node_pods  # the entry point hands the server the pods
         server = Server(config, gpus, *node_pods())
         run(server.run(), loop_factory)
     except (SocketInUse, MetricsUnavailable, PermissionError) as e:

@@ -153,8 +153,9 @@ class Quotas:
         conn.quota_sent = None
         share = conn.quota_env.compute_share
         if share is not None and not may_raise_itself(self.state, conn):
-            self.declared.setdefault(_tenant(conn), {})[conn] = share
-            self._own_shares(_tenant(conn), conn)
+            tenant = _tenant(conn)
+            self.declared.setdefault(tenant, {})[conn] = share
+            self._own_shares(tenant, conn)
             counted = conn.quota_env.compute_share
             if counted != share:
                 self.state.client_log.info(
@@ -168,12 +169,13 @@ class Quotas:
         """A client is gone: its tenant's other declared shares count without it."""
         if not self.declared:  # the usual case: nobody declared a share
             return
-        mine = self.declared.get(_tenant(conn))
+        tenant = _tenant(conn)
+        mine = self.declared.get(tenant)
         if mine is not None and mine.pop(conn, None) is not None:
             if mine:
-                self._own_shares(_tenant(conn))
+                self._own_shares(tenant)
             else:
-                del self.declared[_tenant(conn)]
+                del self.declared[tenant]
 
     def _own_shares(self, tenant: tuple, new: Conn | None = None) -> None:
         """The tenant's declared shares as they count now; those of its other clients that changed
