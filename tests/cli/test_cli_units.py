@@ -1,10 +1,12 @@
 """xpushare.wire.sizes and xpushare.wire.paths."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
+import xpushare
 from xpushare.wire import paths
 from xpushare.wire.sizes import format_size, parse_size
 
@@ -81,7 +83,13 @@ def test_library_path(monkeypatch, tmp_path):
     with pytest.raises(FileNotFoundError, match="NVSHARE_LIBRARY"):
         paths.library_path()
     monkeypatch.delenv("NVSHARE_LIBRARY")
-    packaged = Path(paths.__file__).resolve().parent / "lib" / "libnvshare.so"
+    # Where the build installs it: native/CMakeLists.txt's DESTINATION, below the directory that
+    # holds the xpushare package (site-packages once installed).
+    cmake = (Path(__file__).resolve().parents[2] / "native" / "CMakeLists.txt").read_text()
+    destination = re.search(r"install\(TARGETS nvshare LIBRARY DESTINATION (\S+)\)", cmake)[1]
+    site = Path(xpushare.__file__).resolve().parent.parent
+    packaged = site / destination / "libnvshare.so"
+    assert paths.PACKAGE_ROOT / paths.LIBRARY_DIR == site / destination
     if packaged.is_file():
         assert paths.library_path() == packaged
     else:

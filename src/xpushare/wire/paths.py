@@ -27,6 +27,10 @@ SOCKET_NAME = "scheduler.sock"
 TRUST_FIX = ("use a socket in a directory you own: set XDG_RUNTIME_DIR, or NVSHARE_SOCK_PATH "
              "(--socket)")
 LIBRARY_NAME = "libnvshare.so"
+# Where native/CMakeLists.txt installs the library (DESTINATION xpushare/lib): under the package's
+# root, not under this sub-package.
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+LIBRARY_DIR = "lib"
 
 
 def library_path() -> Path:
@@ -35,7 +39,7 @@ def library_path() -> Path:
     Raises FileNotFoundError (with a hint) when the file is not there.
     """
     override = os.environ.get(LIBRARY_ENV)
-    path = Path(override) if override else Path(__file__).resolve().parent / "lib" / LIBRARY_NAME
+    path = Path(override) if override else PACKAGE_ROOT / LIBRARY_DIR / LIBRARY_NAME
     if not path.is_file():
         hint = (f"{LIBRARY_ENV} points to a missing file" if override else
                 f"the package was installed without its native library; build it "
