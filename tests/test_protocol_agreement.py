@@ -115,5 +115,6 @@ def test_documented_sizes():
         "nvs_header": 12, "nvs_hello": 520, "nvs_welcome": 16, "nvs_attach": 168,
         "nvs_attached": 16, "nvs_device": 8, "nvs_grant": 16, "nvs_drop": 16, "nvs_released": 24,
         "nvs_mem_update": 24, "nvs_busy": 16, "nvs_settings": 16, "nvs_limits": 16, "nvs_job": 276,
-        "nvs_evict": 16, "nvs_residency": 32}
+        "nvs_evict": 16, "nvs_residency": 32, "nvs_span": 24,
+        "nvs_busy_spans": 400}
     assert P.MAGIC.to_bytes(4, "little") == b"NVSH"

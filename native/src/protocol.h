@@ -99,6 +99,22 @@ struct nvs_busy {
     uint64_t busy_ns;
 } __attribute__((packed));
 
+/* BUSY_SPANS: when the GPU time of the next BUSY_UPDATE was taken (sent only to a scheduler whose
+ * WELCOME has NVS_FEATURE_BUSY_SPANS, right before that BUSY_UPDATE): stretches of host time
+ * (CLOCK_MONOTONIC) in which the process's work kept the GPU busy, with the GPU time measured in
+ * each; `count` of them, zeros after; open_ns: the start of a span still open at the report (0:
+ * none), whose GPU time a later report brings */
+struct nvs_span {
+    uint64_t start_ns, end_ns, busy_ns;
+} __attribute__((packed));
+
+struct nvs_busy_spans {
+    uint32_t device;
+    uint32_t count;
+    uint64_t open_ns;
+    struct nvs_span spans[NVS_BUSY_SPANS_MAX];
+} __attribute__((packed));
+
 /* SETTINGS: what the environment asks for (sent once, after WELCOME, to a scheduler that offers
  * NVS_FEATURE_QUOTAS); 0 = not set */
 struct nvs_settings {

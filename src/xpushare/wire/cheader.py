@@ -22,7 +22,8 @@ from .sizes import SIZE_EXPECTED
 CONSTANTS = (
     "MAGIC", "VERSION", "MAX_PAYLOAD", "PRIORITY_LIMIT",
     "HELLO_REQUIRE_SCHEDULER", "HELLO_SWAP", "GRANT_PREFETCH", "DROP_EVICT", "DROP_GANG",
-    "FEATURE_BUSY", "FEATURE_QUOTAS", "FEATURE_JOBS", "FEATURE_SWAP",
+    "FEATURE_BUSY", "FEATURE_QUOTAS", "FEATURE_JOBS", "FEATURE_SWAP", "FEATURE_BUSY_SPANS",
+    "BUSY_SPANS_MAX",
     "EVICT_ROOM", "RESIDENCY_ANSWER", "RESIDENCY_REFUSED",
     "JOB_EXPLICIT", "JOB_TORCH", "JOB_UNKNOWN", "COMPUTE_LIMIT_SCALE", "COMPUTE_SHARE_SCALE",
 )
@@ -39,7 +40,8 @@ STRUCTS = {  # C struct: its Python fields
     "nvs_released": m.Released.FIELDS, "nvs_mem_update": m.MemUpdate.FIELDS,
     "nvs_busy": m.BusyUpdate.FIELDS, "nvs_settings": m.Settings.FIELDS,
     "nvs_limits": m.Limits.FIELDS, "nvs_job": m.Job.FIELDS, "nvs_evict": m.Evict.FIELDS,
-    "nvs_residency": m.Residency.FIELDS,
+    "nvs_residency": m.Residency.FIELDS, "nvs_span": m.SPAN_FIELDS,
+    "nvs_busy_spans": m.BusySpans.FIELDS,
 }
 
 

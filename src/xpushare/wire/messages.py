@@ -45,6 +45,7 @@ class MessageType(IntEnum):
     JOB = 16          # only to a scheduler whose WELCOME has FEATURE_JOBS
     EVICT = 17        # only to a client whose HELLO has HELLO_SWAP
     RESIDENCY = 18    # only to a scheduler whose WELCOME has FEATURE_SWAP
+    BUSY_SPANS = 19   # only to a scheduler whose WELCOME has FEATURE_BUSY_SPANS
 
 
 class DropReason(IntEnum):
@@ -72,6 +73,8 @@ FEATURE_BUSY = 1             # welcome.features bit 0: the scheduler takes BUSY_
 FEATURE_QUOTAS = 2           # welcome.features bit 1: it takes SETTINGS and answers with LIMITS
 FEATURE_JOBS = 4             # welcome.features bit 2: it takes JOB
 FEATURE_SWAP = 8             # welcome.features bit 3: it takes RESIDENCY (and may send EVICT)
+FEATURE_BUSY_SPANS = 16      # welcome.features bit 4: it takes BUSY_SPANS
+BUSY_SPANS_MAX = 16          # busy_spans.count: spans in one BUSY_SPANS at most
 EVICT_ROOM = 1               # evict.reason: another client needs the room on the GPU
 RESIDENCY_ANSWER = 1         # residency.flags bit 0: the answer to an EVICT
 RESIDENCY_REFUSED = 2        # residency.flags bit 1: host memory for swap ran out; what could not
@@ -241,6 +244,47 @@ class BusyUpdate(_Payload):
     busy_ns: int = 0
 
 
+SPAN_FIELDS = (("start_ns", "Q"), ("end_ns", "Q"), ("busy_ns", "Q"))  # one span of BUSY_SPANS
+SPAN = struct.Struct("<" + "".join(fmt for _, fmt in SPAN_FIELDS))
+
+
+@dataclass
+class BusySpans(_Payload):
+    """BUSY_SPANS: when the GPU time of the next BUSY_UPDATE was taken. Each span is a stretch of
+    host time (CLOCK_MONOTONIC, ns) in which the client's work kept the GPU busy, with the GPU time
+    measured in it; the scheduler shares out the time of spans that overlap other clients' (docs/
+    metrics.md). `spans` holds `count` of them (SPAN each), zeros after; `open_ns` is the start of
+    a span still open at the report (0: none), whose GPU time a later report brings."""
+    FIELDS = (("device", "I"), ("count", "I"), ("open_ns", "Q"),
+              ("spans", f"{BUSY_SPANS_MAX * SPAN.size}s"))
+    device: int = 0
+    count: int = 0
+    open_ns: int = 0
+    spans: bytes = b""
+
+    def pack(self) -> bytes:
+        return self.STRUCT.pack(self.device, self.count, self.open_ns, self.spans)
+
+    @classmethod
+    def unpack(cls, data: bytes):
+        if len(data) != cls.SIZE:
+            raise ProtocolError(f"{cls.__name__} payload is {len(data)} bytes, expected {cls.SIZE}")
+        device, count, open_ns, spans = cls.STRUCT.unpack(data)
+        if count > BUSY_SPANS_MAX:
+            raise ProtocolError(f"BusySpans count {count} is above {BUSY_SPANS_MAX}")
+        return cls(device, count, open_ns, spans)
+
+    @classmethod
+    def of(cls, device: int, spans: list[tuple[int, int, int]], open_ns: int = 0) -> BusySpans:
+        if len(spans) > BUSY_SPANS_MAX:
+            raise ValueError(f"at most {BUSY_SPANS_MAX} spans")
+        return cls(device, len(spans), open_ns, b"".join(SPAN.pack(*span) for span in spans))
+
+    def intervals(self) -> list[tuple[int, int, int]]:
+        """The spans: (start_ns, end_ns, busy_ns) each."""
+        return [SPAN.unpack_from(self.spans, i * SPAN.size) for i in range(self.count)]
+
+
 @dataclass
 class Settings(_Payload):
     """SETTINGS: what the process's environment asks for (NVSHARE_COMPUTE_LIMIT,
@@ -312,6 +356,7 @@ PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.LOCK_RELEASED: Released,
     MessageType.MEM_UPDATE: MemUpdate,
     MessageType.BUSY_UPDATE: BusyUpdate,
+    MessageType.BUSY_SPANS: BusySpans,
     MessageType.SETTINGS: Settings,
     MessageType.LIMITS: Limits,
     MessageType.JOB: Job,

@@ -12,11 +12,11 @@ import json
 from typing import NamedTuple
 
 from .messages import (  # noqa: F401  (re-exported: the protocol's names live in one namespace)
-    COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, DROP_EVICT, DROP_GANG, EVICT_ROOM, FEATURE_BUSY,
-    FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SWAP, GRANT_PREFETCH, HEADER, HEADER_FIELDS,
+    BUSY_SPANS_MAX, COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, DROP_EVICT, DROP_GANG, EVICT_ROOM, FEATURE_BUSY,
+    FEATURE_BUSY_SPANS, FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SWAP, GRANT_PREFETCH, HEADER, HEADER_FIELDS,
     HELLO_REQUIRE_SCHEDULER, HELLO_SWAP, JOB_EXPLICIT, JOB_TORCH, JOB_UNKNOWN, MAGIC,
     MAX_CTL_REPLY, MAX_JSON_DEPTH, MAX_PAYLOAD, PAYLOADS, PRIORITY_LIMIT, RESIDENCY_ANSWER,
-    RESIDENCY_REFUSED, VERSION, Attach, Attached, BusyUpdate, DropLock, DropReason, Evict, Grant,
+    RESIDENCY_REFUSED, VERSION, Attach, Attached, BusySpans, BusyUpdate, DropLock, DropReason, Evict, Grant,
     Hello, Job, Limits, LockRequest, MemUpdate, MessageType, ProtocolError, Released,
     ReleaseReason, Residency, Settings, Welcome, _Payload, field_layout,
 )
