@@ -2,6 +2,8 @@
  * busy.c - GPU busy time: what the process's own work took on each device, measured with the
  * checkpoints' timing events (gate.c) and reported to the scheduler in BUSY_UPDATE (session.c).
  */
+#include <string.h>
+
 #include "client.h"
 
 /*
@@ -38,6 +40,106 @@
  */
 enum { NVS_SPAN_PREV = 0, NVS_SPAN_START = 1, NVS_SPAN_NONE = 2 };
 
+/*
+ * Host spans (BUSY_SPANS): the same idle points, on the host's clock. A device's span opens at the
+ * first launch after an idle point and closes at the next idle point (or is cut at a report and
+ * goes on); its GPU time is what the checkpoints retired meanwhile added. The scheduler needs no
+ * more to share out the time of processes that ran at the same time: where their spans overlap,
+ * each one's checkpoints also timed the others' slices (docs/metrics.md).
+ */
+_Static_assert(NVS_BUSY_SPANS_KEPT == NVS_BUSY_SPANS_MAX, "busy.h keeps one BUSY_SPANS' worth");
+#define BUSY_PERIOD (1000 * NVS_MS) /* reports while the busy time grows, and open spans' cuts */
+#define SPANS_SOONEST (50 * NVS_MS) /* reports for spans that fill their slots: at most this often */
+
+static void span_open(nvs_dev *d)
+{
+    pthread_mutex_lock(&d->busy.span_mu);
+    if (!d->busy.open_ns) { /* the clock read under the lock: spans stay in order */
+        d->busy.open_ns = nvs_now_ns();
+        d->busy.open_busy = atomic_load(&d->busy.ns);
+    }
+    pthread_mutex_unlock(&d->busy.span_mu);
+}
+
+/* span_mu held. Adds a closed span; with every slot taken, the two closest of them and the new one
+ * are joined (the least idle time taken in; of those, the shortest pair): no GPU time is lost,
+ * only where it was. Returns 1 when the slots are now all taken. */
+static int span_keep(nvs_busy_dev *b, nvs_busy_span sp)
+{
+    if (b->nclosed < NVS_BUSY_SPANS_KEPT) {
+        b->closed[b->nclosed++] = sp;
+        return b->nclosed == NVS_BUSY_SPANS_KEPT;
+    }
+    nvs_busy_span all[NVS_BUSY_SPANS_KEPT + 1];
+    memcpy(all, b->closed, sizeof(b->closed));
+    all[NVS_BUSY_SPANS_KEPT] = sp;
+    int best = 0;
+    for (int i = 1; i < NVS_BUSY_SPANS_KEPT; i++) {
+        uint64_t gap = all[i + 1].start_ns - all[i].end_ns;
+        uint64_t best_gap = all[best + 1].start_ns - all[best].end_ns;
+        if (gap < best_gap || (gap == best_gap && all[i + 1].end_ns - all[i].start_ns <
+                                                      all[best + 1].end_ns - all[best].start_ns))
+            best = i;
+    }
+    all[best].end_ns = all[best + 1].end_ns;
+    all[best].busy_ns += all[best + 1].busy_ns;
+    memmove(&all[best + 1], &all[best + 2], (size_t)(NVS_BUSY_SPANS_KEPT - 1 - best) * sizeof(*all));
+    memcpy(b->closed, all, sizeof(b->closed));
+    return 1;
+}
+
+/* span_mu held. Ends the open span at `end` (kept when it took GPU time) and, with `reopen`,
+ * opens the next there. Returns 1 when the slots are all taken (a report is due soon). */
+static int span_cut(nvs_busy_dev *b, uint64_t end, int reopen)
+{
+    uint64_t now_busy = atomic_load(&b->ns);
+    if (!b->open_ns) return 0;
+    uint64_t busy = now_busy - b->open_busy;
+    if (end <= b->open_ns) end = b->open_ns + 1;
+    int full = busy ? span_keep(b, (nvs_busy_span){b->open_ns, end, busy}) : 0;
+    b->open_ns = reopen ? end : 0;
+    b->open_busy = now_busy;
+    return full;
+}
+
+static void span_close(nvs_dev *d)
+{
+    pthread_mutex_lock(&d->busy.span_mu);
+    int full = span_cut(&d->busy, nvs_now_ns(), 0);
+    pthread_mutex_unlock(&d->busy.span_mu);
+    if (full) nvs_client_wake(); /* their report is due (nvs_busy_put_if_due) */
+}
+
+static int spans_full(nvs_dev *d)
+{
+    pthread_mutex_lock(&d->busy.span_mu);
+    int full = d->busy.nclosed == NVS_BUSY_SPANS_KEPT;
+    pthread_mutex_unlock(&d->busy.span_mu);
+    return full;
+}
+
+void nvs_busy_forget(nvs_dev *d)
+{
+    atomic_store(&d->busy.ns, 0);
+    d->busy.sent = d->busy.sent_ns = 0;
+    pthread_mutex_init(&d->busy.span_mu, NULL); /* the parent's thread may have held it */
+    d->busy.open_ns = d->busy.open_busy = 0;
+    d->busy.nclosed = 0;
+}
+
+void nvs_busy_reconnected(nvs_dev *d, uint64_t now)
+{
+    pthread_mutex_lock(&d->busy.span_mu);
+    d->busy.nclosed = 0;
+    if (d->busy.open_ns) {
+        d->busy.open_ns = now;
+        d->busy.open_busy = atomic_load(&d->busy.ns);
+    }
+    pthread_mutex_unlock(&d->busy.span_mu);
+    d->busy.sent = 0; /* its scheduler has heard nothing */
+    d->busy.sent_ns = now;
+}
+
 int nvs_busy_measured(void)
 {
     return nvs_ckpt_interval != 0 && nvs_cfg.drain_target_ms != 0; /* timed checkpoints */
@@ -54,6 +156,7 @@ static void add_busy(nvs_ctxrec *rec, float ms)
 void nvs_busy_mark_idle(nvs_ctxrec *rec)
 {
     if (!nvs_busy_measured()) return;
+    span_close(rec->dev);
     rec->after_idle = 1;
     rec->start_open = 0;
     atomic_store_explicit(&rec->busy_idle, 1, memory_order_relaxed);
@@ -95,6 +198,7 @@ NVS_COLD void nvs_busy_start(nvs_ctxrec *rec, CUstream s, int per_thread)
     if (per_thread && s == NULL) s = CU_STREAM_PER_THREAD;
     int quiet = nvs_nocap_enter();
     if (!quiet && nvs_stream_capturing(s, 0)) return;
+    span_open(rec->dev);
     if (pthread_mutex_trylock(&rec->ring_mu) == 0) {
         if (atomic_load_explicit(&rec->busy_idle, memory_order_relaxed)) {
             CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
@@ -176,7 +280,6 @@ int nvs_busy_poll(nvs_dev *d)
 }
 
 /* ------------------------------------------------------------------ reporting (client thread) */
-#define BUSY_PERIOD (1000 * NVS_MS)
 
 static uint64_t next_poll_ns;
 
@@ -185,8 +288,32 @@ int nvs_busy_wanted(void)
     return (nvs_g.sched_features & NVS_FEATURE_BUSY) && nvs_busy_measured();
 }
 
+/* BUSY_SPANS: the spans closed since the last report, and the open one's start. A span open for a
+ * period or more is cut here and goes on from now (work that never waits for the GPU is reported
+ * as it goes); a younger one is not: the checkpoints still in flight at the cut would carry GPU
+ * time from before it into the next piece, and a short piece would then claim more than its
+ * length. */
+static void put_spans(nvs_outbox *o, nvs_dev *d, uint64_t now)
+{
+    struct nvs_busy_spans m = {(uint32_t)d->ordinal, 0, 0, {{0}}};
+    pthread_mutex_lock(&d->busy.span_mu);
+    if (d->busy.open_ns && now >= d->busy.open_ns + BUSY_PERIOD &&
+        atomic_load(&d->busy.ns) != d->busy.open_busy)
+        span_cut(&d->busy, now, 1);
+    for (int i = 0; i < d->busy.nclosed; i++) {
+        nvs_busy_span *sp = &d->busy.closed[i];
+        m.spans[i] = (struct nvs_span){sp->start_ns, sp->end_ns, sp->busy_ns};
+    }
+    m.count = (uint32_t)d->busy.nclosed;
+    m.open_ns = d->busy.open_ns;
+    d->busy.nclosed = 0;
+    pthread_mutex_unlock(&d->busy.span_mu);
+    if (m.count || m.open_ns) nvs_outbox_put(o, NVS_BUSY_SPANS, &m, sizeof(m));
+}
+
 void nvs_busy_put(nvs_outbox *o, nvs_dev *d, uint64_t now)
 {
+    if (nvs_g.sched_features & NVS_FEATURE_BUSY_SPANS) put_spans(o, d, now);
     struct nvs_busy b = {(uint32_t)d->ordinal, 0, atomic_load(&d->busy.ns)};
     nvs_outbox_put(o, NVS_BUSY_UPDATE, &b, sizeof(b));
     d->busy.sent = b.busy_ns;
@@ -194,10 +321,18 @@ void nvs_busy_put(nvs_outbox *o, nvs_dev *d, uint64_t now)
     NVS_TRACE("busy update device %d: %.3f ms", d->ordinal, (double)b.busy_ns / 1e6);
 }
 
+/* Grown, and a period since the last report; or sooner (SPANS_SOONEST) when the spans waiting
+ * for it fill their slots and the scheduler takes them. */
+static int spans_due(nvs_dev *d)
+{
+    return (nvs_g.sched_features & NVS_FEATURE_BUSY_SPANS) && spans_full(d);
+}
+
 void nvs_busy_put_if_due(nvs_outbox *o, nvs_dev *d, uint64_t now)
 {
-    if (nvs_busy_wanted() && atomic_load(&d->busy.ns) != d->busy.sent &&
-        now >= d->busy.sent_ns + BUSY_PERIOD)
+    if (!nvs_busy_wanted() || atomic_load(&d->busy.ns) == d->busy.sent) return;
+    if (now >= d->busy.sent_ns + BUSY_PERIOD ||
+        (now >= d->busy.sent_ns + SPANS_SOONEST && spans_due(d)))
         nvs_busy_put(o, d, now);
 }
 
@@ -216,5 +351,5 @@ void nvs_busy_deadline(nvs_dev *d, uint64_t now, uint64_t *t)
      * last (never a deadline already past that nothing would move: the thread would spin) */
     if (d->lock_state == NVS_LOCK_HELD) nvs_deadline_min(t, now, next_poll_ns);
     if (atomic_load(&d->busy.ns) != d->busy.sent)
-        nvs_deadline_min(t, now, d->busy.sent_ns + BUSY_PERIOD);
+        nvs_deadline_min(t, now, d->busy.sent_ns + (spans_due(d) ? SPANS_SOONEST : BUSY_PERIOD));
 }

@@ -4,14 +4,30 @@
  * scheduler in BUSY_UPDATE and charged by the compute limit (quota.h). Included by nvshare.h.
  *
  * Locking: `ns` is atomic, added to by whichever thread retires a checkpoint (under its context's
- * ring_mu); `sent` and `sent_ns` belong to the client thread.
+ * ring_mu); `sent` and `sent_ns` belong to the client thread; the spans are span_mu's, taken last
+ * (under ring_mu, never the other way).
  */
 #ifndef NVSHARE_BUSY_H
 #define NVSHARE_BUSY_H
 
+/* A stretch of host time (CLOCK_MONOTONIC) in which the work kept the GPU busy, with the GPU time
+ * measured in it: what BUSY_SPANS reports, so that the scheduler can share out the time of clients
+ * that ran together. At most NVS_BUSY_SPANS_KEPT wait for a report (NVS_BUSY_SPANS_MAX, busy.c
+ * checks); past that the newest are joined. */
+#define NVS_BUSY_SPANS_KEPT 16
+typedef struct {
+    uint64_t start_ns, end_ns, busy_ns;
+} nvs_busy_span;
+
 typedef struct nvs_busy_dev {
     _Atomic uint64_t ns;     /* cumulative, since the process (or the fork child) started */
     uint64_t sent, sent_ns;  /* what the last BUSY_UPDATE said, and when */
+    pthread_mutex_t span_mu; /* zero is its initial state (glibc), as for the whole record */
+    uint64_t open_ns;        /* the open span's start (0: none), from the first launch after an
+                              * idle point to the next idle point or report */
+    uint64_t open_busy;      /* `ns` when it opened */
+    int nclosed;
+    nvs_busy_span closed[NVS_BUSY_SPANS_KEPT]; /* closed since the last report */
 } nvs_busy_dev;
 
 /* busy.c. Busy time is measured iff timed checkpoints are on. ring_mu held for the three after:
@@ -27,5 +43,9 @@ void nvs_busy_start(nvs_ctxrec *rec, CUstream s, int per_thread) NVS_HIDDEN;
 nvs_ctxrec *nvs_busy_sync_begin(CUstream s, int per_thread) NVS_HIDDEN;
 void nvs_busy_after_sync(nvs_ctxrec *rec) NVS_HIDDEN;
 int nvs_busy_poll(nvs_dev *d) NVS_HIDDEN; /* returns the checkpoints still outstanding */
+/* A fork child's device: its GPU time and spans start from nothing. A new connection: the spans
+ * before it are not the new scheduler's (the open one goes on from now). */
+void nvs_busy_forget(nvs_dev *d) NVS_HIDDEN;
+void nvs_busy_reconnected(nvs_dev *d, uint64_t now) NVS_HIDDEN;
 
 #endif /* NVSHARE_BUSY_H */

@@ -245,8 +245,7 @@ void nvs_devices_reset_after_fork(void)
         d->reclaim_pending = d->restore_pending = 0;
         atomic_store(&d->discard_pending, 0);
         d->discard_rec = NULL;
-        atomic_store(&d->busy.ns, 0); /* the child's own GPU time, from now */
-        d->busy.sent = d->busy.sent_ns = 0;
+        nvs_busy_forget(d); /* the child's own GPU time, from now */
         nvs_quota_reset_after_fork(d);
     }
     nvs_g.ctxs = NULL;

@@ -86,8 +86,7 @@ static void on_welcome(nvs_dev *none, const unsigned char *p, uint32_t len, uint
     if (!nvs_settings_due) nvs_quota_from_env();
     nvs_job_welcome(w.features); /* the job this process belongs to, before any ATTACH */
     NVS_FOR_EACH_DEV(d) {
-        d->busy.sent = 0; /* a new connection: its scheduler has heard nothing */
-        d->busy.sent_ns = now;
+        nvs_busy_reconnected(d, now); /* a new connection: its scheduler has heard nothing */
         /* A new scheduler knows nothing of our footprint: send it after the ATTACH. */
         atomic_store(&d->mem_dirty, 1);
         /* Back to asking for the lock at the next gated call. */

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from xpushare.wire.protocol import FEATURE_BUSY, MessageType
+from xpushare.wire.protocol import FEATURE_BUSY, FEATURE_BUSY_SPANS, MessageType
 
 from .harness import poll
 
@@ -138,3 +138,78 @@ def test_work_that_is_never_synchronised_is_counted_while_the_lock_is_held(world
     assert not recorder.messages(MessageType.LOCK_RELEASED)
     app.resume()
     assert app.finish(30) == 0
+
+
+def _bursts(app) -> list[tuple[int, int]]:
+    """(before the first launch, after the synchronisation that ends it) of each burst, host ns:
+    a line's t is when its step ended."""
+    out, start, prev = [], None, None
+    for line in app.lines:
+        if line.get("step") == "launch" and start is None:
+            start = prev
+        elif line.get("step") in ("streamsync", "ctxsync") and start is not None:
+            out.append((start, line["t"]))
+            start = None
+        prev = line.get("t", prev)
+    return out
+
+
+def test_busy_spans_say_when_each_burst_kept_the_gpu_busy(world, recorder):
+    """BUSY_SPANS, before the BUSY_UPDATE they explain: one span per burst, from its first launch
+    to its synchronisation on the host's clock, with the burst's GPU time; the sleeps are in none,
+    and the spans' GPU time is the update's increase."""
+    recorder.welcome_features = FEATURE_BUSY | FEATURE_BUSY_SPANS
+    burst = ["launch", "100", "ctxsync", "sleep", "300"]
+    app = world.app("init", "ctx", "0", *burst * 3, "pause",
+                    env={"MOCK_CUDA_KERNEL_US": 1000, "NVSHARE_IDLE_RELEASE_MS": 0})
+    app.paused(timeout=30)
+    poll(lambda: sum(s[2] for r in recorder.messages(MessageType.BUSY_SPANS)
+                     for s in r.msg.intervals()) >= 0.3e9 * (1 - TOLERANCE), 10, 0.05,
+         what="the spans of three bursts")
+    sent = recorder.messages(MessageType.BUSY_SPANS, MessageType.BUSY_UPDATE)
+    spans = [s for r in sent if r.type == MessageType.BUSY_SPANS for s in r.msg.intervals()]
+    for i, r in enumerate(sent):  # each BUSY_SPANS comes right before its BUSY_UPDATE
+        if r.type == MessageType.BUSY_SPANS:
+            assert sent[i + 1].type == MessageType.BUSY_UPDATE
+    updates = [r.msg.busy_ns for r in sent if r.type == MessageType.BUSY_UPDATE]
+    assert sum(b for _, _, b in spans) == updates[-1]
+    bursts = _bursts(app)
+    assert len(bursts) == 3 and len(spans) == 3, (bursts, spans)
+    for (start, end, busy), (first, synced) in zip(spans, bursts):
+        assert busy / 1e9 == pytest.approx(0.1, rel=TOLERANCE)
+        # opened by the first launch, closed when the synchronisation returned (the lines are
+        # written around the calls: allow their printing)
+        assert first - 5e6 <= start <= first + 5e6 and synced - 5e6 <= end <= synced + 5e6
+    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))  # the sleeps are in none
+    app.resume()
+    assert app.finish(30) == 0
+
+
+def test_an_open_span_is_cut_at_each_report_and_goes_on(world, recorder):
+    """Work never synchronised: the span stays open; a report cuts it once it is a period old
+    (not sooner: the checkpoints in flight would carry time across the cut), where the next
+    begins, so the spans tile the time the GPU was busy, and each report says one is open."""
+    recorder.welcome_features = FEATURE_BUSY | FEATURE_BUSY_SPANS
+    app = world.app("init", "ctx", "0", "launch", "1200", "pause",
+                    env={"MOCK_CUDA_KERNEL_US": 2000, "NVSHARE_IDLE_RELEASE_MS": 0,
+                         "MOCK_CUDA_LOG": None})
+    app.paused(timeout=30)
+    def spans():
+        return [s for r in recorder.messages(MessageType.BUSY_SPANS) for s in r.msg.intervals()]
+    poll(lambda: len(spans()) >= 2, 10, 0.05, what="two pieces of an open span")
+    got = spans()
+    assert all(a[1] == b[0] for a, b in zip(got, got[1:])), got
+    assert all(b <= (e - s) * 1.1 and e - s >= 0.99e9 for s, e, b in got), got
+    last = [r.msg for r in recorder.messages(MessageType.BUSY_SPANS) if r.msg.count][-1]
+    assert last.open_ns == last.intervals()[-1][1]
+    app.resume()
+    assert app.finish(30) == 0
+
+
+def test_no_busy_spans_to_a_scheduler_that_does_not_offer_them(world, recorder):
+    recorder.welcome_features = FEATURE_BUSY
+    app = world.app("init", "ctx", "0", "launch", "100", "ctxsync", "sleep", "1500",
+                    env={"MOCK_CUDA_KERNEL_US": 1000})
+    assert app.finish(30) == 0
+    assert recorder.messages(MessageType.BUSY_UPDATE)
+    assert not recorder.messages(MessageType.BUSY_SPANS)
