@@ -225,7 +225,8 @@ def _scheduler_families(s: Scrape):
 # Every type a peer may send: each has a series from the start (0 until one arrives).
 _INBOUND = (MessageType.HELLO, MessageType.ATTACH, MessageType.REQ_LOCK,
             MessageType.LOCK_RELEASED, MessageType.MEM_UPDATE, MessageType.BUSY_UPDATE,
-            MessageType.SETTINGS, MessageType.JOB, MessageType.RESIDENCY, MessageType.CTL_REQUEST)
+            MessageType.SETTINGS, MessageType.JOB, MessageType.RESIDENCY, MessageType.BUSY_SPANS,
+            MessageType.CTL_REQUEST)
 
 
 def _gpu_families(s: Scrape):

@@ -15,9 +15,13 @@ gone when a client-made GPU is forgotten; the scheduler's are one SchedulerStats
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import OrderedDict, Counter, deque
+from collections import Counter, deque
 
 from ..policy import SWITCH_REASONS
+from .gpu_busy import (  # noqa: F401  (BUSY_*: part of what metrics offers status and the exporter)
+    BUSY_SLACK, BUSY_SLACK_S, BUSY_WINDOW, SPAN_EARLY_S, GpuBusy, Span, keep_spans, seen,
+    valid_spans,
+)
 
 # Seconds. A lock wait runs from microseconds (a free GPU) to a few quanta (up to minutes); a switch
 # phase from microseconds to SWITCH_REPORT_MAX (60 s), the most a report counts for.
@@ -100,7 +104,8 @@ class LockStats:
     stay monotonic (what a release adds is what a scrape showed, and more)."""
 
     __slots__ = ("grants", "drops", "held", "waited", "requested", "granted", "dropped", "evict",
-                 "prefetch", "busy", "busy_ns", "busy_at", "busy_clamps", "busy_seen", "together")
+                 "prefetch", "busy", "busy_ns", "busy_at", "busy_clamps", "busy_seen", "together",
+                 "spans", "open_at", "open_since")
 
     def __init__(self):
         self.grants = 0
@@ -116,27 +121,20 @@ class LockStats:
         self.busy_clamps = 0                      # reports cut to the wall time that passed
         self.busy_seen: deque[tuple[float, float]] = deque()  # (when, busy) over BUSY_WINDOW
         self.together: GpuBusy | None = None      # its GPU's, which credits busy (GpuBusy)
-
-
-# A BUSY_UPDATE may claim at most the wall time since the previous one (or since the ATTACH) times
-# this, plus BUSY_SLACK_S: the client measures on the GPU's clock, the scheduler on its own, and a
-# report is sent a little after the spans it counts ended.
-BUSY_SLACK = 1.10
-BUSY_SLACK_S = 0.01
-# The window over which the GPU time a client achieved is shown (status, top, the exporter): long
-# enough to span several quanta of the library's reports (about one a second), short enough to
-# follow a change of limit or share.
-BUSY_WINDOW = 10.0
+        self.spans: list[Span] = []               # BUSY_SPANS' for the next BUSY_UPDATE
+        self.open_at: float | None = None         # and its open span's start
+        self.open_since: float | None = None      # that of the last BUSY_UPDATE: a span still
+                                                  # open then, whose time a later report brings
 
 
 def busy_ratio(stats: LockStats, now: float) -> float | None:
     """The client's GPU busy time over the wall time of the last BUSY_WINDOW seconds (from its
     reports: the oldest kept is at most a report older than the window); None before two."""
     busy_seconds(stats, now)
-    seen = stats.busy_seen
-    if len(seen) < 2:
+    kept = stats.busy_seen
+    if len(kept) < 2:
         return None
-    (t0, b0), (t1, b1) = seen[0], seen[-1]
+    (t0, b0), (t1, b1) = kept[0], kept[-1]
     span = max(now, t1) - t0
     return None if span <= 0 else min(1.0, max(0.0, (b1 - b0) / span))
 
@@ -154,100 +152,28 @@ def attached(conn, gpu, now: float, together: GpuBusy | None = None) -> None:
         stats.busy_seen.append((now, stats.busy))
 
 
-class GpuBusy:
-    """What the clients of one GPU claim together. A client measures the spans its work kept the
-    GPU busy; when contexts run together the GPU time-slices between them, and each one's spans
-    also hold the others' slices, so their claims add up to more than the GPU had. A report claims
-    a rate (seconds per second) over its interval, from the client's previous report to now.
-
-    A claim is credited once the claims it overlaps are known: when every other client that holds
-    the GPU has reported past its end, or GOES_ON_S after it (a holder whose busy time grows reports
-    once a second). The others' claims weigh on it as far as their intervals overlap its own
-    (clients that take turns barely overlap); when the sum R of its rate and their weighed rates is
-    above 1, it is credited times 1/R: the GPU's time is shared in proportion to the claims. And
-    whatever the rates say, the GPU's clients are never credited more than the wall time since the
-    first of them attached."""
-
-    __slots__ = ("history", "latest", "pending", "credited", "since")
-    KEEP_S = 5.0     # a claim is weighed against others this long after its interval ended
-    GOES_ON_S = 1.5  # a claim waits at most this long for the others' reports
-    OTHERS = 128     # at most this many of the latest claims are weighed (a bound on the work)
-
-    def __init__(self):
-        self.history: deque[tuple[int, float, float, float]] = deque()  # (client, rate, from, to)
-        self.latest: OrderedDict[int, tuple[float, LockStats]] = OrderedDict()  # client -> to, lock
-        self.pending: deque[tuple[int, LockStats, float, float, float]] = deque()
-        self.credited = 0.0
-        self.since: float | None = None
-
-    def joined(self, client: int, lock: LockStats, now: float) -> None:
-        """A client attached: once it holds the GPU, claims wait for its first report too."""
-        self.latest.setdefault(client, (now, lock))
-
-    def left(self, client: int) -> None:
-        """A client is gone: no claim waits for it (its pending claims are still settled)."""
-        self.latest.pop(client, None)
-
-    def claim(self, client: int, lock: LockStats, seconds: float, start: float, now: float) -> None:
-        """`seconds` of GPU time claimed over [start, now]; credited to `lock` now or later."""
-        if self.since is None:
-            self.since = start  # the first claim: from the ATTACH it counts from
-        rate = min(1.0, max(0.0, seconds / max(now - start, 1e-3)))
-        self.history.append((client, rate, start, now))
-        self.latest.pop(client, None)
-        self.latest[client] = (now, lock)
-        self.pending.append((client, lock, seconds, start, now))
-        self.settle(now)
-
-    def settle(self, now: float) -> None:
-        """Credit the pending claims whose overlapping claims are known (oldest first)."""
-        while self.pending and self._known(self.pending[0], now):
-            client, lock, seconds, start, end = self.pending.popleft()
-            lock.busy += self._credit(seconds * self._share(client, seconds, start, end), end)
-            _seen(lock, end)
-        while self.history and self.history[0][3] < now - self.KEEP_S:
-            self.history.popleft()
-        while self.latest:
-            client, (end, lock) = next(iter(self.latest.items()))
-            if end >= now - self.KEEP_S or lock.granted is not None:
-                break
-            del self.latest[client]
-
-    def _known(self, pending, now: float) -> bool:
-        client, _, _, _, end = pending
-        if now >= end + self.GOES_ON_S:
-            return True
-        for seen, (other, (reported, lock)) in enumerate(reversed(self.latest.items())):
-            if seen >= self.OTHERS:
-                break
-            if other != client and lock.granted is not None and reported < end:
-                return False
-        return True
-
-    def _share(self, client: int, seconds: float, start: float, end: float) -> float:
-        length = max(end - start, 1e-3)
-        total = min(1.0, seconds / length)
-        for seen, (other, rate, s, e) in enumerate(reversed(self.history)):
-            if seen >= self.OTHERS or e < start - self.KEEP_S:
-                break
-            overlap = min(e, end) - max(s, start)
-            if other != client and overlap > 0:
-                total += rate * overlap / length
-        return 1.0 if total <= 1.0 else 1.0 / total
-
-    def _credit(self, seconds: float, end: float) -> float:
-        """seconds, or less: never past the wall time since the first claim (BUSY_SLACK_S)."""
-        room = max(0.0, (end - self.since) + BUSY_SLACK_S - self.credited)
-        seconds = min(seconds, room)
-        self.credited += seconds
-        return seconds
-
-
 def busy_seconds(stats: LockStats, now: float) -> float:
     """The client's credited GPU busy time, with what could be settled by now."""
     if stats.together is not None:
         stats.together.settle(now)
     return stats.busy
+
+
+def busy_spans(conn, gpu, spans: list[tuple[int, int, int]], now: float,
+               open_ns: int = 0) -> bool:
+    """BUSY_SPANS: where the next BUSY_UPDATE's time was taken, and the start of a span still open
+    (0: none), kept for it. False (and nothing kept) when they break a rule (gpu_busy.valid_spans):
+    that report is then shared out by rates, as one without spans."""
+    stats = lock_stats(conn, gpu)
+    since = stats.busy_at if stats.busy_at is not None else now
+    checked = valid_spans(spans, since, now)
+    open_at = open_ns / 1e9 if open_ns else None
+    if checked is None or (open_at is not None and not (
+            (checked[-1][1] if checked else since - SPAN_EARLY_S) <= open_at <= now)):
+        return False
+    keep_spans(stats.spans, checked)
+    stats.open_at = open_at
+    return True
 
 
 def busy(conn, gpu, busy_ns: int, now: float, together: GpuBusy | None = None) -> float | None:
@@ -270,23 +196,18 @@ def busy(conn, gpu, busy_ns: int, now: float, together: GpuBusy | None = None) -
     stats.busy_ns = busy_ns
     stats.busy_at = now
     cut = claimed > allowed
+    spans, stats.spans = stats.spans, []
+    stats.open_since, stats.open_at = stats.open_at, None
     if together is not None:
         stats.together = together
-        together.claim(conn.id, stats, min(claimed, allowed), start, now)
+        together.claim(conn.id, stats, min(claimed, allowed), start, now, spans)
     else:
         stats.busy += min(claimed, allowed)
-        _seen(stats, now)
+        seen(stats, now)
     if cut and not first:
         stats.busy_clamps += 1
         return claimed
     return None
-
-
-def _seen(stats: LockStats, now: float) -> None:
-    seen = stats.busy_seen
-    seen.append((now, stats.busy))
-    while len(seen) > 2 and seen[1][0] <= now - BUSY_WINDOW:
-        seen.popleft()
 
 
 class SchedulerStats:

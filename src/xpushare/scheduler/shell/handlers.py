@@ -13,9 +13,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from ...wire.protocol import (
-    FEATURE_BUSY, FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SWAP, HELLO_SWAP, PRIORITY_LIMIT, VERSION,
-    Attach, Attached, BusyUpdate, Hello, Job, LockRequest, MemUpdate, MessageType, ProtocolError,
-    Released, ReleaseReason, Residency, Settings, Welcome, encode, encode_error, encode_json,
+    FEATURE_BUSY, FEATURE_BUSY_SPANS, FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SWAP, HELLO_SWAP,
+    PRIORITY_LIMIT, VERSION, Attach, Attached, BusySpans, BusyUpdate, Hello, Job, LockRequest,
+    MemUpdate, MessageType, ProtocolError, Released, ReleaseReason, Residency, Settings, Welcome,
+    encode, encode_error, encode_json,
 )
 from ..node import access, metrics, swap
 from ..control import ops
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("nvshare.scheduler")
 
 
-FEATURES = FEATURE_BUSY | FEATURE_QUOTAS | FEATURE_JOBS | FEATURE_SWAP  # what WELCOME offers
+FEATURES = (FEATURE_BUSY | FEATURE_QUOTAS | FEATURE_JOBS | FEATURE_SWAP  # what WELCOME offers
+            | FEATURE_BUSY_SPANS)
 
 
 def _require_hello(conn: Conn) -> None:
@@ -152,6 +154,17 @@ def on_busy_update(state: SchedulerState, conn: Conn, msg: BusyUpdate) -> None:
                                   conn.locks[gpu].busy_clamps)
 
 
+def on_busy_spans(state: SchedulerState, conn: Conn, msg: BusySpans) -> None:
+    """Where the GPU time of the client's next BUSY_UPDATE was taken (metrics.busy_spans): spans
+    that break the rules are dropped, and that report is shared out as one without them."""
+    _require_hello(conn)
+    if gpu := _attached_gpu(conn, msg.device):
+        if not metrics.busy_spans(conn, gpu, msg.intervals(), state.registry.now(), msg.open_ns):
+            conn.warnings.warning(("busy_spans", gpu.uuid), "pid=%d gpu=%s sent busy spans out of "
+                                  "order or outside the time since its last report; ignored",
+                                  conn.pid, gpu.label)
+
+
 def on_residency(state: SchedulerState, conn: Conn, msg: Residency) -> None:
     """Where the client's memory on a device is now (after an EVICT, a drop's eviction or the
     swap-in at a grant): swap.on_residency keeps it, counts the move and tells the policy. A
@@ -214,6 +227,7 @@ HANDLERS = {
     MessageType.LOCK_RELEASED: on_lock_released,
     MessageType.MEM_UPDATE: on_mem_update,
     MessageType.BUSY_UPDATE: on_busy_update,
+    MessageType.BUSY_SPANS: on_busy_spans,
     MessageType.RESIDENCY: on_residency,
     MessageType.SETTINGS: on_settings,
     MessageType.JOB: on_job,
