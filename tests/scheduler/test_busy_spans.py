@@ -113,6 +113,16 @@ def test_spans_that_touch_on_the_host_but_fit_keep_their_whole_time():
         assert got == pytest.approx(want, rel=1e-6)
 
 
+def test_bursts_that_barely_overlap_keep_their_time():
+    # each burst's span is 83% busy (its launches before, the synchronisation's return after);
+    # the other's next burst starts 1 ms before it ends: their densities add up to more than 1 in
+    # that millisecond, but the other's GPU time within it still fits beside its own
+    a = [(0.02 * k, 0.02 * k + 0.010, 0.0083, 0.0083) for k in range(50)]
+    b = [(0.02 * k + 0.009, 0.02 * k + 0.019, 0.0083, 0.0083) for k in range(50)]
+    for got, want in zip(_credit([a, b]), _true([a, b])):
+        assert got == pytest.approx(want, rel=1e-6)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_random_bursty_clients_are_credited_their_own_work(seed):
     """Seeded: 2-4 clients of random burst lengths, sleeps and starts, run by the model."""

@@ -79,6 +79,32 @@ def keep_spans(pending: list[Span], spans: list[Span]) -> None:
         pending[i:i + 2] = [(s, e, b1 + b2)]
 
 
+def span_share(spans: list[Span], others: list[Span]) -> float:
+    """The part of a claim taken in `spans` that it keeps beside the other clients' spans. A span
+    whose GPU time, with the others' GPU time within its length, fits in that length keeps it all
+    (the GPU was not oversubscribed there, however the host intervals touch). Else, by the stretch:
+    a span's density is its GPU time over its length; where the densities of the spans open at once
+    (its own and the others') add up to D > 1, it keeps its density over D of the stretch, elsewhere
+    its density. The GPU gives equal slices to the contexts with work, and a span joined from
+    several (SPANS_PENDING, the library's own bound) weighs only as much as it was busy."""
+    dense = [(s, e, b / (e - s)) for s, e, b in others]
+    claimed = kept = 0.0
+    for start, end, busy in spans:
+        claimed += busy
+        mine = busy / (end - start)
+        near = [(s, e, d) for s, e, d in dense if e > start and s < end]
+        beside = sum(d * (min(e, end) - max(s, start)) for s, e, d in near)
+        if busy + beside <= end - start:  # it fits beside them: the GPU was not oversubscribed
+            kept += busy
+            continue
+        cuts = sorted({start, end, *(t for s, e, _ in near for t in (s, e) if start < t < end)})
+        for a, b in zip(cuts, cuts[1:]):
+            mid = (a + b) / 2
+            total = mine + sum(d for s, e, d in near if s <= mid < e)
+            kept += (b - a) * (mine if total <= 1.0 else mine / total)
+    return 1.0 if claimed <= 0 else min(1.0, kept / claimed)
+
+
 class GpuBusy:
     """What the clients of one GPU claim together (the module's docstring says how it is shared).
     A report claims GPU seconds over its interval, from the client's previous report to now, with
@@ -169,27 +195,9 @@ class GpuBusy:
         return 1.0 if total <= 1.0 else 1.0 / total
 
     def _span_share(self, client: int, spans: list[Span]) -> float:
-        """The part of the claim its spans keep. A span's density is its GPU time over its
-        length; in each stretch of it where the densities of the spans open there (its own and
-        the others') add up to D > 1, it keeps its density over D of the stretch, elsewhere its
-        density: the GPU gives equal slices to the contexts with work, and a span joined from
-        several (SPANS_PENDING, the library's own bound) weighs only as much as it was busy."""
         lo, hi = spans[0][0], spans[-1][1]
-        others = [(s, e, b / (e - s)) for c, s, e, b in self.spans if c != client and e > lo and s < hi]
-        claimed = kept = 0.0
-        for start, end, busy in spans:
-            claimed += busy
-            mine = busy / (end - start)
-            near = [(s, e, d) for s, e, d in others if e > start and s < end]
-            if not near:
-                kept += busy
-                continue
-            cuts = sorted({start, end, *(t for s, e, _ in near for t in (s, e) if start < t < end)})
-            for a, b in zip(cuts, cuts[1:]):
-                mid = (a + b) / 2
-                total = mine + sum(d for s, e, d in near if s <= mid < e)
-                kept += (b - a) * (mine if total <= 1.0 else mine / total)
-        return 1.0 if claimed <= 0 else min(1.0, kept / claimed)
+        return span_share(spans, [(s, e, b) for c, s, e, b in self.spans
+                                  if c != client and e > lo and s < hi])
 
     def _credit(self, seconds: float, end: float) -> float:
         """seconds, or less: never past the wall time since the first claim (BUSY_SLACK_S)."""
