@@ -26,7 +26,7 @@ nvs_ptrtab nvs_handles;
 
 void nvs_mark_dirty(nvs_dev *d)
 {
-    if (!atomic_exchange(&d->mem_dirty, 1)) nvs_client_wake();
+    if (!atomic_exchange(&d->mem.dirty, 1)) nvs_client_wake();
 }
 
 /* The first refusal of the process is said on stderr whatever NVSHARE_DEBUG says (an
@@ -81,20 +81,20 @@ static int reserve(nvs_dev *d, uint64_t size, int other, const char *what)
     int capped;
     uint64_t limit = nvs_dev_limit(d, &capped);
     pthread_mutex_lock(&nvs_amu);
-    uint64_t held = atomic_load(&d->managed_bytes) + atomic_load(&d->other_bytes);
+    uint64_t held = atomic_load(&d->mem.managed_bytes) + atomic_load(&d->mem.other_bytes);
     if (capped && (size > limit || held > limit - size)) {
         pthread_mutex_unlock(&nvs_amu);
         refused(d, what, size, held, limit);
         return -1;
     }
-    atomic_fetch_add(other ? &d->other_bytes : &d->managed_bytes, size);
+    atomic_fetch_add(other ? &d->mem.other_bytes : &d->mem.managed_bytes, size);
     pthread_mutex_unlock(&nvs_amu);
     return 0;
 }
 
 void nvs_unreserve_locked(nvs_dev *d, uint64_t size, int other)
 {
-    atomic_fetch_sub(other ? &d->other_bytes : &d->managed_bytes, size);
+    atomic_fetch_sub(other ? &d->mem.other_bytes : &d->mem.managed_bytes, size);
 }
 
 /* Allocate managed memory for d, within the cap. relaxed: our call must not disturb another
@@ -247,7 +247,7 @@ int nvs_dev_view(nvs_dev *d, uint64_t *total, uint64_t *free_bytes)
 {
     uint64_t t = nvs_dev_limit(d, NULL);
     if (!t) return 0;
-    uint64_t held = atomic_load(&d->managed_bytes) + atomic_load(&d->other_bytes);
+    uint64_t held = atomic_load(&d->mem.managed_bytes) + atomic_load(&d->mem.other_bytes);
     *total = t;
     *free_bytes = nvs_view_free(t, held);
     return 1;

@@ -157,24 +157,24 @@ void nvs_busy_mark_idle(nvs_ctxrec *rec)
 {
     if (!nvs_busy_measured()) return;
     span_close(rec->dev);
-    rec->after_idle = 1;
-    rec->start_open = 0;
+    rec->busy.after_idle = 1;
+    rec->busy.start_open = 0;
     atomic_store_explicit(&rec->busy_idle, 1, memory_order_relaxed);
 }
 
 /* ring_mu held. The checkpoint just recorded in `slot`: where its busy span begins. */
 void nvs_busy_tag(nvs_ctxrec *rec, int slot)
 {
-    if (rec->start_open) { /* the slot takes the start event; its old one is reused next time */
-        CUevent t = rec->ring_start[slot];
-        rec->ring_start[slot] = rec->start_ev;
-        rec->start_ev = t;
-        rec->start_open = 0;
-        rec->ring_from[slot] = NVS_SPAN_START;
+    if (rec->busy.start_open) { /* the slot takes the start event; its old one is reused next time */
+        CUevent t = rec->busy.ring_start[slot];
+        rec->busy.ring_start[slot] = rec->busy.start_ev;
+        rec->busy.start_ev = t;
+        rec->busy.start_open = 0;
+        rec->busy.ring_from[slot] = NVS_SPAN_START;
     } else {
-        rec->ring_from[slot] = rec->after_idle ? NVS_SPAN_NONE : NVS_SPAN_PREV;
+        rec->busy.ring_from[slot] = rec->busy.after_idle ? NVS_SPAN_NONE : NVS_SPAN_PREV;
     }
-    rec->after_idle = 0;
+    rec->busy.after_idle = 0;
 }
 
 /* ring_mu held. The completed checkpoint of ring slot h is retired; prev_ms: the span from the
@@ -182,10 +182,10 @@ void nvs_busy_tag(nvs_ctxrec *rec, int slot)
 void nvs_busy_retired(nvs_ctxrec *rec, int h, float prev_ms)
 {
     float ms = 0;
-    if (rec->ring_from[h] == NVS_SPAN_PREV && prev_ms >= 0)
+    if (rec->busy.ring_from[h] == NVS_SPAN_PREV && prev_ms >= 0)
         add_busy(rec, prev_ms);
-    else if (rec->ring_from[h] == NVS_SPAN_START && rec->ring_start[h] &&
-             nvs_drv.cuEventElapsedTime(&ms, rec->ring_start[h], rec->ring[h]) == CUDA_SUCCESS)
+    else if (rec->busy.ring_from[h] == NVS_SPAN_START && rec->busy.ring_start[h] &&
+             nvs_drv.cuEventElapsedTime(&ms, rec->busy.ring_start[h], rec->ring[h]) == CUDA_SUCCESS)
         add_busy(rec, ms);
 }
 
@@ -202,10 +202,10 @@ NVS_COLD void nvs_busy_start(nvs_ctxrec *rec, CUstream s, int per_thread)
     if (pthread_mutex_trylock(&rec->ring_mu) == 0) {
         if (atomic_load_explicit(&rec->busy_idle, memory_order_relaxed)) {
             CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
-            if (!rec->start_ev &&
-                nvs_drv.cuEventCreate(&rec->start_ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
-                rec->start_ev = NULL;
-            rec->start_open = rec->start_ev && nvs_drv.cuEventRecord(rec->start_ev, s) ==
+            if (!rec->busy.start_ev &&
+                nvs_drv.cuEventCreate(&rec->busy.start_ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+                rec->busy.start_ev = NULL;
+            rec->busy.start_open = rec->busy.start_ev && nvs_drv.cuEventRecord(rec->busy.start_ev, s) ==
                                                    CUDA_SUCCESS;
             atomic_store_explicit(&rec->busy_idle, 0, memory_order_relaxed);
             nvs_relaxed_end(old);

@@ -30,6 +30,15 @@ typedef struct nvs_busy_dev {
     nvs_busy_span closed[NVS_BUSY_SPANS_KEPT]; /* closed since the last report */
 } nvs_busy_dev;
 
+/* Its part of each context record, ring_mu's: where the checkpoints' spans begin. */
+typedef struct nvs_busy_ctx {
+    int after_idle;               /* an idle point since the newest checkpoint was recorded */
+    int start_open;               /* start_ev recorded since then */
+    CUevent start_ev;
+    CUevent ring_start[NVS_RING]; /* the start event a checkpoint's span begins at */
+    unsigned char ring_from[NVS_RING]; /* NVS_SPAN_*: where a checkpoint's busy span begins */
+} nvs_busy_ctx;
+
 /* busy.c. Busy time is measured iff timed checkpoints are on. ring_mu held for the three after:
  * an idle point; a checkpoint recorded in a ring slot (where its span begins); one retired
  * (prev_ms: the span from the previous checkpoint, < 0 when none). */

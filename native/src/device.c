@@ -116,7 +116,7 @@ nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
         atomic_init(&fresh->ckpt_interval, nvs_ckpt_initial());
         /* its first stream launch begins a busy span (gate.c) */
         atomic_init(&fresh->busy_idle, nvs_busy_measured());
-        fresh->after_idle = 1;
+        fresh->busy.after_idle = 1;
         pthread_mutex_init(&fresh->ring_mu, NULL);
         pthread_mutex_lock(&nvs_g.mu);
         for (rec = nvs_g.ctxs; rec; rec = rec->next)
@@ -231,20 +231,20 @@ void nvs_devices_reset_after_fork(void)
         d->want = 0;
         d->drain_reason = -1;
         d->ctxs = NULL;
-        atomic_store(&d->managed_bytes, 0);
-        atomic_store(&d->other_bytes, 0);
-        atomic_store(&d->mem_dirty, 0);
-        d->mem_sent_valid = 0;
-        d->evict = d->prefetch_pending = d->pf_outstanding = 0;
-        d->pf_rec = NULL;
-        d->prefetch_us = 0;
+        atomic_store(&d->mem.managed_bytes, 0);
+        atomic_store(&d->mem.other_bytes, 0);
+        atomic_store(&d->mem.dirty, 0);
+        d->mem.sent_valid = 0;
+        d->sw.evict = d->sw.prefetch_pending = d->sw.pf_outstanding = 0;
+        d->sw.pf_rec = NULL;
+        d->sw.prefetch_us = 0;
         /* the parent's swapped ranges are not the child's (alloc.c clears the tables) */
-        atomic_store(&d->swapped_bytes, 0);
-        atomic_store(&d->swapped_out, 0);
-        d->managed_on_host = d->swap_refused = 0;
-        d->reclaim_pending = d->restore_pending = 0;
-        atomic_store(&d->discard_pending, 0);
-        d->discard_rec = NULL;
+        atomic_store(&d->swap.swapped_bytes, 0);
+        atomic_store(&d->swap.swapped_out, 0);
+        d->swap.managed_on_host = d->swap.refused = 0;
+        d->swap.reclaim_pending = d->swap.restore_pending = 0;
+        atomic_store(&d->swap.discard_pending, 0);
+        d->swap.discard_rec = NULL;
         nvs_busy_forget(d); /* the child's own GPU time, from now */
         nvs_quota_reset_after_fork(d);
     }

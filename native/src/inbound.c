@@ -29,10 +29,10 @@ static void reset_device(nvs_dev *d, int run)
     d->attach_sent = 0;
     d->lock_state = NVS_LOCK_IDLE;
     d->drain_reason = -1;
-    d->evict = d->gang = d->prefetch_pending = d->reclaim_pending = 0;
-    d->mem_sent_valid = 0;
-    d->restore_pending = run && atomic_load(&d->swapped_out) > 0;
-    nvs_dev_set_run(d, run && !d->restore_pending);
+    d->sw.evict = d->sw.gang = d->sw.prefetch_pending = d->swap.reclaim_pending = 0;
+    d->mem.sent_valid = 0;
+    d->swap.restore_pending = run && atomic_load(&d->swap.swapped_out) > 0;
+    nvs_dev_set_run(d, run && !d->swap.restore_pending);
 }
 
 /* nvs_g.mu held. Nobody wants a lock any more: the waiters just woken run ungated, and a request
@@ -88,7 +88,7 @@ static void on_welcome(nvs_dev *none, const unsigned char *p, uint32_t len, uint
     NVS_FOR_EACH_DEV(d) {
         nvs_busy_reconnected(d, now); /* a new connection: its scheduler has heard nothing */
         /* A new scheduler knows nothing of our footprint: send it after the ATTACH. */
-        atomic_store(&d->mem_dirty, 1);
+        atomic_store(&d->mem.dirty, 1);
         /* Back to asking for the lock at the next gated call. */
         reset_device(d, 0);
     }
@@ -119,20 +119,20 @@ static void on_lock_ok(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_
     struct nvs_grant g;
     memcpy(&g, p, sizeof(g));
     if (d->lock_state == NVS_LOCK_HELD) return;
-    int swapped = atomic_load(&d->swapped_out) > 0; /* back before anything runs */
+    int swapped = atomic_load(&d->swap.swapped_out) > 0; /* back before anything runs */
     int prefetch = swapped ||
                    ((g.flags & NVS_GRANT_PREFETCH) && nvs_cfg.prefetch != NVS_PREFETCH_OFF);
     d->lock_state = NVS_LOCK_HELD;
     d->want = 0;
     d->drain_reason = -1;
-    d->evict = d->gang = 0;
-    d->prefetch_pending = prefetch;
-    d->prefetch_us = 0;
+    d->sw.evict = d->sw.gang = 0;
+    d->sw.prefetch_pending = prefetch;
+    d->sw.prefetch_us = 0;
     if (!prefetch) { /* what the driver moved to host comes back by faults as the work touches it */
-        atomic_fetch_sub(&d->swapped_bytes, d->managed_on_host);
-        d->managed_on_host = 0;
+        atomic_fetch_sub(&d->swap.swapped_bytes, d->swap.managed_on_host);
+        d->swap.managed_on_host = 0;
     }
-    d->pf_outstanding = 0;
+    d->sw.pf_outstanding = 0;
     d->last_active_ns = d->grant_ns = now;
     atomic_store_explicit(&d->active, 0, memory_order_relaxed);
     if (!prefetch || (!swapped && nvs_cfg.prefetch == NVS_PREFETCH_OVERLAP)) {
@@ -155,14 +155,14 @@ static void on_drop(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t n
     int gang = (m.flags & NVS_DROP_GANG) != 0;
     if (d->lock_state == NVS_LOCK_HELD && d->drain_reason < 0) {
         d->drain_reason = NVS_RELEASE_DROPPED;
-        d->evict = evict;
-        d->gang = gang;
+        d->sw.evict = evict;
+        d->sw.gang = gang;
         NVS_DEBUG("drop device %u (%s%s%s) after holding it %.3f s", m.device,
                   drop_reason(m.reason), evict ? ", evict" : "", gang ? ", gang" : "",
                   (double)(now - d->grant_ns) / 1e9);
     } else if (d->lock_state == NVS_LOCK_HELD) {
-        d->evict |= evict; /* a second drop before the release: it evicts if either asks */
-        d->gang |= gang;
+        d->sw.evict |= evict; /* a second drop before the release: it evicts if either asks */
+        d->sw.gang |= gang;
         NVS_DEBUG("drop device %u: already releasing it%s", m.device, evict ? " (evict)" : "");
     } else {
         NVS_DEBUG("drop device %u ignored (not holding it)", m.device);
@@ -176,7 +176,7 @@ static void on_evict(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t 
     (void)p;
     (void)len;
     (void)now;
-    d->reclaim_pending = 1;
+    d->swap.reclaim_pending = 1;
     NVS_DEBUG("evict device %d asked (%s)", d->ordinal,
               d->lock_state == NVS_LOCK_HELD ? "holding it: nothing to move" : "idle");
 }

@@ -9,8 +9,8 @@
  *     grant or for ATTACHED; alloc.c and free.c share a mutex for their tables (alloc.h).
  * nvs_dev and nvs_ctxrec, with the hot-line layout their comments explain, and the declarations
  * every source file needs beside them. A module that owns a part of each device record declares it
- * in its own header with its locking rule (busy.h, quota.h; the swap store's API is swap.h's); the
- * driver call list is driver.h's.
+ * in its own header with its locking rule (busy.h, footprint.h, quota.h, swapdev.h, switchdev.h;
+ * the swap store's API is swap.h's); the driver call list is driver.h's.
  */
 #ifndef NVSHARE_INTERNAL_H
 #define NVSHARE_INTERNAL_H
@@ -36,9 +36,13 @@
 typedef struct nvs_dev nvs_dev;
 typedef struct nvs_ctxrec nvs_ctxrec;
 
-/* The modules that own a part of each device record: their state, its locking rule, their API. */
+/* The modules that own a part of each device record: their state, its locking rule (and, for
+ * busy.c and quota.c, their API; the swap store's is swap.h's). */
 #include "busy.h"
+#include "footprint.h"
 #include "quota.h"
+#include "swapdev.h"
+#include "switchdev.h"
 
 /* ---------------------------------------------------------------- config.c */
 /* NVSHARE_PREFETCH: what a grant with PREFETCH does (switch.c). */
@@ -158,33 +162,9 @@ struct nvs_dev {
     uint64_t last_active_ns; /* client thread */
     uint64_t grant_ns;       /* client thread */
     nvs_ctxrec *ctxs;        /* contexts seen on this device: NVS_FOR_EACH_CTX */
-    /* Footprint (alloc.c, atomics). */
-    _Atomic uint64_t managed_bytes;
-    _Atomic uint64_t other_bytes;
-    _Atomic int mem_dirty;
-    uint64_t mem_sent_managed, mem_sent_other, mem_sent_ns; /* client thread */
-    int mem_sent_valid;                                     /* client thread */
-    /* Fast context switches (switch.c). Flags: nvs_g.mu; the rest: client thread. */
-    int evict, gang;      /* the pending (or running) drain evicts to host (EVICT); is bounded (GANG) */
-    int prefetch_pending; /* a grant asked for PREFETCH; done by nvs_session_work(), not under mu */
-    int pf_outstanding;   /* an overlapped prefetch was issued; its end event not yet seen */
-    nvs_ctxrec *pf_rec;   /* the context whose stream and events it used */
-    uint64_t pf_issue_ns; /* when it was issued */
-    uint32_t prefetch_us; /* measured prefetch of the current grant (LOCK_RELEASED) */
-    /* Swapping (swapstore.c, switch.c, session.c). */
-    _Atomic uint64_t swapped_bytes; /* of its memory on d, in host memory now: converted ranges
-                                     * swapped out, own managed ranges prefetched to host */
-    _Atomic int swapped_out;        /* ranges swapped out: no work may run until they are back */
-    int reclaim_pending;            /* EVICT received, answer due (nvs_g.mu) */
-    int restore_pending;            /* swapped out and allowed to run: swap in first (nvs_g.mu) */
-    uint64_t managed_on_host;       /* own managed bytes the last eviction prefetched to host
-                                     * (client thread) */
-    uint64_t swap_refused;          /* bytes that got no host copy at the last swap-out (client
-                                     * thread): RESIDENCY says REFUSED */
-    uint32_t swap_us;               /* the last move's time, for RESIDENCY (client thread) */
-    _Atomic int discard_pending;    /* the last swap-out's discards may still run (switch.c) */
-    int discards_due;               /* a swap-out left discards to issue after its report */
-    nvs_ctxrec *discard_rec;        /* on this record's second stream: its discard_ev follows them */
+    nvs_footprint_dev mem; /* footprint.h */
+    nvs_switch_dev sw;     /* switchdev.h */
+    nvs_swap_dev swap;     /* swapdev.h */
     nvs_busy_dev busy;   /* busy.h */
     nvs_quota_dev quota; /* quota.h */
 };
@@ -206,24 +186,10 @@ struct nvs_ctxrec {
     int head, count;
     CUevent spare;   /* the last checkpoint retired (ring_mu): the start of the next span */
     int spare_valid; /* it completed, and nothing (a drain, an error) came between */
-    /* Busy time (busy.c), ring_mu: */
-    int after_idle;                /* an idle point since the newest checkpoint was recorded */
-    int start_open;                /* start_ev recorded since then */
-    CUevent start_ev;
-    CUevent ring_start[NVS_RING];  /* the start event a checkpoint's span begins at */
-    unsigned char ring_from[NVS_RING]; /* NVS_SPAN_*: where a checkpoint's busy span begins */
     unsigned ring_ival[NVS_RING];  /* the interval a full span was recorded at (0: cut short) */
-    /* Fast context switches (client thread): our own non-blocking stream, created lazily with the
-     * context current, and the events that time an overlapped prefetch. */
-    CUstream own_stream;
-    CUevent pf_start, pf_end;
-    /* The swap store (swapstore.c): a second stream, and the event that orders a chunk's copy and
-     * its discard or populate across the two. */
-    CUstream own_stream2;
-    CUevent swap_ev, discard_ev;
-    CUmodule sum_mod; /* swapsum.c's kernel, loaded at the first swap-out in this context */
-    CUfunction sum_fn;
-    int sum_failed;
+    nvs_busy_ctx busy;  /* busy.h */
+    nvs_switch_ctx sw;  /* switchdev.h */
+    nvs_swap_ctx swap;  /* swapdev.h */
 };
 
 typedef struct nvs_global {

@@ -71,13 +71,13 @@ static void put_attach(nvs_dev *d)
 
 static void put_mem_update(nvs_dev *d, uint64_t now)
 {
-    struct nvs_mem_update m = {(uint32_t)d->ordinal, 0, atomic_load(&d->managed_bytes),
-                               atomic_load(&d->other_bytes)};
+    struct nvs_mem_update m = {(uint32_t)d->ordinal, 0, atomic_load(&d->mem.managed_bytes),
+                               atomic_load(&d->mem.other_bytes)};
     nvs_outbox_put(&out, NVS_MEM_UPDATE, &m, sizeof(m));
-    d->mem_sent_managed = m.managed_bytes;
-    d->mem_sent_other = m.other_bytes;
-    d->mem_sent_ns = now;
-    d->mem_sent_valid = 1;
+    d->mem.sent_managed = m.managed_bytes;
+    d->mem.sent_other = m.other_bytes;
+    d->mem.sent_ns = now;
+    d->mem.sent_valid = 1;
     NVS_TRACE("mem update device %d: managed %llu other %llu", d->ordinal,
               (unsigned long long)m.managed_bytes, (unsigned long long)m.other_bytes);
 }
@@ -87,11 +87,11 @@ static void put_mem_update(nvs_dev *d, uint64_t now)
 static void put_residency(nvs_outbox *o, nvs_dev *d, uint32_t flags)
 {
     if (!(nvs_g.sched_features & NVS_FEATURE_SWAP)) return;
-    uint64_t held = atomic_load(&d->managed_bytes) + atomic_load(&d->other_bytes);
-    uint64_t away = atomic_load(&d->swapped_bytes);
+    uint64_t held = atomic_load(&d->mem.managed_bytes) + atomic_load(&d->mem.other_bytes);
+    uint64_t away = atomic_load(&d->swap.swapped_bytes);
     struct nvs_residency r = {(uint32_t)d->ordinal,
-                              flags | (d->swap_refused ? NVS_RESIDENCY_REFUSED : 0),
-                              held > away ? held - away : 0, away, d->swap_us, 0};
+                              flags | (d->swap.refused ? NVS_RESIDENCY_REFUSED : 0),
+                              held > away ? held - away : 0, away, d->swap.move_us, 0};
     nvs_outbox_put(o, NVS_RESIDENCY, &r, sizeof(r));
     NVS_DEBUG("residency device %d: %llu bytes on the GPU, %llu in host memory (%u us%s%s)",
               d->ordinal, (unsigned long long)r.resident_bytes, (unsigned long long)away,
@@ -104,16 +104,16 @@ static void put_request_or_footprint(nvs_dev *d, uint64_t now)
 {
     /* a throttled device asks once its pause is over (quota.c): others use the GPU meanwhile */
     if (d->lock_state == NVS_LOCK_IDLE && d->want && !d->quota.throttled) {
-        atomic_store(&d->mem_dirty, 0);
+        atomic_store(&d->mem.dirty, 0);
         put_mem_update(d, now); /* always one before REQ_LOCK */
         struct nvs_device r = {(uint32_t)d->ordinal, 0};
         nvs_outbox_put(&out, NVS_REQ_LOCK, &r, sizeof(r));
         d->lock_state = NVS_LOCK_REQUESTED;
         NVS_DEBUG("request device %d", d->ordinal);
-    } else if (atomic_load(&d->mem_dirty) && now >= d->mem_sent_ns + MEM_UPDATE_PERIOD) {
-        atomic_store(&d->mem_dirty, 0);
-        if (!d->mem_sent_valid || d->mem_sent_managed != atomic_load(&d->managed_bytes) ||
-            d->mem_sent_other != atomic_load(&d->other_bytes))
+    } else if (atomic_load(&d->mem.dirty) && now >= d->mem.sent_ns + MEM_UPDATE_PERIOD) {
+        atomic_store(&d->mem.dirty, 0);
+        if (!d->mem.sent_valid || d->mem.sent_managed != atomic_load(&d->mem.managed_bytes) ||
+            d->mem.sent_other != atomic_load(&d->mem.other_bytes))
             put_mem_update(d, now);
     }
 }
@@ -121,14 +121,14 @@ static void put_request_or_footprint(nvs_dev *d, uint64_t now)
 /* nvs_g.mu held, d held: a pending drain, a prefetch to do, or an idle release due. */
 static void plan_held(nvs_dev *d, uint64_t now, round_plan *pl)
 {
-    if (d->pf_outstanding) pl->overlapped[pl->no++] = d;
+    if (d->sw.pf_outstanding) pl->overlapped[pl->no++] = d;
     if (d->drain_reason >= 0) {
-        if (d->prefetch_pending)
+        if (d->sw.prefetch_pending)
             NVS_DEBUG("device %d: dropped before its prefetch began; no prefetch", d->ordinal);
-        d->prefetch_pending = 0;
+        d->sw.prefetch_pending = 0;
         pl->drains[pl->nd++] = d;
-    } else if (d->prefetch_pending) {
-        d->prefetch_pending = 0;
+    } else if (d->sw.prefetch_pending) {
+        d->sw.prefetch_pending = 0;
         pl->prefetches[pl->np++] = d;
     } else if (nvs_cfg.idle_release_ms) {
         /* Mid-capture counts as busy: the application is building a graph, and a drain could
@@ -162,10 +162,10 @@ static int collect(uint64_t now, round_plan *pl)
         put_request_or_footprint(d, now);
         nvs_busy_put_if_due(&out, d, now);
         if (d->lock_state == NVS_LOCK_HELD) plan_held(d, now, pl);
-        if (d->reclaim_pending) {
-            d->reclaim_pending = 0;
+        if (d->swap.reclaim_pending) {
+            d->swap.reclaim_pending = 0;
             if (d->lock_state == NVS_LOCK_HELD) { /* the grant came first: nothing moves */
-                d->swap_us = 0;
+                d->swap.move_us = 0;
                 put_residency(&out, d, NVS_RESIDENCY_ANSWER);
             } else {
                 pl->reclaims[pl->nr++] = d;
@@ -180,7 +180,7 @@ static int collect(uint64_t now, round_plan *pl)
 static int run_prefetch(nvs_dev *d)
 {
     /* ranges swapped out: the application waits for them whatever NVSHARE_PREFETCH says */
-    int wait = nvs_cfg.prefetch == NVS_PREFETCH_WAIT || atomic_load(&d->swapped_out) > 0;
+    int wait = nvs_cfg.prefetch == NVS_PREFETCH_WAIT || atomic_load(&d->swap.swapped_out) > 0;
     int moved = nvs_switch_prefetch(d, wait);
     out.len = 0;
     pthread_mutex_lock(&nvs_g.mu);
@@ -219,14 +219,14 @@ static void run_restores(void)
     int n = 0;
     pthread_mutex_lock(&nvs_g.mu);
     NVS_FOR_EACH_DEV(d) {
-        if (d->restore_pending) todo[n++] = d;
+        if (d->swap.restore_pending) todo[n++] = d;
     }
     pthread_mutex_unlock(&nvs_g.mu);
     for (int i = 0; i < n; i++) {
         nvs_switch_prefetch(todo[i], 1);
         pthread_mutex_lock(&nvs_g.mu);
-        if (todo[i]->restore_pending) {
-            todo[i]->restore_pending = 0;
+        if (todo[i]->swap.restore_pending) {
+            todo[i]->swap.restore_pending = 0;
             nvs_dev_set_run(todo[i], nvs_g.ungated);
             pthread_cond_broadcast(&nvs_g.cv);
         }
@@ -239,18 +239,18 @@ static int run_drain(nvs_dev *d)
 {
     /* A job's members are dropped together: a drain that waited for all its work could wait for
      * a collective whose peer is gated on another GPU (or in another process) forever. */
-    uint64_t drain_ns = d->gang && nvs_cfg.gang_drain_ms ? nvs_drain_bounded(d, nvs_cfg.gang_drain_ms)
+    uint64_t drain_ns = d->sw.gang && nvs_cfg.gang_drain_ms ? nvs_drain_bounded(d, nvs_cfg.gang_drain_ms)
                                                          : nvs_drain(d);
     nvs_switch_prefetch_poll(d, 1); /* an overlapped prefetch of this grant: its time */
     /* By default the memory leaves before LOCK_RELEASED (the swap store moves it at the speed of
      * the bus), so the next holder finds the room free; background releases first. */
-    int evict_after = d->evict && nvs_cfg.evict == NVS_EVICT_BACKGROUND;
-    uint64_t evict_ns = d->evict && !evict_after ? nvs_switch_evict(d) : 0;
+    int evict_after = d->sw.evict && nvs_cfg.evict == NVS_EVICT_BACKGROUND;
+    uint64_t evict_ns = d->sw.evict && !evict_after ? nvs_switch_evict(d) : 0;
     out.len = 0;
     pthread_mutex_lock(&nvs_g.mu);
     if (nvs_g.client_state == NVS_CLIENT_READY && d->lock_state == NVS_LOCK_HELD) {
         struct nvs_released r = {(uint32_t)d->ordinal, (uint32_t)d->drain_reason,
-                                 nvs_us32(drain_ns), nvs_us32(evict_ns), d->prefetch_us, 0};
+                                 nvs_us32(drain_ns), nvs_us32(evict_ns), d->sw.prefetch_us, 0};
         if (nvs_busy_wanted()) nvs_busy_put(&out, d, nvs_now_ns()); /* this hold's spans */
         if (evict_ns) put_residency(&out, d, 0); /* what stays after the release */
         nvs_outbox_put(&out, NVS_LOCK_RELEASED, &r, sizeof(r));
@@ -261,8 +261,8 @@ static int run_drain(nvs_dev *d)
         nvs_dev_set_run(d, 0); /* the drain closed the gate; it stays closed */
     }
     d->drain_reason = -1;
-    d->evict = 0;
-    d->gang = 0;
+    d->sw.evict = 0;
+    d->sw.gang = 0;
     pthread_mutex_unlock(&nvs_g.mu);
     if (nvs_tx_send(&out) != 0) return -1;
     if (evict_after) return run_reclaim(d, 0);
@@ -309,8 +309,8 @@ void nvs_session_deadlines(uint64_t now, uint64_t *t)
                 uint64_t tick = (uint64_t)nvs_cfg.idle_release_ms * NVS_MS / 4;
                 nvs_deadline_min(t, now, now + (tick < NVS_MS ? NVS_MS : tick));
             }
-            if (atomic_load(&d->mem_dirty))
-                nvs_deadline_min(t, now, d->mem_sent_ns + MEM_UPDATE_PERIOD);
+            if (atomic_load(&d->mem.dirty))
+                nvs_deadline_min(t, now, d->mem.sent_ns + MEM_UPDATE_PERIOD);
             nvs_busy_deadline(d, now, t);
         }
     }

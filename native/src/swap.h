@@ -59,13 +59,13 @@ CUresult nvs_prefetch_range(CUdeviceptr p, size_t n, int to_host, int dev, CUstr
 /* ---------------------------------------------------------------- switch.c */
 /* Fast context switches, client thread only, never under nvs_g.mu. */
 uint64_t nvs_switch_evict(nvs_dev *d) NVS_HIDDEN; /* bulk move to host; ns it took, 0 = none */
-/* Bulk move back to the device. wait: returns once it finished (d->prefetch_us set); else issues
+/* Bulk move back to the device. wait: returns once it finished (d->sw.prefetch_us set); else issues
  * it and returns (observed by nvs_switch_prefetch_poll). Returns 0 when nothing was issued. */
 int nvs_switch_prefetch(nvs_dev *d, int wait) NVS_HIDDEN;
 /* The discards a swap-out left due (clean ranges), issued once the scheduler heard of it. */
 void nvs_switch_discard_due(nvs_dev *d) NVS_HIDDEN;
 /* An overlapped prefetch: see whether it finished (finish = 1: wait for it) and set
- * d->prefetch_us. */
+ * d->sw.prefetch_us. */
 void nvs_switch_prefetch_poll(nvs_dev *d, int finish) NVS_HIDDEN;
 
 #endif /* NVSHARE_SWAP_H */

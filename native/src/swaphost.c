@@ -29,8 +29,8 @@ uint64_t nvs_swap_host_total(void)
 void nvs_swap_forget(int dev, uint64_t size, int out, void *host)
 {
     if (out) {
-        atomic_fetch_sub(&nvs_g.dev[dev].swapped_bytes, size);
-        atomic_fetch_sub(&nvs_g.dev[dev].swapped_out, 1);
+        atomic_fetch_sub(&nvs_g.dev[dev].swap.swapped_bytes, size);
+        atomic_fetch_sub(&nvs_g.dev[dev].swap.swapped_out, 1);
     }
     if (!host) return;
     CUstreamCaptureMode old = nvs_relaxed_begin();

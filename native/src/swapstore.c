@@ -76,9 +76,9 @@ void nvs_swap_fence(int dev)
         pthread_mutex_unlock(&move_mu);
     }
     nvs_dev *d = &nvs_g.dev[dev];
-    if (atomic_load(&d->discard_pending)) { /* switch.c: the last swap-out's discards */
+    if (atomic_load(&d->swap.discard_pending)) { /* switch.c: the last swap-out's discards */
         CUstreamCaptureMode old = nvs_relaxed_begin();
-        nvs_drv.cuEventSynchronize(d->discard_rec->discard_ev);
+        nvs_drv.cuEventSynchronize(d->swap.discard_rec->swap.discard_ev);
         nvs_relaxed_end(old);
     }
 }
@@ -213,8 +213,8 @@ void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
         if (now) memcpy(e->sum, now->sum, sizeof(e->sum));
         /* Out from the first chunk on: a range half moved is restored whole. */
         e->out = 1;
-        atomic_fetch_add(&d->swapped_bytes, e->size);
-        atomic_fetch_add(&d->swapped_out, 1);
+        atomic_fetch_add(&d->swap.swapped_bytes, e->size);
+        atomic_fetch_add(&d->swap.swapped_out, 1);
         if (clean) {
             e->discard_due = 1; /* nvs_swap_discard_due, once the scheduler heard */
             io->clean += e->size;
@@ -245,8 +245,8 @@ void nvs_swap_in(nvs_dev *d, nvs_swap_io *io)
                      (unsigned long long)e->size);
         }
         e->out = e->discard_due = 0;
-        atomic_fetch_sub(&d->swapped_bytes, e->size);
-        atomic_fetch_sub(&d->swapped_out, 1);
+        atomic_fetch_sub(&d->swap.swapped_bytes, e->size);
+        atomic_fetch_sub(&d->swap.swapped_out, 1);
         io->ranges++;
         io->bytes += e->size;
     }

@@ -93,15 +93,15 @@ static const char swapsum_ptx[] =
 
 int nvs_swapsum_ready(nvs_ctxrec *rec)
 {
-    if (rec->sum_fn) return 1;
-    if (rec->sum_failed || !nvs_drv.cuModuleLoadData || !nvs_drv.cuModuleGetFunction ||
+    if (rec->swap.sum_fn) return 1;
+    if (rec->swap.sum_failed || !nvs_drv.cuModuleLoadData || !nvs_drv.cuModuleGetFunction ||
         !NVS_REAL(cuLaunchKernel, NVS_IDX_cuLaunchKernel))
         return 0;
-    CUresult r = nvs_drv.cuModuleLoadData(&rec->sum_mod, swapsum_ptx);
-    if (r == CUDA_SUCCESS) r = nvs_drv.cuModuleGetFunction(&rec->sum_fn, rec->sum_mod, "nvs_swap_sum");
+    CUresult r = nvs_drv.cuModuleLoadData(&rec->swap.sum_mod, swapsum_ptx);
+    if (r == CUDA_SUCCESS) r = nvs_drv.cuModuleGetFunction(&rec->swap.sum_fn, rec->swap.sum_mod, "nvs_swap_sum");
     if (r != CUDA_SUCCESS) {
-        rec->sum_fn = NULL;
-        rec->sum_failed = 1;
+        rec->swap.sum_fn = NULL;
+        rec->swap.sum_failed = 1;
         NVS_DEBUG("the swap store's checksum kernel did not load (%d): every swap-out copies", r);
         return 0;
     }
@@ -117,5 +117,5 @@ CUresult nvs_swapsum_launch(nvs_ctxrec *rec, CUdeviceptr data, uint64_t size, CU
     if (blocks > MAX_BLOCKS) blocks = MAX_BLOCKS;
     if (!blocks) blocks = 1;
     void *params[] = {&data, &words, &out};
-    return launch(rec->sum_fn, (unsigned)blocks, 1, 1, THREADS, 1, 1, 0, s, params, NULL);
+    return launch(rec->swap.sum_fn, (unsigned)blocks, 1, 1, THREADS, 1, 1, 0, s, params, NULL);
 }

@@ -73,15 +73,15 @@ static void issue_one(CUdeviceptr p, uint64_t size, void *arg)
 /* The swap store's second stream and its event, once per record. */
 static int swap_ready(nvs_ctxrec *r)
 {
-    if (!r->own_stream2 &&
-        nvs_drv.cuStreamCreate(&r->own_stream2, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
-        r->own_stream2 = NULL;
-    if (!r->swap_ev && nvs_drv.cuEventCreate(&r->swap_ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
-        r->swap_ev = NULL;
-    if (!r->discard_ev &&
-        nvs_drv.cuEventCreate(&r->discard_ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
-        r->discard_ev = NULL;
-    return r->own_stream2 && r->swap_ev && r->discard_ev;
+    if (!r->swap.own_stream2 &&
+        nvs_drv.cuStreamCreate(&r->swap.own_stream2, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+        r->swap.own_stream2 = NULL;
+    if (!r->swap.swap_ev && nvs_drv.cuEventCreate(&r->swap.swap_ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        r->swap.swap_ev = NULL;
+    if (!r->swap.discard_ev &&
+        nvs_drv.cuEventCreate(&r->swap.discard_ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        r->swap.discard_ev = NULL;
+    return r->swap.own_stream2 && r->swap.swap_ev && r->swap.discard_ev;
 }
 
 /* Make a context of d current (the previous one in *prev) and give it our stream. Returns its
@@ -93,9 +93,9 @@ static nvs_ctxrec *enter_context(nvs_dev *d, CUcontext *prev)
     NVS_FOR_EACH_CTX(d, rec)
     {
         if (nvs_drv.cuCtxSetCurrent(rec->ctx) != CUDA_SUCCESS) continue;
-        if (!rec->own_stream &&
-            nvs_drv.cuStreamCreate(&rec->own_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-            rec->own_stream = NULL;
+        if (!rec->sw.own_stream &&
+            nvs_drv.cuStreamCreate(&rec->sw.own_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+            rec->sw.own_stream = NULL;
             continue;
         }
         return rec;
@@ -126,9 +126,9 @@ static int may_move(nvs_dev *d, const char *what)
 static CUresult sync_move(nvs_ctxrec *rec, int swapped)
 {
     CUstreamCaptureMode old = relaxed_if_capturing();
-    CUresult r = nvs_drv.cuStreamSynchronize(rec->own_stream);
+    CUresult r = nvs_drv.cuStreamSynchronize(rec->sw.own_stream);
     if (swapped) {
-        CUresult r2 = nvs_drv.cuStreamSynchronize(rec->own_stream2);
+        CUresult r2 = nvs_drv.cuStreamSynchronize(rec->swap.own_stream2);
         if (r == CUDA_SUCCESS) r = r2;
     }
     nvs_relaxed_end(old);
@@ -143,11 +143,11 @@ static CUresult sync_move(nvs_ctxrec *rec, int swapped)
  * (nvs_swap_fence), or, without one, for the stream now. */
 static void leave_discards(nvs_dev *d, nvs_ctxrec *rec)
 {
-    if (nvs_drv.cuEventRecord(rec->discard_ev, rec->own_stream2) == CUDA_SUCCESS) {
-        d->discard_rec = rec;
-        atomic_store(&d->discard_pending, 1);
+    if (nvs_drv.cuEventRecord(rec->swap.discard_ev, rec->swap.own_stream2) == CUDA_SUCCESS) {
+        d->swap.discard_rec = rec;
+        atomic_store(&d->swap.discard_pending, 1);
     } else {
-        nvs_drv.cuStreamSynchronize(rec->own_stream2);
+        nvs_drv.cuStreamSynchronize(rec->swap.own_stream2);
     }
 }
 
@@ -155,7 +155,7 @@ static CUresult finish_out(nvs_dev *d, nvs_ctxrec *rec, int swapped)
 {
     if (!swapped) return sync_move(rec, 0);
     CUstreamCaptureMode old = relaxed_if_capturing();
-    CUresult r = nvs_drv.cuStreamSynchronize(rec->own_stream);
+    CUresult r = nvs_drv.cuStreamSynchronize(rec->sw.own_stream);
     leave_discards(d, rec);
     nvs_relaxed_end(old);
     return r;
@@ -163,7 +163,7 @@ static CUresult finish_out(nvs_dev *d, nvs_ctxrec *rec, int swapped)
 
 uint64_t nvs_switch_evict(nvs_dev *d)
 {
-    d->swap_refused = 0;
+    d->swap.refused = 0;
     if (!may_move(d, "eviction")) return 0;
     uint64_t t0 = nvs_now_ns();
     if (!nvs_nocap_enter()) {
@@ -178,11 +178,11 @@ uint64_t nvs_switch_evict(nvs_dev *d)
     int swap = rec && nvs_swap_usable() && swap_ready(rec);
     nvs_swap_begin();
     if (rec) {
-        b.stream = rec->own_stream;
+        b.stream = rec->sw.own_stream;
         if (swap) {
-            io.a = rec->own_stream;
-            io.b = rec->own_stream2;
-            io.ev = rec->swap_ev;
+            io.a = rec->sw.own_stream;
+            io.b = rec->swap.own_stream2;
+            io.ev = rec->swap.swap_ev;
             io.rec = rec;
             nvs_swap_out(d, &io);
         }
@@ -197,12 +197,12 @@ uint64_t nvs_switch_evict(nvs_dev *d)
         return 0;
     }
     nvs_drv.cuCtxSetCurrent(prev);
-    d->managed_on_host += b.bytes;
-    atomic_fetch_add(&d->swapped_bytes, b.bytes);
-    d->swap_refused = io.refused;
-    d->discards_due = io.clean > 0;
+    d->swap.managed_on_host += b.bytes;
+    atomic_fetch_add(&d->swap.swapped_bytes, b.bytes);
+    d->swap.refused = io.refused;
+    d->swap.discards_due = io.clean > 0;
     uint64_t took = nvs_now_ns() - t0;
-    d->swap_us = nvs_us32(took);
+    d->swap.move_us = nvs_us32(took);
     NVS_DEBUG("device %d: evicted %d range(s), %llu bytes, to the swap store (%llu of them clean: "
               "discarded without a copy) and %d range(s), %llu bytes, by prefetch to the host in "
               "%.3f ms (%llu bytes refused a host copy, %d refused by the driver, sync %d)",
@@ -215,12 +215,12 @@ uint64_t nvs_switch_evict(nvs_dev *d)
 /* Overlap: a start event on our stream before the prefetches (1 when recorded). */
 static int time_overlap_start(nvs_ctxrec *rec)
 {
-    if (!rec->pf_start && nvs_drv.cuEventCreate(&rec->pf_start, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
-        rec->pf_start = NULL;
-    if (!rec->pf_end && nvs_drv.cuEventCreate(&rec->pf_end, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
-        rec->pf_end = NULL;
-    return rec->pf_start && rec->pf_end &&
-           nvs_drv.cuEventRecord(rec->pf_start, rec->own_stream) == CUDA_SUCCESS;
+    if (!rec->sw.pf_start && nvs_drv.cuEventCreate(&rec->sw.pf_start, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+        rec->sw.pf_start = NULL;
+    if (!rec->sw.pf_end && nvs_drv.cuEventCreate(&rec->sw.pf_end, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+        rec->sw.pf_end = NULL;
+    return rec->sw.pf_start && rec->sw.pf_end &&
+           nvs_drv.cuEventRecord(rec->sw.pf_start, rec->sw.own_stream) == CUDA_SUCCESS;
 }
 
 /* Queue the move back on rec's streams: the driver's prefetch of the ranges not swapped out (when
@@ -228,13 +228,13 @@ static int time_overlap_start(nvs_ctxrec *rec)
 static void queue_back(nvs_dev *d, nvs_ctxrec *rec, int nocap, int swap, batch_t *b,
                        nvs_swap_io *io)
 {
-    b->stream = rec->own_stream;
+    b->stream = rec->sw.own_stream;
     if (nocap && can_prefetch() && nvs_cfg.prefetch != NVS_PREFETCH_OFF)
         nvs_alloc_for_each_managed(d->ordinal, 0, issue_one, b); /* skips ranges swapped out */
     if (swap) {
-        io->a = rec->own_stream;
-        io->b = rec->own_stream2;
-        io->ev = rec->swap_ev;
+        io->a = rec->sw.own_stream;
+        io->b = rec->swap.own_stream2;
+        io->ev = rec->swap.swap_ev;
         io->rec = rec;
         nvs_swap_in(d, io);
     }
@@ -242,8 +242,8 @@ static void queue_back(nvs_dev *d, nvs_ctxrec *rec, int nocap, int swap, batch_t
 
 void nvs_switch_discard_due(nvs_dev *d)
 {
-    if (!d->discards_due || atomic_load(&nvs_exiting)) return;
-    d->discards_due = 0;
+    if (!d->swap.discards_due || atomic_load(&nvs_exiting)) return;
+    d->swap.discards_due = 0;
     uint64_t t0 = nvs_now_ns();
     int nocap = nvs_nocap_enter(); /* our own stream: relaxed mode when a capture runs */
     CUstreamCaptureMode relaxed = nocap ? -1 : nvs_relaxed_begin();
@@ -252,7 +252,7 @@ void nvs_switch_discard_due(nvs_dev *d)
     nvs_swap_io io = {.dev = d->ordinal};
     nvs_swap_begin();
     if (rec && swap_ready(rec)) {
-        io.b = rec->own_stream2;
+        io.b = rec->swap.own_stream2;
         nvs_swap_discard_due(d, &io);
         leave_discards(d, rec);
     }
@@ -267,9 +267,9 @@ void nvs_switch_discard_due(nvs_dev *d)
 
 int nvs_switch_prefetch(nvs_dev *d, int wait)
 {
-    d->prefetch_us = 0;
-    d->pf_outstanding = 0;
-    int out = atomic_load(&d->swapped_out) > 0;
+    d->sw.prefetch_us = 0;
+    d->sw.pf_outstanding = 0;
+    int out = atomic_load(&d->swap.swapped_out) > 0;
     if (!out && !may_move(d, "prefetch")) return 0;
     uint64_t t0 = nvs_now_ns();
     /* Ranges swapped out come back even during a capture: their bytes are only in the host
@@ -292,19 +292,19 @@ int nvs_switch_prefetch(nvs_dev *d, int wait)
         int timed = !wait && time_overlap_start(rec); /* overlap: timed on the stream itself */
         queue_back(d, rec, nocap, swap, &b, &io);
         if (timed && b.issued &&
-            nvs_drv.cuEventRecord(rec->pf_end, rec->own_stream) == CUDA_SUCCESS) {
-            d->pf_outstanding = 1;
-            d->pf_rec = rec;
-            d->pf_issue_ns = t0;
+            nvs_drv.cuEventRecord(rec->sw.pf_end, rec->sw.own_stream) == CUDA_SUCCESS) {
+            d->sw.pf_outstanding = 1;
+            d->sw.pf_rec = rec;
+            d->sw.pf_issue_ns = t0;
         }
     }
     if (nocap) nvs_nocap_leave();
     nvs_relaxed_end(relaxed);
     CUresult r = CUDA_SUCCESS;
-    if (rec && (swap || (b.issued && (wait || !d->pf_outstanding)))) {
+    if (rec && (swap || (b.issued && (wait || !d->sw.pf_outstanding)))) {
         /* wait mode, a swap-in, or overlap without events to observe it: finish it now */
         r = sync_move(rec, swap);
-        d->prefetch_us = nvs_us32(nvs_now_ns() - t0);
+        d->sw.prefetch_us = nvs_us32(nvs_now_ns() - t0);
     }
     nvs_swap_end();
     if (!rec) {
@@ -312,31 +312,31 @@ int nvs_switch_prefetch(nvs_dev *d, int wait)
         return 0;
     }
     nvs_drv.cuCtxSetCurrent(prev);
-    atomic_fetch_sub(&d->swapped_bytes, d->managed_on_host);
-    d->managed_on_host = 0;
-    d->swap_us = nvs_us32(nvs_now_ns() - t0);
+    atomic_fetch_sub(&d->swap.swapped_bytes, d->swap.managed_on_host);
+    d->swap.managed_on_host = 0;
+    d->swap.move_us = nvs_us32(nvs_now_ns() - t0);
     NVS_DEBUG("device %d: swap-in of %d range(s), %llu bytes, and prefetch of %d range(s), %llu "
               "bytes, to the device %s in %.3f ms (%d refused, sync %d)", d->ordinal, io.ranges,
               (unsigned long long)io.bytes, b.issued, (unsigned long long)b.bytes,
-              d->pf_outstanding ? "issued" : "done", (double)(nvs_now_ns() - t0) / 1e6,
+              d->sw.pf_outstanding ? "issued" : "done", (double)(nvs_now_ns() - t0) / 1e6,
               b.refused + io.errors, r);
     return b.issued + io.ranges;
 }
 
 void nvs_switch_prefetch_poll(nvs_dev *d, int finish)
 {
-    if (!d->pf_outstanding || atomic_load(&nvs_exiting)) return;
-    nvs_ctxrec *rec = d->pf_rec;
+    if (!d->sw.pf_outstanding || atomic_load(&nvs_exiting)) return;
+    nvs_ctxrec *rec = d->sw.pf_rec;
     CUstreamCaptureMode old = relaxed_if_capturing();
-    CUresult q = nvs_drv.cuEventQuery(rec->pf_end);
-    if (q == CUDA_ERROR_NOT_READY && finish) q = nvs_drv.cuEventSynchronize(rec->pf_end);
+    CUresult q = nvs_drv.cuEventQuery(rec->sw.pf_end);
+    if (q == CUDA_ERROR_NOT_READY && finish) q = nvs_drv.cuEventSynchronize(rec->sw.pf_end);
     if (q != CUDA_ERROR_NOT_READY) {
         float ms = -1;
         if (q != CUDA_SUCCESS ||
-            nvs_drv.cuEventElapsedTime(&ms, rec->pf_start, rec->pf_end) != CUDA_SUCCESS || ms < 0)
-            ms = (float)((double)(nvs_now_ns() - d->pf_issue_ns) / 1e6); /* an upper bound */
-        d->prefetch_us = nvs_us32((uint64_t)((double)ms * 1e6));
-        d->pf_outstanding = 0;
+            nvs_drv.cuEventElapsedTime(&ms, rec->sw.pf_start, rec->sw.pf_end) != CUDA_SUCCESS || ms < 0)
+            ms = (float)((double)(nvs_now_ns() - d->sw.pf_issue_ns) / 1e6); /* an upper bound */
+        d->sw.prefetch_us = nvs_us32((uint64_t)((double)ms * 1e6));
+        d->sw.pf_outstanding = 0;
         NVS_DEBUG("device %d: overlapped prefetch finished: %.3f ms on the GPU", d->ordinal,
                   (double)ms);
     }
