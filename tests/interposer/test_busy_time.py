@@ -213,3 +213,26 @@ def test_no_busy_spans_to_a_scheduler_that_does_not_offer_them(world, recorder):
     assert app.finish(30) == 0
     assert recorder.messages(MessageType.BUSY_UPDATE)
     assert not recorder.messages(MessageType.BUSY_SPANS)
+
+
+def test_spans_faster_than_reports_are_joined_without_losing_time(world, recorder):
+    """Hundreds of short bursts, each synchronised: a report goes as soon as 16 spans wait (at
+    most one per 50 ms), and past that the closest are joined; no message carries more than 16,
+    the spans stay in order, and their GPU time is all the BUSY_UPDATEs say."""
+    recorder.welcome_features = FEATURE_BUSY | FEATURE_BUSY_SPANS
+    app = world.app("init", "ctx", "0", *["launch", "1", "ctxsync"] * 300, "pause",
+                    env={"MOCK_CUDA_KERNEL_US": 1000, "NVSHARE_IDLE_RELEASE_MS": 0,
+                         "MOCK_CUDA_LOG": None})
+    app.paused(timeout=30)
+    poll(lambda: sum(s[2] for r in recorder.messages(MessageType.BUSY_SPANS)
+                     for s in r.msg.intervals()) >= 0.3e9 * (1 - TOLERANCE), 10, 0.05,
+         what="the spans of 300 bursts")
+    msgs = [r.msg for r in recorder.messages(MessageType.BUSY_SPANS)]
+    spans = [s for m in msgs for s in m.intervals()]
+    assert all(m.count <= 16 for m in msgs)
+    assert len(msgs) >= 3 and len(spans) < 300  # reported as they filled, and some were joined
+    assert all(s < e for s, e, _ in spans) and all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    update = recorder.messages(MessageType.BUSY_UPDATE)[-1].msg.busy_ns
+    assert sum(b for _, _, b in spans) == update
+    app.resume()
+    assert app.finish(30) == 0
