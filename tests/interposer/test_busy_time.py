@@ -94,12 +94,18 @@ def test_many_tiny_kernels(world):
     assert busy == pytest.approx(ref, rel=TOLERANCE), (busy, ref)
 
 
-def test_no_busy_updates_to_a_scheduler_that_does_not_offer_them(world, recorder):
+@pytest.mark.parametrize("features, sent, not_sent", [
+    (0, MessageType.REQ_LOCK, MessageType.BUSY_UPDATE),
+    (FEATURE_BUSY, MessageType.BUSY_UPDATE, MessageType.BUSY_SPANS),
+])
+def test_no_busy_messages_to_a_scheduler_that_does_not_offer_them(world, recorder, features, sent,
+                                                                  not_sent):
+    recorder.welcome_features = features
     app = world.app("init", "ctx", "0", "launch", "50", "ctxsync", "sleep", "1500",
                     env={"MOCK_CUDA_KERNEL_US": 1000})
     assert app.finish(30) == 0
-    assert recorder.messages(MessageType.REQ_LOCK)
-    assert not recorder.messages(MessageType.BUSY_UPDATE)
+    assert recorder.messages(sent)
+    assert not recorder.messages(not_sent)
 
 
 def test_a_release_is_preceded_by_the_busy_time_of_its_hold(world, recorder):
@@ -204,15 +210,6 @@ def test_an_open_span_is_cut_at_each_report_and_goes_on(world, recorder):
     assert last.open_ns == last.intervals()[-1][1]
     app.resume()
     assert app.finish(30) == 0
-
-
-def test_no_busy_spans_to_a_scheduler_that_does_not_offer_them(world, recorder):
-    recorder.welcome_features = FEATURE_BUSY
-    app = world.app("init", "ctx", "0", "launch", "100", "ctxsync", "sleep", "1500",
-                    env={"MOCK_CUDA_KERNEL_US": 1000})
-    assert app.finish(30) == 0
-    assert recorder.messages(MessageType.BUSY_UPDATE)
-    assert not recorder.messages(MessageType.BUSY_SPANS)
 
 
 def test_spans_faster_than_reports_are_joined_without_losing_time(world, recorder):
