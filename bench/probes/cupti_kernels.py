@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Would CUPTI's kernel records give a host-bound stream of tiny kernels its GPU time? Natively
+(no library), through PyTorch's profiler (which records kernels with CUPTI's activity API): for
+each kernel kind of bench/busy_workload.py, the mean kernel duration CUPTI reports in a host-bound
+loop, against the queued per-kernel time bench/busy_accuracy.py judges by; and what recording
+costs a launch (the loop's time per launch with and without the profiler). Issue 21's remaining
+case: the event spans charge such a stream its launch gaps, and an event pair around one kernel
+measures its launch latency (bench/probes/busy_pair.py). Prints JSON. GPU safety: three 256 MiB
+vectors.
+
+    python3 bench/probes/cupti_kernels.py [--launches 20000]
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+sys.path.insert(0, __file__.rsplit("/", 2)[0])
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+from busy_workload import kernels, queued_ms  # noqa: E402
+
+
+def per_launch_us(step, n: int) -> float:
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def kernel_time(averages) -> tuple[float, int]:
+    """Total device time (us) and count of the kernels in a profile's key averages."""
+    total, count = 0.0, 0
+    for row in averages:
+        us = getattr(row, "self_device_time_total", None)
+        if us is None:
+            us = getattr(row, "self_cuda_time_total", 0.0)
+        if us and row.count and "memcpy" not in row.key.lower() and "memset" not in row.key.lower():
+            total += us
+            count += row.count
+    return total, count
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--launches", type=int, default=20000)
+    args = p.parse_args()
+    steps = kernels(torch)
+    for step in steps.values():
+        for _ in range(50):
+            step()
+    torch.cuda.synchronize()
+    out = {}
+    for kind, step in steps.items():
+        n = args.launches if kind == "tiny" else args.launches // 20
+        queued = statistics.median(queued_ms(torch, step) for _ in range(5))
+        plain = [per_launch_us(step, n) for _ in range(3)]
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            profiled = per_launch_us(step, n)
+        total_us, count = kernel_time(prof.key_averages())
+        mean_ms = total_us / count / 1e3 if count else None
+        out[kind] = {"queued_ms": queued, "cupti_kernel_ms": mean_ms, "kernels_seen": count,
+                     "launches": n, "cupti_over_queued": mean_ms / queued if mean_ms else None,
+                     "loop_us_per_launch": statistics.median(plain),
+                     "loop_us_per_launch_profiled": profiled}
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
