@@ -51,11 +51,22 @@ _Static_assert(NVS_BUSY_SPANS_KEPT == NVS_BUSY_SPANS_MAX, "busy.h keeps one BUSY
 #define BUSY_PERIOD (1000 * NVS_MS) /* reports while the busy time grows, and open spans' cuts */
 #define SPANS_SOONEST (50 * NVS_MS) /* reports for spans that fill their slots: at most this often */
 
+/* Spans are kept only for a scheduler that takes them (and BUSY_UPDATE): with any other, or none,
+ * nothing would ever empty the slots. A relaxed read: the client thread sets the features at each
+ * WELCOME, and a span opened or missed around a reconnection is harmless. */
+static int spans_wanted(void)
+{
+    uint32_t f = __atomic_load_n(&nvs_g.sched_features, __ATOMIC_RELAXED);
+    return (f & NVS_FEATURE_BUSY_SPANS) && (f & NVS_FEATURE_BUSY);
+}
+
 static void span_open(nvs_dev *d)
 {
+    if (!spans_wanted()) return;
     pthread_mutex_lock(&d->busy.span_mu);
-    if (!d->busy.open_ns) { /* the clock read under the lock: spans stay in order */
-        d->busy.open_ns = nvs_now_ns();
+    if (!d->busy.open_ns) { /* the clock read under the lock, never before the last end: in order */
+        uint64_t now = nvs_now_ns();
+        d->busy.open_ns = now > d->busy.last_end ? now : d->busy.last_end;
         d->busy.open_busy = atomic_load(&d->busy.ns);
     }
     pthread_mutex_unlock(&d->busy.span_mu);
@@ -63,9 +74,11 @@ static void span_open(nvs_dev *d)
 
 /* span_mu held. Adds a closed span; with every slot taken, the two closest of them and the new one
  * are joined (the least idle time taken in; of those, the shortest pair): no GPU time is lost,
- * only where it was. Returns 1 when the slots are now all taken. */
+ * only where it was. Returns 1 when this span took the last free slot (a report is due: the
+ * client thread is woken once, not at every join after). */
 static int span_keep(nvs_busy_dev *b, nvs_busy_span sp)
 {
+    b->last_end = sp.end_ns;
     if (b->nclosed < NVS_BUSY_SPANS_KEPT) {
         b->closed[b->nclosed++] = sp;
         return b->nclosed == NVS_BUSY_SPANS_KEPT;
@@ -85,7 +98,7 @@ static int span_keep(nvs_busy_dev *b, nvs_busy_span sp)
     all[best].busy_ns += all[best + 1].busy_ns;
     memmove(&all[best + 1], &all[best + 2], (size_t)(NVS_BUSY_SPANS_KEPT - 1 - best) * sizeof(*all));
     memcpy(b->closed, all, sizeof(b->closed));
-    return 1;
+    return 0;
 }
 
 /* span_mu held. Ends the open span at `end` (kept when it took GPU time) and, with `reopen`,
@@ -97,15 +110,23 @@ static int span_cut(nvs_busy_dev *b, uint64_t end, int reopen)
     uint64_t busy = now_busy - b->open_busy;
     if (end <= b->open_ns) end = b->open_ns + 1;
     int full = busy ? span_keep(b, (nvs_busy_span){b->open_ns, end, busy}) : 0;
+    if (end > b->last_end) b->last_end = end;
     b->open_ns = reopen ? end : 0;
     b->open_busy = now_busy;
     return full;
 }
 
+/* An idle point of one of the device's contexts ends the device's span (contexts of one process
+ * on one device add up, as their busy time does: another context's work after it waits for the
+ * next span, which its next launch after an idle point opens). */
 static void span_close(nvs_dev *d)
 {
+    int full = 0;
     pthread_mutex_lock(&d->busy.span_mu);
-    int full = span_cut(&d->busy, nvs_now_ns(), 0);
+    if (spans_wanted())
+        full = span_cut(&d->busy, nvs_now_ns(), 0);
+    else
+        d->busy.open_ns = 0;
     pthread_mutex_unlock(&d->busy.span_mu);
     if (full) nvs_client_wake(); /* their report is due (nvs_busy_put_if_due) */
 }
@@ -123,7 +144,7 @@ void nvs_busy_forget(nvs_dev *d)
     atomic_store(&d->busy.ns, 0);
     d->busy.sent = d->busy.sent_ns = 0;
     pthread_mutex_init(&d->busy.span_mu, NULL); /* the parent's thread may have held it */
-    d->busy.open_ns = d->busy.open_busy = 0;
+    d->busy.open_ns = d->busy.open_busy = d->busy.last_end = 0;
     d->busy.nclosed = 0;
 }
 

@@ -26,6 +26,7 @@ typedef struct nvs_busy_dev {
     uint64_t open_ns;        /* the open span's start (0: none), from the first launch after an
                               * idle point to the next idle point or report */
     uint64_t open_busy;      /* `ns` when it opened */
+    uint64_t last_end;       /* where the last span ended: the next opens no earlier */
     int nclosed;
     nvs_busy_span closed[NVS_BUSY_SPANS_KEPT]; /* closed since the last report */
 } nvs_busy_dev;

@@ -67,9 +67,11 @@ def _credit(spans_per_client, with_spans=True, period=1.0, full=16, soonest=0.05
                 batch.append(spans[k])
                 k += 1
             total += sum(s[2] for s in batch)
-            # a burst under way at the report: its span is open (its time comes later)
+            # a burst under way at the report: its span is open, and what it has run so far is
+            # in the total (the library retires its checkpoints as they finish)
             opened = spans[k][0] if k < len(spans) and spans[k][0] <= due else None
-            reports.append((due, i, batch, total, opened))
+            running = due - opened if opened is not None else 0.0
+            reports.append((due, i, batch, total + running, opened))
             last = due
     for t, i, batch, total, opened in sorted(reports, key=lambda r: r[0]):
         if with_spans and (batch or opened is not None):
@@ -154,16 +156,71 @@ def test_spans_that_break_the_rules_are_dropped():
     assert conn.locks[gpu].spans[-1] == pytest.approx((12.0, 12.1, 0.1))
 
 
-def test_spans_past_the_bound_are_joined_without_losing_time():
-    pending = []
-    spans = [(float(k), k + 0.5, 0.25) for k in range(gpu_busy.SPANS_PENDING + 10)]
-    gpu_busy.keep_spans(pending, spans)
-    assert len(pending) == gpu_busy.SPANS_PENDING
-    assert sum(b for _, _, b in pending) == pytest.approx(sum(b for _, _, b in spans))
-    assert all(a[1] <= b[0] for a, b in zip(pending, pending[1:]))
-    # the gaps are alike: pairs are joined, not one span grown over many
-    assert max(e - s for s, e, _ in pending) == 1.5
-    # the closest pair goes first
-    pending = [(float(k), k + 0.5, 0.25) for k in range(gpu_busy.SPANS_PENDING)]
-    gpu_busy.keep_spans(pending, [(gpu_busy.SPANS_PENDING - 0.49, gpu_busy.SPANS_PENDING, 0.1)])
-    assert pending[-1] == (gpu_busy.SPANS_PENDING - 1.0, gpu_busy.SPANS_PENDING, 0.35)
+def _pair(granted=True):
+    together, gpu = metrics.GpuBusy(), object()
+    conns = [SimpleNamespace(locks={}, id=i + 1) for i in range(2)]
+    for c in conns:
+        metrics.attached(c, gpu, 0.0, together)
+        if granted:
+            metrics.lock_stats(c, gpu).granted = 0.0
+    return together, gpu, conns
+
+
+S = 1_000_000_000
+
+
+def test_one_busy_spans_per_update_and_none_overlapping_the_last_accepted():
+    _, gpu, (conn, _) = _pair()
+    assert metrics.busy_spans(conn, gpu, [(0, S // 2, S // 4)], 1.0)
+    assert metrics.busy_spans(conn, gpu, [(S // 2, S, S // 4)], 1.0)  # a second replaces it
+    assert conn.locks[gpu].spans == [(0.5, 1.0, 0.25)]
+    # spans must start after the last accepted one ended, across messages
+    assert not metrics.busy_spans(conn, gpu, [(int(0.9 * S), S, 1)], 1.1)
+    assert not metrics.busy_spans(conn, gpu, [], 1.1, open_ns=int(0.9 * S))
+
+
+def test_spans_weigh_on_others_with_no_more_time_than_their_claim():
+    # a client claims 1 ms but sends spans busy all along: the honest client beside it keeps
+    # (nearly) all of its 0.9 s
+    together, gpu, (honest, liar) = _pair()
+    metrics.busy_spans(liar, gpu, [(0, S, S)], 1.0)
+    metrics.busy(liar, gpu, 1_000_000, 1.0, together)
+    metrics.busy_spans(honest, gpu, [(0, S, int(0.9 * S))], 1.0)
+    metrics.busy(honest, gpu, int(0.9 * S), 1.01, together)
+    assert metrics.busy_seconds(honest.locks[gpu], 5.0) == pytest.approx(0.9, rel=0.01)
+
+
+def test_a_client_without_spans_weighs_as_a_span_of_its_rate():
+    # an older library beside one that sends spans, both saturating: half each, not all to one
+    together, gpu, (old, new) = _pair()
+    for t in range(1, 11):
+        metrics.busy(old, gpu, t * S, float(t), together)
+        metrics.busy_spans(new, gpu, [((t - 1) * S, t * S, S)], t + 0.01)
+        metrics.busy(new, gpu, t * S, t + 0.01, together)
+    a, b = (metrics.busy_seconds(c.locks[gpu], 20.0) for c in (old, new))
+    assert a == pytest.approx(5.0, rel=0.05) and b == pytest.approx(5.0, rel=0.05), (a, b)
+
+
+def test_a_claim_waits_for_a_span_another_holder_still_has_open():
+    together, gpu, (a, b) = _pair()
+    # a reports at 1.0; b's burst began at 0.5 and is still running when it reports after a, at
+    # 1.02 (0.52 s of it so far): open_ns says so; it closes at 1.5, and its next report brings
+    # the span
+    metrics.busy_spans(a, gpu, [(0, S, S)], 1.0)
+    metrics.busy(a, gpu, S, 1.0, together)
+    metrics.busy_spans(b, gpu, [], 1.02, open_ns=S // 2)
+    metrics.busy(b, gpu, int(0.52 * S), 1.02, together)
+    assert a.locks[gpu].busy == 0.0 and together.pending  # b reported past it, its span is open
+    metrics.busy_spans(b, gpu, [(S // 2, int(1.5 * S), S)], 1.6)
+    metrics.busy(b, gpu, S, 1.6, together)
+    # [0, 0.5] alone, [0.5, 1] shared with b's span: 0.75 s
+    assert metrics.busy_seconds(a.locks[gpu], 1.6) == pytest.approx(0.75, rel=0.01)
+
+
+def test_spans_of_an_update_that_does_not_grow_are_not_left_for_the_next():
+    together, gpu, (a, _) = _pair(granted=False)
+    metrics.busy_spans(a, gpu, [(0, S // 2, S // 2)], 0.6)
+    metrics.busy(a, gpu, S // 2, 0.6, together)
+    metrics.busy_spans(a, gpu, [(int(0.6 * S), int(0.7 * S), 0)], 0.8)
+    metrics.busy(a, gpu, S // 2, 0.8, together)               # no growth: spans dropped with it
+    assert a.locks[gpu].spans is None

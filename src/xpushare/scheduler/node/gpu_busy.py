@@ -5,21 +5,23 @@ A client's library measures the spans in which its work kept the GPU busy, on th
 When contexts run together the GPU time-slices between them, so each one's spans also hold the
 others' slices and their claims add up to more than the GPU had. Two ways to tell whose time it
 was, by what the client sent:
-- with BUSY_SPANS (its spans on the host's clock): each span is shared out by the stretch. Where
-  the spans open at once (its own and the other clients') are busier together than the GPU can be
-  (their densities, GPU time over length, add up to more than 1), each gets its part of the
-  stretch in proportion to its density; elsewhere it keeps what it measured (spans that touch on
-  the host without filling the GPU, as with launch gaps). The GPU gives the contexts that have
-  work equal slices, so spans measured while they overlap, each holding the others' slices, get
-  equal parts; bench/busy_accuracy.py measures the result against the kernels' native time;
+- with BUSY_SPANS (its spans on the host's clock, and the piece of one still open): span_share.
+  A span whose GPU time fits beside the others' keeps it; else, where the spans open at once
+  (its own and the other clients') are busier together than the GPU can be (their densities, GPU
+  time over length, add up to more than 1), each gets its part of the stretch in proportion to its
+  density. The GPU gives the contexts that have work equal slices, so spans measured while they
+  overlap, each holding the others' slices, get equal parts; bench/busy_accuracy.py measures the
+  result against the kernels' native time;
 - with BUSY_UPDATE alone (an older library): by rates over the reports' intervals, which keeps
-  the sum within the GPU's time but cannot tell overlapping bursts from alternating ones.
+  the sum within the GPU's time but cannot tell overlapping bursts from alternating ones; for the
+  others, such a claim weighs as one span of its rate.
 Whatever either says, the GPU's clients are never credited more than the wall time since the first
 of them attached.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
@@ -38,7 +40,6 @@ BUSY_WINDOW = 10.0
 # A span may start this long before the client's previous report arrived (the library cuts an
 # open span at its own clock's report time, which the scheduler sees a little later).
 SPAN_EARLY_S = 1.0
-SPANS_PENDING = 64   # spans kept for the next BUSY_UPDATE at most (the last ones are joined)
 
 Span = tuple[float, float, float]  # start, end (host monotonic seconds), GPU seconds in it
 
@@ -51,13 +52,15 @@ def seen(stats: LockStats, now: float) -> None:
         kept.popleft()
 
 
-def valid_spans(spans: list[tuple[int, int, int]], since: float, now: float) -> list[Span] | None:
+def valid_spans(spans: list[tuple[int, int, int]], since: float, now: float,
+                after: float | None = None) -> list[Span] | None:
     """BUSY_SPANS' spans (ns) as seconds, or None when they break a rule (docs/protocol.md): in
-    order, each ending after it starts, after the previous one, within [since - SPAN_EARLY_S,
-    now]. A span that claims more GPU time than its length counts as busy all along (GPU time
-    retired late, after an idle point that did not wait: what it claims is the BUSY_UPDATE's)."""
+    order, each ending after it starts, after the previous one and after `after` (the end of the
+    client's last accepted span), within [since - SPAN_EARLY_S, now]. A span that claims more GPU
+    time than its length counts as busy all along (GPU time retired late, after an idle point that
+    did not wait: what it claims is the BUSY_UPDATE's)."""
     out: list[Span] = []
-    last = since - SPAN_EARLY_S
+    last = since - SPAN_EARLY_S if after is None else max(since - SPAN_EARLY_S, after)
     for start_ns, end_ns, busy_ns in spans:
         start, end, busy = start_ns / 1e9, end_ns / 1e9, busy_ns / 1e9
         if not (last <= start < end <= now + BUSY_SLACK_S):
@@ -67,41 +70,43 @@ def valid_spans(spans: list[tuple[int, int, int]], since: float, now: float) -> 
     return out
 
 
-def keep_spans(pending: list[Span], spans: list[Span]) -> None:
-    """Adds spans for the next BUSY_UPDATE; past SPANS_PENDING, the two closest are joined (the
-    least idle time taken in; of those, the shortest pair), as often as needed, as the library
-    does."""
-    pending.extend(spans)
-    while len(pending) > SPANS_PENDING:
-        i = min(range(len(pending) - 1), key=lambda k: (pending[k + 1][0] - pending[k][1],
-                                                          pending[k + 1][1] - pending[k][0]))
-        (s, _, b1), (_, e, b2) = pending[i], pending[i + 1]
-        pending[i:i + 2] = [(s, e, b1 + b2)]
-
-
 def span_share(spans: list[Span], others: list[Span]) -> float:
-    """The part of a claim taken in `spans` that it keeps beside the other clients' spans. A span
-    whose GPU time, with the others' GPU time within its length, fits in that length keeps it all
-    (the GPU was not oversubscribed there, however the host intervals touch). Else, by the stretch:
-    a span's density is its GPU time over its length; where the densities of the spans open at once
-    (its own and the others') add up to D > 1, it keeps its density over D of the stretch, elsewhere
-    its density. The GPU gives equal slices to the contexts with work, and a span joined from
-    several (SPANS_PENDING, the library's own bound) weighs only as much as it was busy."""
-    dense = [(s, e, b / (e - s)) for s, e, b in others]
+    """The part of a claim taken in `spans` (in order, not overlapping) that it keeps beside the
+    other clients' spans. A span whose GPU time, with the others' GPU time within its length, fits
+    in that length keeps it all (the GPU was not oversubscribed there, however the host intervals
+    touch). Else, by the stretch: a span's density is its GPU time over its length; where the
+    densities of the spans open at once (its own and the others') add up to D > 1, it keeps its
+    density over D of the stretch, elsewhere its density. The GPU gives equal slices to the
+    contexts with work, and a span joined from several (the library's 16 slots) weighs only as
+    much as it was busy. One sweep over the others' density steps: O((m + n) log m)."""
+    steps: dict[float, float] = {}
+    for s, e, b in others:
+        density = b / (e - s)
+        steps[s] = steps.get(s, 0.0) + density
+        steps[e] = steps.get(e, 0.0) - density
+    cuts = sorted(steps)
+    level, levels = 0.0, []  # the others' density from cuts[i] to cuts[i + 1]
+    for t in cuts:
+        level += steps[t]
+        levels.append(level)
     claimed = kept = 0.0
     for start, end, busy in spans:
         claimed += busy
         mine = busy / (end - start)
-        near = [(s, e, d) for s, e, d in dense if e > start and s < end]
-        beside = sum(d * (min(e, end) - max(s, start)) for s, e, d in near)
-        if busy + beside <= end - start:  # it fits beside them: the GPU was not oversubscribed
+        i = bisect_right(cuts, start) - 1  # the step in force at `start` (-1: before any)
+        pieces, t = [], start
+        while t < end:
+            nxt = cuts[i + 1] if i + 1 < len(cuts) else end
+            upto = min(nxt, end)
+            if upto > t:
+                pieces.append((upto - t, levels[i] if i >= 0 else 0.0))
+            t, i = upto, i + 1
+        beside = sum(length * level for length, level in pieces)
+        if busy + beside <= (end - start) * (1 + 1e-9):  # it fits beside them
             kept += busy
             continue
-        cuts = sorted({start, end, *(t for s, e, _ in near for t in (s, e) if start < t < end)})
-        for a, b in zip(cuts, cuts[1:]):
-            mid = (a + b) / 2
-            total = mine + sum(d for s, e, d in near if s <= mid < e)
-            kept += (b - a) * (mine if total <= 1.0 else mine / total)
+        kept += sum(length * (mine if mine + level <= 1.0 else mine / (mine + level))
+                    for length, level in pieces)
     return 1.0 if claimed <= 0 else min(1.0, kept / claimed)
 
 
@@ -117,6 +122,7 @@ class GpuBusy:
     GOES_ON_S = 1.5  # a claim waits at most this long for the others' reports
     OTHERS = 128     # at most this many of the latest claims are weighed (a bound on the work)
     SPANS = 2048     # at most this many of the latest spans are kept to weigh (likewise)
+    OTHER_SPANS = 512  # and at most this many of them weigh on one claim
 
     def __init__(self):
         self.history: deque[tuple[int, float, float, float]] = deque()  # (client, rate, from, to)
@@ -136,18 +142,49 @@ class GpuBusy:
 
     def claim(self, client: int, lock: LockStats, seconds: float, start: float, now: float,
               spans: list[Span] | None = None) -> None:
-        """`seconds` of GPU time claimed over [start, now], taken in `spans` (None: not known);
-        credited to `lock` now or later."""
+        """`seconds` of GPU time claimed over [start, now], taken in `spans` (the BUSY_SPANS that
+        came with it; None from a client that sends none); credited to `lock` now or later."""
         if self.since is None:
             self.since = start  # the first claim: from the ATTACH it counts from
         rate = min(1.0, max(0.0, seconds / max(now - start, 1e-3)))
         self.history.append((client, rate, start, now))
-        if spans:
+        if spans is not None or lock.spans_end is not None or lock.open_since is not None:
+            spans = self._pieces(lock, seconds, now, spans or [])
             self.spans.extend((client, s, e, b) for s, e, b in spans)
+        elif now > start:  # a client that sends no spans (an older library): one of its rate
+            self.spans.append((client, start, now, rate * (now - start)))
         self.latest.pop(client, None)
         self.latest[client] = (now, lock)
         self.pending.append((client, lock, seconds, start, now, spans or None))
         self.settle(now)
+
+    def _pieces(self, lock: LockStats, seconds: float, now: float, spans: list[Span]) -> list[Span]:
+        """Where a claim's time was taken: its closed spans, less what an earlier claim's open
+        piece already covered, and the span still open (lock.open_since) up to now with the rest
+        of the claim. They weigh on others with no more GPU time than the client claimed: its
+        claims fill a budget (a span open across reports is claimed in parts) that they draw on."""
+        covered = lock.spans_covered
+        pieces = []
+        for s, e, b in spans:
+            if covered is not None and s < covered:
+                if e <= covered:
+                    continue
+                s, b = covered, b * (e - covered) / (e - s)
+            pieces.append((s, e, b))
+        if lock.open_since is not None:
+            s = max(lock.open_since, covered if covered is not None else lock.open_since,
+                    pieces[-1][1] if pieces else lock.open_since)
+            if now > s:
+                rest = max(0.0, seconds - sum(b for _, _, b in pieces))
+                pieces.append((s, now, min(rest, now - s)))
+            lock.spans_covered = now
+        elif pieces:
+            lock.spans_covered = pieces[-1][1]
+        lock.span_budget = min(lock.span_budget + seconds, self.KEEP_S)
+        total = sum(b for _, _, b in pieces)
+        use = min(total, lock.span_budget)
+        lock.span_budget -= use
+        return [(s, e, b * use / total) for s, e, b in pieces] if total > 0 else pieces
 
     def settle(self, now: float) -> None:
         """Credit the pending claims whose overlapping claims are known (oldest first)."""
@@ -195,9 +232,16 @@ class GpuBusy:
         return 1.0 if total <= 1.0 else 1.0 / total
 
     def _span_share(self, client: int, spans: list[Span]) -> float:
+        """span_share against the latest OTHER_SPANS of the other clients' spans that overlap
+        these (a bound on the loop's work per claim: about half a millisecond)."""
         lo, hi = spans[0][0], spans[-1][1]
-        return span_share(spans, [(s, e, b) for c, s, e, b in self.spans
-                                  if c != client and e > lo and s < hi])
+        others = []
+        for c, s, e, b in reversed(self.spans):
+            if c != client and e > lo and s < hi and e > s:
+                others.append((s, e, b))
+                if len(others) == self.OTHER_SPANS:
+                    break
+        return span_share(spans, others)
 
     def _credit(self, seconds: float, end: float) -> float:
         """seconds, or less: never past the wall time since the first claim (BUSY_SLACK_S)."""

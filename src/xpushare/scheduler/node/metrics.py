@@ -19,8 +19,7 @@ from collections import Counter, deque
 
 from ..policy import SWITCH_REASONS
 from .gpu_busy import (  # noqa: F401  (BUSY_*: part of what metrics offers status and the exporter)
-    BUSY_SLACK, BUSY_SLACK_S, BUSY_WINDOW, SPAN_EARLY_S, GpuBusy, Span, keep_spans, seen,
-    valid_spans,
+    BUSY_SLACK, BUSY_SLACK_S, BUSY_WINDOW, SPAN_EARLY_S, GpuBusy, Span, seen, valid_spans,
 )
 
 # Seconds. A lock wait runs from microseconds (a free GPU) to a few quanta (up to minutes); a switch
@@ -105,7 +104,7 @@ class LockStats:
 
     __slots__ = ("grants", "drops", "held", "waited", "requested", "granted", "dropped", "evict",
                  "prefetch", "busy", "busy_ns", "busy_at", "busy_clamps", "busy_seen", "together",
-                 "spans", "open_at", "open_since")
+                 "spans", "spans_end", "spans_covered", "open_at", "open_since", "span_budget")
 
     def __init__(self):
         self.grants = 0
@@ -121,7 +120,10 @@ class LockStats:
         self.busy_clamps = 0                      # reports cut to the wall time that passed
         self.busy_seen: deque[tuple[float, float]] = deque()  # (when, busy) over BUSY_WINDOW
         self.together: GpuBusy | None = None      # its GPU's, which credits busy (GpuBusy)
-        self.spans: list[Span] = []               # BUSY_SPANS' for the next BUSY_UPDATE
+        self.spans: list[Span] | None = None      # BUSY_SPANS' for the next BUSY_UPDATE
+        self.spans_end: float | None = None       # the end of the last span accepted
+        self.span_budget = 0.0                    # GPU s claimed that its spans may still weigh
+        self.spans_covered: float | None = None   # where the last claim's pieces ended (gpu_busy)
         self.open_at: float | None = None         # and its open span's start
         self.open_since: float | None = None      # that of the last BUSY_UPDATE: a span still
                                                   # open then, whose time a later report brings
@@ -166,13 +168,16 @@ def busy_spans(conn, gpu, spans: list[tuple[int, int, int]], now: float,
     that report is then shared out by rates, as one without spans."""
     stats = lock_stats(conn, gpu)
     since = stats.busy_at if stats.busy_at is not None else now
-    checked = valid_spans(spans, since, now)
+    checked = valid_spans(spans, since, now, stats.spans_end)
     open_at = open_ns / 1e9 if open_ns else None
-    if checked is None or (open_at is not None and not (
-            (checked[-1][1] if checked else since - SPAN_EARLY_S) <= open_at <= now)):
+    floor = checked[-1][1] if checked else max(since - SPAN_EARLY_S, stats.spans_end or 0.0)
+    if checked is None or (open_at is not None and not floor <= open_at <= now):
         return False
-    keep_spans(stats.spans, checked)
+    # one BUSY_SPANS for each BUSY_UPDATE: a second one before it replaces the first
+    stats.spans = checked
     stats.open_at = open_at
+    if checked:
+        stats.spans_end = checked[-1][1]
     return True
 
 
@@ -187,6 +192,9 @@ def busy(conn, gpu, busy_ns: int, now: float, together: GpuBusy | None = None) -
     stats = lock_stats(conn, gpu)
     if stats.busy_at is None:
         stats.busy_at = now
+    # the BUSY_SPANS before it go with this report, whatever it says
+    spans, stats.spans = stats.spans, None
+    stats.open_since, stats.open_at = stats.open_at, None
     if busy_ns <= stats.busy_ns:
         return None
     first = stats.busy_ns == 0
@@ -196,8 +204,6 @@ def busy(conn, gpu, busy_ns: int, now: float, together: GpuBusy | None = None) -
     stats.busy_ns = busy_ns
     stats.busy_at = now
     cut = claimed > allowed
-    spans, stats.spans = stats.spans, []
-    stats.open_since, stats.open_at = stats.open_at, None
     if together is not None:
         stats.together = together
         together.claim(conn.id, stats, min(claimed, allowed), start, now, spans)
