@@ -224,3 +224,24 @@ def test_spans_of_an_update_that_does_not_grow_are_not_left_for_the_next():
     metrics.busy_spans(a, gpu, [(int(0.6 * S), int(0.7 * S), 0)], 0.8)
     metrics.busy(a, gpu, S // 2, 0.8, together)               # no growth: spans dropped with it
     assert a.locks[gpu].spans is None
+
+
+def test_a_claim_is_weighed_against_a_bounded_number_of_spans(monkeypatch):
+    """However many spans others send, one claim is weighed against the latest OTHER_SPANS of
+    them (the event loop's work per claim is bounded)."""
+    together, gpu, (a, b) = _pair()
+    seen = []
+    real = gpu_busy.span_share
+    monkeypatch.setattr(gpu_busy, "span_share", lambda mine, others: seen.append(len(others))
+                        or real(mine, others))
+    t = 0.0
+    for k in range(60):  # b: 60 reports of 16 spans each, all within the second a claims
+        spans = [(int((t + i * 1e-5) * S), int((t + (i + 0.5) * 1e-5) * S), 1000)
+                 for i in range(16)]
+        t += 16e-5
+        assert metrics.busy_spans(b, gpu, spans, 0.5 + k * 1e-3)
+        metrics.busy(b, gpu, 16_000 * (k + 1), 0.5 + k * 1e-3, together)
+    metrics.busy_spans(a, gpu, [(0, S, S)], 1.0)
+    metrics.busy(a, gpu, S, 1.0, together)
+    metrics.busy_seconds(a.locks[gpu], 5.0)
+    assert seen and max(seen) == together.OTHER_SPANS
