@@ -249,7 +249,7 @@ void nvs_devices_reset_after_fork(void)
         nvs_quota_reset_after_fork(d);
     }
     nvs_g.ctxs = NULL;
-    nvs_g.sched_features = 0;
+    __atomic_store_n(&nvs_g.sched_features, 0, __ATOMIC_RELAXED); /* busy.c reads it unlocked */
     nvs_g.ungated = 0;
     nvs_g.client_state = NVS_CLIENT_NONE;
     nvs_tls_ctx = NULL;

@@ -43,7 +43,7 @@ void nvs_session_down(int run)
 {
     nvs_g.client_state = NVS_CLIENT_DOWN;
     nvs_g.ungated = run;
-    nvs_g.sched_features = 0;
+    __atomic_store_n(&nvs_g.sched_features, 0, __ATOMIC_RELAXED); /* busy.c reads it unlocked */
     NVS_FOR_EACH_DEV(d) {
         d->want = 0;
         reset_device(d, run);
@@ -78,7 +78,8 @@ static void on_welcome(nvs_dev *none, const unsigned char *p, uint32_t len, uint
     memcpy(&w, p, sizeof(w));
     nvs_g.client_state = NVS_CLIENT_READY;
     nvs_g.ungated = 0;
-    nvs_g.sched_features = w.features;
+    /* busy.c reads it unlocked */
+    __atomic_store_n(&nvs_g.sched_features, w.features, __ATOMIC_RELAXED);
     /* Limits: a scheduler that offers QUOTAS hears the environment's (SETTINGS, right after the
      * WELCOME) and answers with LIMITS; until then the last ones stay. Without QUOTAS the
      * environment's apply. */

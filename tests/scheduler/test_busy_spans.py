@@ -245,3 +245,40 @@ def test_a_claim_is_weighed_against_a_bounded_number_of_spans(monkeypatch):
     metrics.busy(a, gpu, S, 1.0, together)
     metrics.busy_seconds(a.locks[gpu], 5.0)
     assert seen and max(seen) == together.OTHER_SPANS
+
+
+@pytest.mark.parametrize("liar_busy", [S // 100, 0])
+def test_spans_that_place_less_than_the_claim_do_not_keep_it_from_being_shared(liar_busy):
+    # both saturate for 10 s; the liar claims all of it but its spans place little or nothing:
+    # what they do not place weighs as a span of its rate, so each still gets half
+    together, gpu, (liar, honest) = _pair()
+    for t in range(1, 11):
+        metrics.busy_spans(liar, gpu, [((t - 1) * S, t * S, liar_busy)], float(t))
+        metrics.busy(liar, gpu, t * S, float(t), together)
+        metrics.busy_spans(honest, gpu, [((t - 1) * S, t * S, S)], t + 0.01)
+        metrics.busy(honest, gpu, t * S, t + 0.01, together)
+    a, b = (metrics.busy_seconds(c.locks[gpu], 20.0) for c in (liar, honest))
+    assert a == pytest.approx(5.0, rel=0.05) and b == pytest.approx(5.0, rel=0.05), (a, b)
+
+
+def test_a_report_of_a_client_that_sends_spans_but_placed_none_weighs_by_its_rate():
+    together, gpu, (a, b) = _pair()
+    metrics.busy_spans(a, gpu, [(0, S // 10, S // 10)], 0.1)   # a sends spans...
+    metrics.busy(a, gpu, S // 10, 0.1, together)
+    for t in range(1, 11):  # ...then reports growth with none (another context's work, say)
+        metrics.busy_spans(b, gpu, [(int((t - 0.9) * S), int((t + 0.1) * S), S)], t + 0.1)
+        metrics.busy(b, gpu, t * S, t + 0.1, together)
+        metrics.busy(a, gpu, S // 10 + t * S, t + 0.11, together)
+    x, y = (metrics.busy_seconds(c.locks[gpu], 30.0) for c in (a, b))
+    assert x == pytest.approx(5.0, rel=0.1) and y == pytest.approx(5.0, rel=0.1), (x, y)
+
+
+def test_a_flood_of_reports_is_shared_out_as_few_claims_with_all_their_time():
+    together, gpu, (a, b) = _pair()
+    for k in range(1, 2001):  # 2000 reports in a second, each 0.4 ms of GPU time in a span
+        t = k * 0.0005
+        metrics.busy_spans(a, gpu, [(int((t - 0.0005) * S), int(t * S), 400_000)], t)
+        metrics.busy(a, gpu, k * 400_000, t, together)
+    assert len(together.pending) <= 1.0 / together.MERGE_S + 1
+    together.left(b.id)
+    assert metrics.busy_seconds(a.locks[gpu], 5.0) == pytest.approx(0.8, rel=1e-6)

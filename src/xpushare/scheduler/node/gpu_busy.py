@@ -117,18 +117,23 @@ class GpuBusy:
     other client that holds the GPU has reported past its end, or GOES_ON_S after it (a holder
     whose busy time grows reports once a second)."""
 
-    __slots__ = ("history", "spans", "latest", "pending", "credited", "since")
+    __slots__ = ("history", "spans", "latest", "pending", "merging", "credited", "since")
     KEEP_S = 5.0     # a claim is weighed against others this long after its interval ended
     GOES_ON_S = 1.5  # a claim waits at most this long for the others' reports
     OTHERS = 128     # at most this many of the latest claims are weighed (a bound on the work)
     SPANS = 2048     # at most this many of the latest spans are kept to weigh (likewise)
     OTHER_SPANS = 512  # and at most this many of them weigh on one claim
+    MERGE_S = 0.02     # a client's claims closer than this are shared out as one (the library
+                       # reports at most once per 50 ms but for a release)
+    MERGED_SPANS = 64  # past this many spans, a joined claim weighs as one span of its rate
 
     def __init__(self):
         self.history: deque[tuple[int, float, float, float]] = deque()  # (client, rate, from, to)
         self.spans: deque[tuple[int, float, float, float]] = deque(maxlen=self.SPANS)
         self.latest: OrderedDict[int, tuple[float, LockStats]] = OrderedDict()  # client -> to, lock
-        self.pending: deque[tuple[int, LockStats, float, float, float, list[Span] | None]] = deque()
+        # [client, lock, seconds, start, end, spans, still pending]
+        self.pending: deque[list] = deque()
+        self.merging: dict[int, list] = {}  # client -> its latest pending claim
         self.credited = 0.0
         self.since: float | None = None
 
@@ -143,26 +148,42 @@ class GpuBusy:
     def claim(self, client: int, lock: LockStats, seconds: float, start: float, now: float,
               spans: list[Span] | None = None) -> None:
         """`seconds` of GPU time claimed over [start, now], taken in `spans` (the BUSY_SPANS that
-        came with it; None from a client that sends none); credited to `lock` now or later."""
+        came with it; None from a client that sends none); credited to `lock` now or later. A
+        claim that comes within MERGE_S of the same client's previous one, still pending, joins
+        it: however many reports a client sends, the loop shares out one claim per MERGE_S."""
         if self.since is None:
             self.since = start  # the first claim: from the ATTACH it counts from
         rate = min(1.0, max(0.0, seconds / max(now - start, 1e-3)))
         self.history.append((client, rate, start, now))
         if spans is not None or lock.spans_end is not None or lock.open_since is not None:
-            spans = self._pieces(lock, seconds, now, spans or [])
+            spans = self._pieces(lock, seconds, start, now, spans or [])
             self.spans.extend((client, s, e, b) for s, e, b in spans)
         elif now > start:  # a client that sends no spans (an older library): one of its rate
             self.spans.append((client, start, now, rate * (now - start)))
         self.latest.pop(client, None)
         self.latest[client] = (now, lock)
-        self.pending.append((client, lock, seconds, start, now, spans or None))
+        last = self.merging.get(client)
+        if last is not None and last[6] and now - last[4] < self.MERGE_S:
+            last[2] += seconds
+            last[4] = now
+            joined = (last[5] or []) + (spans or [])
+            if len(joined) > self.MERGED_SPANS:  # a flood: one span of its rate
+                joined = [(last[3], now, last[2])] if now > last[3] else []
+            last[5] = joined or None
+        else:
+            entry = [client, lock, seconds, start, now, spans or None, True]
+            self.pending.append(entry)
+            self.merging[client] = entry
         self.settle(now)
 
-    def _pieces(self, lock: LockStats, seconds: float, now: float, spans: list[Span]) -> list[Span]:
+    def _pieces(self, lock: LockStats, seconds: float, start: float, now: float,
+                spans: list[Span]) -> list[Span]:
         """Where a claim's time was taken: its closed spans, less what an earlier claim's open
         piece already covered, and the span still open (lock.open_since) up to now with the rest
-        of the claim. They weigh on others with no more GPU time than the client claimed: its
-        claims fill a budget (a span open across reports is claimed in parts) that they draw on."""
+        of the claim. They weigh on others with no more GPU time than the client claimed (its
+        claims fill a budget they draw on: a span open across reports is claimed in parts), and
+        what the claim has that they do not place weighs as a span of its rate: spans that say
+        less than the claim do not keep it from being shared."""
         covered = lock.spans_covered
         pieces = []
         for s, e, b in spans:
@@ -184,12 +205,21 @@ class GpuBusy:
         total = sum(b for _, _, b in pieces)
         use = min(total, lock.span_budget)
         lock.span_budget -= use
-        return [(s, e, b * use / total) for s, e, b in pieces] if total > 0 else pieces
+        if total > 0:
+            pieces = [(s, e, b * use / total) for s, e, b in pieces]
+        rest = seconds - use
+        if rest > 1e-9 and now > start:
+            pieces.append((start, now, min(rest, now - start)))
+        return pieces
 
     def settle(self, now: float) -> None:
         """Credit the pending claims whose overlapping claims are known (oldest first)."""
         while self.pending and self._known(self.pending[0], now):
-            client, lock, seconds, start, end, spans = self.pending.popleft()
+            entry = self.pending.popleft()
+            client, lock, seconds, start, end, spans, _ = entry
+            entry[6] = False
+            if self.merging.get(client) is entry:
+                del self.merging[client]
             share = (self._span_share(client, spans) if spans else
                      self._rate_share(client, seconds, start, end))
             lock.busy += self._credit(seconds * share, end)
