@@ -157,7 +157,7 @@ if [ "$RUN_BENCH" = 1 ]; then
     log "bench/run_all.py (budget ${BUDGET}s, limit ${LIMIT}s)"
     # --budget: the benchmarks share it and fit themselves to their shares; results are written
     # after each benchmark, and a SIGTERM from timeout stops the one running and keeps the rest.
-    (cd bench && timeout --kill-after=15 "$LIMIT" "$PYTHON" run_all.py --out "$OUT" \
+    (timeout --kill-after=15 "$LIMIT" "$PYTHON" -m bench.run_all --out "$OUT" \
        --budget "$BUDGET" "${QUICK[@]}") \
       2>&1 | tee "$OUT/bench.log"
     rc=${PIPESTATUS[0]}

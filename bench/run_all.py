@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run the benchmark suite and write bench/results/suite.json, docs/benchmarks.md and plots.
 
-    python3 bench/run_all.py [--budget 470] [--only NAME,...] [--quick] [--out DIR]
+    python3 -m bench.run_all [--budget 470] [--only NAME,...] [--quick] [--out DIR]
 
   train_overhead   resident training step time, compute-bound size, library vs native (~60 s)
   launch_overhead  added cost per kernel launch, quick form (~40 s)
@@ -12,13 +12,13 @@
   interactive      high-priority interactive client next to a batch job (~50 s)
   (idle_release: the idle-release benchmark, only when asked for with --only idle_release)
 
-Without a GPU, not in the default run (bench/suite.py's CPU group; results in bench/results/cpu.json,
+Without a GPU, not in the default run (bench/core/suite.py's CPU group; results in bench/results/cpu.json,
 shown in a part of docs/benchmarks.md of their own, with the machine's CPU):
 
   load             1, 100, 1000 clients on one GPU per mode: registration, lock round trip, handoff (~3 min)
   soak             10^5 malformed frames, 10^4 fuzzed control requests, a probe client, RSS (~2 min)
 
-The benchmarks are the modules listed in bench/suite.py (their interface is described there).
+The benchmarks are the modules listed in bench/core/suite.py (their interface is described there).
 The budget is shared in proportion to those shares among the benchmarks still to run, so time one
 leaves unused goes to the next and an overrun is taken from the rest; each benchmark gets its share
 as `time_left` and fits itself to it. Each runs in a child process of its own: a failure, a crash
@@ -51,19 +51,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-BENCH = Path(__file__).resolve().parent
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
+BENCH = Path(__file__).resolve().parent  # bench/
 
-import report  # noqa: E402
-import suite  # noqa: E402
+from bench.core import report  # noqa: E402
+from bench.core import suite  # noqa: E402
 
 REPO = BENCH.parent
 RESULTS_JSON = REPO / "bench" / "results" / "suite.json"
 CPU_JSON = RESULTS_JSON.with_name("cpu.json")  # a run of only benchmarks of suite.CPU (report.SEPARATE)
 BENCHMARKS_MD = REPO / "docs" / "benchmarks.md"
-RERUN = "bash bench/gpu_validate.sh --bench-only   # or: python3 bench/run_all.py"
-RERUN_CPU = "python3 bench/run_all.py --only " + ",".join(suite.CPU)
+RERUN = "bash bench/gpu_validate.sh --bench-only   # or: python3 -m bench.run_all"
+RERUN_CPU = "python3 -m bench.run_all --only " + ",".join(suite.CPU)
 DEFAULT_BUDGET_S = 470.0
 MARKER = "XPUSHARE_BENCH_RUN"  # in the environment of every process a benchmark starts
 HANG_FACTOR, HANG_EXTRA_S = 1.5, 15.0  # a benchmark still running after this is ended
@@ -93,13 +91,13 @@ ALIASES = {"idle": "idle_release"}  # the short name earlier versions documented
 
 
 def _harness():
-    from common import harness
+    from bench.core.common import harness
 
     return harness
 
 
 def _gpu_problem() -> str | None:
-    from common import gpu_problem
+    from bench.core.common import gpu_problem
 
     return gpu_problem(strict=True)
 
@@ -223,7 +221,7 @@ def machine() -> dict:
                      "print(torch.__version__, torch.version.cuda, platform.python_version())"])
     torch_v, cuda_v, python_v = (versions.split() + [None] * 3)[:3] if versions else (None,) * 3
     try:
-        from launch_overhead import find_nvcc
+        from bench.launch.launch_overhead import find_nvcc
 
         nvcc = _cmd([find_nvcc(), "--version"])
     except (RuntimeError, ImportError):
@@ -280,7 +278,7 @@ def write_outputs(results: dict, out: Path | None, json_path: Path = RESULTS_JSO
     try:
         report.write(results, md_path, json_path.parent, make_plots and final,
                      "not drawn (--no-plots)" if not make_plots else
-                     f"drawn when the run ends (`python3 bench/report.py {report._shown(json_path)}` draws them now)",
+                     f"drawn when the run ends (`python3 -m bench.core.report {report._shown(json_path)}` draws them now)",
                      json_path=json_path)
     except Exception as e:  # the JSON is what matters; the report can be rendered again from it
         print(f"run_all: cannot write {md_path}: {type(e).__name__}: {e}", flush=True)
@@ -363,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="every benchmark in its quick form")
     p.add_argument("--out", type=Path, help="also copy the JSON, the Markdown and the plots here")
     p.add_argument("--json", type=Path, help="results file (default bench/results/suite.json; "
-                   "bench/results/cpu.json when only benchmarks without a GPU of bench/suite.py's CPU are run)")
+                   "bench/results/cpu.json when only benchmarks without a GPU of bench/core/suite.py's CPU are run)")
     p.add_argument("--md", type=Path, default=BENCHMARKS_MD, help="report (default docs/benchmarks.md)")
     p.add_argument("--no-plots", action="store_true", help="do not draw the PNG plots")
     args = p.parse_args(argv)

@@ -1,5 +1,5 @@
 """Fuzzed control requests and malformed frames for the scheduler, shared by the bounded live fuzz of
-tests/scheduler/test_control_fuzz.py and the soak run of bench/soak.py.
+tests/scheduler/test_control_fuzz.py and the soak run of bench/scheduling/soak.py.
 
 Everything is drawn from a random.Random the caller seeds, so a run is repeatable (the random bytes
 of malformed frames come from it too, not from os.urandom).

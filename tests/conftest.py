@@ -1,9 +1,9 @@
 """The one build under test, for every test and every process a test starts.
 
 - Python: pytest's `pythonpath` (pyproject.toml) puts this checkout's src/, the repository root
-  (testkit), tests/scheduler (the scheduler harness) and bench/ first on sys.path; the same list
-  goes into PYTHONPATH here, so that subprocesses (schedulers, clients, fake workloads) import the
-  same code. An installed xpushare is never what is tested.
+  (testkit, the bench package) and tests/scheduler (the scheduler harness) first on sys.path; the
+  same list goes into PYTHONPATH here, so that subprocesses (schedulers, clients, fake workloads)
+  import the same code. An installed xpushare is never what is tested.
 - Native: libnvshare.so is built from native/ once per run (testkit.build; the xdist workers find
   it built) and named in NVSHARE_LIBRARY, which the library's users read (NVSHARE_LIBRARY set
   beforehand wins: the GPU machine tests its installed package).

@@ -91,17 +91,20 @@ def test_nvsharectl_loads_no_scheduler_module():
 
 
 def _bench_imports() -> dict[str, set[str]]:
-    bench = PACKAGE.parents[1] / "bench"
-    names = {p.stem for p in bench.glob("*.py")}
+    """bench's modules (dotted: bench.core.render) and the bench modules each imports."""
+    root = PACKAGE.parents[1]
+    files = {".".join(p.relative_to(root).with_suffix("").parts): p
+             for p in (root / "bench").rglob("*.py") if p.name != "__init__.py"}
     graph = {}
-    for p in bench.glob("*.py"):
+    for name, p in files.items():
         found = set()
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.Import):
-                found.update(a.name.split(".")[0] for a in node.names)
+                found.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                found.add(node.module.split(".")[0])
-        graph[p.stem] = found & names - {p.stem}
+                found.add(node.module)
+                found.update(f"{node.module}.{a.name}" for a in node.names)
+        graph[name] = found & files.keys() - {name}
     return graph
 
 
@@ -118,9 +121,22 @@ def test_no_benchmark_modules_import_each_other_in_a_circle():
         path.pop()
         done.add(name)
 
-    assert graph["makespan_fit"] and graph["run_all"]  # the graph is read
+    assert graph["bench.scheduling.makespan_fit"] and graph["bench.run_all"]  # the graph is read
     for name in sorted(graph):
         visit(name)
+
+
+def test_benchmark_rooms_import_only_core_and_themselves():
+    """bench/<room>/ may use bench/core/ and its own room; core uses no room; the runner and the
+    probes sit above them all."""
+    for name, deps in _bench_imports().items():
+        parts = name.split(".")
+        if len(parts) != 3 or parts[1] == "probes":
+            continue
+        room = parts[1]
+        allowed = {"core"} if room == "core" else {"core", room}
+        wrong = sorted(d for d in deps if d.split(".")[1] not in allowed)
+        assert not wrong, f"{name} imports {wrong}"
 
 
 ROOMS = ["shell", "exporter", "control", "node", "policy"]  # each imports only rooms to its right

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What an event pair around one kernel says of its GPU time, natively, against the queued
-per-kernel time bench/busy_workload.py uses as the reference: for a kernel launched onto an idle
+per-kernel time bench/observability/busy_workload.py uses as the reference: for a kernel launched onto an idle
 GPU (a host-bound stream), one in a queue, and one sampled every k-th launch of a host-bound loop.
 Prints JSON. GPU safety: three 256 MiB vectors."""
 import json
@@ -8,9 +8,9 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, __file__.rsplit("/", 2)[0])
+sys.path.insert(0, __file__.rsplit("/", 3)[0])  # the repository's root
 import torch  # noqa: E402
-from busy_workload import kernels, queued_ms  # noqa: E402
+from bench.observability.busy_workload import kernels, queued_ms  # noqa: E402
 
 
 def paired(step, n=3000, gap_s=20e-6, every=1):

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Would CUPTI's kernel records give a host-bound stream of tiny kernels its GPU time? Natively
 (no library), through PyTorch's profiler (which records kernels with CUPTI's activity API): for
-each kernel kind of bench/busy_workload.py, the mean kernel duration CUPTI reports in a host-bound
-loop, against the queued per-kernel time bench/busy_accuracy.py judges by; and what recording
+each kernel kind of bench/observability/busy_workload.py, the mean kernel duration CUPTI reports in a host-bound
+loop, against the queued per-kernel time bench/observability/busy_accuracy.py judges by; and what recording
 costs a launch (the loop's time per launch with and without the profiler). Issue 21's remaining
 case: the event spans charge such a stream its launch gaps, and an event pair around one kernel
 measures its launch latency (bench/probes/busy_pair.py). Prints JSON. GPU safety: three 256 MiB
@@ -16,10 +16,10 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, __file__.rsplit("/", 2)[0])
+sys.path.insert(0, __file__.rsplit("/", 3)[0])  # the repository's root
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
-from busy_workload import kernels, queued_ms  # noqa: E402
+from bench.observability.busy_workload import kernels, queued_ms  # noqa: E402
 
 
 def per_launch_us(step, n: int) -> float:

@@ -4,7 +4,7 @@ formats a scrape in a thread of its own; the scheduler's loop then waits for the
 thread formats. This probe measures the loop's lateness (a 1 ms timer, p99 and max) with no scrape,
 and while a thread formats scrapes of N clients' series back to back with prometheus_client's
 generate_latest (what its server does per request). The scheduler's own endpoint (httpd.py) formats
-on the loop a piece at a time instead (bench/metrics_abuse.py measures it).
+on the loop a piece at a time instead (bench/observability/metrics_abuse.py measures it).
 
     python3 bench/probes/metrics_thread_gil.py [--clients 1000] [--seconds 3]
 Prints JSON."""

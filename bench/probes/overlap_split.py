@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Does the scheduler's sharing out of busy spans give each of two clients running together its own
 GPU time, when the spans are measured exactly? Natively (no library), two processes run the same
-bench/busy_workload.py pattern at once; each records, per burst, its host interval (first launch
+bench/observability/busy_workload.py pattern at once; each records, per burst, its host interval (first launch
 to the synchronise's return, CLOCK_MONOTONIC) and the events' span around it (what the library's
 spans measure). Then, against the reference (kernels x the queued per-kernel time, measured
 alone): the spans as they are, and what the scheduler's rule (gpu_busy.span_share) keeps of them.
@@ -18,8 +18,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, __file__.rsplit("/", 2)[0])
-from busy_workload import PATTERNS, kernels, queued_ms, wait_for  # noqa: E402
+sys.path.insert(0, __file__.rsplit("/", 3)[0])  # the repository's root
+from bench.observability.busy_workload import PATTERNS, kernels, queued_ms, wait_for  # noqa: E402
 
 from xpushare.scheduler.node.gpu_busy import span_share  # noqa: E402
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-from protoclient import children_can_import_xpushare  # noqa: E402
+from bench.core.protoclient import children_can_import_xpushare  # noqa: E402
 
 
 @pytest.fixture
 def start_scheduler():
     """start_scheduler(mode="serial", tq=30.0, *extra_args) -> a running harness.Scheduler."""
-    from common import harness
+    from bench.core.common import harness
 
     children_can_import_xpushare()
     started = []

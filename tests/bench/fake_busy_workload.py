@@ -1,4 +1,4 @@
-"""A stand-in for bench/busy_workload.py without a GPU: a raw protocol client that reports GPU busy
+"""A stand-in for bench/observability/busy_workload.py without a GPU: a raw protocol client that reports GPU busy
 time as the library would (BUSY_UPDATE), with the files busy_workload.py writes and waits for.
 It claims 0.2 s of warm-up, then `--seconds` more of work, for which it counts kernels of kind
 "add" that would take --seconds / FAKE_BUSY_RATIO at 1 ms each."""
@@ -12,7 +12,7 @@ from xpushare.wire.protocol import (
     Attach, BusyUpdate, FrameDecoder, Hello, MessageType, encode,
 )
 
-from busy_workload import parse, wait_for  # noqa: E402
+from bench.observability.busy_workload import parse, wait_for  # noqa: E402
 
 
 def expect(sock, decoder, mtype):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A stand-in for bench/quota_workload.py without a GPU: the same files and result, with a
+"""A stand-in for bench/quotas/quota_workload.py without a GPU: the same files and result, with a
 throughput taken from $FAKE_IPS (scaled by NVSHARE_COMPUTE_LIMIT / 100 when that is set, and by
 $FAKE_GRAPH_IPS / $FAKE_IPS with --graph).
 
@@ -10,7 +10,7 @@ it applies $FAKE_LAG seconds later (a live change as the scheduler would carry i
 import os
 import time
 
-import quota_workload as qw  # noqa: E402
+from bench.quotas import quota_workload as qw  # noqa: E402
 
 args = qw.parse()
 open(args.warm, "w").close()

@@ -1,4 +1,4 @@
-"""A stand-in for bench/switch_cost.py's A process without a GPU, for tests.
+"""A stand-in for bench/switching/switch_cost.py's A process without a GPU, for tests.
 
 It follows A's control-file protocol (progress, steady-*, stop-*, passes-*.json) and speaks to the
 scheduler as libnvshare.so would: on DROP_LOCK it "evicts" (sleeps a time proportional to its size
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 
-from protoclient import GIB, ProtoClient, prefetch_requested  # noqa: E402
-from switch_worker import PROGRESS_BYTES, size_key  # noqa: E402
+from bench.core.protoclient import GIB, ProtoClient, prefetch_requested  # noqa: E402
+from bench.switching.switch_worker import PROGRESS_BYTES, size_key  # noqa: E402
 from xpushare.wire.protocol import DROP_EVICT, MessageType  # noqa: E402
 
 PASS_S = 0.002

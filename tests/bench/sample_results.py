@@ -21,7 +21,7 @@ def _switch_size(switch_ms: float, steady: float = 6.0) -> dict:
 SAMPLE = {
     "machine": {"gpu": "NVIDIA H100 80GB HBM3, 580.1, 81559 MiB", "torch": "2.11.0", "torch_cuda": "13.0",
                 "python": "3.12.3", "nvcc": "Build cuda_13.0", "commit": "abc1234", "date": "2026-11-23 10:00 UTC"},
-    "library": "/x/libnvshare.so", "rerun": "python3 bench/run_all.py", "quick": False, "budget_s": 470,
+    "library": "/x/libnvshare.so", "rerun": "python3 -m bench.run_all", "quick": False, "budget_s": 470,
     "seconds": 455.0,
     "train_overhead": {"reps": 2, "warmup_steps": 20, "configs": {"large": {
         "args": ["--width", "256"], "native_ms": 18.7, "library_ms": 18.8, "ratio": 1.004, "ratio_min": 1.001,
@@ -38,7 +38,7 @@ SAMPLE = {
         "baseline": {"round_trip_us": _lat(40.0, 75.0), "cycle_us": _lat(42.0, 80.0), "grant_us": _lat(56.0, 81.0)},
         "ratios": {"round_trip": {"p50": 3.5, "p99": 3.33}, "cycle": {"p50": 3.74, "p99": 3.25},
                    "grant": {"p50": 3.75, "p99": 5.19}},
-        "rerun": "python3 bench/sched_latency.py"},
+        "rerun": "python3 -m bench.scheduling.sched_latency"},
     "switch_cost": {
         "parameters": {"sizes_gib": [1.0, 8.0], "cycles": 3, "tq_s": 60.0, "capacity_gib": 14.0, "reserve_mib": 512},
         "variants": {"wait": {"sizes": {"1": _switch_size(25.0), "8": _switch_size(180.0)}},

@@ -1,4 +1,4 @@
-"""bench/busy_accuracy.py: its pure parts (the scrape parser, the verdict, finding a Python with
+"""bench/observability/busy_accuracy.py: its pure parts (the scrape parser, the verdict, finding a Python with
 PyTorch, the report) and its measurement against a real scheduler with --metrics-port, with a raw
 protocol client standing in for the GPU workload."""
 
@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import busy_accuracy as ba
-import busy_workload as bw
-from common import harness
+from bench.observability import busy_accuracy as ba
+from bench.observability import busy_workload as bw
+from bench.core import common
+from bench.core.common import harness
 
 FAKE = Path(__file__).resolve().parent / "fake_busy_workload.py"
 
@@ -63,9 +64,9 @@ def test_torch_python_takes_the_first_that_imports_torch(tmp_path):
     no = tmp_path / "no-python"
     no.write_text("#!/bin/sh\nexit 1\n")
     no.chmod(0o755)
-    assert ba.torch_python([str(no), "", str(tmp_path / "missing"), str(yes)]) == str(yes)
+    assert common.torch_python([str(no), "", str(tmp_path / "missing"), str(yes)]) == str(yes)
     with pytest.raises(RuntimeError, match="no Python that imports torch"):
-        ba.torch_python([str(no)])
+        common.torch_python([str(no)])
 
 
 def test_workload_arguments():

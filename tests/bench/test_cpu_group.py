@@ -1,4 +1,4 @@
-"""The benchmarks without a GPU (bench/suite.py's CPU group): not in the default run, their own results
+"""The benchmarks without a GPU (bench/core/suite.py's CPU group): not in the default run, their own results
 file, and their own part of docs/benchmarks.md beside the suite's results."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import report
-import run_all
-import suite
+from bench.core import report
+from bench import run_all
+from bench.core import suite
 from tests.bench.sample_results import sample
 
 
@@ -31,7 +31,7 @@ def test_a_cpu_run_writes_its_own_json_and_keeps_the_suite_as_the_main_part(tmp_
     part = md[md.index("## Without a GPU"):]
     assert "- Machine: Some CPU, 2 cores, no GPU" in part and "PyTorch" not in part
     assert "not measured: `boom`" in part and "not measured: `bang`" in part
-    assert "### Soak" in part and "python3 bench/run_all.py --only load,soak" in part
+    assert "### Soak" in part and "python3 -m bench.run_all --only load,soak" in part
     assert "- GPU:" in md[:md.index("## Headline")]                 # the suite's own machine
 
 

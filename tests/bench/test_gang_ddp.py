@@ -1,4 +1,4 @@
-"""bench/gang_ddp.py: its plan and command lines, the verdicts and the report from a made-up
+"""bench/multigpu/gang_ddp.py: its plan and command lines, the verdicts and the report from a made-up
 result, and all four phases end to end with a stand-in for torchrun and the training job (no torch,
 no GPU) and a stand-in scheduler whose log is given."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import gang_ddp as gd
-import gang_ddp_report as gr
+from bench.multigpu import gang_ddp as gd
+from bench.multigpu import gang_ddp_report as gr
 
 HERE = Path(__file__).resolve().parent
 FAKE = [sys.executable, str(HERE / "fake_torchrun.py")]

@@ -1,4 +1,4 @@
-"""CPU tests of the GPU safety check (bench/common.py) and the GPU memory rules (bench/gpu_memory.py)."""
+"""CPU tests of the GPU safety check (bench/core/common.py) and the GPU memory rules (bench/core/gpu_memory.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-import common
-import gpu_memory
-import jobs
-import makespan_common
-from common import harness
-from job_program import GIB, MIB
+from bench.core import common
+from bench.core import gpu_memory
+from bench.scheduling import jobs
+from bench.scheduling import makespan_common
+from bench.core.common import harness
+from bench.scheduling.job_program import GIB, MIB
 
 
 # ----------------------------------------------------------------------------- GPU memory rules

@@ -1,4 +1,4 @@
-"""CPU tests of bench/interactive.py: the plan, the batch job's throughput, what the scheduler's log
+"""CPU tests of bench/scheduling/interactive.py: the plan, the batch job's throughput, what the scheduler's log
 says about each interactive step, the result's figures, the command line, and a dry run with
 simulated jobs against a real scheduler."""
 
@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-import interactive  # noqa: E402
-import gpu_memory  # noqa: E402
-import jobs  # noqa: E402
-import stats  # noqa: E402
-from common import harness  # noqa: E402
-from job_program import GIB  # noqa: E402
+from bench.scheduling import interactive  # noqa: E402
+from bench.core import gpu_memory  # noqa: E402
+from bench.scheduling import jobs  # noqa: E402
+from bench.core import stats  # noqa: E402
+from bench.core.common import harness  # noqa: E402
+from bench.scheduling.job_program import GIB  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 BATCH, INTER = 100, 200

@@ -1,4 +1,4 @@
-"""CPU tests of bench/job_program.py: the command protocol and the program's step loop."""
+"""CPU tests of bench/scheduling/job_program.py: the command protocol and the program's step loop."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-import job_program
-import jobs
+from bench.scheduling import job_program
+from bench.scheduling import jobs
 
 
 # ----------------------------------------------------------------------------- the command protocol

@@ -1,4 +1,4 @@
-"""CPU tests of bench/jobs.py: the process group that drives job programs, a round's makespan, the
+"""CPU tests of bench/scheduling/jobs.py: the process group that drives job programs, a round's makespan, the
 summaries and the correctness check."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import gpu_memory
-import job_program
-import jobs
-from common import harness
-from job_program import GIB
+from bench.core import gpu_memory
+from bench.scheduling import job_program
+from bench.scheduling import jobs
+from bench.core.common import harness
+from bench.scheduling.job_program import GIB
 
 
 # ----------------------------------------------------------------------------- processes

@@ -1,4 +1,4 @@
-"""bench/load.py and bench/loadgen.py: the handoff arithmetic, and short runs against real schedulers
+"""bench/scheduling/load.py and bench/core/loadgen.py: the handoff arithmetic, and short runs against real schedulers
 (N = 1, 3, 10) whose results must account for every client, cycle and handoff. No timing thresholds."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-import load
-import load_report
-import loadgen
-from daemon import Daemon
+from bench.scheduling import load
+from bench.scheduling import load_report
+from bench.core import loadgen
+from bench.core.daemon import Daemon
 
 
 def test_handoffs_pair_each_release_with_the_grant_it_let_through():

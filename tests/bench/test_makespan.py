@@ -1,4 +1,4 @@
-"""CPU tests of bench/makespan.py, makespan_fit.py and makespan_pair.py: the plans, the result tables, the command line, and a dry run of
+"""CPU tests of bench/scheduling/makespan.py, makespan_fit.py and makespan_pair.py: the plans, the result tables, the command line, and a dry run of
 makespan_fit and makespan_pair with simulated jobs against a real scheduler."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-import jobs  # noqa: E402
-import makespan  # noqa: E402
-import makespan_common  # noqa: E402
-import makespan_fit  # noqa: E402
-import makespan_pair  # noqa: E402
-from job_program import GIB  # noqa: E402
+from bench.scheduling import jobs  # noqa: E402
+from bench.scheduling import makespan  # noqa: E402
+from bench.scheduling import makespan_common  # noqa: E402
+from bench.scheduling import makespan_fit  # noqa: E402
+from bench.scheduling import makespan_pair  # noqa: E402
+from bench.scheduling.job_program import GIB  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

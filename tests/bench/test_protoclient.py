@@ -1,10 +1,10 @@
-"""bench/protoclient.py against a real nvshare-scheduler subprocess (no GPU)."""
+"""bench/core/protoclient.py against a real nvshare-scheduler subprocess (no GPU)."""
 
 from __future__ import annotations
 
 import pytest
 
-from protoclient import GIB, ProtoClient, ProtocolFailure, client_gpus, ctl, footprint, prefetch_requested
+from bench.core.protoclient import GIB, ProtoClient, ProtocolFailure, client_gpus, ctl, footprint, prefetch_requested
 from testkit.waiting import poll
 from xpushare.wire.protocol import DropReason
 

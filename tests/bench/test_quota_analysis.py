@@ -1,4 +1,4 @@
-"""bench/quota_analysis.py (a live limit change read from a trace) and bench/gpu_clocks.py (the
+"""bench/quotas/quota_analysis.py (a live limit change read from a trace) and bench/core/gpu_clocks.py (the
 clock samples): pure functions, and the sampler with a stand-in nvidia-smi."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import gpu_clocks as gc
-import quota_analysis as qa
+from bench.core import gpu_clocks as gc
+from bench.quotas import quota_analysis as qa
 
 FAKE_SMI = Path(__file__).resolve().parent / "fake_nvidia_smi.py"
 SOLO = 1000.0  # products/s: a rate of 10 * pct products/s is pct percent of solo

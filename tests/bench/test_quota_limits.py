@@ -1,4 +1,4 @@
-"""bench/quota_limits.py: its pure parts (the plan, the verdicts, the report), its group runner and
+"""bench/quotas/quota_limits.py: its pure parts (the plan, the verdicts, the report), its group runner and
 all four parts end to end with a stand-in workload and a stand-in nvidia-smi (no GPU), and the
 control operation it lowers a limit with, against a real scheduler."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import quota_limits as ql
-import quota_workload as qw
-from gpu_clocks import ClockSampler
+from bench.quotas import quota_limits as ql
+from bench.quotas import quota_workload as qw
+from bench.core.gpu_clocks import ClockSampler
 
 HERE = Path(__file__).resolve().parent
 FAKE = HERE / "fake_quota_workload.py"
@@ -252,7 +252,7 @@ def test_a_refused_change_is_an_error(tmp_path):
 
 
 def test_the_control_operation_lowers_a_clients_limit(start_scheduler):
-    from protoclient import ProtoClient, ctl
+    from bench.core.protoclient import ProtoClient, ctl
 
     sched = start_scheduler("auto", 2.0)
     set_limit = ql.scheduler_set_limit(sched.socket)

@@ -1,4 +1,4 @@
-"""bench/report.py: the headline table, the sections, error rows, plots and the re-render command."""
+"""bench/core/report.py: the headline table, the sections, error rows, plots and the re-render command."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import render
-import report
-import suite
+from bench.core import render
+from bench.core import report
+from bench.core import suite
 from tests.bench.sample_results import sample
 
 
@@ -84,7 +84,7 @@ def test_machine_and_rerun_lines():
     md = report.render(sample())
     assert "- GPU: NVIDIA H100 80GB HBM3" in md
     assert "commit abc1234" in md
-    assert "Rerun: `python3 bench/sched_latency.py`" in md          # the section's own command
+    assert "Rerun: `python3 -m bench.scheduling.sched_latency`" in md          # the section's own command
 
 
 def test_helpers():

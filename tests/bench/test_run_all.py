@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import run_all
+from bench import run_all
 from testkit.waiting import poll
-import train_overhead
-from run_all import Bench
+from bench.launch import train_overhead
+from bench.run_all import Bench
 
 
 SUITE = ["train_overhead", "launch_overhead", "sched_latency", "switch_cost", "makespan_fit", "makespan_pair",
@@ -145,8 +145,8 @@ def test_sigterm_stops_the_running_benchmark_and_keeps_the_results(tmp_path: Pat
     script = textwrap.dedent(f"""
         import os, signal, sys, threading
         from pathlib import Path
-        import run_all
-        from run_all import Bench
+        from bench import run_all
+        from bench.run_all import Bench
         run_all.machine = lambda: {{}}
         run_all.library = lambda: None
         signal.signal(signal.SIGTERM, run_all._raise_stop)

@@ -1,4 +1,4 @@
-"""bench/sched_latency.py: statistics, the raw-socket baseline, and a short run against a real scheduler."""
+"""bench/scheduling/sched_latency.py: statistics, the raw-socket baseline, and a short run against a real scheduler."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import sched_latency as sl
+from bench.scheduling import sched_latency as sl
 
 
 def test_summary():

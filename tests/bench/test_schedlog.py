@@ -1,12 +1,12 @@
-"""CPU tests of bench/schedlog.py: durations, switches and releases from the scheduler's log."""
+"""CPU tests of bench/core/schedlog.py: durations, switches and releases from the scheduler's log."""
 
 from __future__ import annotations
 
 
 import pytest
 
-import schedlog
-from common import harness
+from bench.core import schedlog
+from bench.core.common import harness
 
 
 def ev(t: float, kind: str, pid: int, **fields: str) -> harness.Event:

@@ -1,4 +1,4 @@
-"""bench/soak.py: a short soak (a few hundred frames and requests) against a real scheduler must account
+"""bench/scheduling/soak.py: a short soak (a few hundred frames and requests) against a real scheduler must account
 for everything sent, sample the daemon's RSS and the probe, and put the settings back. No timing
 thresholds."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import random
 
-import soak
-import soak_fuzz
-import soak_report
+from bench.scheduling import soak
+from bench.scheduling import soak_fuzz
+from bench.scheduling import soak_report
 
 
 def test_tasks_carry_every_frame_and_request_once():

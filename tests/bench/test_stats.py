@@ -1,4 +1,4 @@
-"""bench/stats.py: the one convention for medians, percentiles and ratios."""
+"""bench/core/stats.py: the one convention for medians, percentiles and ratios."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-import stats
+from bench.core import stats
 
 
 def test_median():

@@ -1,8 +1,8 @@
-"""bench/swap.py: how a run's requests become its summary and its table (no GPU)."""
+"""bench/switching/swap.py: how a run's requests become its summary and its table (no GPU)."""
 
 from __future__ import annotations
 
-import swap
+from bench.switching import swap
 
 GIB = 1 << 30
 RATE = 50e9  # bytes/s, both directions
@@ -51,7 +51,7 @@ def test_the_table_has_one_row_per_run_with_every_column():
 
 
 def test_capacity_holds_one_server_but_not_two():
-    from gpu_memory import fits_together
+    from bench.core.gpu_memory import fits_together
     for gib in (2, 8, 18):
         budget = int(swap.capacity_for(gib) * 0.95)
         footprint = gib * GIB + 64 * 2**20  # the weights and the little else a server allocates

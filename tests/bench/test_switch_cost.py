@@ -1,4 +1,4 @@
-"""bench/switch_cost.py: the pure parts (progress lines, log parsing, per-cycle analysis, headline,
+"""bench/switching/switch_cost.py: the pure parts (progress lines, log parsing, per-cycle analysis, headline,
 planning, arguments), and the whole benchmark against a real scheduler with a stand-in for A (no GPU)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import schedlog
-import switch_cost as sc
-import switch_measure as sm
-import switch_worker as sw
-from common import harness
+from bench.core import schedlog
+from bench.switching import switch_cost as sc
+from bench.switching import switch_measure as sm
+from bench.switching import switch_worker as sw
+from bench.core.common import harness
 from testkit.waiting import poll
 
 FAKE_A = Path(__file__).resolve().parent / "fake_switch_a.py"
@@ -140,7 +140,7 @@ def fake_a(variant, sizes, ctrl, warm_passes, sock, capacity):
 @pytest.mark.timeout(120)
 def test_the_benchmark_end_to_end_with_a_stand_in_for_a():
     """Mode auto, B of priority 10 preempts A with EVICT, A is granted again with PREFETCH."""
-    from protoclient import children_can_import_xpushare
+    from bench.core.protoclient import children_can_import_xpushare
 
     children_can_import_xpushare()
     result = sm.measure(fake_a, [1.0, 2.0], cycles=2, variants=("wait", "off"), warm_passes=10,
@@ -166,7 +166,7 @@ def test_the_benchmark_end_to_end_with_a_stand_in_for_a():
 def test_out_of_time_skips_the_rest_and_a_still_ends_cleanly():
     import time
 
-    from protoclient import children_can_import_xpushare
+    from bench.core.protoclient import children_can_import_xpushare
 
     children_can_import_xpushare()
     result = sm.measure(fake_a, [1.0, 2.0], cycles=3, variants=("wait", "off"), warm_passes=10,

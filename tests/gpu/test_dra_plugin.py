@@ -32,7 +32,7 @@ pynvml = pytest.importorskip("pynvml")
 
 from tests.kubernetes.dra_fakes import claim, prepared_claim_env, result  # noqa: E402
 
-WORKLOAD = harness.REPO / "bench" / "quota_workload.py"
+WORKLOAD = harness.REPO / "bench" / "quotas" / "quota_workload.py"
 LIMIT_PCT = 30
 TOLERANCE = 0.05   # of the solo throughput: bandwidth-bound sums run at the same clock at any limit
 

@@ -142,9 +142,9 @@ def test_a_drop_swaps_converted_memory_out_at_copy_speed_and_back_before_any_wor
 
 
 def test_the_debug_lines_say_what_moved_as_the_swap_benchmark_reads_them(world, recorder):
-    """bench/swap.py attributes each request's moves from these lines: the bytes out (and how many
+    """bench/switching/swap.py attributes each request's moves from these lines: the bytes out (and how many
     of them were copied), the bytes back, and the milliseconds of each."""
-    import swap as bench_swap
+    from bench.switching import swap as bench_swap
 
     app = _swapped_out_by_a_drop(world, recorder, "check", 1, env={"NVSHARE_DEBUG": 1})
     app.resume()

@@ -76,7 +76,7 @@ def test_attack_deeply_nested_request_live(scheduler):
 
 
 # The live run: fixed seed and counts, so that it is bounded and repeatable. Its requests and
-# frames come from testkit.fuzz, which bench/soak.py draws from too.
+# frames come from testkit.fuzz, which bench/scheduling/soak.py draws from too.
 REQUESTS, REQUEST_CONNS, FRAMES, WORKERS = 2000, 50, 2000, 8
 
 

@@ -10,8 +10,8 @@ was, by what the client sent:
   (its own and the other clients') are busier together than the GPU can be (their densities, GPU
   time over length, add up to more than 1), each gets its part of the stretch in proportion to its
   density. The GPU gives the contexts that have work equal slices, so spans measured while they
-  overlap, each holding the others' slices, get equal parts; bench/busy_accuracy.py measures the
-  result against the kernels' native time;
+  overlap, each holding the others' slices, get equal parts; bench/observability/busy_accuracy.py
+  measures the result against the kernels' native time;
 - with BUSY_UPDATE alone (an older library): by rates over the reports' intervals, which keeps
   the sum within the GPU's time but cannot tell overlapping bursts from alternating ones; for the
   others, such a claim weighs as one span of its rate.

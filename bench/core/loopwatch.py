@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Where the scheduler's event loop is held: run nvshare-scheduler under a watch that reports every
+stretch of at least LOOPWATCH_MS (default 5) during which the loop did not turn, with where the loop
+thread was, and every garbage collection that took that long.
+
+    python3 -m bench.core.loopwatch -m xpushare.scheduler [scheduler options]
+
+(bench/scheduling/soak.py --watch runs the daemon this way.) How: a callback on the loop stamps the time
+every millisecond; a watcher thread looks every millisecond, and once the stamp is older than the
+threshold it samples the loop thread's stack (the interpreter hands the watcher the GIL at least
+every switch interval, 5 ms), then reports the stretch when the loop turns again: its length and
+the stack seen most often in it, and how long the thread ran and how long it waited for a CPU
+(/proc/self/task/TID/schedstat: a loop held by a busy machine, not by the scheduler, waited).
+gc.callbacks time each collection. Lines go to stderr, which
+bench/core/daemon.py keeps in the daemon's log, starting with "loopwatch:".
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import os
+import runpy
+import sys
+import threading
+import time
+import traceback
+
+THRESHOLD_S = float(os.environ.get("LOOPWATCH_MS", "5")) / 1e3
+_stamp = [time.perf_counter()]
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"loopwatch: {text}\n")
+    sys.stderr.flush()
+
+
+def _watch_gc() -> None:
+    started: list[float] = []
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            took = time.perf_counter() - started.pop()
+            if took >= THRESHOLD_S:
+                _say(f"gc generation {info['generation']} took {took * 1e3:.1f} ms "
+                     f"({info['collected']} collected, {len(gc.get_objects(2))} objects in the oldest)")
+    gc.callbacks.append(callback)
+
+
+def _schedstat(native_id: int) -> tuple[int, int]:
+    """(ns the thread ran on a CPU, ns it waited runnable for one), from /proc."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat") as f:
+            ran, waited = f.read().split()[:2]
+        return int(ran), int(waited)
+    except (OSError, ValueError):
+        return 0, 0
+
+
+def _watcher(loop_thread: int, native_id: int) -> None:
+    stacks: collections.Counter = collections.Counter()
+    held_since = None
+    sched = (0, 0)
+    while True:
+        time.sleep(0.001)
+        now, stamp = time.perf_counter(), _stamp[0]
+        if now - stamp >= THRESHOLD_S:
+            if held_since is None:
+                sched = _schedstat(native_id)
+            held_since = stamp
+            frame = sys._current_frames().get(loop_thread)
+            if frame is not None:
+                stacks["".join(traceback.format_stack(frame, limit=12)[-8:])] += 1
+        elif held_since is not None:
+            held = (stamp - held_since) if stamp > held_since else now - held_since
+            top = stacks.most_common(1)[0][0] if stacks else "(no sample)\n"
+            ran, waited = (b - a for a, b in zip(sched, _schedstat(native_id)))
+            if (ran + waited) / 1e9 < (held - THRESHOLD_S) / 2:
+                # Mostly asleep in the loop's poll: a late heartbeat, nothing held the loop.
+                held_since, stacks = None, collections.Counter()
+                continue
+            _say(f"loop held {held * 1e3:.1f} ms (from the hold's first sample: its thread ran "
+                 f"{ran / 1e6:.1f} ms, waited for a CPU {waited / 1e6:.1f} ms); it was at:\n"
+                 f"{top}".rstrip())
+            held_since, stacks = None, collections.Counter()
+
+
+def _beat(loop) -> None:
+    _stamp[0] = time.perf_counter()
+    loop.call_later(0.001, _beat, loop)
+
+
+def main() -> None:
+    if sys.argv[1:2] != ["-m"] or len(sys.argv) < 3:
+        sys.exit(__doc__)
+    module = sys.argv[2]
+    sys.argv = [module, *sys.argv[3:]]
+    from xpushare.scheduler.shell import server
+
+    startup = server.Server.startup
+
+    async def watched_startup(self) -> None:
+        import asyncio
+        await startup(self)
+        _beat(asyncio.get_running_loop())
+        threading.Thread(target=_watcher, args=(threading.get_ident(), threading.get_native_id()),
+                         daemon=True).start()
+        _say(f"watching for loop holds of {THRESHOLD_S * 1e3:g} ms or more")
+
+    server.Server.startup = watched_startup
+    _watch_gc()
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

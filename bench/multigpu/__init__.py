@@ -1,0 +1,1 @@
+"""Jobs across GPUs: gang-scheduled torchrun DDP."""

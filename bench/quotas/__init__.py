@@ -1,0 +1,1 @@
+"""Compute limits and shares."""

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Status under load: what `status` requests in a loop cost a well-behaved client's lock cycle,
+against schedulers started from several source trees in alternating rounds of the same run.
+
+Per tree and round: a scheduler knowing G GPUs (the tests' fake NVML), N connections each attached
+to all G, and one victim client on GPU 0 cycling its lock (REQ_LOCK -> LOCK_OK, then release). The
+victim's round trips are timed alone (quiet), then while a second process keeps one status request
+outstanding on every one of the N connections (loaded). Reported per tree: the victim's p50, p99 and
+max in both phases, and the status replies answered per second. The requests come from root, which
+no per-uid request budget limits: the loop's cost of building replies, not the refusals, is measured.
+
+    python3 -m bench.scheduling.status_load [--conns 255] [--gpus 20] [--seconds 5] [--rounds 2]
+                                 [--tree NAME=PATH ...] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import selectors
+import socket
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1]  # bench/
+
+from bench.core.daemon import Daemon, alternating_rounds, checkouts, raise_nofile, report_trees  # noqa: E402
+from bench.core.loadgen import read_frame  # noqa: E402
+from bench.core.protoclient import GIB, ProtoClient  # noqa: E402
+from bench.core.stats import percentile  # noqa: E402
+from xpushare.wire.protocol import HEADER, Attach, Hello, MessageType, encode, encode_json  # noqa: E402
+
+REPO = BENCH.parent
+STATUS = encode_json(MessageType.CTL_REQUEST, {"op": "status"})
+
+
+def uuid(i: int) -> str:
+    return f"GPU-00000000-0000-0000-0000-{i:012x}"
+
+
+def _registered(path: Path, gpus: int) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(path))
+    s.sendall(encode(Hello(0, 0, "", "")))
+    read_frame(s)
+    for d in range(gpus):
+        s.sendall(encode(Attach(d, 0, uuid(d), "bench", 16 * GIB, 16 * GIB)))
+        read_frame(s)
+    return s
+
+
+def _status_loop(path: str, conns: int, gpus: int, ready, stop, out) -> None:
+    """The second process: N registered connections, one status request outstanding on each."""
+    socks = [_registered(Path(path), gpus) for _ in range(conns)]
+    sel = selectors.DefaultSelector()
+    for s in socks:
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, bytearray())
+    ready.set()
+    for s in socks:
+        s.sendall(STATUS)
+    replies, t0 = 0, time.perf_counter()
+    while not stop.is_set():
+        for key, _ in sel.select(0.2):
+            buf = key.data
+            try:
+                data = key.fileobj.recv(1 << 20)
+            except BlockingIOError:
+                continue
+            buf += data
+            while len(buf) >= HEADER.size:
+                length = HEADER.unpack_from(buf)[3]
+                if len(buf) < HEADER.size + length:
+                    break
+                del buf[:HEADER.size + length]
+                replies += 1
+                key.fileobj.setblocking(True)
+                key.fileobj.sendall(STATUS)
+                key.fileobj.setblocking(False)
+    out.put(replies / (time.perf_counter() - t0))
+    for s in socks:
+        s.close()
+
+
+def _cycles(victim: ProtoClient, seconds: float) -> list[float]:
+    rtts, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        victim.lock(timeout=30)
+        rtts.append((time.perf_counter() - t0) * 1e3)
+        victim.release()
+    return rtts
+
+
+def one_round(src: Path, conns: int, gpus: int, seconds: float) -> dict:
+    nvml = [{"uuid": uuid(i), "name": "bench GPU", "memory": 16 * GIB} for i in range(gpus)]
+    with Daemon("auto", src=src, nvml=nvml) as d:
+        with ProtoClient(d.socket) as victim:
+            victim.attach(uuid(0))
+            quiet = _cycles(victim, min(2.0, seconds))
+            ctx = multiprocessing.get_context("fork")
+            ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+            p = ctx.Process(target=_status_loop, args=(str(d.socket), conns, gpus, ready, stop, out))
+            p.start()
+            ready.wait(120)
+            time.sleep(0.2)
+            loaded = _cycles(victim, seconds)
+            stop.set()
+            rate = out.get(timeout=60)
+            p.join(30)
+    return {"quiet_ms": quiet, "loaded_ms": loaded, "status_per_s": rate}
+
+
+def _summary(rounds: list[dict]) -> dict:
+    def pct(key):
+        v = [x for r in rounds for x in r[key]]
+        return {"p50": round(percentile(v, 50), 2), "p99": round(percentile(v, 99), 2),
+                "max": round(max(v), 2), "cycles": len(v)}
+    return {"quiet_ms": pct("quiet_ms"), "loaded_ms": pct("loaded_ms"),
+            "status_per_s": [round(r["status_per_s"], 1) for r in rounds]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--conns", type=int, default=255)
+    p.add_argument("--gpus", type=int, default=20)
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--tree", action="append", default=[], metavar="NAME=PATH")
+    p.add_argument("--json", type=Path)
+    a = p.parse_args(argv)
+    raise_nofile()
+    trees = checkouts(a.tree) + [("this", REPO / "src")]
+    results: dict[str, list] = {name: [] for name, _ in trees}
+    for r, (name, src) in alternating_rounds(trees, a.rounds):
+        results[name].append(one_round(src, a.conns, a.gpus, a.seconds))
+        s = _summary(results[name][-1:])
+        print(f"round {r} {name}: loaded p99 {s['loaded_ms']['p99']} ms, max "
+              f"{s['loaded_ms']['max']} ms, quiet p99 {s['quiet_ms']['p99']} ms, "
+              f"{s['status_per_s'][0]} status/s", flush=True)
+    out = {"conns": a.conns, "gpus": a.gpus, "seconds": a.seconds,
+           "trees": {name: _summary(rs) for name, rs in results.items()}}
+    return report_trees(out, a.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

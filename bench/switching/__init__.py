@@ -1,0 +1,1 @@
+"""Handing a GPU over: switch cost, swapping."""
