@@ -169,6 +169,20 @@ def _pair(granted=True):
 S = 1_000_000_000
 
 
+def _both_saturate(first_spans_busy: int | None) -> tuple[float, float]:
+    """Two clients busy all along for 10 s, reporting each second, the first a little before the
+    second. The second sends honest spans; the first sends spans of first_spans_busy ns each second
+    (None: no spans, an older library). What each is credited."""
+    together, gpu, (first, second) = _pair()
+    for t in range(1, 11):
+        if first_spans_busy is not None:
+            metrics.busy_spans(first, gpu, [((t - 1) * S, t * S, first_spans_busy)], float(t))
+        metrics.busy(first, gpu, t * S, float(t), together)
+        metrics.busy_spans(second, gpu, [((t - 1) * S, t * S, S)], t + 0.01)
+        metrics.busy(second, gpu, t * S, t + 0.01, together)
+    return metrics.busy_seconds(first.locks[gpu], 20.0), metrics.busy_seconds(second.locks[gpu], 20.0)
+
+
 def test_one_busy_spans_per_update_and_none_overlapping_the_last_accepted():
     _, gpu, (conn, _) = _pair()
     assert metrics.busy_spans(conn, gpu, [(0, S // 2, S // 4)], 1.0)
@@ -192,12 +206,7 @@ def test_spans_weigh_on_others_with_no_more_time_than_their_claim():
 
 def test_a_client_without_spans_weighs_as_a_span_of_its_rate():
     # an older library beside one that sends spans, both saturating: half each, not all to one
-    together, gpu, (old, new) = _pair()
-    for t in range(1, 11):
-        metrics.busy(old, gpu, t * S, float(t), together)
-        metrics.busy_spans(new, gpu, [((t - 1) * S, t * S, S)], t + 0.01)
-        metrics.busy(new, gpu, t * S, t + 0.01, together)
-    a, b = (metrics.busy_seconds(c.locks[gpu], 20.0) for c in (old, new))
+    a, b = _both_saturate(first_spans_busy=None)  # the first sends no spans
     assert a == pytest.approx(5.0, rel=0.05) and b == pytest.approx(5.0, rel=0.05), (a, b)
 
 
@@ -251,13 +260,7 @@ def test_a_claim_is_weighed_against_a_bounded_number_of_spans(monkeypatch):
 def test_spans_that_place_less_than_the_claim_do_not_keep_it_from_being_shared(liar_busy):
     # both saturate for 10 s; the liar claims all of it but its spans place little or nothing:
     # what they do not place weighs as a span of its rate, so each still gets half
-    together, gpu, (liar, honest) = _pair()
-    for t in range(1, 11):
-        metrics.busy_spans(liar, gpu, [((t - 1) * S, t * S, liar_busy)], float(t))
-        metrics.busy(liar, gpu, t * S, float(t), together)
-        metrics.busy_spans(honest, gpu, [((t - 1) * S, t * S, S)], t + 0.01)
-        metrics.busy(honest, gpu, t * S, t + 0.01, together)
-    a, b = (metrics.busy_seconds(c.locks[gpu], 20.0) for c in (liar, honest))
+    a, b = _both_saturate(first_spans_busy=liar_busy)
     assert a == pytest.approx(5.0, rel=0.05) and b == pytest.approx(5.0, rel=0.05), (a, b)
 
 
