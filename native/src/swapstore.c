@@ -204,7 +204,9 @@ void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
     for (nvs_ptr_entry *e; (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
-        if (!nvs_swap_movable(e, d->ordinal) || e->out || !e->host) continue;
+        /* e->cold: planned above for the driver's prefetch, this time even if the pinner attached
+         * its host copy meanwhile (or the store would move it too, and the mark would stay) */
+        if (!nvs_swap_movable(e, d->ordinal) || e->out || !e->host || e->cold) continue;
         /* The host copy holds these bytes already when the sum of the range is the one of what was
          * copied out last time; the new sum is that of what the host copy holds after this one. */
         const summed_t *now = sum_of(sums, nsums, e);
