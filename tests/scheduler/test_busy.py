@@ -184,3 +184,13 @@ def test_welcome_offers_busy_updates_and_an_unattached_device_is_refused(start_s
     from sched_harness import FakeClient
     c = FakeClient(sched.socket)
     assert c.hello().features & FEATURE_BUSY
+
+
+def test_a_flood_of_small_reports_does_not_add_up_their_slack():
+    # 1000 reports a millisecond apart, each claiming 11 ms (within one report's wall time and its
+    # 10 ms of slack): together no more than the second that passed, with the slack once
+    conn, gpu = _conn(), object()
+    metrics.attached(conn, gpu, 0.0)
+    for k in range(1, 1001):
+        metrics.busy(conn, gpu, k * 11_000_000, k * 0.001)
+    assert conn.locks[gpu].busy <= 1.0 * metrics.BUSY_SLACK + metrics.BUSY_SLACK_S + 1e-9

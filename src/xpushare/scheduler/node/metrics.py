@@ -104,7 +104,8 @@ class LockStats:
 
     __slots__ = ("grants", "drops", "held", "waited", "requested", "granted", "dropped", "evict",
                  "prefetch", "busy", "busy_ns", "busy_at", "busy_clamps", "busy_seen", "together",
-                 "spans", "spans_end", "spans_covered", "open_at", "open_since", "span_budget")
+                 "spans", "spans_end", "spans_covered", "open_at", "open_since", "span_budget",
+                 "busy_from", "accepted")
 
     def __init__(self):
         self.grants = 0
@@ -117,6 +118,8 @@ class LockStats:
         self.busy = 0.0                           # GPU busy seconds credited (BUSY_UPDATE)
         self.busy_ns = 0                          # the client's last cumulative report, ns
         self.busy_at: float | None = None         # when it came (or the GPU was attached)
+        self.busy_from: float | None = None       # the first of those: its reports' whole time
+        self.accepted = 0.0                       # what its reports were allowed, in all
         self.busy_clamps = 0                      # reports cut to the wall time that passed
         self.busy_seen: deque[tuple[float, float]] = deque()  # (when, busy) over BUSY_WINDOW
         self.together: GpuBusy | None = None      # its GPU's, which credits busy (GpuBusy)
@@ -183,7 +186,8 @@ def busy_spans(conn, gpu, spans: list[tuple[int, int, int]], now: float,
 
 def busy(conn, gpu, busy_ns: int, now: float, together: GpuBusy | None = None) -> float | None:
     """BUSY_UPDATE (cumulative ns). Credits the increase over the last report, at most the wall
-    time since it (BUSY_SLACK); a value below the last is ignored, so the counter never goes back.
+    time since it (BUSY_SLACK), and all reports together at most the wall time since the first; a
+    value below the last is ignored, so the counter never goes back.
     together: the GPU's GpuBusy, which shares out what its clients claim at once (and credits
     it once it can tell: busy_seconds). Returns None, or
     the seconds claimed when the report was cut to the client's own wall time (the caller logs it).
@@ -200,7 +204,13 @@ def busy(conn, gpu, busy_ns: int, now: float, together: GpuBusy | None = None) -
     first = stats.busy_ns == 0
     claimed = (busy_ns - stats.busy_ns) / 1e9
     start = stats.busy_at
-    allowed = max(0.0, now - start) * BUSY_SLACK + BUSY_SLACK_S
+    if stats.busy_from is None:
+        stats.busy_from = start
+    # The wall time since the last report, with slack; and, over all its reports, the wall time
+    # since the first with the slack once: many small reports do not add up their slack.
+    allowed = max(0.0, min(max(0.0, now - start) * BUSY_SLACK + BUSY_SLACK_S,
+                           (now - stats.busy_from) * BUSY_SLACK + BUSY_SLACK_S - stats.accepted))
+    stats.accepted += min(claimed, allowed)
     stats.busy_ns = busy_ns
     stats.busy_at = now
     cut = claimed > allowed
