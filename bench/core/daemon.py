@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.core import common  # noqa: F401  (the repository root on sys.path, for testkit)
+from bench.core import common  # noqa: F401  (xpushare from src/ when it is not installed)
 from bench.core.protoclient import children_can_import_xpushare
 from testkit.waiting import stop_process
 

@@ -23,6 +23,7 @@ assembles docs/benchmarks.md from their goals and sections. Both import the modu
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from types import ModuleType
 
 SUITE = ("train_overhead", "launch_overhead", "sched_latency", "switch_cost", "makespan_fit", "makespan_pair",
@@ -36,19 +37,15 @@ OTHER = ("sched_latency", "train_overhead", "launch_overhead",  # "other measure
 # own, with that machine's CPU.
 CPU = ("load", "soak")
 
-ROOMS = {  # each benchmark's room: bench/<room>/<name>.py
-    "train_overhead": "launch", "launch_overhead": "launch", "sched_latency": "scheduling",
-    "switch_cost": "switching", "makespan_fit": "scheduling", "makespan_pair": "scheduling",
-    "interactive": "scheduling", "idle_release": "scheduling", "load": "scheduling",
-    "soak": "scheduling", "busy_accuracy": "observability", "quota_limits": "quotas",
-    "gang_ddp": "multigpu", "metrics_abuse": "observability", "status_load": "scheduling",
-    "burst_register": "scheduling",
-}
+BENCH = Path(__file__).resolve().parents[1]
 
 
 def module(name: str) -> ModuleType:
-    """A benchmark's module by its NAME (bench.<room>.<name>)."""
-    return importlib.import_module(f"bench.{ROOMS[name]}.{name}")
+    """A benchmark's module by its NAME: bench.<room>.<name>, the room found from the files."""
+    found = [p.parent.name for p in BENCH.glob(f"*/{name}.py") if p.parent.name != "probes"]
+    if len(found) != 1:
+        raise ModuleNotFoundError(f"no benchmark named {name!r} in one room of {BENCH}")
+    return importlib.import_module(f"bench.{found[0]}.{name}")
 
 
 def modules(names: tuple[str, ...] = SUITE) -> list[ModuleType]:

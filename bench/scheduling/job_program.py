@@ -44,10 +44,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any, TextIO
-
-BENCH = Path(__file__).resolve().parents[1]  # bench/
 
 from bench.core.argtypes import non_negative_float, non_negative_int, positive_float, positive_int  # noqa: E402
 from bench.core.stats import median  # noqa: E402

@@ -36,7 +36,6 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1]  # bench/
 
 from bench.core import loadgen  # noqa: E402
 from bench.core.daemon import Daemon, raise_nofile  # noqa: E402

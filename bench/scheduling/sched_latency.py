@@ -42,7 +42,6 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1]  # bench/
 
 from bench.core.protoclient import GIB, ProtoClient, ProtocolFailure, children_can_import_xpushare  # noqa: E402
 from bench.core.stats import percentile, ratio  # noqa: E402

@@ -37,7 +37,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1]  # bench/
 
-from bench.core import common  # noqa: E402,F401  (the repository root on sys.path, for testkit)
+from bench.core import common  # noqa: E402,F401  (xpushare from src/ when it is not installed)
 from bench.core.daemon import Daemon, alternating_rounds, checkouts, raise_nofile  # noqa: E402
 from bench.core.protoclient import ProtoClient, ctl  # noqa: E402
 from bench.scheduling.sched_latency import summary  # noqa: E402

@@ -17,7 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1]  # bench/
 
 from bench.core.render import bars, dig, error_of, error_row, f, goal_row, num, numeric_items, yes_no  # noqa: E402
 from bench.switching.switch_measure import GOAL_RATIO, MAX_SIZE_GIB, VARIANTS, library_worker, measure, plan  # noqa: E402

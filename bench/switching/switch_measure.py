@@ -38,7 +38,6 @@ measure(...) returns {"parameters", "variants": {variant: {"sizes": {"8": {"swit
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path

@@ -78,7 +78,6 @@ static void span_open(nvs_dev *d)
  * client thread is woken once, not at every join after). */
 static int span_keep(nvs_busy_dev *b, nvs_busy_span sp)
 {
-    b->last_end = sp.end_ns;
     if (b->nclosed < NVS_BUSY_SPANS_KEPT) {
         b->closed[b->nclosed++] = sp;
         return b->nclosed == NVS_BUSY_SPANS_KEPT;

@@ -53,11 +53,17 @@ def test_every_program_a_benchmark_or_test_starts_by_path_is_there():
 
 
 def _programs() -> list[str]:
-    """The suite's benchmarks and the other modules that run as programs (a __main__ block)."""
-    names = {f"bench.{room}.{name}" for name, room in suite.ROOMS.items()}
+    """The modules that run as programs (a __main__ block): the benchmarks and their workers."""
     wrappers = {"bench.core.loopwatch"}  # runs another module (-m xpushare.scheduler): no --help
-    return sorted(n for n in names | set(_modules()) - wrappers
+    return sorted(n for n in set(_modules()) - wrappers
                   if 'if __name__ == "__main__"' in (ROOT / (n.replace(".", "/") + ".py")).read_text())
+
+
+def test_the_suite_finds_each_benchmark_in_its_room():
+    for name in (*suite.SUITE, *suite.CPU):
+        assert suite.module(name).NAME == name
+    with pytest.raises(ModuleNotFoundError):
+        suite.module("no_such_benchmark")
 
 
 @pytest.mark.parametrize("module", _programs())

@@ -223,10 +223,9 @@ def _scheduler_families(s: Scrape):
 
 
 # Every type a peer may send: each has a series from the start (0 until one arrives).
-_INBOUND = (MessageType.HELLO, MessageType.ATTACH, MessageType.REQ_LOCK,
-            MessageType.LOCK_RELEASED, MessageType.MEM_UPDATE, MessageType.BUSY_UPDATE,
-            MessageType.SETTINGS, MessageType.JOB, MessageType.RESIDENCY, MessageType.BUSY_SPANS,
-            MessageType.CTL_REQUEST)
+_INBOUND = tuple(MessageType[t] for t in (
+    "HELLO", "ATTACH", "REQ_LOCK", "LOCK_RELEASED", "MEM_UPDATE", "BUSY_UPDATE", "SETTINGS", "JOB",
+    "RESIDENCY", "BUSY_SPANS", "CTL_REQUEST"))
 
 
 def _gpu_families(s: Scrape):

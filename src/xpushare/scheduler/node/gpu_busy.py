@@ -52,15 +52,20 @@ def seen(stats: LockStats, now: float) -> None:
         kept.popleft()
 
 
-def valid_spans(spans: list[tuple[int, int, int]], since: float, now: float,
-                after: float | None = None) -> list[Span] | None:
+def spans_floor(since: float, spans_end: float | None) -> float:
+    """Where a client's next span may start at the earliest: SPAN_EARLY_S before its previous
+    report (`since`), and not before the end of its last accepted span."""
+    floor = since - SPAN_EARLY_S
+    return floor if spans_end is None else max(floor, spans_end)
+
+
+def valid_spans(spans: list[tuple[int, int, int]], floor: float, now: float) -> list[Span] | None:
     """BUSY_SPANS' spans (ns) as seconds, or None when they break a rule (docs/protocol.md): in
-    order, each ending after it starts, after the previous one and after `after` (the end of the
-    client's last accepted span), within [since - SPAN_EARLY_S, now]. A span that claims more GPU
-    time than its length counts as busy all along (GPU time retired late, after an idle point that
-    did not wait: what it claims is the BUSY_UPDATE's)."""
+    order, each ending after it starts, after the previous one, within [floor (spans_floor), now].
+    A span that claims more GPU time than its length counts as busy all along (GPU time retired
+    late, after an idle point that did not wait: what it claims is the BUSY_UPDATE's)."""
     out: list[Span] = []
-    last = since - SPAN_EARLY_S if after is None else max(since - SPAN_EARLY_S, after)
+    last = floor
     for start_ns, end_ns, busy_ns in spans:
         start, end, busy = start_ns / 1e9, end_ns / 1e9, busy_ns / 1e9
         if not (last <= start < end <= now + BUSY_SLACK_S):
@@ -193,8 +198,11 @@ class GpuBusy:
                 s, b = covered, b * (e - covered) / (e - s)
             pieces.append((s, e, b))
         if lock.open_since is not None:
-            s = max(lock.open_since, covered if covered is not None else lock.open_since,
-                    pieces[-1][1] if pieces else lock.open_since)
+            s = lock.open_since  # where the open span's piece begins: after what is placed already
+            if covered is not None:
+                s = max(s, covered)
+            if pieces:
+                s = max(s, pieces[-1][1])
             if now > s:
                 rest = max(0.0, seconds - sum(b for _, _, b in pieces))
                 pieces.append((s, now, min(rest, now - s)))

@@ -19,7 +19,7 @@ from collections import Counter, deque
 
 from ..policy import SWITCH_REASONS
 from .gpu_busy import (  # noqa: F401  (BUSY_*: part of what metrics offers status and the exporter)
-    BUSY_SLACK, BUSY_SLACK_S, BUSY_WINDOW, SPAN_EARLY_S, GpuBusy, Span, seen, valid_spans,
+    BUSY_SLACK, BUSY_SLACK_S, BUSY_WINDOW, GpuBusy, Span, seen, spans_floor, valid_spans,
 )
 
 # Seconds. A lock wait runs from microseconds (a free GPU) to a few quanta (up to minutes); a switch
@@ -170,11 +170,11 @@ def busy_spans(conn, gpu, spans: list[tuple[int, int, int]], now: float,
     (0: none), kept for it. False (and nothing kept) when they break a rule (gpu_busy.valid_spans):
     that report is then shared out by rates, as one without spans."""
     stats = lock_stats(conn, gpu)
-    since = stats.busy_at if stats.busy_at is not None else now
-    checked = valid_spans(spans, since, now, stats.spans_end)
+    floor = spans_floor(stats.busy_at if stats.busy_at is not None else now, stats.spans_end)
+    checked = valid_spans(spans, floor, now)
     open_at = open_ns / 1e9 if open_ns else None
-    floor = checked[-1][1] if checked else max(since - SPAN_EARLY_S, stats.spans_end or 0.0)
-    if checked is None or (open_at is not None and not floor <= open_at <= now):
+    if checked is None or (open_at is not None and
+                           not (checked[-1][1] if checked else floor) <= open_at <= now):
         return False
     # one BUSY_SPANS for each BUSY_UPDATE: a second one before it replaces the first
     stats.spans = checked
