@@ -127,6 +127,7 @@ static void on_lock_ok(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_
     d->want = 0;
     d->drain_reason = -1;
     d->sw.evict = d->sw.gang = 0;
+    d->sw.quantum_ms = g.quantum_ms;
     d->sw.prefetch_pending = prefetch;
     d->sw.prefetch_us = 0;
     if (!prefetch) { /* what the driver moved to host comes back by faults as the work touches it */

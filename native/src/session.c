@@ -238,9 +238,12 @@ static void run_restores(void)
 static int run_drain(nvs_dev *d)
 {
     /* A job's members are dropped together: a drain that waited for all its work could wait for
-     * a collective whose peer is gated on another GPU (or in another process) forever. */
-    uint64_t drain_ns = d->sw.gang && nvs_cfg.gang_drain_ms ? nvs_drain_bounded(d, nvs_cfg.gang_drain_ms)
-                                                         : nvs_drain(d);
+     * a collective whose peer is gated on another GPU (or in another process) forever. Bounded by
+     * the grant's quantum too: the scheduler evicts a holder still silent two quanta after the
+     * drop. */
+    unsigned bound = nvs_cfg.gang_drain_ms;
+    if (d->sw.quantum_ms && d->sw.quantum_ms < bound) bound = d->sw.quantum_ms;
+    uint64_t drain_ns = d->sw.gang && bound ? nvs_drain_bounded(d, bound) : nvs_drain(d);
     nvs_switch_prefetch_poll(d, 1); /* an overlapped prefetch of this grant: its time */
     /* By default the memory leaves before LOCK_RELEASED (the swap store moves it at the speed of
      * the bus), so the next holder finds the room free; background releases first. */

@@ -16,6 +16,7 @@ typedef struct nvs_switch_dev {
     nvs_ctxrec *pf_rec;   /* the context whose stream and events it used */
     uint64_t pf_issue_ns; /* when it was issued */
     uint32_t prefetch_us; /* measured prefetch of the current grant (LOCK_RELEASED) */
+    uint32_t quantum_ms;  /* the grant's quantum (0: none): a gang drain ends within it */
 } nvs_switch_dev;
 
 /* Its part of each context record, the client thread's: our own non-blocking stream, created

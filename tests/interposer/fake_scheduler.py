@@ -61,6 +61,7 @@ class RecordingScheduler:
 
     def __init__(self, path):
         self.grant_flags = 0  # grant.flags of the next LOCK_OKs (GRANT_PREFETCH)
+        self.grant_quantum_ms = 0  # grant.quantum_ms of the next LOCK_OKs (0: none)
         self.welcome_features = 0  # welcome.features of the next WELCOMEs (FEATURE_BUSY, FEATURE_QUOTAS)
         # the LIMITS that answers a SETTINGS (None: the settings' own compute and memory limits)
         self.limits_reply: Limits | None = None
@@ -127,7 +128,8 @@ class RecordingScheduler:
         elif mtype == MessageType.ATTACH:
             self._send(conn, n, Attached(device=msg.device, capacity=0))
         elif mtype == MessageType.REQ_LOCK:
-            self._send(conn, n, Grant(device=msg.device, quantum_ms=0, flags=self.grant_flags))
+            self._send(conn, n, Grant(device=msg.device, quantum_ms=self.grant_quantum_ms,
+                                      flags=self.grant_flags))
         elif mtype == MessageType.SETTINGS:
             reply = self.limits_reply or Limits(compute_limit=msg.compute_limit, memory_limit=msg.memory_limit)
             self._send(conn, n, reply)

@@ -149,3 +149,18 @@ def test_bad_bound_warns_once_and_uses_the_default(world, recorder):
     rel = _released(recorder)[0]
     assert 0.4 <= rel.at - drop.at < 2.0, rel.at - drop.at  # the default, 500 ms
     assert app.stderr().count('NVSHARE_GANG_DRAIN_MS="soon"') == 1, app.stderr()
+
+
+def test_gang_drop_releases_within_the_grants_quantum_when_it_is_shorter(world, recorder):
+    """The scheduler evicts a holder still silent two quanta after the drop: with a quantum of
+    100 ms the bound is 100 ms, not NVSHARE_GANG_DRAIN_MS (300 ms here), so the release comes
+    before that eviction would."""
+    recorder.grant_quantum_ms = 100
+    app, _ = _rank0(world)
+    _in_collective(world, recorder, app)
+    drop = _drop(recorder, DROP_GANG)
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=0, timeout=5)
+    (rel,) = _released(recorder)
+    assert 0.08 <= rel.at - drop.at < 2 * 0.1, rel.at - drop.at
+    assert 80_000 <= rel.msg.drain_us < BOUND_MS * 1000 * 0.8, rel.msg
+    assert not app.steps("collective") and app.proc.poll() is None
