@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Switch cost: how long a client whose W GiB were evicted to host takes to be back at full speed,
-with bulk prefetch (NVSHARE_PREFETCH=wait, =overlap) and with demand faults (=off).
+with bulk moves (NVSHARE_PREFETCH=wait, =overlap) and with demand faults (=off, without the swap
+store), against a pinned host-to-device copy of W GiB made natively (the bus's time).
 
 The method, its parameters and the shape of the result are described in bench/switching/switch_measure.py (the
 measurement) and bench/switching/switch_worker.py (A, the GPU process); this module is the benchmark: it runs
@@ -19,12 +20,15 @@ from pathlib import Path
 
 
 from bench.core.render import bars, dig, error_of, error_row, f, goal_row, num, numeric_items, yes_no  # noqa: E402
-from bench.switching.switch_measure import GOAL_RATIO, MAX_SIZE_GIB, VARIANTS, library_worker, measure, plan  # noqa: E402
+from bench.switching.switch_measure import (GOAL_VS_COPY, MAX_SIZE_GIB, VARIANTS, headline,  # noqa: E402
+                                            library_worker, measure, plan)
+from bench.switching.swap import reference  # noqa: E402
 
 NAME = "switch_cost"
-TITLE = "Switch cost: bulk prefetch vs demand faults"
+TITLE = "Switch cost: bulk moves vs a pinned copy, and demand faults"
 SHARE, MIN_S, GPU = 80, 35, True
 RERUN = "python3 -m bench.switching.switch_cost"
+REFERENCE_S = 10.0  # the pinned copies' process (PyTorch's start and 3 x 2 copies of max(W) GiB)
 PLOTS = {"switch-cost.png": "switch cost per size: wait, overlap, demand faults",
          "switch-timeline.png": "A's passes around one switch of the largest size"}
 
@@ -34,13 +38,28 @@ def run(quick: bool = False, time_left: float | None = None) -> dict:
 
     t0 = time.monotonic()
     require_safe_gpu()
-    p = plan(quick, time_left)
+    p = plan(quick, None if time_left is None else time_left - REFERENCE_S)
     deadline = None if time_left is None else t0 + time_left
+    copy = copy_reference(max(p["sizes"]))
     result = measure(library_worker(harness.library_path()), p["sizes"], p["cycles"], deadline=deadline)
+    with_copy(result, copy)
     result["parameters"]["dropped_sizes_gib"] = p["dropped_sizes"]
     result["parameters"]["estimate_s"] = p["estimate_s"]
     result["rerun"] = RERUN + (" --quick" if quick else "")
     return result
+
+
+def copy_reference(gib: float) -> dict:
+    """Pinned host <-> device copies of the largest size, natively (bench/switching/swap_server.py)."""
+    whole = max(1, round(gib))
+    h2d_s, d2h_s = reference(whole)
+    return {"gib": whole, "h2d_ms_per_gib": h2d_s * 1e3 / whole, "d2h_ms_per_gib": d2h_s * 1e3 / whole}
+
+
+def with_copy(result: dict, copy: dict) -> None:
+    """The headline judged against the pinned copy."""
+    result["reference"] = copy
+    result["headline"] = headline(result["variants"], copy["h2d_ms_per_gib"])
 
 
 def parse_sizes(text: str) -> list[float]:
@@ -87,11 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     from bench.core.common import harness
 
     params = plan(args.quick, None, args.sizes, args.cycles)
+    copy = copy_reference(max(params["sizes"]))
     result = measure(library_worker(harness.library_path(), args.debug_a), params["sizes"], params["cycles"],
                      args.variants, args.tq)
+    with_copy(result, copy)
     result["rerun"] = " ".join([RERUN, *(argv if argv is not None else sys.argv[1:])])
     for key, row in result["headline"].items():
         print(f"{key:>4} GiB  wait {_ms(row['wait_ms'])}  overlap {_ms(row['overlap_ms'])}  off {_ms(row['off_ms'])}"
+              f"  pinned copy {_ms(row['copy_ms'])}  bulk/copy {row['bulk_vs_copy'] or float('nan'):.2f}x"
               f"  demand/bulk {row['demand_vs_bulk'] or float('nan'):.1f}x ({row['faster_bulk']} faster)")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
@@ -107,17 +129,18 @@ def _ms(value: float | None) -> str:
 
 def goals(section: dict) -> list[str]:
     if error_of(section):
-        return [error_row("switch cost, bulk vs demand", error_of(section))]
+        return [error_row("switch cost, bulk vs a pinned copy", error_of(section))]
     rows = []
     for size, row in numeric_items(dig(section, "headline")):
         bulk = row.get("faster_bulk")
-        r = num(row.get("demand_vs_bulk"))
+        r = num(row.get("bulk_vs_copy"))
         other = "overlap" if bulk == "wait" else "wait"
         measured = (f"{f(row.get(f'{bulk}_ms'), 1)} ms (NVSHARE_PREFETCH={bulk}; {other}: "
-                    f"{f(row.get(f'{other}_ms'), 1)} ms)") if bulk else "—"
-        rows.append(goal_row(f"switch back of {size} GiB evicted to host: bulk prefetch vs demand faults",
-                         measured, f"{f(row.get('off_ms'), 1)} ms (demand)", f"**{f(r, 1)}x** faster",
-                         f"≥ {GOAL_RATIO:g}x", None if r is None else r >= GOAL_RATIO))
+                    f"{f(row.get(f'{other}_ms'), 1)} ms; demand faults: {f(row.get('off_ms'), 1)} ms, "
+                    f"{f(row.get('demand_vs_bulk'), 1)}x)") if bulk else "—"
+        rows.append(goal_row(f"switch back of {size} GiB evicted to host vs a pinned copy of {size} GiB",
+                         measured, f"{f(row.get('copy_ms'), 1)} ms (pinned host-to-device copy, natively)",
+                         f"**{f(r, 2)}x**", f"≤ {GOAL_VS_COPY:g}x", row.get("goal_met")))
     return rows or [error_row("switch cost", "no sizes measured")]
 
 
@@ -149,10 +172,12 @@ def section(s: dict) -> str:
     for name, v in variants.items():
         if isinstance(v, dict) and v.get("sizes") and error_of(v):
             lines.append(f"\nNVSHARE_PREFETCH={name}: `{error_of(v)}`")
-    head = ["\n| W GiB | demand / wait | demand / overlap | faster bulk variant | ≥ 8x |", "|---:|---:|---:|---|---|"]
+    head = [f"\n| W GiB | pinned copy ms | faster bulk variant | **bulk / copy** | ≤ {GOAL_VS_COPY:g}x | "
+            "demand / wait | demand / overlap |", "|---:|---:|---|---:|---|---:|---:|"]
     for size, row in numeric_items(dig(s, "headline")):
-        head.append(f"| {size} | {f(row.get('demand_vs_wait'), 1)}x | {f(row.get('demand_vs_overlap'), 1)}x | "
-                    f"{row.get('faster_bulk') or '—'} | {yes_no(row.get('goal_met'))} |")
+        head.append(f"| {size} | {f(row.get('copy_ms'), 1)} | {row.get('faster_bulk') or '—'} | "
+                    f"**{f(row.get('bulk_vs_copy'), 2)}x** | {yes_no(row.get('goal_met'))} | "
+                    f"{f(row.get('demand_vs_wait'), 1)}x | {f(row.get('demand_vs_overlap'), 1)}x |")
     p = s.get("parameters") or {}
     return "\n".join(lines + head) + (
         "\n\nA: a PyTorch process under libnvshare.so holds W GiB in one float32 tensor and loops "
@@ -169,8 +194,12 @@ def section(s: dict) -> str:
         "one ordinary pass). *Back to full speed*: until a pass takes at most 1.25x the steady pass. *B "
         "waited*: the other direction of the switch (drain, two scheduler hops; the eviction when it comes "
         "before the release). wait = the first "
-        "kernels wait for the bulk prefetch; overlap = they run while it proceeds; off = no prefetch, pages "
-        f"come back by demand faults (eviction on the handoff is real in all three). {p.get('cycles', '?')} "
+        "kernels wait for the bulk move back; overlap = they run while it proceeds; off = NVSHARE_PREFETCH=off "
+        "and NVSHARE_SWAP=off, the driver's own paging: its migration out, demand faults back (eviction on the "
+        "handoff is real in all three). The reference: pinned host-to-device copies of the largest size in "
+        "1 GiB pieces, natively (bench/switching/swap_server.py --reference; its time per GiB times W); "
+        "demand faults run at 9-10 GB/s (the facts below), so bulk over demand is bounded near 5x by "
+        f"the bus, which is why the goal is the copy. {p.get('cycles', '?')} "
         "cycles per size and variant, one A process per variant; medians. After each size A checks that "
         "every element equals its number of passes (data intact across the evictions).\n")
 

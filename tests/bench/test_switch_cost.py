@@ -93,12 +93,28 @@ def test_headline_ratios_and_the_faster_bulk_variant():
     variants = {"wait": {"sizes": {"1": size_row(20.0), "8": size_row(200.0)}},
                 "overlap": {"sizes": {"1": size_row(25.0), "8": size_row(150.0)}},
                 "off": {"sizes": {"1": size_row(240.0), "8": size_row(1000.0)}}}
-    h = sm.headline(variants)
+    h = sm.headline(variants, copy_ms_per_gib=18.0)
     assert h["1"]["demand_vs_wait"] == pytest.approx(12.0)
-    assert h["1"]["faster_bulk"] == "wait" and h["1"]["goal_met"] is True
+    assert h["1"]["faster_bulk"] == "wait" and h["1"]["copy_ms"] == pytest.approx(18.0)
+    assert h["1"]["bulk_vs_copy"] == pytest.approx(20 / 18) and h["1"]["goal_met"] is True
     assert h["8"]["faster_bulk"] == "overlap"
     assert h["8"]["demand_vs_bulk"] == pytest.approx(1000 / 150)
-    assert h["8"]["goal_met"] is False
+    assert h["8"]["bulk_vs_copy"] == pytest.approx(150 / 144)   # the faster bulk variant over the copy
+    slow = sm.headline({"wait": {"sizes": {"1": size_row(23.0)}}}, copy_ms_per_gib=18.0)
+    assert slow["1"]["goal_met"] is False                        # 1.28x the copy: not the bus's speed
+
+
+def test_without_the_copy_reference_there_is_no_goal():
+    h = sm.headline({"wait": {"sizes": {"1": size_row(20.0)}}, "off": {"sizes": {"1": size_row(90.0)}}})
+    assert h["1"]["demand_vs_bulk"] == pytest.approx(4.5)
+    assert h["1"]["copy_ms"] is None and h["1"]["goal_met"] is None
+
+
+def test_demand_faults_run_without_the_swap_store(tmp_path: Path):
+    command = sm.library_worker(tmp_path / "libnvshare.so")
+    envs = {v: command(v, [1.0], tmp_path, 10, tmp_path / "sock", 8 << 30)[1] for v in ("wait", "off")}
+    assert envs["off"]["NVSHARE_PREFETCH"] == "off" and envs["off"]["NVSHARE_SWAP"] == "off"
+    assert envs["wait"]["NVSHARE_PREFETCH"] == "wait" and "NVSHARE_SWAP" not in envs["wait"]
 
 
 def test_headline_with_a_variant_missing():
