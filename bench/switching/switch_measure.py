@@ -13,7 +13,7 @@ auto, explicit --tq (60 s), a virtual capacity (--gpu-memory) of max(W) + 6 GiB 
 --reserve. Once A is steady, B (bench/core/protoclient.py, not a GPU process; priority 10 > A's 0)
 attaches A's GPU, reports a footprint that fits alone but not beside A (capacity - reserve - A's
 footprint / 2) and asks for the lock: the scheduler preempts A with DROP_LOCK EVICT, A drains, moves
-its W GiB to host in bulk (after its release, by default); B gets LOCK_OK, keeps the GPU long
+its W GiB to host in bulk (before its release, by default: NVSHARE_EVICT=wait); B gets LOCK_OK, keeps the GPU long
 enough for that move to finish (max(0.3 s, 0.25 s per GiB), as a real holder keeps it for a
 quantum), notes t_rel and releases; A is granted again with PREFETCH. The switch cost is the end of A's first pass that ends after t_rel,
 minus t_rel: that pass touches all W GiB, so it ends when the data is back (plus one ordinary pass).
@@ -80,7 +80,7 @@ def steady_pass_s(passes: list[tuple[float, float]], before: float, skip: int = 
     return median(durations(before_switch)) if before_switch else None
 
 
-HOLD_S_PER_GIB = 0.25  # B's hold: A's move to host runs at 5-10 GB/s after its release
+HOLD_S_PER_GIB = 0.25  # B's hold: room for A's move to host where it runs after the release (NVSHARE_EVICT=background)
 
 
 def hold_s(w_gib: float) -> float:
@@ -331,8 +331,8 @@ class VariantRun:
                     grant = b.wait_grant(timeout=30)
                     t_got = time.monotonic()
                     # B keeps the GPU as a real holder would for (part of) a quantum: long enough
-                    # for A's move to host (after its release, about 10 GB/s) to finish, so that
-                    # A comes back to data that is really on the host.
+                    # for A's move to host to finish where it runs after the release
+                    # (NVSHARE_EVICT=background), so that A comes back to data that is really on the host.
                     time.sleep(hold_s(w))
                     t_rel = time.monotonic()
                     b.release()
