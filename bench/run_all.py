@@ -6,7 +6,7 @@
   train_overhead   resident training step time, compute-bound size, library vs native (~60 s)
   launch_overhead  added cost per kernel launch, quick form (~40 s)
   sched_latency    lock round trip and grant latency vs a raw socket ping-pong (~15 s, no GPU)
-  switch_cost      switch back after eviction: bulk prefetch vs demand faults (~80 s)
+  switch_cost      switch back after eviction: bulk moves vs a pinned copy, and demand faults (~80 s)
   makespan_fit     jobs that fit: auto mode vs concurrent vs one after the other (~120 s)
   makespan_pair    two jobs that do not fit: TQ 5 s / 30 s, fast vs demand vs sequential (~130 s)
   interactive      high-priority interactive client next to a batch job (~50 s)
