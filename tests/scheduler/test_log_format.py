@@ -33,9 +33,10 @@ def test_every_line_is_one_json_object_with_the_events_fields(start_scheduler):
     ("pid=7: protocol error: bad magic; closing its connection", {"pid": 7}),
     ("shutting down", {}),
     ("ctl set_tq from pid=3 uid=0: ok", {"pid": 3, "uid": 0}),
-    ("client pid=5 uid=1 client=2 priority=-3: python x=1 level=9",   # a command line's own
-     {"event": "client", "pid": 5, "uid": 1, "client": 2, "priority": -3, "x": 1}),  # "level" is
-])                                                                    # not the record's level
+    ("attach pid=5 uid=1 client=2 priority=-3 device=0 gpu=0 capacity=8: python x=1 level=9",
+     {"event": "attach", "pid": 5, "uid": 1, "client": 2, "priority": -3, "device": 0, "gpu": "0",
+      "capacity": 8, "x": 1}),  # a command line's own; its "level" is not the record's level
+])
 def test_fields_are_read_from_the_message(message, fields):
     import logging
     record = logging.LogRecord("nvshare.scheduler", logging.INFO, __file__, 1, message, (), None)

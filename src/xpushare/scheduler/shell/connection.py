@@ -40,6 +40,9 @@ log = logging.getLogger("nvshare.scheduler")
 # reach the loop in either order, so the peer's own EOF gets this long to arrive first.
 EXITED_GRACE = 0.5
 
+# The disconnect of a client that attached no GPU: its only line, so it says who it was.
+_UNATTACHED = f"disconnect pid=%d {handlers.IDENTITY}, attached no GPU: %s"
+
 
 class Conn:
     """One connection and what its peer told the scheduler. `transport` is the asyncio transport
@@ -50,6 +53,7 @@ class Conn:
         self.id, self.transport, self.pid, self.uid, self.gid = cid, transport, pid, uid, gid
         self.privileged = privileged              # exempt from the per-uid caps (access.py)
         self.hello: Hello | None = None
+        self.announced = False                    # its line with HELLO's fields was logged
         self.priority = 0                         # HELLO's, until set_priority changes it
         self.own_priority = 0                     # what it declared (declared.py), or set_priority's
         self.ctl = False
@@ -250,10 +254,13 @@ def _nothing() -> None:
 def forget(state: SchedulerState, conn: Conn) -> None:
     """The connection is gone: its locks and requests go with it."""
     state.disconnected(conn)
-    if conn.hello is not None:
+    if conn.announced:
         held = [g.label for g in conn.gpus() if state.registry.gangs.holds(conn, g)]
         state.client_log.info(conn, "disconnect pid=%d client=%d%s", conn.pid, conn.id,
                               f" (held gpu {','.join(held)})" if held else "")
+    elif conn.hello is not None:  # it attached nothing: who it was is said here (handlers.py)
+        state.client_log.info(conn, _UNATTACHED, conn.pid, *handlers.identity(conn),
+                              conn.command[:120])
     state.registry.leave(conn)
 
 

@@ -62,10 +62,21 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
     # before any of its seats can be reclaimed.
     conn.swappable = bool(msg.flags & HELLO_SWAP)
     conn.send(encode(Welcome(conn.id, VERSION, FEATURES)))
-    state.client_log.info(
-        conn, "client pid=%d uid=%d client=%d priority=%d%s%s: %s", conn.pid, conn.uid, conn.id,
-        msg.priority, "" if conn.priority == msg.priority else f" (counts as {conn.priority})",
-        " swap" if conn.swappable else "", conn.command[:120])
+    # No line yet: what HELLO told is logged once, in the line of the client's first ATTACH
+    # (registration costs one line), or in its disconnect's when it attaches nothing.
+
+
+IDENTITY = "uid=%d client=%d priority=%d%s%s"  # HELLO's fields in a client's one line (identity())
+_FIRST_ATTACH = f"attach pid=%d {IDENTITY} device=%d gpu=%s%s capacity=%d%s: %s"
+
+
+def identity(conn: Conn) -> tuple:
+    """IDENTITY's arguments: the client's uid, id, declared priority (and what it counts as),
+    and whether it answers EVICT."""
+    declared = conn.hello.priority
+    return (conn.uid, conn.id, declared,
+            "" if conn.priority == declared else f" (counts as {conn.priority})",
+            " swap" if conn.swappable else "")
 
 
 def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
@@ -98,9 +109,15 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     metrics.attached(conn, gpu, registry.now(), gpu.stats.busy)
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
     conn.send(encode(Attached(msg.device, 0, capacity)))
-    state.client_log.info(conn, "attach pid=%d device=%d gpu=%s%s capacity=%d%s", conn.pid,
-                          msg.device, gpu.label, f" ({gpu.uuid})" if gpu.index is not None else "",
-                          capacity, "" if gpu.capacity else " (its own)")
+    where = (msg.device, gpu.label, f" ({gpu.uuid})" if gpu.index is not None else "", capacity,
+             "" if gpu.capacity else " (its own)")
+    if conn.announced:
+        state.client_log.info(conn, "attach pid=%d device=%d gpu=%s%s capacity=%d%s", conn.pid,
+                              *where)
+        return
+    conn.announced = True  # its first: the line says who it is too
+    state.client_log.info(conn, _FIRST_ATTACH, conn.pid, *identity(conn), *where,
+                          conn.command[:120])
 
 
 def on_req_lock(state: SchedulerState, conn: Conn, msg: LockRequest) -> None:
