@@ -137,3 +137,19 @@ def test_pod_identity_root_is_the_schedulers_setting(tmp_path):
     assert (pod.uid, pod.namespace, pod.name, pod.container_id) == (uid, "ns", "p", "c" * 64)
     assert PodLookup({POD_IDENTITY_ROOT_ENV: str(tmp_path)})(43) is None   # no such pid there
     assert PodLookup({}).root is None                                      # /proc, as deployed
+
+
+def test_a_command_line_longer_than_one_read_is_read_whole():
+    """peer.cmdline reads /proc/PID/cmdline to its end (64 KiB a read), one printable line."""
+    from xpushare.scheduler.node import peer
+    code = "import sys; print(flush=True); sys.stdin.read()"
+    args = [f"{i:03d}" + "x" * 4000 for i in range(40)] + ["tab\there"]  # about 160 KiB
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    try:
+        proc.stdout.readline()  # it runs (while exec sets it up, its command line reads empty)
+        expected = " ".join([sys.executable, "-c", code, *args]).replace("\t", " ")
+        assert peer.cmdline(proc.pid) == expected
+    finally:
+        proc.communicate(b"")
+    assert peer.cmdline(proc.pid) == ""  # gone (and reaped)

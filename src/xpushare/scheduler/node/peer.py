@@ -45,13 +45,27 @@ def process_handle(sock: socket.socket, pid: int) -> int | None:
 def cmdline(pid: int) -> str:
     """The process's command line on one printable line ("" once it is gone)."""
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        raw = _read_all(f"/proc/{pid}/cmdline")
     except OSError:
         return ""
     text = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
     if text.isprintable():  # the usual case, checked in C: no loop over characters per connect
         return text
     return "".join(ch if ch.isprintable() else " " for ch in text)  # one line in logs and tables
+
+
+def _read_all(path: str) -> bytes:
+    """A /proc file's bytes, read through its file descriptor alone: at every connect, where
+    Path.read_bytes took 13 us against 5 (around the read it builds a Path and a buffered file
+    object, and asks for an fstat, an lseek and an ioctl: is /proc a terminal?)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def groups(pid: int, gid: int) -> set[int]:
