@@ -58,7 +58,13 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(fmt: str, level: int) -> None:
-    """Root logging to stderr in `fmt` ("text" or "json")."""
+    """Root logging to stderr in `fmt` ("text" or "json").
+
+    Neither format shows where a line was logged from, nor the thread or process that logged
+    it, so records do not collect them (the logging module's own switches for this): each line
+    is then spared a walk up the stack and a getpid() call."""
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler])
