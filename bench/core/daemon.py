@@ -140,8 +140,19 @@ class Daemon:
         return rss_kib(self.proc.pid)
 
     def cpu_s(self) -> float:
-        """CPU seconds (user + system) the daemon has used so far."""
-        with open(f"/proc/{self.proc.pid}/stat") as f:
+        """CPU seconds (user + system) the daemon has used so far: the nanoseconds its threads
+        ran (/proc/PID/task/*/schedstat), else /proc/PID/stat's clock ticks (10 ms each: a
+        tenth of what 1000 registrations take)."""
+        pid, ran = self.proc.pid, 0
+        if os.path.exists(f"/proc/{pid}/schedstat"):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                        ran += int(f.read().split()[0])
+                except (OSError, ValueError, IndexError):
+                    pass  # a thread that ended meanwhile
+            return ran / 1e9
+        with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 

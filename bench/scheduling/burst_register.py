@@ -5,8 +5,9 @@ in alternating rounds of the same run, so a baseline commit and this checkout ar
 side on the same machine.
 
 Per tree: each client's time from its connect to its ATTACHED read (p50, p99, max over all
-rounds), and the daemon's CPU seconds (user + system, /proc/PID/stat) per 1000 registrations,
-taken from just before the first connect to the last ATTACHED. Baseline trees come from
+rounds), and the daemon's CPU seconds (user + system: Daemon.cpu_s) per 1000 registrations,
+taken from just before the first connect to the last ATTACHED (before the sockets close, so the
+disconnects that follow are not counted). Baseline trees come from
 `git worktree add /tmp/base-loop <commit>`.
 
     python3 -m bench.scheduling.burst_register [--clients 1000] [--rounds 4] [--tree NAME=PATH ...]
@@ -23,6 +24,7 @@ import selectors
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1]  # bench/
@@ -37,8 +39,10 @@ FAKE_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 ATTACHED, ERROR = int(MessageType.ATTACHED), int(MessageType.ERROR)
 
 
-def burst(path: Path, n: int, frames: Frames, timeout: float = 60.0) -> list[float]:
-    """Each client's connect -> ATTACHED, in ms."""
+def burst(path: Path, n: int, frames: Frames, timeout: float = 60.0,
+          at_last: Callable[[], object] = lambda: None) -> list[float]:
+    """Each client's connect -> ATTACHED, in ms. at_last() is called when the last ATTACHED has
+    been read, before any socket is closed (the daemon's disconnects are no part of a burst)."""
     socks, t0 = [], []
     sel = selectors.DefaultSelector()
     first = frames.hello + frames.attach
@@ -73,6 +77,7 @@ def burst(path: Path, n: int, frames: Frames, timeout: float = 60.0) -> list[flo
                         done[i] = (t - t0[i]) * 1e3
                         sel.unregister(key.fileobj)
                     del buf[:HEADER.size + length]
+        at_last()
         return [done[i] for i in range(n)]
     finally:
         sel.close()
@@ -86,10 +91,9 @@ def one_round(name: str, src: Path, n: int, frames: Frames, profile: Path | None
     # Run as root (the per-uid connection cap exempts it; older trees lack the flag).
     with Daemon("auto", src=src, python_args=python_args, extra=extra) as d:
         time.sleep(0.3)  # let start-up finish before the CPU reading
-        cpu0 = d.cpu_s()
-        times = burst(d.socket, n, frames)
-        cpu = d.cpu_s() - cpu0
-    return {"ms": times, "cpu_s_per_1000": cpu * 1000.0 / n}
+        cpu = [d.cpu_s()]
+        times = burst(d.socket, n, frames, at_last=lambda: cpu.append(d.cpu_s()))
+    return {"ms": times, "cpu_s_per_1000": (cpu[1] - cpu[0]) * 1000.0 / n}
 
 
 def summary(per_round: list[dict]) -> dict:
