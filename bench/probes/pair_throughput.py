@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Two saturating processes running together: do they get the GPU's whole time, natively and under
+the library? Issue 21's open question: two clients of back-to-back adds ran 14400 adds in 3 s under
+the library (and natively with events around each burst), 90% of what one runs alone, while the
+same pair recorded by CUPTI ran 16000, all of it. If the missing 10% is the GPU switching between
+two contexts, no client's busy time can leave it out; if it comes from managed memory (what the
+library turns every allocation into) or from the library, it can be taken away.
+
+Arms, each alone and then two processes at once, for --seconds:
+  native-device    CuPy's pool on cudaMalloc, no library
+  native-managed   CuPy's pool on cudaMallocManaged, no library
+  library          CuPy's pool on cudaMalloc under libnvshare.so (converted to managed memory), a
+                   scheduler in mode auto (both fit, both hold the GPU)
+The workload: adds of two 256 MiB float32 vectors, a synchronise every 200 (busy_workload.py's
+`saturate`). Per arm: adds per second alone, the pair's together, and their ratio (1.0: the pair
+loses nothing to running together). Prints JSON. GPU safety: 768 MiB per process, two at a time;
+the library's processes get a virtual capacity.
+
+    python3 bench/probes/pair_throughput.py [--seconds 3] [--arms native-device,native-managed,library]
+"""
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, __file__.rsplit("/", 3)[0])  # the repository's root
+
+ARMS = ("native-device", "native-managed", "library")
+ELEMENTS = 64 << 20   # float32: 256 MiB per vector
+PER_SYNC = 200
+
+
+def child(managed: bool, seconds: float, start_at: float) -> dict:
+    import cupy
+
+    if managed:
+        cupy.cuda.set_allocator(cupy.cuda.MemoryPool(cupy.cuda.malloc_managed).malloc)
+    a = cupy.ones(ELEMENTS, dtype=cupy.float32)
+    b = cupy.ones(ELEMENTS, dtype=cupy.float32)
+    c = cupy.empty(ELEMENTS, dtype=cupy.float32)
+    for _ in range(50):
+        cupy.add(a, b, out=c)
+    cupy.cuda.Device().synchronize()
+    time.sleep(max(0.0, start_at - time.time()))
+    adds, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(PER_SYNC):
+            cupy.add(a, b, out=c)
+        cupy.cuda.Device().synchronize()
+        adds += PER_SYNC
+    wall = time.perf_counter() - t0
+    return {"adds": adds, "wall_s": wall, "adds_per_s": adds / wall}
+
+
+def together(n: int, managed: bool, seconds: float, env: dict) -> list[dict]:
+    start_at = time.time() + 6.0  # every process has made its vectors and warmed up by then
+    cmd = [sys.executable, __file__, "--child", "--seconds", str(seconds), "--start-at", str(start_at)]
+    cmd += ["--managed"] if managed else []
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env) for _ in range(n)]
+    return [json.loads(p.communicate(timeout=seconds + 120)[0]) for p in procs]
+
+
+def arm(name: str, seconds: float, env: dict) -> dict:
+    managed = name == "native-managed"
+    alone = together(1, managed, seconds, env)[0]
+    pair = together(2, managed, seconds, env)
+    rate = sum(r["adds_per_s"] for r in pair)
+    return {"alone_adds_per_s": alone["adds_per_s"], "pair_adds_per_s": [r["adds_per_s"] for r in pair],
+            "pair_over_alone": rate / alone["adds_per_s"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--managed", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(args.managed, args.seconds, args.start_at)))
+        return
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        p.error(f"unknown arm(s) {', '.join(unknown)}: the arms are {', '.join(ARMS)}")
+    from bench.core.common import harness, require_safe_gpu
+
+    require_safe_gpu()
+    out = {}
+    for name in arms:
+        if name != "library":
+            out[name] = arm(name, args.seconds, harness.native_env())
+            continue
+        with harness.Scheduler(mode="auto", tq=30) as sched:
+            out[name] = arm(name, args.seconds, harness.library_env(harness.library_path(), sched.socket))
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
