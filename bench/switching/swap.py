@@ -114,9 +114,12 @@ class Server:
         self._err.close()
 
 
-def reference(gib: int) -> tuple[float, float]:
+def reference(gib: int, timeout: float = 300) -> tuple[float, float]:
+    """Pinned host->device and device->host copies of gib GiB, natively (seconds each)."""
     out = subprocess.run([sys.executable, str(SERVER), "--reference", str(gib)], env=harness.native_env(),
-                         capture_output=True, text=True, timeout=300, check=True)
+                         capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"the pinned copies failed (exit {out.returncode}): {out.stderr.strip()[-400:]}")
     _, h2d, d2h = out.stdout.split()
     return float(h2d), float(d2h)
 

@@ -117,6 +117,17 @@ def test_demand_faults_run_without_the_swap_store(tmp_path: Path):
     assert envs["wait"]["NVSHARE_PREFETCH"] == "wait" and "NVSHARE_SWAP" not in envs["wait"]
 
 
+def test_a_sizes_first_cycle_is_cold_and_kept_out_of_the_medians():
+    cycles = [{"switch_ms": 2370.0, "handoff_ms": 900.0, "prefetch_ms": 1270.0},
+              {"switch_ms": 182.8, "handoff_ms": 172.0, "prefetch_ms": 174.0}]
+    row = sm.summarise_size(cycles, 0.004, True, 40)
+    assert row["switch_ms"] == pytest.approx(182.8) and row["prefetch_ms"] == pytest.approx(174.0)
+    assert row["cold_switch_ms"] == pytest.approx(2370.0) and row["cold_counted"] is False
+    assert row["switch_ms_all"] == [2370.0, 182.8]
+    alone = sm.summarise_size(cycles[:1], 0.004, True, 20)          # one cycle: it is all there is
+    assert alone["switch_ms"] == pytest.approx(2370.0) and alone["cold_counted"] is True
+
+
 def test_headline_with_a_variant_missing():
     h = sm.headline({"wait": {"sizes": {"1": size_row(20.0)}}, "off": {"error": "A did not start"}})
     assert h["1"]["demand_vs_bulk"] is None and h["1"]["goal_met"] is None
@@ -224,3 +235,17 @@ def test_worker_follows_the_control_files(tmp_path: Path, monkeypatch):
         assert all(t0 <= t1 for t0, t1 in dump["passes"])
     thread.join(10)
     assert done == [0]
+
+
+def test_a_failed_copy_reference_leaves_the_switches_measured_with_no_goal(monkeypatch):
+    def fails(gib, timeout):
+        raise RuntimeError("the pinned copies failed (exit 1): no GPU")
+    monkeypatch.setattr(sc, "reference", fails)
+    copy = sc.copy_reference(8.0)
+    assert copy["gib"] == 8 and "no GPU" in copy["error"]
+    result = {"variants": {"wait": {"sizes": {"1": size_row(24.0)}}, "off": {"sizes": {"1": size_row(100.0)}}}}
+    sc.with_copy(result, copy)
+    row = result["headline"]["1"]
+    assert row["goal_met"] is None and row["demand_vs_bulk"] == pytest.approx(100 / 24)
+    line = next(r for r in sc.goals(result) if "switch back of 1 GiB" in r)
+    assert "not measured: `RuntimeError: the pinned copies failed (exit 1): no GPU`" in line
