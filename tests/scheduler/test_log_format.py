@@ -35,7 +35,9 @@ def test_every_line_is_one_json_object_with_the_events_fields(start_scheduler):
     ("ctl set_tq from pid=3 uid=0: ok", {"pid": 3, "uid": 0}),
     ("attach pid=5 uid=1 client=2 priority=-3 device=0 gpu=0 capacity=8: python x=1 level=9",
      {"event": "attach", "pid": 5, "uid": 1, "client": 2, "priority": -3, "device": 0, "gpu": "0",
-      "capacity": 8, "x": 1}),  # a command line's own; its "level" is not the record's level
+      "capacity": 8}),  # a command line's words are not fields; its "level" is not the record's
+    ("disconnect pid=5 uid=1 client=2 priority=0, attached no GPU: python gpu=7 device=1 capacity=1",
+     {"event": "disconnect", "pid": 5, "uid": 1, "client": 2, "priority": 0}),
 ])
 def test_fields_are_read_from_the_message(message, fields):
     import logging

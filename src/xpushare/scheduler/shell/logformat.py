@@ -5,7 +5,9 @@ A JSON line carries the time, level, logger and the text line's message, and the
 fields: its first word as `event` when key=value pairs follow it ("grant pid=41 gpu=0 quantum=5s"
 becomes event "grant", pid 41, gpu "0", quantum "5s"). Integers become numbers (but `gpu`, an index
 or a UUID, is always a string); every other value stays the string the text line shows, units
-included, so both formats say the same thing.
+included, so both formats say the same thing. Fields are read only before the first ": ": what
+follows is free text (a reason, a client's command line), and a command line holding "gpu=7" must
+not give a line a field it does not have.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class JsonFormatter(logging.Formatter):
         }
         if m := _EVENT.match(message):
             obj["event"] = m.group(1)
-        for key, value in _FIELD.findall(message):
+        for key, value in _FIELD.findall(message.split(": ", 1)[0]):
             if key not in _RESERVED and key not in obj:
                 numeric = key not in _STRINGS and value.lstrip("-").isdigit()
                 obj[key] = int(value) if numeric else value
@@ -65,6 +67,7 @@ def configure(fmt: str, level: int) -> None:
     is then spared a walk up the stack and a getpid() call."""
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    logging.logAsyncioTasks = False  # Python 3.12+: nor the asyncio task (a call per record)
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler])
