@@ -139,17 +139,20 @@ def test_pod_identity_root_is_the_schedulers_setting(tmp_path):
     assert PodLookup({}).root is None                                      # /proc, as deployed
 
 
-def test_a_command_line_longer_than_one_read_is_read_whole():
-    """peer.cmdline reads /proc/PID/cmdline to its end (64 KiB a read), one printable line."""
+def test_a_long_command_line_is_read_up_to_its_first_bytes_only():
+    """peer.cmdline reads the first CMDLINE_MAX bytes of /proc/PID/cmdline (status shows 256
+    characters, the log 120), one printable line, whatever the process's arguments weigh."""
     from xpushare.scheduler.node import peer
     code = "import sys; print(flush=True); sys.stdin.read()"
-    args = [f"{i:03d}" + "x" * 4000 for i in range(40)] + ["tab\there"]  # about 160 KiB
+    args = ["tab\there"] + [f"{i:03d}" + "x" * 4000 for i in range(40)]  # about 160 KiB
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE)
     try:
         proc.stdout.readline()  # it runs (while exec sets it up, its command line reads empty)
-        expected = " ".join([sys.executable, "-c", code, *args]).replace("\t", " ")
-        assert peer.cmdline(proc.pid) == expected
+        raw = ("\0".join([sys.executable, "-c", code, *args]) + "\0").encode()[:peer.CMDLINE_MAX]
+        expected = " ".join(a.decode() for a in raw.split(b"\0") if a).replace("\t", " ")
+        assert peer.cmdline(proc.pid) == expected and len(expected) <= peer.CMDLINE_MAX
+        assert expected.startswith(f"{sys.executable} -c {code} tab here 000xxx")
     finally:
         proc.communicate(b"")
     assert peer.cmdline(proc.pid) == ""  # gone (and reaped)

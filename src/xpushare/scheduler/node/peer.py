@@ -42,10 +42,16 @@ def process_handle(sock: socket.socket, pid: int) -> int | None:
         return None
 
 
+# Bytes of a command line kept: status shows 256 characters of it and the log 120. A process's
+# arguments may take megabytes (ARG_MAX), and the read is on the event loop at every connect.
+CMDLINE_MAX = 4096
+
+
 def cmdline(pid: int) -> str:
-    """The process's command line on one printable line ("" once it is gone)."""
+    """The process's command line, its first CMDLINE_MAX bytes, on one printable line ("" once it
+    is gone)."""
     try:
-        raw = _read_all(f"/proc/{pid}/cmdline")
+        raw = _read_head(f"/proc/{pid}/cmdline", CMDLINE_MAX)
     except OSError:
         return ""
     text = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
@@ -54,15 +60,16 @@ def cmdline(pid: int) -> str:
     return "".join(ch if ch.isprintable() else " " for ch in text)  # one line in logs and tables
 
 
-def _read_all(path: str) -> bytes:
-    """A /proc file's bytes, read through its file descriptor alone: at every connect, where
-    Path.read_bytes took 13 us against 5 (around the read it builds a Path and a buffered file
-    object, and asks for an fstat, an lseek and an ioctl: is /proc a terminal?)."""
+def _read_head(path: str, limit: int) -> bytes:
+    """A /proc file's first `limit` bytes, read through its file descriptor alone: at every
+    connect, where Path.read_bytes took 13 us against 5 (around the read it builds a Path and a
+    buffered file object, and asks for an fstat, an lseek and an ioctl: is /proc a terminal?)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
+        chunks, left = [], limit
+        while left > 0 and (chunk := os.read(fd, left)):
             chunks.append(chunk)
+            left -= len(chunk)
         return b"".join(chunks)
     finally:
         os.close(fd)
