@@ -5,10 +5,11 @@ each kernel kind of bench/observability/busy_workload.py, the mean kernel durati
 loop, against the queued per-kernel time bench/observability/busy_accuracy.py judges by; and what recording
 costs a launch (the loop's time per launch with and without the profiler). Issue 21's remaining
 case: the event spans charge such a stream its launch gaps, and an event pair around one kernel
-measures its launch latency (bench/probes/busy_pair.py). With --pair, two processes run one
-pattern of busy_workload.py together for --seconds, each recording its kernels with CUPTI: does a
-kernel's recorded duration leave out the time the GPU gave the other context (each process's CUPTI
-time over its kernel count times the queued time, and the two together over the wall time)?
+measures its launch latency (bench/probes/busy_pair.py). With --pair, one process runs a pattern
+of busy_workload.py alone, then two run it together, for --seconds, each recording its kernels with
+CUPTI: does a kernel's recorded duration leave out the time the GPU gave the other context (its
+mean duration alone and together), and do two together run as many kernels a second as one alone
+(counted over the time both ran)?
 Prints JSON. GPU safety: three 256 MiB vectors per process.
 
     python3 bench/probes/cupti_kernels.py [--launches 20000] [--pair saturate,burst30 --seconds 3]
@@ -23,7 +24,9 @@ import time
 sys.path.insert(0, __file__.rsplit("/", 3)[0])  # the repository's root
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
+from bench.core.stats import common_window  # noqa: E402
 from bench.observability.busy_workload import PATTERNS, kernels, queued_ms  # noqa: E402
+from testkit.gpu import native_env  # noqa: E402
 
 
 def per_launch_us(step, n: int) -> float:
@@ -49,40 +52,63 @@ def kernel_time(averages) -> tuple[float, int]:
 
 
 def child(pattern: str, seconds: float, start_at: float) -> dict:
-    """Run one pattern from start_at for seconds, recording kernels with CUPTI."""
+    """Run one pattern from start_at for seconds, recording kernels with CUPTI; the profiler is
+    started and warm before start_at, so that its start-up falls outside the measured time.
+    Samples (time, kernels launched and finished) after every synchronise."""
     kind, per_burst, sleep_s = PATTERNS[pattern]
     step = kernels(torch)[kind]
-    for _ in range(50):
-        step()
-    torch.cuda.synchronize()
-    queued = statistics.median(queued_ms(torch, step) for _ in range(3))
-    time.sleep(max(0.0, start_at - time.time()))
-    launched = 0
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
+        for _ in range(50):
+            step()
+        torch.cuda.synchronize()
+        time.sleep(max(0.0, start_at - time.time()))
+        launched, t0 = 0, time.time()
+        samples = [(t0, 0)]
+        while time.time() - t0 < seconds:
             for _ in range(per_burst):
                 step()
             launched += per_burst
             torch.cuda.synchronize()
+            samples.append((time.time(), launched))
             if sleep_s:
                 time.sleep(sleep_s)
-        wall = time.perf_counter() - t0
     total_us, count = kernel_time(prof.key_averages())
-    return {"pattern": pattern, "queued_ms": queued, "launched": launched, "kernels_seen": count,
-            "cupti_s": total_us / 1e6, "reference_s": launched * queued / 1e3, "wall_s": wall,
-            "cupti_over_reference": total_us / 1e3 / (launched * queued) if launched else None}
+    return {"pattern": pattern, "launched": launched, "kernels_seen": count, "cupti_s": total_us / 1e6,
+            "cupti_ms_per_kernel": total_us / 1e3 / count if count else None, "samples": samples}
+
+
+def run_together(n: int, pattern: str, seconds: float) -> list[dict]:
+    start_at = time.time() + 8.0  # every process has made its vectors and started its profiler
+    cmd = [sys.executable, __file__, "--child", pattern, "--seconds", str(seconds),
+           "--start-at", str(start_at)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=native_env()) for _ in range(n)]
+    try:
+        return [json.loads(p.communicate(timeout=seconds + 60)[0]) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
 
 
 def pair(pattern: str, seconds: float) -> dict:
-    start_at = time.time() + 8.0  # both have made their vectors and measured their reference
-    cmd = [sys.executable, __file__, "--child", pattern, "--seconds", str(seconds),
-           "--start-at", str(start_at)]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    results = [json.loads(p.communicate(timeout=seconds + 60)[0]) for p in procs]
-    wall = max(r["wall_s"] for r in results)
-    return {"clients": results, "cupti_sum_over_wall": sum(r["cupti_s"] for r in results) / wall,
-            "reference_sum_over_wall": sum(r["reference_s"] for r in results) / wall}
+    """One process alone, then two together: kernels a second over the time both ran, and the
+    mean CUPTI duration of a kernel, against the queued time measured here first, alone."""
+    step = kernels(torch)[PATTERNS[pattern][0]]
+    for _ in range(50):
+        step()
+    torch.cuda.synchronize()
+    queued = statistics.median(queued_ms(torch, step) for _ in range(3))
+    alone = run_together(1, pattern, seconds)[0]
+    both = run_together(2, pattern, seconds)
+    alone_s, (alone_n,) = common_window([alone["samples"]])
+    together_s, counts = common_window([r["samples"] for r in both])
+    rate_alone = alone_n / alone_s
+    return {"queued_ms": queued, "alone_kernels_per_s": rate_alone, "together_s": together_s,
+            "together_kernels_per_s": [c / together_s for c in counts] if together_s else None,
+            "pair_over_alone": sum(counts) / together_s / rate_alone if together_s else None,
+            "cupti_ms_per_kernel": {"alone": alone["cupti_ms_per_kernel"],
+                                    "together": [r["cupti_ms_per_kernel"] for r in both]},
+            "clients": [{k: v for k, v in r.items() if k != "samples"} for r in both]}
 
 
 def main() -> None:

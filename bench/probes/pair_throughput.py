@@ -12,8 +12,9 @@ Arms, each alone and then two processes at once, for --seconds:
   library          CuPy's pool on cudaMalloc under libnvshare.so (converted to managed memory), a
                    scheduler in mode auto (both fit, both hold the GPU)
 The workload: adds of two 256 MiB float32 vectors, a synchronise every 200 (busy_workload.py's
-`saturate`). Per arm: adds per second alone, the pair's together, and their ratio (1.0: the pair
-loses nothing to running together). Prints JSON. GPU safety: 768 MiB per process, two at a time;
+`saturate`). Per arm: adds per second alone, the pair's over the time both ran (each samples its
+count after every synchronise), and their ratio (1.0: the pair loses nothing to running together);
+`late` flags a process that was not ready at the common start. Prints JSON. GPU safety: 768 MiB per process, two at a time;
 the library's processes get a virtual capacity.
 
     python3 bench/probes/pair_throughput.py [--seconds 3] [--arms native-device,native-managed,library]
@@ -25,6 +26,7 @@ import sys
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 3)[0])  # the repository's root
+from bench.core.stats import common_window  # noqa: E402
 
 ARMS = ("native-device", "native-managed", "library")
 ELEMENTS = 64 << 20   # float32: 256 MiB per vector
@@ -42,32 +44,44 @@ def child(managed: bool, seconds: float, start_at: float) -> dict:
     for _ in range(50):
         cupy.add(a, b, out=c)
     cupy.cuda.Device().synchronize()
+    late = time.time() > start_at  # not ready in time: it started after the others
     time.sleep(max(0.0, start_at - time.time()))
-    adds, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
+    adds, t0 = 0, time.time()
+    samples = [(t0, 0)]
+    while time.time() - t0 < seconds:
         for _ in range(PER_SYNC):
             cupy.add(a, b, out=c)
         cupy.cuda.Device().synchronize()
         adds += PER_SYNC
-    wall = time.perf_counter() - t0
-    return {"adds": adds, "wall_s": wall, "adds_per_s": adds / wall}
+        samples.append((time.time(), adds))
+    return {"adds": adds, "late": late, "samples": samples}
 
 
 def together(n: int, managed: bool, seconds: float, env: dict) -> list[dict]:
-    start_at = time.time() + 6.0  # every process has made its vectors and warmed up by then
+    start_at = time.time() + 10.0  # every process has made its vectors and warmed up by then
     cmd = [sys.executable, __file__, "--child", "--seconds", str(seconds), "--start-at", str(start_at)]
     cmd += ["--managed"] if managed else []
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env) for _ in range(n)]
-    return [json.loads(p.communicate(timeout=seconds + 120)[0]) for p in procs]
+    try:
+        return [json.loads(p.communicate(timeout=seconds + 120)[0]) for p in procs]
+    finally:  # one that failed must not leave the others holding their GPU memory
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
 
 
 def arm(name: str, seconds: float, env: dict) -> dict:
+    """Adds a second alone, and of the two together over the time both ran (common_window)."""
     managed = name == "native-managed"
     alone = together(1, managed, seconds, env)[0]
     pair = together(2, managed, seconds, env)
-    rate = sum(r["adds_per_s"] for r in pair)
-    return {"alone_adds_per_s": alone["adds_per_s"], "pair_adds_per_s": [r["adds_per_s"] for r in pair],
-            "pair_over_alone": rate / alone["adds_per_s"]}
+    alone_s, (alone_n,) = common_window([alone["samples"]])
+    both_s, counts = common_window([r["samples"] for r in pair])
+    rate = alone_n / alone_s
+    return {"alone_adds_per_s": rate, "together_s": both_s,
+            "pair_adds_per_s": [n / both_s for n in counts] if both_s else None,
+            "pair_over_alone": sum(counts) / both_s / rate if both_s else None,
+            "late": [r["late"] for r in (alone, *pair)]}
 
 
 def main() -> None:

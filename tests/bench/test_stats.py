@@ -43,3 +43,13 @@ def test_ratio_is_none_without_a_baseline():
     assert stats.ratio(None, 4.0) is None
     assert stats.ratio(2.0, 0.0) is None
     assert stats.ratio(2.0, None) is None
+
+
+def test_common_window_counts_only_what_ran_together():
+    from bench.core.stats import common_window
+    early = [(0.0, 0), (1.0, 100), (2.0, 200), (3.0, 300)]       # 100 a second from 0 to 3
+    late = [(0.5, 0), (1.5, 50), (2.5, 100), (3.5, 150)]          # 50 a second from 0.5 to 3.5
+    seconds, counts = common_window([early, late])
+    assert seconds == pytest.approx(2.5)
+    assert counts == [pytest.approx(250), pytest.approx(125)]
+    assert common_window([[(0.0, 0), (1.0, 5)], [(2.0, 0), (3.0, 5)]]) == (0.0, [0.0, 0.0])
