@@ -41,9 +41,8 @@ def run(quick: bool = False, time_left: float | None = None) -> dict:
     require_safe_gpu()
     p = plan(quick, None if time_left is None else time_left - REFERENCE_S)
     deadline = None if time_left is None else t0 + time_left
-    copy = copy_reference(max(p["sizes"]))
-    result = measure(library_worker(harness.library_path()), p["sizes"], p["cycles"], deadline=deadline)
-    with_copy(result, copy)
+    result = measure_against_copy(library_worker(harness.library_path()), p["sizes"], p["cycles"],
+                                  deadline=deadline)
     result["parameters"]["dropped_sizes_gib"] = p["dropped_sizes"]
     result["parameters"]["estimate_s"] = p["estimate_s"]
     result["rerun"] = RERUN + (" --quick" if quick else "")
@@ -59,6 +58,15 @@ def copy_reference(gib: float) -> dict:
     except Exception as e:  # noqa: BLE001  (a timeout, a failed process, an unreadable line)
         return {"gib": whole, "error": f"{type(e).__name__}: {e}"}
     return {"gib": whole, "h2d_ms_per_gib": h2d_s * 1e3 / whole, "d2h_ms_per_gib": d2h_s * 1e3 / whole}
+
+
+def measure_against_copy(a_command, sizes: list[float], cycles: int, **kw) -> dict:
+    """The pinned copy of the largest size first (natively, before A or the scheduler start), then
+    the switches (switch_measure.measure), judged against it."""
+    copy = copy_reference(max(sizes))
+    result = measure(a_command, sizes, cycles, **kw)
+    with_copy(result, copy)
+    return result
 
 
 def with_copy(result: dict, copy: dict) -> None:
@@ -111,10 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench.core.common import harness
 
     params = plan(args.quick, None, args.sizes, args.cycles)
-    copy = copy_reference(max(params["sizes"]))
-    result = measure(library_worker(harness.library_path(), args.debug_a), params["sizes"], params["cycles"],
-                     args.variants, args.tq)
-    with_copy(result, copy)
+    result = measure_against_copy(library_worker(harness.library_path(), args.debug_a), params["sizes"],
+                                  params["cycles"], variants=args.variants, tq=args.tq)
     result["rerun"] = " ".join([RERUN, *(argv if argv is not None else sys.argv[1:])])
     for key, row in result["headline"].items():
         print(f"{key:>4} GiB  wait {_ms(row['wait_ms'])}  overlap {_ms(row['overlap_ms'])}  off {_ms(row['off_ms'])}"

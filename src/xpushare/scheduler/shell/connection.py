@@ -260,7 +260,7 @@ def forget(state: SchedulerState, conn: Conn) -> None:
                               f" (held gpu {','.join(held)})" if held else "")
     elif conn.hello is not None:  # it attached nothing: who it was is said here (handlers.py)
         state.client_log.info(conn, _UNATTACHED, conn.pid, *handlers.identity(conn),
-                              conn.command[:120])
+                              conn.command[:handlers.COMMAND_LOGGED])
     state.registry.leave(conn)
 
 

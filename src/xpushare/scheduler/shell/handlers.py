@@ -67,7 +67,10 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
 
 
 IDENTITY = "uid=%d client=%d priority=%d%s%s"  # HELLO's fields in a client's one line (identity())
-_FIRST_ATTACH = f"attach pid=%d {IDENTITY} device=%d gpu=%s%s capacity=%d%s: %s"
+COMMAND_LOGGED = 120                            # characters of its command line in that line
+_WHERE = "device=%d gpu=%s%s capacity=%d%s"     # an ATTACH's device, in every attach line
+_ATTACH = f"attach pid=%d {_WHERE}"
+_FIRST_ATTACH = f"attach pid=%d {IDENTITY} {_WHERE}: %s"
 
 
 def identity(conn: Conn) -> tuple:
@@ -112,12 +115,11 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     where = (msg.device, gpu.label, f" ({gpu.uuid})" if gpu.index is not None else "", capacity,
              "" if gpu.capacity else " (its own)")
     if conn.announced:
-        state.client_log.info(conn, "attach pid=%d device=%d gpu=%s%s capacity=%d%s", conn.pid,
-                              *where)
+        state.client_log.info(conn, _ATTACH, conn.pid, *where)
         return
     conn.announced = True  # its first: the line says who it is too
     state.client_log.info(conn, _FIRST_ATTACH, conn.pid, *identity(conn), *where,
-                          conn.command[:120])
+                          conn.command[:COMMAND_LOGGED])
 
 
 def on_req_lock(state: SchedulerState, conn: Conn, msg: LockRequest) -> None:
