@@ -1,25 +1,28 @@
 #!/usr/bin/env python3
 """Two saturating processes running together: do they get the GPU's whole time, natively and under
-the library? Issue 21's open question: two clients of back-to-back adds ran 14400 adds in 3 s under
-the library (and natively with events around each burst), 90% of what one runs alone, while the
-same pair recorded by CUPTI ran 16000, all of it. If the missing 10% is the GPU switching between
-two contexts, no client's busy time can leave it out; if it comes from managed memory (what the
-library turns every allocation into) or from the library, it can be taken away.
+the library? Two clients of back-to-back adds under the library ran 90% of the adds one runs
+alone; this tells whether the missing time is the GPU switching between two contexts (no client's
+busy time can leave it out) or comes from managed memory, timing events or the library. Answer
+(docs/benchmarks.md, "What two contexts running together lose"): the GPU's; the native pair on
+device memory loses as much.
 
 Arms, each alone and then two processes at once, for --seconds:
   native-device    CuPy's pool on cudaMalloc, no library
   native-managed   CuPy's pool on cudaMallocManaged, no library
-  native-events    as native-device, with a timing event recorded every 64 adds and the time
-                   between consecutive ones read once it passed (what the library's checkpoints do)
+  native-events    as native-device, with timing events recorded at ops 0, 64, 128 and 192 of
+                   every 200 and the time between consecutive ones read once they completed: like
+                   the library's checkpoints, though sparser (those come about every 32 adds)
   library          CuPy's pool on cudaMalloc under libnvshare.so (converted to managed memory), a
                    scheduler in mode auto (both fit, both hold the GPU)
-  library-untimed  the same with NVSHARE_DRAIN_TARGET_MS=0: checkpoints without timing events
-The workload (--op): `add`, adds of two 256 MiB float32 vectors (memory-bound; busy_workload.py's
-`saturate`), or `matmul`, products of two 4096 x 4096 float16 matrices (compute-bound); a
-synchronise every 200. Per arm: adds per second alone, the pair's over the time both ran (each samples its
-count after every synchronise), and their ratio (1.0: the pair loses nothing to running together);
-`late` flags a process that was not ready at the common start. Prints JSON. GPU safety: 768 MiB per process, two at a time;
-the library's processes get a virtual capacity.
+  library-untimed  the same with NVSHARE_DRAIN_TARGET_MS=0: checkpoints without timing events,
+                   every 128 launches (the timed ones adapt their interval)
+The workload (--op): `add`, adds of two 256 MiB float32 vectors (memory-bound; 0.32 ms each on an
+H200 in CuPy), or `matmul`, products of two 4096 x 4096 float16 matrices (compute-bound); a
+synchronise every 200. Per arm: ops per second alone (the keys say "adds" whatever the op), the
+pair's over the time both ran (each samples its count after every synchronise), and their ratio
+(1.0: the pair loses nothing to running together); `late` flags a process that was not ready at
+the common start. Prints JSON. GPU safety: 768 MiB per process, two at a time; the library's
+processes get a virtual capacity.
 
     python3 bench/probes/pair_throughput.py [--seconds 3] [--op add|matmul] [--arms native-device,library]
 """

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The resident training step (bench/launch/train_overhead.py's `large` size) natively, under the
 library, and under the library with its timed checkpoints off (NVSHARE_DRAIN_TARGET_MS=0: no busy
-time measured), in rounds that rotate which side goes first. Says whether the busy time's events
-are what the library adds to a compute-bound step: the suite's one pair per side cannot (its
-native baselines moved by 0.7% between two runs minutes apart).
+time measured), in rounds that rotate which side goes first (a multiple of 3 rounds lets each side
+go first equally often). Says whether the busy time's events are what the library adds to a
+compute-bound step: the suite's few pairs cannot (its native baselines moved by 0.7% between two
+runs minutes apart).
 
     python3 bench/probes/train_sides.py [--rounds 3] [--config large]
 
@@ -28,6 +29,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--config", default="large", choices=sorted(CONFIGS))
     args = p.parse_args()
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
     from bench.core.common import harness, require_safe_gpu
 
     require_safe_gpu()
