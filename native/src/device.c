@@ -236,6 +236,7 @@ void nvs_devices_reset_after_fork(void)
         atomic_store(&d->mem.dirty, 0);
         d->mem.sent_valid = 0;
         d->sw.evict = d->sw.prefetch_pending = d->sw.pf_outstanding = 0;
+        d->sw.evict_mib = 0;
         d->sw.pf_rec = NULL;
         d->sw.prefetch_us = 0;
         /* the parent's swapped ranges are not the child's (alloc.c clears the tables) */

@@ -30,6 +30,7 @@ static void reset_device(nvs_dev *d, int run)
     d->lock_state = NVS_LOCK_IDLE;
     d->drain_reason = -1;
     d->sw.evict = d->sw.gang = d->sw.prefetch_pending = d->swap.reclaim_pending = 0;
+    d->sw.evict_mib = 0;
     d->mem.sent_valid = 0;
     d->swap.restore_pending = run && atomic_load(&d->swap.swapped_out) > 0;
     nvs_dev_set_run(d, run && !d->swap.restore_pending);
@@ -127,6 +128,7 @@ static void on_lock_ok(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_
     d->want = 0;
     d->drain_reason = -1;
     d->sw.evict = d->sw.gang = 0;
+    d->sw.evict_mib = 0;
     d->sw.quantum_ms = g.quantum_ms;
     d->sw.prefetch_pending = prefetch;
     d->sw.prefetch_us = 0;
@@ -158,12 +160,20 @@ static void on_drop(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t n
     if (d->lock_state == NVS_LOCK_HELD && d->drain_reason < 0) {
         d->drain_reason = NVS_RELEASE_DROPPED;
         d->sw.evict = evict;
+        d->sw.evict_mib = evict ? m.evict_mib : 0;
         d->sw.gang = gang;
         NVS_DEBUG("drop device %u (%s%s%s) after holding it %.3f s", m.device,
                   drop_reason(m.reason), evict ? ", evict" : "", gang ? ", gang" : "",
                   (double)(now - d->grant_ns) / 1e9);
     } else if (d->lock_state == NVS_LOCK_HELD) {
-        d->sw.evict |= evict; /* a second drop before the release: it evicts if either asks */
+        /* a second drop before the release: it evicts if either asks, as much as either asks
+         * (0, everything, over any amount) */
+        if (evict)
+            d->sw.evict_mib = !d->sw.evict ? m.evict_mib
+                              : !m.evict_mib || !d->sw.evict_mib ? 0
+                              : m.evict_mib > d->sw.evict_mib ? m.evict_mib
+                                                              : d->sw.evict_mib;
+        d->sw.evict |= evict;
         d->sw.gang |= gang;
         NVS_DEBUG("drop device %u: already releasing it%s", m.device, evict ? " (evict)" : "");
     } else {

@@ -71,7 +71,7 @@ struct nvs_drop {
     uint32_t device;
     uint32_t reason; /* NVS_DROP_* */
     uint32_t flags;  /* NVS_DROP_EVICT, NVS_DROP_GANG */
-    uint32_t reserved;
+    uint32_t evict_mib; /* with NVS_DROP_EVICT: MiB to move at least (whole allocations); 0: all */
 } __attribute__((packed));
 
 /* LOCK_RELEASED: what the client measured of this switch, in microseconds */

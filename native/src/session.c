@@ -200,9 +200,9 @@ static int run_prefetch(nvs_dev *d)
 
 /* EVICT while idle (flags NVS_RESIDENCY_ANSWER), or a drop's eviction after LOCK_RELEASED
  * (NVSHARE_EVICT=background): the memory leaves the GPU, and the scheduler hears where it is. */
-static int run_reclaim(nvs_dev *d, uint32_t flags)
+static int run_reclaim(nvs_dev *d, uint32_t flags, uint64_t at_least)
 {
-    nvs_switch_evict(d);
+    nvs_switch_evict(d, at_least);
     out.len = 0;
     pthread_mutex_lock(&nvs_g.mu);
     if (nvs_g.client_state == NVS_CLIENT_READY) put_residency(&out, d, flags);
@@ -248,7 +248,8 @@ static int run_drain(nvs_dev *d)
     /* By default the memory leaves before LOCK_RELEASED (the swap store moves it at the speed of
      * the bus), so the next holder finds the room free; background releases first. */
     int evict_after = d->sw.evict && nvs_cfg.evict == NVS_EVICT_BACKGROUND;
-    uint64_t evict_ns = d->sw.evict && !evict_after ? nvs_switch_evict(d) : 0;
+    uint64_t at_least = (uint64_t)d->sw.evict_mib << 20; /* the room the next holder needs */
+    uint64_t evict_ns = d->sw.evict && !evict_after ? nvs_switch_evict(d, at_least) : 0;
     out.len = 0;
     pthread_mutex_lock(&nvs_g.mu);
     if (nvs_g.client_state == NVS_CLIENT_READY && d->lock_state == NVS_LOCK_HELD) {
@@ -265,10 +266,11 @@ static int run_drain(nvs_dev *d)
     }
     d->drain_reason = -1;
     d->sw.evict = 0;
+    d->sw.evict_mib = 0;
     d->sw.gang = 0;
     pthread_mutex_unlock(&nvs_g.mu);
     if (nvs_tx_send(&out) != 0) return -1;
-    if (evict_after) return run_reclaim(d, 0);
+    if (evict_after) return run_reclaim(d, 0, at_least);
     nvs_switch_discard_due(d);
     return 0;
 }
@@ -299,7 +301,7 @@ int nvs_session_work(uint64_t now)
     for (int i = 0; i < pl.nd; i++)
         if (run_drain(pl.drains[i]) != 0) return 0;
     for (int i = 0; i < pl.nr; i++)
-        if (run_reclaim(pl.reclaims[i], NVS_RESIDENCY_ANSWER) != 0) return 0;
+        if (run_reclaim(pl.reclaims[i], NVS_RESIDENCY_ANSWER, 0) != 0) return 0;
     return pl.nd > 0 || pl.np > 0 || pl.nr > 0; /* waiters may want the lock back at once */
 }
 

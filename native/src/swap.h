@@ -23,6 +23,10 @@ typedef struct nvs_swap_io {
     uint64_t cold;    /* bytes without a host copy yet: left to the driver's prefetch (marked) */
     int errors;       /* ranges the driver refused */
     nvs_ctxrec *rec;  /* the context whose streams these are (swapsum.c's kernel) */
+    /* A partial move (switch.c): only the ranges whose keys are in `pick` (sorted) move; NULL:
+     * every range. */
+    const uint64_t *pick;
+    size_t npick;
 } nvs_swap_io;
 void nvs_swap_out(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN; /* queue d's converted ranges out */
 void nvs_swap_in(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;  /* queue its ranges that are out in */
@@ -38,6 +42,22 @@ static inline int nvs_swap_movable(const nvs_ptr_entry *e, int dev)
 {
     return e->dev == dev && (e->kind == KIND_CONVERTED || e->kind == KIND_KEPT);
 }
+/* nvs_amu held (the entries'). Whether this move takes the range keyed `key`. */
+static inline int nvs_swap_picked(const nvs_swap_io *io, uint64_t key)
+{
+    if (!io->pick) return 1;
+    size_t lo = 0, hi = io->npick;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (io->pick[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < io->npick && io->pick[lo] == key;
+}
+/* swappick.c: the keys (sorted, malloc'd into *keys) of whole allocations of device dev that make
+ * at least `at_least` bytes, for a partial eviction (swap: the swap store moves them); returns how
+ * many, 0 (*keys NULL) when every allocation is to move. Takes nvs_amu. */
+size_t nvs_swap_pick(int dev, uint64_t at_least, int swap, uint64_t **keys) NVS_HIDDEN;
 /* swaphost.c: the ranges of d without a host copy are left to the driver's prefetch this time
  * (marked cold) within the host memory bounds, the rest stays on the GPU (io->refused), and the
  * pinner thread is asked to make their host copies. */
@@ -58,7 +78,9 @@ CUresult nvs_prefetch_range(CUdeviceptr p, size_t n, int to_host, int dev, CUstr
 
 /* ---------------------------------------------------------------- switch.c */
 /* Fast context switches, client thread only, never under nvs_g.mu. */
-uint64_t nvs_switch_evict(nvs_dev *d) NVS_HIDDEN; /* bulk move to host; ns it took, 0 = none */
+/* Bulk move to host of at least `at_least` bytes of d's allocations (whole ones; 0: all of them);
+ * returns the ns it took, 0 = none. */
+uint64_t nvs_switch_evict(nvs_dev *d, uint64_t at_least) NVS_HIDDEN;
 /* Bulk move back to the device. wait: returns once it finished (d->sw.prefetch_us set); else issues
  * it and returns (observed by nvs_switch_prefetch_poll). Returns 0 when nothing was issued. */
 int nvs_switch_prefetch(nvs_dev *d, int wait) NVS_HIDDEN;

@@ -238,7 +238,8 @@ void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io)
     size_t pos = 0;
     uint64_t newly = 0;
     for (nvs_ptr_entry *e; (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
-        if (!nvs_swap_movable(e, d->ordinal) || e->out || e->host) continue;
+        if (!nvs_swap_movable(e, d->ordinal) || e->out || e->host || !nvs_swap_picked(io, e->key))
+            continue;
         if (!host_room(&budget, e->size)) { /* said once, until there is room again */
             newly += e->pin_refused ? 0 : e->size;
             e->pin_refused = 1;

@@ -121,7 +121,8 @@ static size_t sum_ranges(nvs_dev *d, nvs_swap_io *io, summed_t **out)
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
     for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&nvs_ptrs, &pos));)
-        n += nvs_swap_movable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0;
+        n += nvs_swap_movable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0 &&
+             nvs_swap_picked(io, e->key);
     pthread_mutex_unlock(&nvs_amu);
     summed_t *s = n ? calloc(n, sizeof(*s)) : NULL;
     uint64_t *sums = n ? calloc(n, 2 * sizeof(uint64_t)) : NULL;
@@ -138,7 +139,9 @@ static size_t sum_ranges(nvs_dev *d, nvs_swap_io *io, summed_t **out)
     pthread_mutex_lock(&nvs_amu);
     pos = 0;
     for (const nvs_ptr_entry *e; k < n && (e = nvs_ptrtab_next(&nvs_ptrs, &pos));) {
-        if (!(nvs_swap_movable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0)) continue;
+        if (!(nvs_swap_movable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0 &&
+              nvs_swap_picked(io, e->key)))
+            continue;
         s[k] = (summed_t){(CUdeviceptr)e->key, e->size, e->host, {0, 0}};
         ok &= nvs_swapsum_launch(io->rec, s[k].ptr, s[k].size, dev_sums + k * 16, io->a) ==
               CUDA_SUCCESS;
@@ -206,7 +209,9 @@ void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
     for (nvs_ptr_entry *e; (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
         /* e->cold: planned above for the driver's prefetch, this time even if the pinner attached
          * its host copy meanwhile (or the store would move it too, and the mark would stay) */
-        if (!nvs_swap_movable(e, d->ordinal) || e->out || !e->host || e->cold) continue;
+        if (!nvs_swap_movable(e, d->ordinal) || e->out || !e->host || e->cold ||
+            !nvs_swap_picked(io, e->key))
+            continue;
         /* The host copy holds these bytes already when the sum of the range is the one of what was
          * copied out last time; the new sum is that of what the host copy holds after this one. */
         const summed_t *now = sum_of(sums, nsums, e);

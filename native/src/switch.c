@@ -38,6 +38,7 @@ typedef struct {
     CUstream stream;
     int issued, refused;
     uint64_t bytes;
+    const nvs_swap_io *io; /* its pick: the ranges a partial eviction moves (NULL: every one) */
 } batch_t;
 
 static int can_prefetch(void)
@@ -59,6 +60,7 @@ CUresult nvs_prefetch_range(CUdeviceptr p, size_t n, int to_host, int dev, CUstr
 static void issue_one(CUdeviceptr p, uint64_t size, void *arg)
 {
     batch_t *b = arg;
+    if (b->io && !nvs_swap_picked(b->io, (uint64_t)p)) return;
     CUresult r = nvs_prefetch_range(p, (size_t)size, b->to_host, b->dev, b->stream);
     if (r == CUDA_SUCCESS) {
         b->issued++;
@@ -161,7 +163,7 @@ static CUresult finish_out(nvs_dev *d, nvs_ctxrec *rec, int swapped)
     return r;
 }
 
-uint64_t nvs_switch_evict(nvs_dev *d)
+uint64_t nvs_switch_evict(nvs_dev *d, uint64_t at_least)
 {
     d->swap.refused = 0;
     if (!may_move(d, "eviction")) return 0;
@@ -173,9 +175,12 @@ uint64_t nvs_switch_evict(nvs_dev *d)
     }
     CUcontext prev;
     nvs_ctxrec *rec = enter_context(d, &prev);
-    batch_t b = {.to_host = 1, .dev = d->ordinal};
     nvs_swap_io io = {.dev = d->ordinal};
+    batch_t b = {.to_host = 1, .dev = d->ordinal, .io = &io};
     int swap = rec && nvs_swap_usable() && swap_ready(rec);
+    uint64_t *pick = NULL;
+    io.npick = nvs_swap_pick(d->ordinal, at_least, swap, &pick);
+    io.pick = pick;
     nvs_swap_begin();
     if (rec) {
         b.stream = rec->sw.own_stream;
@@ -192,6 +197,7 @@ uint64_t nvs_switch_evict(nvs_dev *d)
     CUresult r = CUDA_SUCCESS;
     if (rec && (b.issued || io.ranges || io.errors)) r = finish_out(d, rec, swap && io.ranges);
     nvs_swap_end();
+    free(pick);
     if (!rec) {
         NVS_DEBUG("device %d: no usable context: no bulk eviction", d->ordinal);
         return 0;
@@ -205,9 +211,10 @@ uint64_t nvs_switch_evict(nvs_dev *d)
     d->swap.move_us = nvs_us32(took);
     NVS_DEBUG("device %d: evicted %d range(s), %llu bytes, to the swap store (%llu of them clean: "
               "discarded without a copy) and %d range(s), %llu bytes, by prefetch to the host in "
-              "%.3f ms (%llu bytes refused a host copy, %d refused by the driver, sync %d)",
+              "%.3f ms (%s; %llu bytes refused a host copy, %d refused by the driver, sync %d)",
               d->ordinal, io.ranges, (unsigned long long)io.bytes, (unsigned long long)io.clean,
               b.issued, (unsigned long long)b.bytes, (double)took / 1e6,
+              io.npick ? "the allocations picked for the room asked" : "all of them",
               (unsigned long long)io.refused, b.refused + io.errors, r);
     return took;
 }

@@ -3,7 +3,7 @@
  * what a drop or a grant asked for and the bulk prefetch under way. Included by nvshare.h; the
  * functions are swap.h's.
  *
- * Locking: `evict`, `gang` and `prefetch_pending` are set under nvs_g.mu by the message handlers
+ * Locking: `evict`, `evict_mib`, `gang` and `prefetch_pending` are set under nvs_g.mu by the message handlers
  * (inbound.c); the rest belongs to the client thread.
  */
 #ifndef NVSHARE_SWITCHDEV_H
@@ -11,6 +11,7 @@
 
 typedef struct nvs_switch_dev {
     int evict, gang;      /* the pending (or running) drain evicts to host (EVICT); is bounded (GANG) */
+    uint32_t evict_mib;   /* with evict: at least this many MiB move (0: all; DROP_LOCK's evict_mib) */
     int prefetch_pending; /* a grant asked for PREFETCH; done by nvs_session_work(), not under mu */
     int pf_outstanding;   /* an overlapped prefetch was issued; its end event not yet seen */
     nvs_ctxrec *pf_rec;   /* the context whose stream and events it used */

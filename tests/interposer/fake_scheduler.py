@@ -141,12 +141,14 @@ class RecordingScheduler:
             n = conn if conn >= 0 else len(self._conns) + conn
         self._send(c, n, Limits(compute_limit=compute_limit, memory_limit=memory_limit))
 
-    def drop(self, device: int, conn: int = -1, reason: DropReason = DropReason.QUANTUM, flags: int = 0):
-        """Ask the client to give the device up (it answers LOCK_RELEASED); flags: DROP_EVICT."""
+    def drop(self, device: int, conn: int = -1, reason: DropReason = DropReason.QUANTUM, flags: int = 0,
+             evict_mib: int = 0):
+        """Ask the client to give the device up (it answers LOCK_RELEASED); flags: DROP_EVICT, with
+        evict_mib the MiB to move at least (0: all)."""
         with self._mu:
             c = self._conns[conn]
             n = conn if conn >= 0 else len(self._conns) + conn
-        self._send(c, n, DropLock(device=device, reason=reason, flags=flags))
+        self._send(c, n, DropLock(device=device, reason=reason, flags=flags, evict_mib=evict_mib))
 
     def evict(self, device: int, conn: int = -1):
         """Ask an idle client to move its memory on the device to host (it answers RESIDENCY)."""

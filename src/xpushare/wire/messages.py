@@ -206,11 +206,13 @@ class Grant(_Payload):
 @dataclass
 class DropLock(_Payload):
     """DROP_LOCK."""
-    FIELDS = (("device", "I"), ("reason", "I"), ("flags", "I"), ("reserved", "I"))
+    FIELDS = (("device", "I"), ("reason", "I"), ("flags", "I"), ("evict_mib", "I"))
     device: int = 0
-    reason: int = 0  # DropReason
-    flags: int = 0   # DROP_EVICT
-    reserved: int = 0
+    reason: int = 0     # DropReason
+    flags: int = 0      # DROP_EVICT
+    # With DROP_EVICT: the MiB the next holder needs moved (whole allocations, at least this
+    # much); 0: all of them. Older libraries read it as reserved and move all.
+    evict_mib: int = 0
 
 
 @dataclass

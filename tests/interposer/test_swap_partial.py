@@ -1,0 +1,82 @@
+"""A partial eviction (native/src/swappick.c): a holder dropped with EVICT and evict_mib moves whole
+allocations until at least that much has left (the smallest that covers what is left, else the
+largest, and again) and reports what stays in RESIDENCY before it releases; what moved is intact
+when the application reads it again. evict_mib 0, or as much as it has, moves everything.
+
+The fake scheduler (fake_scheduler.py) drops with EVICT; the mock logs every call.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from xpushare.wire.protocol import DROP_EVICT, FEATURE_SWAP, MessageType
+
+from testkit.waiting import poll
+
+from .test_swap_store import HOST, MIB, _env, _ours, _prefetches, _residency
+
+SIZES = ("1M", "4M", "2M")   # converted allocations, the last one filled and checked
+
+
+def _app(world, recorder, *steps):
+    recorder.welcome_features = FEATURE_SWAP
+    allocs = [s for size in SIZES for s in ("alloc", size)]
+    app = world.app("init", "ctx", 0, *allocs, "fill", 7, "launch", 1, "pause", *steps, env=_env())
+    app.paused()
+    return app
+
+
+def _ranges(app) -> dict[int, tuple[int, int]]:
+    """size in MiB -> (ptr, size) of the app's allocations."""
+    return {ln["size"] // MIB: (ln["ptr"], ln["size"]) for ln in app.lines if ln.get("step") == "alloc"}
+
+
+def _drop(recorder, n, evict_mib):
+    recorder.wait_count(MessageType.REQ_LOCK, n, device=0)
+    recorder.drop(0, flags=DROP_EVICT, evict_mib=evict_mib)
+    recorder.wait_count(MessageType.LOCK_RELEASED, n, device=0)
+
+
+@pytest.mark.parametrize("evict_mib, moved", [
+    (2, [2]),           # the 2M covers it exactly: the smallest that covers
+    (3, [4]),           # only the 4M covers 3M
+    (5, [4, 1]),        # none covers 5M: the largest, then the smallest that covers the 1M left
+    (6, [4, 2]),
+    (7, [1, 2, 4]),     # all of it
+    (9, [1, 2, 4]),     # more than it has: all of it
+    (0, [1, 2, 4]),     # 0: all of it, as an older scheduler asks
+])
+def test_a_drop_moves_the_allocations_that_make_the_room_asked(world, recorder, evict_mib, moved):
+    app = _app(world, recorder, "check", 7)
+    _drop(recorder, 1, evict_mib)
+    ranges = _ranges(app)
+    out = sorted(_prefetches(world.log, app.pid, HOST))
+    assert out == sorted(ranges[m] for m in moved)   # the first swap-out: by the driver's prefetch
+    (report,) = _residency(recorder)
+    assert (report.resident_bytes, report.host_bytes) == ((7 - sum(moved)) * MIB, sum(moved) * MIB)
+    (released,) = recorder.messages(MessageType.LOCK_RELEASED)
+    assert released.msg.evict_us > 0
+    app.resume()
+    assert app.finish() == 0
+    assert app.steps("check")[0]["ok"] == 1
+
+
+def test_with_host_copies_only_the_picked_ranges_are_copied_and_discarded(world, recorder):
+    app = _app(world, recorder, "launch", 1, "pause", "check", 7)
+    _drop(recorder, 1, 0)                  # everything out, and the host copies pinned meanwhile
+    poll(lambda: len(_ours(world.log, app, "cuMemHostAlloc")) == len(SIZES),
+         what="the three host copies")
+    app.resume()
+    app.paused(nth=2)
+    _drop(recorder, 2, 2)                  # 2M of room: the 2M range only, through the store
+    ranges = _ranges(app)
+    copies = sorted(e["bytes"] for e in _ours(world.log, app, "cuMemcpyDtoHAsync_v2"))
+    assert copies == [16, 2 * MIB], "one range summed (two u64 read back) and copied out"
+    discards = [(e["ptr"], e["size"]) for e in world.log.entries(app.pid, "cuMemDiscardBatchAsync")]
+    assert ranges[2] in discards and ranges[1] not in discards and ranges[4] not in discards
+    report = _residency(recorder)[-1]
+    assert (report.resident_bytes, report.host_bytes) == (5 * MIB, 2 * MIB)
+    app.resume()
+    assert app.finish() == 0
+    assert app.steps("check")[0]["ok"] == 1, "the moved range came back intact"
