@@ -15,7 +15,7 @@ from sched_harness import FakeClient, GiB, registered, uuid
 from testkit.waiting import poll
 from test_metrics import free_port, scrape, value
 from xpushare.wire.protocol import (
-    FEATURE_SWAP, GRANT_PREFETCH, HELLO_SWAP, RESIDENCY_ANSWER, RESIDENCY_REFUSED, EVICT_ROOM,
+    DROP_EVICT, FEATURE_SWAP, GRANT_PREFETCH, HELLO_SWAP, RESIDENCY_ANSWER, RESIDENCY_REFUSED, EVICT_ROOM,
     MessageType,
 )
 
@@ -182,3 +182,21 @@ def test_a_client_that_never_answers_evict_is_evicted_and_the_log_says_so(start_
     log = s.wait_log("did not answer EVICT")
     assert f"evict pid={os.getpid()} gpu={uuid(0)} after " in log
     assert "without LOCK_RELEASED" not in log
+
+
+def test_a_holder_dropped_for_a_waiter_is_told_how_much_room_to_make(start_scheduler):
+    s = start_scheduler("--no-nvml", "--gpu-memory", "10GiB", "--tq", "0.3", "--mode", "serial")
+    h = _client(s.sock, 6 * GiB)
+    h.request()
+    h.expect(MessageType.LOCK_OK)
+    w = _client(s.sock, 4 * GiB)
+    w.request()
+    # the budget's 9.5 GiB less the waiter's 4 GiB and its context's 768 MiB: 4.75 GiB may stay
+    drop = h.expect(MessageType.DROP_LOCK)
+    assert (drop.flags & DROP_EVICT, drop.evict_mib) == (DROP_EVICT, 1280)
+    assert "evict=yes room=1280MiB" in s.wait_log("room=1280MiB")
+    h.residency(resident=int(4.75 * GiB), host=int(1.25 * GiB))
+    h.release(reason=1)
+    assert w.expect(MessageType.LOCK_OK)
+    st = w.ctl("status")
+    assert _me(st, h)["gpus"][0]["resident_bytes"] == int(4.75 * GiB)

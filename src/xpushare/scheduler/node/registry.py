@@ -322,10 +322,11 @@ def _carry_out(gpu: Gpu, a: policy.Action, now: float, gangs: Gangs) -> None:
                           f"{a.quantum:g}s" if a.quantum else "none", _yes(a.prefetch))
     elif isinstance(a, policy.Drop):
         flags = (DROP_EVICT if a.evict else 0) | (DROP_GANG if a.gang else 0)
-        conn.send(encode(DropLock(conn.ordinal(gpu), int(a.reason), flags)))
+        conn.send(encode(DropLock(conn.ordinal(gpu), int(a.reason), flags, a.evict_mib)))
         metrics.dropped(conn, gpu, a.reason, a.evict, now)
-        log.info("drop pid=%d gpu=%s reason=%s evict=%s", conn.pid, gpu.label,
-                 a.reason.name.lower(), _yes(a.evict))
+        log.info("drop pid=%d gpu=%s reason=%s evict=%s%s", conn.pid, gpu.label,
+                 a.reason.name.lower(), _yes(a.evict),
+                 f" room={a.evict_mib}MiB" if a.evict_mib else "")
     elif isinstance(a, policy.Overdue):
         log.warning("pid=%d gpu=%s has not released %.1fs after DROP_LOCK (still draining?)",
                     conn.pid, gpu.label, a.waited)

@@ -364,7 +364,8 @@ class Arbiter(Residency):
         self._res_granted(client, now)
         return Grant(client, quantum, prefetch)
 
-    def _drop(self, client: Client, now: float, reason: DropReason, evict: bool = False) -> Drop:
+    def _drop(self, client: Client, now: float, reason: DropReason, evict: bool = False,
+              evict_mib: int = 0) -> Drop:
         h = self.holders[client]
         h.drop_sent, h.drop_reason, h.expired = now, reason, False
         self._held.draining(client)
@@ -376,7 +377,7 @@ class Arbiter(Residency):
             self._evicted.add(client)
         else:
             self._evicted.discard(client)
-        return Drop(client, reason, evict)
+        return Drop(client, reason, evict, evict_mib=evict_mib if evict else 0)
 
     def _start_quantum(self, client: Client, now: float) -> None:
         """A fresh quantum for a running holder, from `now` (quantum_of: scaled by its share)."""

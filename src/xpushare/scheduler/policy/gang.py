@@ -317,8 +317,11 @@ class Gangs(SeatRouting):
             gang = len(job.members) > 1 or len(job.seats) > 1
             for s in self._ordered(job):
                 evict = drop.evict and s is seat
+                # the room asked of the seat is one member's to make when it is the only one there;
+                # members sharing a seat move all they have
+                mib = drop.evict_mib if evict and len(s.holding) == 1 else 0
                 for m in s.holding:
-                    self._emit(s.gpu, Drop(m, drop.reason, evict, gang))
+                    self._emit(s.gpu, Drop(m, drop.reason, evict, gang, evict_mib=mib))
             self._reconsider(job)
         elif job.phase == Phase.ACQUIRING:
             self._restart(job)

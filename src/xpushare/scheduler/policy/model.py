@@ -95,6 +95,10 @@ class Drop:
     # dropped too, so the library bounds it. Not part of equality: what a strategy decides is the
     # same drop whatever job it falls on.
     gang: bool = field(default=False, compare=False)
+    # With evict: the MiB of them the next holder needs moved (whole allocations, at least this
+    # much; the rest stays parked on the GPU); 0: all. Not part of equality: how much room the
+    # same drop makes depends on the bytes of the moment.
+    evict_mib: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Where each client's memory on one GPU is, and the room the arbiter takes from idle clients.
+"""Where each client's memory on one GPU is, the room the arbiter takes from idle clients, and how
+much of it a holder dropped for a waiter moves (eviction_sizes: only what the waiter needs).
 
 A holder's memory is on the GPU: its footprint. A client that is not holding keeps on the GPU what
 it had there, unless it moved it to host; only clients that answer EVICT (set_swappable) are
@@ -31,6 +32,7 @@ import heapq
 import itertools
 from typing import TYPE_CHECKING
 
+from ...wire.protocol import DropReason
 from .model import EVICT_AFTER_QUANTA, Action, Client, Evict, Mode, Reclaim, _check_bytes
 
 if TYPE_CHECKING:
@@ -193,6 +195,35 @@ def make_room(arb: Arbiter, head: Client | None, used: int,
         deficit -= book.parked[victim]
         actions.append(Reclaim(victim))
     return actions, COVERED if deficit <= 0 else SHORT
+
+
+MiB = 1 << 20
+
+
+def eviction_sizes(arb: Arbiter, victims: list[Client], slack: int) -> list[int | None]:
+    """For holders dropped to make room, in the order they were chosen: the MiB each must move
+    (DROP_LOCK's evict_mib), or None when it may keep all it has. Once dropped, what a holder keeps
+    on the GPU counts as parked (its footprint less its context, like any idle client's), so
+    together they may keep `slack` bytes (the room the waiter leaves within the budget): the last
+    chosen keep first, as the first chosen would have been enough with less. A holder moves whole
+    allocations, at least what it is asked (rounded up to a MiB); nothing asked of one that keeps
+    everything."""
+    sizes: list[int | None] = []
+    for client in reversed(victims):
+        data = arb._footprints.get(client, 0)
+        keep = min(data, max(0, slack))
+        slack -= keep
+        want = data - keep
+        sizes.append(None if want <= 0 else -(-want // MiB))
+    return sizes[::-1]
+
+
+def room_drops(arb: Arbiter, plan: list[tuple[Client, DropReason]], now: float,
+               slack: int) -> list[Action]:
+    """The drops of `plan` that make room for a waiter: each with EVICT, and how much to move, only
+    as far as what they keep would not fit the `slack` the waiter leaves of the budget."""
+    sizes = eviction_sizes(arb, [c for c, _ in plan], slack)
+    return [arb._drop(c, now, r, mib is not None, mib or 0) for (c, r), mib in zip(plan, sizes)]
 
 
 def idle_note(arb: Arbiter) -> str:

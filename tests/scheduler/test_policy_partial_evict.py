@@ -1,0 +1,97 @@
+"""A holder dropped to make room for a waiter moves only the room the waiter needs (Drop.evict_mib,
+DROP_LOCK's evict_mib): what it keeps stays parked on the GPU like an idle client's memory, and the
+waiter is granted once its report says that much left. One that may keep everything is dropped
+without EVICT. Scripted replays, time injected; 16 GiB, no reserve, so sizes read directly.
+"""
+
+import pytest
+
+from xpushare.wire.protocol import DropReason
+from xpushare.scheduler.policy import Arbiter, Drop, Grant, Mode, Reclaim
+
+from test_policy_replay import GiB, Replay, play
+
+TQ = 10.0
+Q, P = DropReason.QUANTUM, DropReason.PREEMPTED
+MiB = 1 << 20
+
+
+def arbiter(mode, overhead_gib=0, **sizes_gib):
+    r = Replay(Arbiter(mode, TQ, capacity=16 * GiB, reserve=0, client_overhead=int(overhead_gib * GiB)))
+    for c, size in sizes_gib.items():
+        r(0, "set_swappable", c, True)
+        r(0, "set_footprint", c, int(size * GiB))
+    return r
+
+
+def drops(actions):
+    return [(a.client, a.reason, a.evict, a.evict_mib) for a in actions if isinstance(a, Drop)]
+
+
+@pytest.mark.parametrize("mode", [Mode.AUTO, Mode.SERIAL])
+@pytest.mark.parametrize("holder, waiter, moved", [
+    (8, 12, 4),        # 8 + 12 on 16 GiB: 4 GiB of the holder's 8 must go
+    (8, 9, 1),
+    (6.5, 10, 0.5),    # MiB, not GiB, are the unit
+    (8, 16, 8),        # the waiter takes the whole GPU: all of it
+])
+def test_a_holder_whose_turn_ends_moves_only_the_room_the_waiter_needs(mode, holder, waiter, moved):
+    r = arbiter(mode, H=holder, W=waiter)
+    play(r, [(0, "request", "H", [Grant("H", TQ)]),
+             (1, "request", "W", [])])
+    assert drops(r(TQ, "tick")) == [("H", Q, True, int(moved * 1024))]
+    # It reports what stays before it releases (the library moved whole allocations, at least that)
+    assert r(TQ + 0.5, "residency", "H", int((holder - moved) * GiB)) == []
+    assert r(TQ + 1, "release", "H") == [Grant("W", TQ)]
+    assert r.arb.resident_bytes("H") == int((holder - moved) * GiB)
+    assert r.arb.resident_total() == int((holder - moved + waiter) * GiB)
+    # What it moved comes back in bulk at its next grant
+    r(TQ + 2, "release", "W")
+    r(TQ + 2.5, "residency", "W", 0)
+    assert r(TQ + 3, "request", "H") == [Grant("H", TQ, prefetch=True)]
+
+
+def test_a_preempted_holder_moves_only_the_room_of_the_higher_priority_waiter():
+    r = arbiter(Mode.AUTO, B=6, I=1)
+    r(0, "set_priority", "I", 10)
+    play(r, [(0, "request", "B", [Grant("B", TQ)])])
+    r(0.5, "set_capacity", int(6.5 * GiB))
+    assert drops(r(1, "request", "I")) == [("B", P, True, 512)]
+    assert r(1.1, "residency", "B", int(5.5 * GiB)) == []
+    assert r(1.2, "release", "B") == [Grant("I", TQ)]
+
+
+def test_a_holder_that_may_keep_everything_is_dropped_without_evict():
+    # 1 GiB of context each: 8 + 9 > 16, but an idle client's context is not counted, and its
+    # 7 GiB of data beside the waiter's 9 fit: nothing needs to move.
+    r = arbiter(Mode.SERIAL, overhead_gib=1, H=7, W=8)
+    play(r, [(0, "request", "H", [Grant("H", TQ)]),
+             (1, "request", "W", [])])
+    assert drops(r(TQ, "tick")) == [("H", Q, False, 0)]
+    assert r(TQ + 1, "release", "H") == [Grant("W", TQ)]
+    assert r.arb.resident_bytes("H") == 7 * GiB
+    r(TQ + 2, "release", "W")
+    assert r(TQ + 3, "request", "H") == [Grant("H", TQ)], "nothing moved: no prefetch"
+
+
+def test_of_several_holders_dropped_the_last_chosen_keeps_what_the_waiter_leaves():
+    r = arbiter(Mode.AUTO, A=3, B=5, W=14)
+    play(r, [(0, "request", "A", [Grant("A", TQ)]),
+             (0.5, "request", "B", [Grant("B", TQ)]),
+             (1, "request", "W", [])])
+    # Both quanta end: A (granted first) goes first; 5 + 14 > 16, so B too; 14 leaves 2 GiB
+    assert drops(r(TQ + 0.5, "tick")) == [("A", Q, True, 3 * 1024), ("B", Q, True, 3 * 1024)]
+    r(TQ + 0.6, "residency", "A", 0)
+    r(TQ + 0.7, "residency", "B", 2 * GiB)
+    assert r(TQ + 1, "release", "A") == []
+    assert r(TQ + 1.5, "release", "B") == [Grant("W", TQ)]
+
+
+def test_a_holder_that_kept_more_than_asked_is_reclaimed_before_the_waiter_runs():
+    r = arbiter(Mode.AUTO, H=8, W=12)
+    play(r, [(0, "request", "H", [Grant("H", TQ)]),
+             (1, "request", "W", [])])
+    assert drops(r(TQ, "tick")) == [("H", Q, True, 4096)]
+    assert r(TQ + 0.5, "residency", "H", 6 * GiB) == []   # it kept more than it was asked to
+    assert r(TQ + 1, "release", "H") == [Reclaim("H")]    # 6 + 12 > 16: asked again, for all
+    assert r(TQ + 2, "residency", "H", 0) == [Grant("W", TQ)]
