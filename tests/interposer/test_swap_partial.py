@@ -80,3 +80,38 @@ def test_with_host_copies_only_the_picked_ranges_are_copied_and_discarded(world,
     app.resume()
     assert app.finish() == 0
     assert app.steps("check")[0]["ok"] == 1, "the moved range came back intact"
+
+
+@pytest.mark.parametrize("evict_mib, moved", [(3, "managed"), (2, "alloc")])
+def test_the_programs_own_managed_memory_moves_only_when_picked(world, recorder, evict_mib, moved):
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "managed", "3M", "alloc", "1M", "alloc", "2M", "launch", 1,
+                    "pause", env=_env())
+    app.paused()
+    _drop(recorder, 1, evict_mib)
+    sizes = {"managed": 3 * MIB, "alloc": 2 * MIB}
+    (picked,) = [(ln["ptr"], ln["size"]) for ln in app.lines
+                 if ln.get("step") == moved and ln["size"] == sizes[moved]]
+    assert _prefetches(world.log, app.pid, HOST) == [picked]
+    (report,) = _residency(recorder)
+    assert report.host_bytes == sizes[moved]
+    app.resume()
+    assert app.finish() == 0
+
+
+def test_with_evict_background_the_same_part_moves_after_the_release(world, recorder):
+    recorder.welcome_features = FEATURE_SWAP
+    allocs = [s for size in SIZES for s in ("alloc", size)]
+    app = world.app("init", "ctx", 0, *allocs, "fill", 7, "launch", 1, "pause", "check", 7,
+                    env=_env(NVSHARE_EVICT="background"))
+    app.paused()
+    _drop(recorder, 1, 2)
+    recorder.wait_count(MessageType.RESIDENCY, 1, device=0)
+    assert _prefetches(world.log, app.pid, HOST) == [_ranges(app)[2]]
+    (released,) = recorder.messages(MessageType.LOCK_RELEASED)
+    (report,) = recorder.messages(MessageType.RESIDENCY)
+    assert released.at_ns < report.at_ns, "released first, then moved"
+    assert (report.msg.resident_bytes, report.msg.host_bytes) == (5 * MIB, 2 * MIB)
+    app.resume()
+    assert app.finish() == 0
+    assert app.steps("check")[0]["ok"] == 1

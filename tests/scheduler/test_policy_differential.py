@@ -4,10 +4,7 @@ were reworked, read from git history),
 and after every event both must have returned the same actions and must show the same snapshot,
 the same records of holders and waiters, the same next deadline and the same state of every client.
 
-Three rules changed since that commit, on purpose. First, a holder dropped to make room for a
-waiter keeps on the GPU what the waiter leaves of the budget (DROP_LOCK's evict_mib: it moves only
-the rest), so a drop whose holder may keep everything carries no EVICT (the oracle: _RoomSerial and
-_RoomAuto below). Then, how clients' prefetch reports and handoff times
+Two rules changed since that commit, on purpose: how clients' prefetch reports and handoff times
 enter the dynamic quantum (a prefetch report counts only for a grant with PREFETCH, cut to a
 plausible time, into the client's own average; a handoff into the client's own average too; the
 quantum takes the lower median of the handoff averages, and of the prefetch averages once two
@@ -39,48 +36,6 @@ from xpushare.scheduler.policy import SwitchReport
 import policy_reference
 
 reference = policy_reference.load()
-
-
-def _keeps_all(arb, data: int, slack: int) -> bool:
-    return data <= max(0, slack)
-
-
-class _RoomSerial(reference.strategies.SerialStrategy):
-    """The reference's serial mode, a holder given up for `coming` evicting only when its data
-    would not fit beside it (the product's SerialStrategy._evict, written the plain way)."""
-
-    @staticmethod
-    def _evict(arb, leaving, coming):
-        budget = arb.budget
-        return budget is not None and not _keeps_all(
-            arb, arb._footprints.get(leaving, 0), budget - arb.footprint(coming))
-
-
-class _RoomAuto(reference.strategies.AutoStrategy):
-    """The reference's auto mode, its drops for the waiter's room without EVICT for the holders
-    that may keep all they have: the last chosen keep first, within what the waiter leaves."""
-
-    @staticmethod
-    def _make_room(arb, head, now):
-        drops = reference.strategies.AutoStrategy._make_room(arb, head, now)
-        if not drops:
-            return drops
-        dropped = {d.client for d in drops}
-        rest = [c for c in arb.live_holders() if c not in dropped]
-        slack = arb.budget - arb.footprints(rest) - arb.footprint(head)
-        out = []
-        for d in reversed(drops):
-            data = arb._footprints.get(d.client, 0)
-            if _keeps_all(arb, data, slack):
-                arb._evicted.discard(d.client)
-                d = type(d)(d.client, d.reason, False)
-            slack -= min(data, max(0, slack))
-            out.append(d)
-        return out[::-1]
-
-
-reference.strategies.STRATEGIES[reference.Mode.SERIAL] = _RoomSerial
-reference.strategies.STRATEGIES[reference.Mode.AUTO] = _RoomAuto
 
 
 class Reference(reference.Arbiter):

@@ -1,7 +1,8 @@
 """A holder dropped to make room for a waiter moves only the room the waiter needs (Drop.evict_mib,
 DROP_LOCK's evict_mib): what it keeps stays parked on the GPU like an idle client's memory, and the
-waiter is granted once its report says that much left. One that may keep everything is dropped
-without EVICT. Scripted replays, time injected; 16 GiB, no reserve, so sizes read directly.
+waiter is granted once its report says that much left (until then, it counts what it was asked to
+keep). One whose memory and context may all stay is dropped without EVICT; one asked to keep
+nothing, or that does not answer EVICT, moves all of it (0). Scripted replays, time injected; 16 GiB, no reserve, so sizes read directly.
 """
 
 import pytest
@@ -29,17 +30,19 @@ def drops(actions):
 
 
 @pytest.mark.parametrize("mode", [Mode.AUTO, Mode.SERIAL])
-@pytest.mark.parametrize("holder, waiter, moved", [
-    (8, 12, 4),        # 8 + 12 on 16 GiB: 4 GiB of the holder's 8 must go
-    (8, 9, 1),
-    (6.5, 10, 0.5),    # MiB, not GiB, are the unit
-    (8, 16, 8),        # the waiter takes the whole GPU: all of it
+@pytest.mark.parametrize("holder, waiter, moved, asked", [
+    (8, 12, 4, 4096),        # 8 + 12 on 16 GiB: 4 GiB of the holder's 8 must go
+    (8, 9, 1, 1024),
+    (6.5, 10, 0.5, 512),     # MiB, not GiB, are the unit
+    (8 + 1 / GiB, 12, 4 + 1 / GiB, 4097),  # rounded up: a byte more is a MiB more
+    (8, 16, 8, 0),           # the waiter takes the whole GPU: all of it, whatever it has by then
 ])
-def test_a_holder_whose_turn_ends_moves_only_the_room_the_waiter_needs(mode, holder, waiter, moved):
+def test_a_holder_whose_turn_ends_moves_only_the_room_the_waiter_needs(mode, holder, waiter, moved,
+                                                                        asked):
     r = arbiter(mode, H=holder, W=waiter)
     play(r, [(0, "request", "H", [Grant("H", TQ)]),
              (1, "request", "W", [])])
-    assert drops(r(TQ, "tick")) == [("H", Q, True, int(moved * 1024))]
+    assert drops(r(TQ, "tick")) == [("H", Q, True, asked)]
     # It reports what stays before it releases (the library moved whole allocations, at least that)
     assert r(TQ + 0.5, "residency", "H", int((holder - moved) * GiB)) == []
     assert r(TQ + 1, "release", "H") == [Grant("W", TQ)]
@@ -61,17 +64,39 @@ def test_a_preempted_holder_moves_only_the_room_of_the_higher_priority_waiter():
     assert r(1.2, "release", "B") == [Grant("I", TQ)]
 
 
-def test_a_holder_that_may_keep_everything_is_dropped_without_evict():
-    # 1 GiB of context each: 8 + 9 > 16, but an idle client's context is not counted, and its
-    # 7 GiB of data beside the waiter's 9 fit: nothing needs to move.
-    r = arbiter(Mode.SERIAL, overhead_gib=1, H=7, W=8)
+@pytest.mark.parametrize("holder, asked", [(6, None), (7, 1024)])
+def test_what_a_dropped_holder_keeps_leaves_room_for_its_context(holder, asked):
+    # 1 GiB of context each: the waiter needs 9 of 16; the holder's context stays beside what it
+    # keeps, so 6 GiB of data may stay, and a holder with 6 is dropped without EVICT.
+    r = arbiter(Mode.SERIAL, overhead_gib=1, H=holder, W=8)
     play(r, [(0, "request", "H", [Grant("H", TQ)]),
              (1, "request", "W", [])])
-    assert drops(r(TQ, "tick")) == [("H", Q, False, 0)]
+    assert drops(r(TQ, "tick")) == [("H", Q, asked is not None, asked or 0)]
+    if asked:
+        r(TQ + 0.5, "residency", "H", 6 * GiB)
     assert r(TQ + 1, "release", "H") == [Grant("W", TQ)]
-    assert r.arb.resident_bytes("H") == 7 * GiB
-    r(TQ + 2, "release", "W")
-    assert r(TQ + 3, "request", "H") == [Grant("H", TQ)], "nothing moved: no prefetch"
+    assert r.arb.resident_bytes("H") == 6 * GiB
+
+
+def test_a_holder_that_does_not_answer_evict_moves_all_of_it():
+    # not counted once it released: nothing of it may stay
+    r = arbiter(Mode.AUTO, H=8, W=12)
+    r(0, "set_swappable", "H", False)
+    play(r, [(0, "request", "H", [Grant("H", TQ)]),
+             (1, "request", "W", [])])
+    assert drops(r(TQ, "tick")) == [("H", Q, True, 0)]
+
+
+def test_until_it_reports_a_dropped_holder_counts_what_it_was_asked_to_keep():
+    # NVSHARE_EVICT=background: the release comes before the report of what stays
+    r = arbiter(Mode.AUTO, H=8, W=12, X=4)
+    play(r, [(0, "request", "H", [Grant("H", TQ)]),
+             (1, "request", "W", [])])
+    assert drops(r(TQ, "tick")) == [("H", Q, True, 4096)]
+    assert r(TQ + 1, "release", "H") == [Grant("W", TQ)]
+    assert r.arb.resident_bytes("H") == 4 * GiB
+    assert r(TQ + 2, "request", "X") == [Reclaim("H")], "4 + 12 + 4 > 16: H's 4 GiB are asked for"
+    assert r(TQ + 3, "residency", "H", 0) == [Grant("X", TQ)]
 
 
 def test_of_several_holders_dropped_the_last_chosen_keeps_what_the_waiter_leaves():
@@ -79,8 +104,9 @@ def test_of_several_holders_dropped_the_last_chosen_keeps_what_the_waiter_leaves
     play(r, [(0, "request", "A", [Grant("A", TQ)]),
              (0.5, "request", "B", [Grant("B", TQ)]),
              (1, "request", "W", [])])
-    # Both quanta end: A (granted first) goes first; 5 + 14 > 16, so B too; 14 leaves 2 GiB
-    assert drops(r(TQ + 0.5, "tick")) == [("A", Q, True, 3 * 1024), ("B", Q, True, 3 * 1024)]
+    # Both quanta end: A (granted first) goes first; 5 + 14 > 16, so B too; 14 leaves 2 GiB, which
+    # B (chosen last) keeps; A keeps nothing and moves all it has
+    assert drops(r(TQ + 0.5, "tick")) == [("A", Q, True, 0), ("B", Q, True, 3 * 1024)]
     r(TQ + 0.6, "residency", "A", 0)
     r(TQ + 0.7, "residency", "B", 2 * GiB)
     assert r(TQ + 1, "release", "A") == []

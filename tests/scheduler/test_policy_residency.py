@@ -106,6 +106,7 @@ def test_when_idle_clients_cannot_make_room_all_are_asked_and_holders_drop_as_be
              (2, "request", "H", [Grant("H", TQ)]),
              (3, "request", "W", [Reclaim("A")]),          # 8 + 10 + 4: even without A, 18
              (TQ + 2, "tick", [Drop("H", Q, evict=True)]),  # H's turn ends: as without swap
+             (TQ + 2.5, "residency", "H", 0, []),           # it moved all of it
              (TQ + 3, "release", "H", [Grant("W", TQ)]),    # 10 + A's 4 fit: no need to wait
              (TQ + 4, "residency", "A", 0, [])])
 
@@ -191,6 +192,7 @@ def test_refused_falls_back_to_holders_dropping_and_is_not_asked_again_until_gra
     assert r(4, "residency", "A", 4 * GiB, refused=True) == []   # H keeps its turn: W waits
     assert not r.arb.is_reclaiming("A") and r.arb.resident_bytes("A") == 4 * GiB
     play(r, [(TQ + 2, "tick", [Drop("H", Q, evict=True)]),   # today's rule
+             (TQ + 2.5, "residency", "H", 0, []),             # it moved all of it
              (TQ + 3, "release", "H", [Grant("W", TQ)]),      # 8 + A's 4 fit
              (TQ + 4, "request", "B", []),                    # 8 + 8 + 4: A is not asked
              (2 * TQ + 3, "tick", [Drop("W", Q, evict=True)]),
@@ -218,8 +220,9 @@ def test_an_answer_that_leaves_memory_on_the_gpu_is_not_asked_again():
 
 
 # -- what a holder leaves, and what it reports ---------------------------------------------------
-@pytest.mark.parametrize("report, left", [(None, 0), (0, 0), (3, 3), (20, 8)])
+@pytest.mark.parametrize("report, left", [(None, 4), (0, 0), (3, 3), (20, 8)])
 def test_a_holder_dropped_with_evict_leaves_what_it_reported(report, left):
+    # without a report, what it was asked to keep (8 - the 4 GiB of room W needs)
     r = swap(H=8, W=12)
     play(r, [(0, "request", "H", [Grant("H", TQ)]),
              (1, "request", "W", []),

@@ -314,12 +314,13 @@ class Gangs(SeatRouting):
         if job.phase == Phase.RUNNING:
             job.phase = Phase.DROPPING
             seat.evicting = drop.evict
+            seat.evict_mib = drop.evict_mib if len(seat.holding) == 1 else 0
             gang = len(job.members) > 1 or len(job.seats) > 1
             for s in self._ordered(job):
                 evict = drop.evict and s is seat
                 # the room asked of the seat is one member's to make when it is the only one there;
                 # members sharing a seat move all they have
-                mib = drop.evict_mib if evict and len(s.holding) == 1 else 0
+                mib = seat.evict_mib if evict else 0
                 for m in s.holding:
                     self._emit(s.gpu, Drop(m, drop.reason, evict, gang, evict_mib=mib))
             self._reconsider(job)

@@ -90,14 +90,17 @@ class SeatRouting:
 
     def _seat_releasing(self, seat: Seat) -> None:
         """The seat is about to be released: what each member leaves on the GPU (its footprint, or
-        after a drop with EVICT what it reported, else 0), told to the arbiter first."""
+        after a drop with EVICT what it reported, else 0, or what a lone member asked to move only
+        part keeps if it moves just that), told to the arbiter first."""
         for member, footprint in seat.members.items():
             if not seat.evicting:
                 seat.resident[member] = footprint
             else:
-                seat.resident.setdefault(member, 0)
+                keep = max(0, footprint - (seat.evict_mib << 20)) if seat.evict_mib else 0
+                seat.resident.setdefault(member, keep)
         self._tell_resident(seat, seat.refused)   # the arbiter keeps it after a drop with EVICT
         seat.evicting = seat.refused = False
+        seat.evict_mib = 0
 
     def _seat_forgets(self, seat: Seat, member) -> None:
         """`member` left the seat."""
@@ -112,6 +115,7 @@ class SeatRouting:
             self._emit(gpu, action)  # a client of the arbiter that is no seat: as it is
         elif isinstance(action, Grant):
             seat.resident, seat.reclaim, seat.evicting, seat.refused = {}, None, False, False
+            seat.evict_mib = 0
             self._seat_granted(seat, action)
         elif isinstance(action, Drop):
             self._seat_dropped(seat, action)

@@ -200,22 +200,38 @@ def make_room(arb: Arbiter, head: Client | None, used: int,
 MiB = 1 << 20
 
 
+EVICT_MIB_MAX = 0xFFFFFFFF  # DROP_LOCK's u32
+
+
 def eviction_sizes(arb: Arbiter, victims: list[Client], slack: int) -> list[int | None]:
     """For holders dropped to make room, in the order they were chosen: the MiB each must move
-    (DROP_LOCK's evict_mib), or None when it may keep all it has. Once dropped, what a holder keeps
-    on the GPU counts as parked (its footprint less its context, like any idle client's), so
-    together they may keep `slack` bytes (the room the waiter leaves within the budget): the last
-    chosen keep first, as the first chosen would have been enough with less. A holder moves whole
-    allocations, at least what it is asked (rounded up to a MiB); nothing asked of one that keeps
-    everything."""
+    (DROP_LOCK's evict_mib; 0: all of it), or None when it may keep all it has (no EVICT).
+
+    Once dropped, what a holder that answers EVICT keeps on the GPU counts as parked (its data,
+    like any idle client's), and its context stays there too: together, what they keep and their
+    contexts may fill `slack` (the room the waiter leaves within the budget), the last chosen
+    keeping first, as the first chosen would have been enough with less. It moves whole
+    allocations, at least what it is asked (rounded up to a MiB); one that keeps nothing is asked
+    for all of it (0), so that memory it allocated since its last report goes too. A client that
+    does not answer EVICT is not counted once it released, so it moves all of it."""
     sizes: list[int | None] = []
     for client in reversed(victims):
+        if client not in arb._res.swappable:
+            sizes.append(0)
+            continue
         data = arb._footprints.get(client, 0)
-        keep = min(data, max(0, slack))
-        slack -= keep
+        keep = min(data, max(0, slack - arb.client_overhead))
+        slack -= keep + (arb.client_overhead if keep else 0)
         want = data - keep
-        sizes.append(None if want <= 0 else -(-want // MiB))
+        mib = -(-want // MiB)
+        sizes.append(None if want <= 0 else 0 if not keep or mib > EVICT_MIB_MAX else mib)
     return sizes[::-1]
+
+
+def planned_keep(arb: Arbiter, client: Client, evict_mib: int) -> int:
+    """What a holder dropped with evict_mib keeps on the GPU, if it moves just that: its parked
+    bytes until it reports (NVSHARE_EVICT=background reports after its release)."""
+    return max(0, arb._footprints.get(client, 0) - evict_mib * MiB) if evict_mib else 0
 
 
 def room_drops(arb: Arbiter, plan: list[tuple[Client, DropReason]], now: float,
@@ -327,8 +343,8 @@ class Residency:
         report = book.after_release.pop(client, None)
         if client not in book.swappable:
             return
-        if client in self._evicted:   # its drop carried EVICT
-            resident = report or 0
+        if client in self._evicted:   # its drop carried EVICT (its footprint may have shrunk since)
+            resident = min(report or 0, self._footprints.get(client, 0))
         else:
             resident = self._footprints.get(client, 0)
         book.set(client, resident)

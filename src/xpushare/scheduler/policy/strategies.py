@@ -104,10 +104,10 @@ class SerialStrategy(Strategy):
     def _evict(arb: Arbiter, leaving: Client, coming: Client) -> tuple[bool, int]:
         """(EVICT, its MiB) for a holder that gives the GPU to `coming`: what `coming` needs moved."""
         budget = arb._res.budget_after_reclaims(arb.budget)
-        if budget is None:
+        if budget is None or arb.footprint(leaving) + arb.need(coming) <= budget:
             return False, 0
         (mib,) = eviction_sizes(arb, [leaving], budget - arb.need(coming))
-        return mib is not None, mib or 0
+        return True, mib or 0
 
     def enter(self, arb, now):
         # Keep the first holder (with a fresh quantum); ask the others to give the GPU up. They stay
@@ -319,8 +319,8 @@ class AutoStrategy(Strategy):
             else:
                 return []   # one of them still has its turn: nobody drops yet
         arb.waiting[head].reserved = True
-        if budget is None:
-            return [arb._drop(c, now, r) for c, r in plan]
+        if budget is None or arb._live_used() + arb.need(head) <= budget:
+            return [arb._drop(c, now, r) for c, r in plan]   # it fits beside them: nothing moves
         stays = arb._live_used() - arb.footprints(c for c, _ in plan)
         return room_drops(arb, plan, now, budget - stays - arb.need(head))
 
