@@ -1,8 +1,8 @@
 """A holder dropped to make room for a waiter moves only the room the waiter needs (Drop.evict_mib,
 DROP_LOCK's evict_mib): what it keeps stays parked on the GPU like an idle client's memory, and the
 waiter is granted once its report says that much left (until then, it counts what it was asked to
-keep). One whose memory and context may all stay is dropped without EVICT; one asked to keep
-nothing, or that does not answer EVICT, moves all of it (0). Scripted replays, time injected; 16 GiB, no reserve, so sizes read directly.
+keep). One whose data may all stay is dropped without EVICT; one asked to keep nothing, or that
+does not answer EVICT, moves all of it (0). Scripted replays, time injected; 16 GiB, no reserve, so sizes read directly.
 """
 
 import pytest
@@ -64,18 +64,22 @@ def test_a_preempted_holder_moves_only_the_room_of_the_higher_priority_waiter():
     assert r(1.2, "release", "B") == [Grant("I", TQ)]
 
 
-@pytest.mark.parametrize("holder, asked", [(6, None), (7, 1024)])
-def test_what_a_dropped_holder_keeps_leaves_room_for_its_context(holder, asked):
-    # 1 GiB of context each: the waiter needs 9 of 16; the holder's context stays beside what it
-    # keeps, so 6 GiB of data may stay, and a holder with 6 is dropped without EVICT.
+@pytest.mark.parametrize("holder, asked", [(7, None), (8, 1024)])
+def test_a_holder_whose_data_may_all_stay_is_dropped_without_evict(holder, asked):
+    # 1 GiB of context each: the waiter needs 9 of 16; an idle client's context is not counted,
+    # so 7 GiB of data may stay: a holder with 7 is dropped without EVICT (its footprint with its
+    # context, 8, would not have fit beside the waiter's 9)
     r = arbiter(Mode.SERIAL, overhead_gib=1, H=holder, W=8)
     play(r, [(0, "request", "H", [Grant("H", TQ)]),
              (1, "request", "W", [])])
     assert drops(r(TQ, "tick")) == [("H", Q, asked is not None, asked or 0)]
     if asked:
-        r(TQ + 0.5, "residency", "H", 6 * GiB)
+        r(TQ + 0.5, "residency", "H", 7 * GiB)
     assert r(TQ + 1, "release", "H") == [Grant("W", TQ)]
-    assert r.arb.resident_bytes("H") == 6 * GiB
+    assert r.arb.resident_bytes("H") == 7 * GiB
+    if not asked:
+        r(TQ + 2, "release", "W")
+        assert r(TQ + 3, "request", "H") == [Grant("H", TQ)], "nothing moved: no prefetch"
 
 
 def test_a_holder_that_does_not_answer_evict_moves_all_of_it():

@@ -207,21 +207,23 @@ def eviction_sizes(arb: Arbiter, victims: list[Client], slack: int) -> list[int 
     """For holders dropped to make room, in the order they were chosen: the MiB each must move
     (DROP_LOCK's evict_mib; 0: all of it), or None when it may keep all it has (no EVICT).
 
-    Once dropped, what a holder that answers EVICT keeps on the GPU counts as parked (its data,
-    like any idle client's), and its context stays there too: together, what they keep and their
-    contexts may fill `slack` (the room the waiter leaves within the budget), the last chosen
+    Once dropped, what a holder that answers EVICT keeps on the GPU counts as parked: its data,
+    like any idle client's (whose context is not counted either: the reserve is for those).
+    Together they may keep `slack` (the room the waiter leaves within the budget), the last chosen
     keeping first, as the first chosen would have been enough with less. It moves whole
-    allocations, at least what it is asked (rounded up to a MiB); one that keeps nothing is asked
-    for all of it (0), so that memory it allocated since its last report goes too. A client that
-    does not answer EVICT is not counted once it released, so it moves all of it."""
+    allocations, at least what it is asked (rounded up to a MiB), so the room asked is worth
+    keeping exact: a margin would make it move a large allocation where a small one covers what
+    is needed. One that keeps nothing is asked for all of it (0), so that memory it allocated
+    since its last report goes too. A client that does not answer EVICT is not counted once it
+    released, so it moves all of it."""
     sizes: list[int | None] = []
     for client in reversed(victims):
         if client not in arb._res.swappable:
             sizes.append(0)
             continue
         data = arb._footprints.get(client, 0)
-        keep = min(data, max(0, slack - arb.client_overhead))
-        slack -= keep + (arb.client_overhead if keep else 0)
+        keep = min(data, max(0, slack))
+        slack -= keep
         want = data - keep
         mib = -(-want // MiB)
         sizes.append(None if want <= 0 else 0 if not keep or mib > EVICT_MIB_MAX else mib)

@@ -107,7 +107,7 @@ class SerialStrategy(Strategy):
         if budget is None or arb.footprint(leaving) + arb.need(coming) <= budget:
             return False, 0
         (mib,) = eviction_sizes(arb, [leaving], budget - arb.need(coming))
-        return True, mib or 0
+        return mib is not None, mib or 0   # None: its data may all stay beside `coming`
 
     def enter(self, arb, now):
         # Keep the first holder (with a fresh quantum); ask the others to give the GPU up. They stay
