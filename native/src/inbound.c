@@ -150,6 +150,12 @@ static void on_lock_ok(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_
                                                       : ", prefetch: overlapped");
 }
 
+/* The larger of two evict_mib, 0 (everything) over any amount. */
+static uint32_t more_room(uint32_t a, uint32_t b)
+{
+    return !a || !b ? 0 : a > b ? a : b;
+}
+
 static void on_drop(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now)
 {
     (void)len;
@@ -166,13 +172,9 @@ static void on_drop(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t n
                   drop_reason(m.reason), evict ? ", evict" : "", gang ? ", gang" : "",
                   (double)(now - d->grant_ns) / 1e9);
     } else if (d->lock_state == NVS_LOCK_HELD) {
-        /* a second drop before the release: it evicts if either asks, as much as either asks
-         * (0, everything, over any amount) */
+        /* a second drop before the release: it evicts if either asks, as much as either asks */
         if (evict)
-            d->sw.evict_mib = !d->sw.evict ? m.evict_mib
-                              : !m.evict_mib || !d->sw.evict_mib ? 0
-                              : m.evict_mib > d->sw.evict_mib ? m.evict_mib
-                                                              : d->sw.evict_mib;
+            d->sw.evict_mib = d->sw.evict ? more_room(d->sw.evict_mib, m.evict_mib) : m.evict_mib;
         d->sw.evict |= evict;
         d->sw.gang |= gang;
         NVS_DEBUG("drop device %u: already releasing it%s", m.device, evict ? " (evict)" : "");

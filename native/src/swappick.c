@@ -26,10 +26,10 @@ static int by_key(const void *a, const void *b)
 /* nvs_amu held. Would this eviction move the entry? */
 static int candidate(const nvs_ptr_entry *e, int dev, int swap)
 {
-    if (e->dev != dev || e->out) return 0;
-    if (e->kind == KIND_MANAGED) return 1;
-    if (e->kind != KIND_CONVERTED && e->kind != KIND_KEPT) return 0;
-    return !swap || e->host || !e->pin_refused; /* a refused host copy stays on the GPU */
+    if (e->out) return 0;
+    if (e->dev == dev && e->kind == KIND_MANAGED) return 1;
+    return nvs_swap_movable(e, dev) &&
+           (!swap || e->host || !e->pin_refused); /* a refused host copy stays on the GPU */
 }
 
 size_t nvs_swap_pick(int dev, uint64_t at_least, int swap, uint64_t **keys)

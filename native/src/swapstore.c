@@ -106,6 +106,13 @@ typedef struct {
     uint64_t sum[2];
 } summed_t;
 
+/* nvs_amu held. A range this swap-out sums: one it may copy out (the checksum works in u64s). */
+static int summable(const nvs_ptr_entry *e, const nvs_dev *d, const nvs_swap_io *io)
+{
+    return nvs_swap_movable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0 &&
+           nvs_swap_picked(io, e->key);
+}
+
 /* Checksums of every range of d that has a host copy (swapsum.c), computed on stream a and waited
  * for; *out: the ranges (freed by the caller), NULL when there are none or no kernel. */
 static size_t sum_ranges(nvs_dev *d, nvs_swap_io *io, summed_t **out)
@@ -121,8 +128,7 @@ static size_t sum_ranges(nvs_dev *d, nvs_swap_io *io, summed_t **out)
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
     for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&nvs_ptrs, &pos));)
-        n += nvs_swap_movable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0 &&
-             nvs_swap_picked(io, e->key);
+        n += summable(e, d, io);
     pthread_mutex_unlock(&nvs_amu);
     summed_t *s = n ? calloc(n, sizeof(*s)) : NULL;
     uint64_t *sums = n ? calloc(n, 2 * sizeof(uint64_t)) : NULL;
@@ -139,9 +145,7 @@ static size_t sum_ranges(nvs_dev *d, nvs_swap_io *io, summed_t **out)
     pthread_mutex_lock(&nvs_amu);
     pos = 0;
     for (const nvs_ptr_entry *e; k < n && (e = nvs_ptrtab_next(&nvs_ptrs, &pos));) {
-        if (!(nvs_swap_movable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0 &&
-              nvs_swap_picked(io, e->key)))
-            continue;
+        if (!summable(e, d, io)) continue;
         s[k] = (summed_t){(CUdeviceptr)e->key, e->size, e->host, {0, 0}};
         ok &= nvs_swapsum_launch(io->rec, s[k].ptr, s[k].size, dev_sums + k * 16, io->a) ==
               CUDA_SUCCESS;

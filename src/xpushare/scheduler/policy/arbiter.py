@@ -30,7 +30,7 @@ from .model import (
 from .holders import HolderIndex
 from .owners import Owners
 from .queue import WaitQueue
-from .residency import NetFootprints, Residency, ResidencyBook, planned_keep
+from .residency import NetFootprints, Residency, ResidencyBook
 from .shares import ShareBook
 from .switchcost import SwitchCosts
 from .snapshot import GpuSnapshot, take_snapshot
@@ -375,10 +375,9 @@ class Arbiter(Residency):
             self._preempted[client] = h.waited
         if evict:
             self._evicted.add(client)
-            if evict_mib:   # counted until its report says what stays
-                self._res.after_release[client] = planned_keep(self, client, evict_mib)
         else:
             self._evicted.discard(client)
+        self._res_dropped(client, evict_mib if evict else 0)
         return Drop(client, reason, evict, evict_mib=evict_mib if evict else 0)
 
     def _start_quantum(self, client: Client, now: float) -> None:

@@ -1,7 +1,8 @@
 """Jobs: clients that must run together, granted the GPUs they use all at once or not at all.
 
-(A line over 400: the records are in gangmodel.py, and the routing of arbiter actions from seats
-to members and the members' residency in gangroute.py; the job states stay here, in one place.)
+(long: a little over 400 lines. The records are in gangmodel.py, and the routing of arbiter
+actions from seats to members and the members' residency in gangroute.py; the job states stay
+here, in one place.)
 
 Pure, like the arbiters under it: every call takes `now` and returns an Outcome, the actions the
 caller carries out (each with the GPU it concerns) and the GPUs whose timers may have moved.
@@ -314,12 +315,10 @@ class Gangs(SeatRouting):
         if job.phase == Phase.RUNNING:
             job.phase = Phase.DROPPING
             seat.evicting = drop.evict
-            seat.evict_mib = drop.evict_mib if len(seat.holding) == 1 else 0
+            seat.evict_mib = drop.evict_mib if len(seat.holding) == 1 else 0  # shared: all
             gang = len(job.members) > 1 or len(job.seats) > 1
             for s in self._ordered(job):
                 evict = drop.evict and s is seat
-                # the room asked of the seat is one member's to make when it is the only one there;
-                # members sharing a seat move all they have
                 mib = seat.evict_mib if evict else 0
                 for m in s.holding:
                     self._emit(s.gpu, Drop(m, drop.reason, evict, gang, evict_mib=mib))

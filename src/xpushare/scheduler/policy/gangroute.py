@@ -21,7 +21,7 @@ footprint, as the holder's seat does).
 from __future__ import annotations
 
 from .gangmodel import Outcome, Phase, Seat
-from .model import Drop, Evict, Grant, Overdue, Reclaim
+from .model import Drop, Evict, Grant, Overdue, Reclaim, kept_after_eviction
 
 
 class SeatRouting:
@@ -96,8 +96,7 @@ class SeatRouting:
             if not seat.evicting:
                 seat.resident[member] = footprint
             else:
-                keep = max(0, footprint - (seat.evict_mib << 20)) if seat.evict_mib else 0
-                seat.resident.setdefault(member, keep)
+                seat.resident.setdefault(member, kept_after_eviction(footprint, seat.evict_mib))
         self._tell_resident(seat, seat.refused)   # the arbiter keeps it after a drop with EVICT
         seat.evicting = seat.refused = False
         seat.evict_mib = 0

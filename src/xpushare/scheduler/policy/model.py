@@ -73,6 +73,16 @@ def scaled_quantum(tq: float, ratio: float) -> float:
     return max(TQ_MIN, min(tq * ratio, max(TQ_CEILING, tq)))
 
 
+MiB = 1 << 20
+
+
+def kept_after_eviction(footprint: int, evict_mib: int) -> int:
+    """What a holder dropped with EVICT keeps on the GPU if it moves just evict_mib (0: all):
+    counted for it until its report of what stays (NVSHARE_EVICT=background reports after its
+    release)."""
+    return max(0, footprint - evict_mib * MiB) if evict_mib else 0
+
+
 def _check_bytes(value: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"invalid {what} {value!r}: a number of bytes (integer >= 0) is required")

@@ -1,5 +1,5 @@
 """Where each client's memory on one GPU is, the room the arbiter takes from idle clients, and how
-much of it a holder dropped for a waiter moves (eviction_sizes: only what the waiter needs).
+much of it a holder dropped for a waiter moves (room_drops: only what the waiter needs).
 
 A holder's memory is on the GPU: its footprint. A client that is not holding keeps on the GPU what
 it had there, unless it moved it to host; only clients that answer EVICT (set_swappable) are
@@ -33,7 +33,10 @@ import itertools
 from typing import TYPE_CHECKING
 
 from ...wire.protocol import DropReason
-from .model import EVICT_AFTER_QUANTA, Action, Client, Evict, Mode, Reclaim, _check_bytes
+from .model import (
+    EVICT_AFTER_QUANTA, MiB, Action, Client, Evict, Mode, Reclaim, _check_bytes,
+    kept_after_eviction,
+)
 
 if TYPE_CHECKING:
     from .arbiter import Arbiter
@@ -197,13 +200,21 @@ def make_room(arb: Arbiter, head: Client | None, used: int,
     return actions, COVERED if deficit <= 0 else SHORT
 
 
-MiB = 1 << 20
-
-
 EVICT_MIB_MAX = 0xFFFFFFFF  # DROP_LOCK's u32
 
 
-def eviction_sizes(arb: Arbiter, victims: list[Client], slack: int) -> list[int | None]:
+def room_drops(arb: Arbiter, plan: list[tuple[Client, DropReason]], now: float, budget: int | None,
+               beside: int) -> list[Action]:
+    """The drops of `plan` [(holder, reason)] that give the GPU to holders and a waiter taking
+    `beside` bytes: with EVICT when the holders dropped would not fit beside them within `budget`,
+    each moving only what does not (_eviction_sizes)."""
+    if budget is None or arb.footprints(c for c, _ in plan) + beside <= budget:
+        return [arb._drop(c, now, r) for c, r in plan]   # it fits beside them: nothing moves
+    sizes = _eviction_sizes(arb, [c for c, _ in plan], budget - beside)
+    return [arb._drop(c, now, r, mib is not None, mib or 0) for (c, r), mib in zip(plan, sizes)]
+
+
+def _eviction_sizes(arb: Arbiter, victims: list[Client], slack: int) -> list[int | None]:
     """For holders dropped to make room, in the order they were chosen: the MiB each must move
     (DROP_LOCK's evict_mib; 0: all of it), or None when it may keep all it has (no EVICT).
 
@@ -228,20 +239,6 @@ def eviction_sizes(arb: Arbiter, victims: list[Client], slack: int) -> list[int 
         mib = -(-want // MiB)
         sizes.append(None if want <= 0 else 0 if not keep or mib > EVICT_MIB_MAX else mib)
     return sizes[::-1]
-
-
-def planned_keep(arb: Arbiter, client: Client, evict_mib: int) -> int:
-    """What a holder dropped with evict_mib keeps on the GPU, if it moves just that: its parked
-    bytes until it reports (NVSHARE_EVICT=background reports after its release)."""
-    return max(0, arb._footprints.get(client, 0) - evict_mib * MiB) if evict_mib else 0
-
-
-def room_drops(arb: Arbiter, plan: list[tuple[Client, DropReason]], now: float,
-               slack: int) -> list[Action]:
-    """The drops of `plan` that make room for a waiter: each with EVICT, and how much to move, only
-    as far as what they keep would not fit the `slack` the waiter leaves of the budget."""
-    sizes = eviction_sizes(arb, [c for c, _ in plan], slack)
-    return [arb._drop(c, now, r, mib is not None, mib or 0) for (c, r), mib in zip(plan, sizes)]
 
 
 def idle_note(arb: Arbiter) -> str:
@@ -338,6 +335,13 @@ class Residency:
         book.after_release.pop(client, None)
         book.last_used[client] = now
         book.sync(self, client)
+
+    def _res_dropped(self: Arbiter, client: Client, evict_mib: int) -> None:
+        """A holder dropped with EVICT of evict_mib (0: all): until its report says what stays, it
+        keeps what that leaves."""
+        if evict_mib:
+            self._res.after_release[client] = kept_after_eviction(
+                self._footprints.get(client, 0), evict_mib)
 
     def _res_released(self: Arbiter, client: Client, now: float) -> None:
         """After the holder's release: what it leaves on the GPU."""

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ...wire.protocol import DropReason
 from .model import AGING_QUANTA, MAX_SKIP, Action, Client, Mode
-from .residency import COVERED, FITS, SHORT, eviction_sizes, make_room, room_drops
+from .residency import COVERED, FITS, SHORT, make_room, room_drops
 
 if TYPE_CHECKING:
     from .arbiter import Arbiter
@@ -91,7 +91,8 @@ class SerialStrategy(Strategy):
                     reason = DropReason.PREEMPTED
                 else:
                     continue
-                actions.append(arb._drop(client, now, reason, *self._evict(arb, client, head)))
+                actions += room_drops(arb, [(client, reason)], now, self._budget(arb),
+                                      arb.need(head))
         reclaims, room = make_room(arb, None if arb._held.live else head, arb._live_used(), now)
         actions += reclaims
         if (not arb.holders and head is not None and not arb.is_reclaiming(head)
@@ -101,13 +102,8 @@ class SerialStrategy(Strategy):
         return actions
 
     @staticmethod
-    def _evict(arb: Arbiter, leaving: Client, coming: Client) -> tuple[bool, int]:
-        """(EVICT, its MiB) for a holder that gives the GPU to `coming`: what `coming` needs moved."""
-        budget = arb._res.budget_after_reclaims(arb.budget)
-        if budget is None or arb.footprint(leaving) + arb.need(coming) <= budget:
-            return False, 0
-        (mib,) = eviction_sizes(arb, [leaving], budget - arb.need(coming))
-        return mib is not None, mib or 0   # None: its data may all stay beside `coming`
+    def _budget(arb: Arbiter) -> int | None:
+        return arb._res.budget_after_reclaims(arb.budget)
 
     def enter(self, arb, now):
         # Keep the first holder (with a fresh quantum); ask the others to give the GPU up. They stay
@@ -122,7 +118,8 @@ class SerialStrategy(Strategy):
                 arb._set_expired(client, False)
                 arb._start_quantum(client, now)
             else:
-                actions.append(arb._drop(client, now, DropReason.ADMIN, *self._evict(arb, client, kept)))
+                actions += room_drops(arb, [(client, DropReason.ADMIN)], now, self._budget(arb),
+                                      arb.need(kept))
         return actions
 
     def describe(self, arb, now):
@@ -169,7 +166,7 @@ class AutoStrategy(Strategy):
        beside the running holders. Otherwise: holders whose quantum expired and whose base
        priority its effective priority reaches (QUANTUM, oldest grant first), then holders ranked
        below its base priority (PREEMPTED, lowest rank then newest first), are dropped with EVICT
-       (each moving only what the waiter needs: residency.eviction_sizes), as few as make it fit
+       (each moving only what the waiter needs: residency.room_drops), as few as make it fit
        once they (and holders already draining, and idle clients' bytes
        that may be reclaimed) are gone. When even all of them would not, nobody is dropped yet.
     5. Expired holders not dropped get no timer, unless the first blocked waiter waits for aging
@@ -299,7 +296,7 @@ class AutoStrategy(Strategy):
             plan.append((client, reason))
             if not left or used + need <= budget:
                 arb.waiting[head].reserved = True
-                return room_drops(arb, plan, now, budget - used - need)
+                return room_drops(arb, plan, now, budget, used + need)
         return []
 
     @staticmethod
@@ -319,10 +316,8 @@ class AutoStrategy(Strategy):
             else:
                 return []   # one of them still has its turn: nobody drops yet
         arb.waiting[head].reserved = True
-        if budget is None or arb._live_used() + arb.need(head) <= budget:
-            return [arb._drop(c, now, r) for c, r in plan]   # it fits beside them: nothing moves
         stays = arb._live_used() - arb.footprints(c for c, _ in plan)
-        return room_drops(arb, plan, now, budget - stays - arb.need(head))
+        return room_drops(arb, plan, now, budget, stays + arb.need(head))
 
     def enter(self, arb, now):
         # Holders keep running. Those granted without a quantum (mode off) get one from now, and
