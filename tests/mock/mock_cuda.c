@@ -67,6 +67,17 @@
  * every range lies in one managed allocation, logs each ("ptr", "size", "stream") and overwrites it
  * with the byte 0xDB, as the real driver may hand back any bytes for a discarded range: a test that
  * reads data back after a swap-out finds it intact only if it was really restored.
+ * Virtual memory management: cuMemCreate gives a handle whose bytes live in a memfd of its size
+ * (zeros at first; counted as device memory until cuMemRelease); cuMemAddressReserve reserves an
+ * inaccessible range (PROT_NONE) aligned to its alignment or the granularity
+ * (MOCK_CUDA_VMM_GRANULARITY, default 2 MiB, what cuMemGetAllocationGranularity says);
+ * cuMemMap maps a handle's bytes into a reserved range (still inaccessible), cuMemSetAccess makes a
+ * mapped range readable and writable, cuMemUnmap takes the mapping away (the range is reserved and
+ * inaccessible again; the handle keeps its bytes), cuMemAddressFree gives a reservation back (one
+ * that still holds a mapping is refused). A mapped range is device memory to the copies and
+ * memsets, never managed memory (prefetch and discard refuse it), and cuMemFree refuses it.
+ * MOCK_CUDA_VMM=0: CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED says 0 (the calls stay).
+ * Each call is logged ("ptr", "size", "handle").
  * Modules: cuModuleLoadData accepts any image and logs it ("kernels": the number of .entry in a PTX
  * text); cuModuleGetFunction hands out a handle per name. A launch of the library's checksum
  * kernel (native/src/swapsum.c, "nvs_swap_sum") is carried out on the host: its own content-
@@ -218,8 +229,8 @@ struct mock_graph_exec {
 };
 #define GEXEC_MAGIC 0x6E6E6E6Eu
 
-enum { KIND_DEVICE, KIND_PITCH, KIND_ASYNC, KIND_POOL, KIND_MANAGED };
-static const char *kind_names[] = {"device", "pitch", "async", "pool", "managed"};
+enum { KIND_DEVICE, KIND_PITCH, KIND_ASYNC, KIND_POOL, KIND_MANAGED, KIND_VMM_MAP };
+static const char *kind_names[] = {"device", "pitch", "async", "pool", "managed", "vmm-map"};
 
 struct alloc {
     uintptr_t ptr;
@@ -236,8 +247,18 @@ struct vmm {
     CUmemGenericAllocationHandle handle;
     size_t size;
     int dev;
+    int fd; /* its bytes (memfd) */
     struct vmm *next;
 };
+/* cuMemAddressReserve's ranges (g_mu) */
+struct reservation {
+    uintptr_t va;
+    size_t size;
+    struct reservation *next;
+};
+static struct reservation *g_reservations;
+static size_t g_vmm_granularity = 2ull << 20;
+static int g_vmm = 1;
 static struct vmm *g_vmms;
 static unsigned long long g_next_handle = 0x1000;
 
@@ -292,6 +313,8 @@ static void init_once(void)
     if ((s = getenv("MOCK_CUDA_PITCH_ALIGN")) && *s) g_pitch_align = atol(s);
     if ((s = getenv("MOCK_CUDA_REUSE")) && *s) g_reuse = atoi(s) != 0;
     if ((s = getenv("MOCK_CUDA_HOLD_FILE")) && *s) snprintf(g_hold_file, sizeof g_hold_file, "%s", s);
+    g_vmm_granularity = mock_parse_size(getenv("MOCK_CUDA_VMM_GRANULARITY"), 2ull << 20);
+    if ((s = getenv("MOCK_CUDA_VMM")) && *s) g_vmm = atoi(s) != 0;
 
     s = getenv("CUDA_VISIBLE_DEVICES");
     if (!s) {
@@ -632,6 +655,9 @@ static CUresult do_free(const char *fn, CUdeviceptr dptr, int async, CUstream s)
         if (!*pp) {
             r = CUDA_ERROR_INVALID_VALUE;
             err = ",\"error\":\"unknown pointer\"";
+        } else if ((*pp)->kind == KIND_VMM_MAP) {
+            r = CUDA_ERROR_INVALID_VALUE; /* mapped VMM memory is freed with cuMemUnmap/Release */
+            err = ",\"error\":\"a cuMemMap range\"";
         } else if (async && (*pp)->kind == KIND_MANAGED) {
             /* the real driver refuses stream-ordered frees of managed memory */
             r = CUDA_ERROR_INVALID_VALUE;
@@ -821,6 +847,7 @@ CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev)
     case 83: *pi = 1; break;                   /* MANAGED_MEMORY */
     case 89: *pi = 1; break;                   /* CONCURRENT_MANAGED_ACCESS */
     case 115: *pi = 1; break;                  /* MEMORY_POOLS_SUPPORTED */
+    case 102: *pi = g_vmm; break;              /* VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
     default: *pi = 0; break;
     }
     return CUDA_SUCCESS;
@@ -1058,11 +1085,18 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     if (!r && !valid_device(dev)) r = CUDA_ERROR_INVALID_DEVICE;
     if (!r) {
         struct vmm *v = calloc(1, sizeof *v);
+        int fd = v ? (int)syscall(SYS_memfd_create, "mock-vmm", 1u /* MFD_CLOEXEC */) : -1;
+        if (fd >= 0 && ftruncate(fd, (off_t)size) != 0) {
+            close(fd);
+            fd = -1;
+        }
         pthread_mutex_lock(&g_mu);
-        if (!v || g_used_device[dev] + size > g_total_mem) {
+        if (!v || fd < 0 || g_used_device[dev] + size > g_total_mem) {
             r = CUDA_ERROR_OUT_OF_MEMORY;
             free(v);
+            if (fd >= 0) close(fd);
         } else {
+            v->fd = fd;
             h = g_reuse && g_nfreed_handles ? g_freed_handles[--g_nfreed_handles] : g_next_handle++;
             v->handle = h;
             v->size = size;
@@ -1096,6 +1130,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
             size = v->size;
             dev = v->dev;
             g_used_device[dev] -= size;
+            close(v->fd); /* a mapping keeps the bytes until it is unmapped */
             free(v);
             if (g_reuse && g_nfreed_handles < MAX_FREED_HANDLES) g_freed_handles[g_nfreed_handles++] = handle;
         }
@@ -1104,6 +1139,189 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     }
     log_line("cuMemRelease", t0, now_ns(), dev, r, ",\"handle\":%llu,\"size\":%zu,\"kind\":\"vmm\"", handle, size);
     return r;
+}
+
+/* VMM address ranges and mappings (see the top of the file). */
+static struct reservation *reservation_locked(uintptr_t p, size_t n)
+{
+    for (struct reservation *v = g_reservations; v; v = v->next)
+        if (p >= v->va && p - v->va < v->size && n <= v->size - (p - v->va)) return v;
+    return NULL;
+}
+
+static struct vmm *handle_locked(CUmemGenericAllocationHandle h)
+{
+    for (struct vmm *v = g_vmms; v; v = v->next)
+        if (v->handle == h) return v;
+    return NULL;
+}
+
+/* a mapping that overlaps [p, p+n), or NULL; g_mu held */
+static struct alloc *mapping_over_locked(uintptr_t p, size_t n)
+{
+    for (struct alloc *a = g_allocs; a; a = a->next)
+        if (a->kind == KIND_VMM_MAP && p < a->ptr + a->size && a->ptr < p + n) return a;
+    return NULL;
+}
+
+static void vmm_log(const char *fn, long long t0, CUresult r, CUdeviceptr p, size_t n,
+                    unsigned long long h, const char *err)
+{
+    log_line(fn, t0, now_ns(), cur_dev(), r, ",\"ptr\":%llu,\"size\":%zu,\"handle\":%llu%s",
+             (unsigned long long)p, n, h, err);
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    uintptr_t va = 0;
+    size_t align = alignment ? alignment : g_vmm_granularity;
+    if (!r && (!ptr || !size || flags || (align & (align - 1)))) r = CUDA_ERROR_INVALID_VALUE;
+    (void)addr; /* a hint */
+    if (!r) {
+        void *m = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        struct reservation *v = m == MAP_FAILED ? NULL : calloc(1, sizeof *v);
+        if (!v) {
+            if (m != MAP_FAILED) munmap(m, size + align);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            uintptr_t base = (uintptr_t)m;
+            va = (base + align - 1) & ~(uintptr_t)(align - 1);
+            if (va > base) munmap(m, va - base);
+            if (base + size + align > va + size) munmap((void *)(va + size), base + size + align - va - size);
+            v->va = va;
+            v->size = size;
+            pthread_mutex_lock(&g_mu);
+            v->next = g_reservations;
+            g_reservations = v;
+            pthread_mutex_unlock(&g_mu);
+            *ptr = (CUdeviceptr)va;
+        }
+    }
+    vmm_log("cuMemAddressReserve", t0, r, va, size, 0, "");
+    return r;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    const char *err = "";
+    if (!r) {
+        pthread_mutex_lock(&g_mu);
+        struct reservation **pp = &g_reservations;
+        while (*pp && !((*pp)->va == (uintptr_t)ptr && (*pp)->size == size)) pp = &(*pp)->next;
+        if (!*pp) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            err = ",\"error\":\"no such reservation\"";
+        } else if (mapping_over_locked((uintptr_t)ptr, size)) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            err = ",\"error\":\"still mapped\"";
+        } else {
+            struct reservation *v = *pp;
+            *pp = v->next;
+            munmap((void *)v->va, v->size);
+            free(v);
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    vmm_log("cuMemAddressFree", t0, r, ptr, size, 0, err);
+    return r;
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    const char *err = "";
+    if (!r && (!size || flags)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r) {
+        pthread_mutex_lock(&g_mu);
+        struct vmm *v = handle_locked(handle);
+        struct alloc *a = NULL;
+        if (!v) {
+            r = CUDA_ERROR_INVALID_HANDLE;
+        } else if (!reservation_locked((uintptr_t)ptr, size)) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            err = ",\"error\":\"not a reserved range\"";
+        } else if (mapping_over_locked((uintptr_t)ptr, size)) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            err = ",\"error\":\"already mapped\"";
+        } else if (offset > v->size || size > v->size - offset) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            err = ",\"error\":\"past the handle's size\"";
+        } else if (mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, v->fd,
+                        (off_t)offset) == MAP_FAILED || !(a = calloc(1, sizeof *a))) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            a->ptr = (uintptr_t)ptr;
+            a->size = a->maplen = size;
+            a->kind = KIND_VMM_MAP;
+            a->dev = v->dev;
+            a->next = g_allocs;
+            g_allocs = a;
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    vmm_log("cuMemMap", t0, r, ptr, size, handle, err);
+    return r;
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    if (!r) {
+        pthread_mutex_lock(&g_mu);
+        struct alloc **pp = &g_allocs;
+        while (*pp && !((*pp)->kind == KIND_VMM_MAP && (*pp)->ptr == (uintptr_t)ptr &&
+                        (*pp)->size == size))
+            pp = &(*pp)->next;
+        if (!*pp) {
+            r = CUDA_ERROR_INVALID_VALUE;
+        } else {
+            struct alloc *a = *pp;
+            *pp = a->next;
+            mmap((void *)a->ptr, a->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                 -1, 0);
+            free(a);
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    vmm_log("cuMemUnmap", t0, r, ptr, size, 0, r ? ",\"error\":\"not a mapping\"" : "");
+    return r;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    if (!r && (!desc || !count)) r = CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; !r && i < count; i++)
+        if (desc[i].location.type != 1 || !valid_device(desc[i].location.id)) r = CUDA_ERROR_INVALID_DEVICE;
+    if (!r) {
+        pthread_mutex_lock(&g_mu);
+        struct alloc *a = find_alloc_locked((uintptr_t)ptr, size);
+        if (!a || a->kind != KIND_VMM_MAP) r = CUDA_ERROR_INVALID_VALUE;
+        else mprotect((void *)(uintptr_t)ptr, size, desc[0].flags == 3 ? PROT_READ | PROT_WRITE : PROT_NONE);
+        pthread_mutex_unlock(&g_mu);
+    }
+    vmm_log("cuMemSetAccess", t0, r, ptr, size, 0, "");
+    return r;
+}
+
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, int option)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!granularity || !prop || option < 0 || option > 1) return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location.type != 1 || !valid_device(prop->location.id)) return CUDA_ERROR_INVALID_DEVICE;
+    *granularity = g_vmm_granularity;
+    return CUDA_SUCCESS;
 }
 
 /* Unified memory prefetch. The range must lie in one managed allocation (the real driver refuses
@@ -2070,6 +2288,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
 #define MOCK_EXPORTS(X)                                                                            \
     X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)                          \
     X(cuGetProcAddress) X(cuGetProcAddress_v2)                                                     \
+    X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)         \
+    X(cuMemGetAllocationGranularity)                                                               \
     X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2) X(cuDeviceGetName)  \
     X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2) X(cuDeviceGetAttribute)                             \
     X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2)       \
@@ -2157,6 +2377,8 @@ static const struct gpa_entry { const char *base; int v2; char pt; } g_gpa[] = {
     {"cuMemAlloc", 3020, 0}, {"cuMemAllocPitch", 3020, 0}, {"cuMemAllocManaged", 0, 0},
     {"cuMemAllocAsync", 0, 'z'}, {"cuMemAllocFromPoolAsync", 0, 'z'}, {"cuMemFree", 3020, 0},
     {"cuMemFreeAsync", 0, 'z'}, {"cuMemGetInfo", 3020, 0}, {"cuMemCreate", 0, 0}, {"cuMemRelease", 0, 0},
+    {"cuMemAddressReserve", 0, 0}, {"cuMemAddressFree", 0, 0}, {"cuMemMap", 0, 0}, {"cuMemUnmap", 0, 0},
+    {"cuMemSetAccess", 0, 0}, {"cuMemGetAllocationGranularity", 0, 0},
     {"cuLaunchKernel", 0, 'z'}, {"cuLaunchKernelEx", 0, 'z'}, {"cuLaunchCooperativeKernel", 0, 'z'},
     {"cuGraphLaunch", 0, 'z'}, {"cuLaunchHostFunc", 0, 'z'},
     {"cuMemcpy", 0, 'd'}, {"cuMemcpyAsync", 0, 'z'}, {"cuMemcpyPeer", 0, 'd'}, {"cuMemcpyPeerAsync", 0, 'z'},

@@ -78,6 +78,11 @@ typedef struct {
     } allocFlags;
 } CUmemAllocationProp;
 
+typedef struct {
+    CUmemLocation location;
+    int flags; /* CUmemAccess_flags: 3 = read and write */
+} CUmemAccessDesc;
+
 /* A kernel launched with this function handle is a collective on the mock's modelled GPU
  * (cuLaunchKernel, cuLaunchKernelEx and their _ptsz variants; mock_timeline.c): the handle passes
  * through an interposer unchanged, as NCCL's kernels do, so it is gated like any other launch. */
