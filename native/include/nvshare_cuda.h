@@ -72,6 +72,12 @@ typedef struct CUmemAllocationProp_st {
     } allocFlags;
 } CUmemAllocationProp;
 
+/* cuMemSetAccess's descriptor: a location and CUmemAccess_flags. */
+typedef struct CUmemAccessDesc_st {
+    CUmemLocation location;
+    int flags;
+} CUmemAccessDesc;
+
 typedef int CUstreamCaptureStatus;
 typedef int CUstreamCaptureMode;
 typedef int CUdevice_attribute;
@@ -115,6 +121,13 @@ typedef int CUdriverProcAddressQueryResult;
 /* the host as a CUdevice, for the pre-CUmemLocation cuMemPrefetchAsync */
 #define CU_DEVICE_CPU ((CUdevice)-1)
 #define CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT 51
+#define CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED 102
+
+/* Virtual memory management (the library's own device memory: vmm.c) */
+#define CU_MEM_ALLOCATION_TYPE_PINNED 0x1
+#define CU_MEM_HANDLE_TYPE_NONE 0x0
+#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 0x3
+#define CU_MEM_ALLOC_GRANULARITY_MINIMUM 0x0
 
 /* cuGetProcAddress flags and status */
 #define CU_GET_PROC_ADDRESS_DEFAULT 0

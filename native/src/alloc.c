@@ -1,14 +1,19 @@
 /*
  * alloc.c - allocation conversion, accounting and the memory view (frees: free.c).
  *
- * Device allocations become managed memory (cuMemAllocManaged(..., CU_MEM_ATTACH_GLOBAL)) so the
- * driver can page them out under oversubscription:
+ * Device allocations are converted into memory the library can move off the GPU and back:
  *   cuMemAlloc_v2, cuMemAllocPitch_v2 (pitch semantics kept), cuMemAllocAsync,
  *   cuMemAllocFromPoolAsync. An async allocation on a capturing stream passes through unchanged
  *   (graph-owned memory).
+ * Converted memory is device memory the library maps itself (vmm.c: a swap-out really frees it,
+ * and the process can be checkpointed whole), or, with NVSHARE_BACKING=managed, with
+ * NVSHARE_ENABLE_SINGLE_OVERSUB (pages demand-paged past the GPU's size), or where the driver or
+ * device has no virtual memory management, managed memory
+ * (cuMemAllocManaged(..., CU_MEM_ATTACH_GLOBAL)).
  * The program's own cuMemAllocManaged and VMM cuMemCreate (per device of prop->location, until
- * cuMemRelease) are counted too; they are the "managed" and "other" bytes of MEM_UPDATE.
- * The managed ranges (all but VMM) are what a fast context switch moves in bulk (switch.c).
+ * cuMemRelease) are counted too. Movable memory (converted, the program's own managed) is the
+ * "managed" bytes of MEM_UPDATE, the program's own VMM the "other" ones; a fast context switch
+ * moves the movable ranges in bulk (switch.c).
  *
  * Cap per process and device: NVSHARE_GPU_MEMORY_LIMIT if set, else the capacity
  * (min(NVSHARE_GPU_MEMORY or physical, the scheduler's ATTACHED capacity)); past it an allocation
@@ -76,7 +81,7 @@ static void refused(const nvs_dev *d, const char *what, uint64_t size, uint64_t 
 
 /* Check the cap and count `size` (managed or other) for d, atomically w.r.t. other allocations.
  * Over the cap: says so (as `what`, see refused()) and returns -1. */
-static int reserve(nvs_dev *d, uint64_t size, int other, const char *what)
+int nvs_reserve(nvs_dev *d, uint64_t size, int other, const char *what)
 {
     int capped;
     uint64_t limit = nvs_dev_limit(d, &capped);
@@ -103,7 +108,7 @@ static CUresult alloc_managed(nvs_dev *d, CUdeviceptr *dptr, size_t size, unsign
                               const char *what, int relaxed)
 {
     if (nvs_alloc_pending()) nvs_alloc_reap();
-    if (reserve(d, size, 0, what) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (nvs_reserve(d, size, 0, what) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     nvs_fn_cuMemAllocManaged real = NVS_REAL(cuMemAllocManaged, NVS_IDX_cuMemAllocManaged);
     CUresult r;
     if (!real) {
@@ -127,6 +132,17 @@ static CUresult alloc_managed(nvs_dev *d, CUdeviceptr *dptr, size_t size, unsign
     return r;
 }
 
+/* A converted allocation of d: device memory mapped by the library where it can (vmm.c), else
+ * managed memory. */
+static CUresult alloc_converted(nvs_dev *d, CUdeviceptr *dptr, size_t size, const char *what,
+                                int relaxed)
+{
+    if (!nvs_vmm_usable(d))
+        return alloc_managed(d, dptr, size, CU_MEM_ATTACH_GLOBAL, KIND_CONVERTED, what, relaxed);
+    if (nvs_alloc_pending()) nvs_alloc_reap();
+    return nvs_vmm_alloc(d, size, dptr, what);
+}
+
 /* The current context's device, attached (capacity known or given up on). */
 static nvs_dev *current_dev(void)
 {
@@ -144,7 +160,7 @@ CUresult nvs_h_cuMemAlloc_v2(int idx, int per_thread, CUdeviceptr *dptr, size_t 
     nvs_dev *d;
     if (!dptr || bytesize == 0 || !(d = current_dev()))
         return real ? real(dptr, bytesize) : nvs_missing(idx);
-    return alloc_managed(d, dptr, bytesize, CU_MEM_ATTACH_GLOBAL, KIND_CONVERTED, "cuMemAlloc_v2", 0);
+    return alloc_converted(d, dptr, bytesize, "cuMemAlloc_v2", 0);
 }
 
 CUresult nvs_h_cuMemAllocPitch_v2(int idx, int per_thread, CUdeviceptr *dptr, size_t *pPitch,
@@ -172,8 +188,7 @@ CUresult nvs_h_cuMemAllocPitch_v2(int idx, int per_thread, CUdeviceptr *dptr, si
     if (WidthInBytes > SIZE_MAX - a) return CUDA_ERROR_OUT_OF_MEMORY;
     size_t pitch = (WidthInBytes + a - 1) / a * a;
     if (Height > SIZE_MAX / pitch) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = alloc_managed(d, dptr, pitch * Height, CU_MEM_ATTACH_GLOBAL, KIND_CONVERTED,
-                               "cuMemAllocPitch_v2", 0);
+    CUresult r = alloc_converted(d, dptr, pitch * Height, "cuMemAllocPitch_v2", 0);
     if (r == CUDA_SUCCESS) *pPitch = pitch;
     return r;
 }
@@ -187,8 +202,7 @@ CUresult nvs_h_cuMemAllocAsync(int idx, int per_thread, CUdeviceptr *dptr, size_
         /* capturing: graph-owned memory, passed through unchanged */
         return real ? real(dptr, bytesize, hStream) : nvs_missing(idx);
     }
-    return alloc_managed(d, dptr, bytesize, CU_MEM_ATTACH_GLOBAL, KIND_CONVERTED,
-                         nvs_hooks[idx].name, 1);
+    return alloc_converted(d, dptr, bytesize, nvs_hooks[idx].name, 1);
 }
 
 CUresult nvs_h_cuMemAllocFromPoolAsync(int idx, int per_thread, CUdeviceptr *dptr, size_t bytesize,
@@ -198,8 +212,7 @@ CUresult nvs_h_cuMemAllocFromPoolAsync(int idx, int per_thread, CUdeviceptr *dpt
     nvs_dev *d;
     if (!dptr || bytesize == 0 || nvs_stream_capturing(hStream, per_thread) || !(d = current_dev()))
         return real ? real(dptr, bytesize, pool, hStream) : nvs_missing(idx);
-    return alloc_managed(d, dptr, bytesize, CU_MEM_ATTACH_GLOBAL, KIND_CONVERTED,
-                         nvs_hooks[idx].name, 1);
+    return alloc_converted(d, dptr, bytesize, nvs_hooks[idx].name, 1);
 }
 
 CUresult nvs_h_cuMemAllocManaged(int idx, int per_thread, CUdeviceptr *dptr, size_t bytesize,
@@ -225,7 +238,7 @@ CUresult nvs_h_cuMemCreate(int idx, int per_thread, CUmemGenericAllocationHandle
         !(d = nvs_dev_touch(prop->location.id)))
         return real(handle, size, prop, flags);
     nvs_dev_attach_wait(d);
-    if (reserve(d, size, 1, "cuMemCreate") != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (nvs_reserve(d, size, 1, "cuMemCreate") != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(handle, size, prop, flags);
     pthread_mutex_lock(&nvs_amu);
     if (r != CUDA_SUCCESS || nvs_ptrtab_put(&nvs_handles, *handle, size, d->ordinal, KIND_VMM) != 0)
@@ -301,7 +314,7 @@ int nvs_alloc_for_each_managed(int dev, int beside_store,
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
     for (nvs_ptr_entry *e; (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
-        if (e->dev != dev || e->out) continue;
+        if (e->dev != dev || e->out || e->vmm) continue; /* ours: the swap store's alone */
         if (beside_store && e->kind != KIND_MANAGED && !e->cold) continue;
         e->cold = 0;
         fn((CUdeviceptr)e->key, e->size, arg);
@@ -329,5 +342,6 @@ void nvs_alloc_reset_after_fork(void)
     pthread_mutex_init(&nvs_amu, NULL);
     nvs_ptrtab_clear(&nvs_ptrs);
     nvs_ptrtab_clear(&nvs_handles);
+    nvs_vmm_reset_after_fork();
     nvs_free_reset_after_fork();
 }

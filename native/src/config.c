@@ -34,6 +34,13 @@
  *                                                 swap store (pinned host copies, swapstore.c);
  *                                                 off: through the driver's prefetch only
  * NVSHARE_HOST_SWAP_LIMIT       none              pinned host memory the swap store may take (size)
+ * NVSHARE_BACKING               vmm               what converted allocations are: vmm (device memory
+ *                                                 the library maps itself, vmm.c) or managed
+ *                                                 (unified memory, demand-paged); managed whenever
+ *                                                 NVSHARE_ENABLE_SINGLE_OVERSUB is set
+ * NVSHARE_ALLOC_WAIT_MS         5000              an allocation the GPU has no room for waits this
+ *                                                 long for the scheduler to make it, then fails
+ *                                                 with CUDA_ERROR_OUT_OF_MEMORY; 0 = at once
  * NVSHARE_CUDA_LIBRARY          libcuda.so.1      the real driver to dlopen
  * NVSHARE_JOB                   none              the job the process belongs to (sent in JOB;
  *                                                 job.c, which also reads torch distributed's)
@@ -232,6 +239,15 @@ static int env_evict(void)
     return NVS_EVICT_WAIT;
 }
 
+static int env_backing(void)
+{
+    const char *v = getenv("NVSHARE_BACKING");
+    if (!v || !*v || !strcasecmp(v, "vmm")) return NVS_BACKING_VMM;
+    if (!strcasecmp(v, "managed")) return NVS_BACKING_MANAGED;
+    nvs_warn("ignoring NVSHARE_BACKING=\"%s\": expected vmm or managed; using vmm", v);
+    return NVS_BACKING_VMM;
+}
+
 static int env_on_off(const char *name, int def)
 {
     const char *v = getenv(name);
@@ -290,6 +306,9 @@ void nvs_config_load(void)
     c->evict = env_evict();
     c->swap = env_on_off("NVSHARE_SWAP", 1);
     if (env_size("NVSHARE_HOST_SWAP_LIMIT", &v)) c->host_swap_limit = v;
+    /* Memory that must be demand-paged past the GPU's size cannot be device memory. */
+    c->backing = c->single_oversub ? NVS_BACKING_MANAGED : env_backing();
+    c->alloc_wait_ms = (unsigned)env_long("NVSHARE_ALLOC_WAIT_MS", 5000, 0, 3600000);
     const char *lib = getenv("NVSHARE_CUDA_LIBRARY");
     copy_str(c->cuda_library, sizeof(c->cuda_library), lib && *lib ? lib : "libcuda.so.1");
     copy_str(c->pod_name, sizeof(c->pod_name), getenv("NVSHARE_POD_NAME"));

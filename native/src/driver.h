@@ -63,6 +63,21 @@ X(cuStreamWaitEvent, ("cuStreamWaitEvent"), (CUstream hStream, CUevent hEvent, u
 X(cuMemDiscardBatchAsync, ("cuMemDiscardBatchAsync"), \
   (CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream), \
   NONE) \
+/* Device memory the library maps itself (vmm.c): address ranges it reserves, physical memory \
+ * (cuMemCreate / cuMemRelease, hooked: called through nvs_real) mapped into them. Any missing: \
+ * converted allocations are managed memory. */ \
+X(cuMemAddressReserve, ("cuMemAddressReserve"), \
+  (CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags), \
+  NONE) \
+X(cuMemAddressFree, ("cuMemAddressFree"), (CUdeviceptr ptr, size_t size), NONE) \
+X(cuMemMap, ("cuMemMap"), \
+  (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, \
+   unsigned long long flags), NONE) \
+X(cuMemUnmap, ("cuMemUnmap"), (CUdeviceptr ptr, size_t size), NONE) \
+X(cuMemSetAccess, ("cuMemSetAccess"), \
+  (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count), NONE) \
+X(cuMemGetAllocationGranularity, ("cuMemGetAllocationGranularity"), \
+  (size_t *granularity, const CUmemAllocationProp *prop, int option), NONE) \
 /* The swap store's checksum kernel (swapsum.c); missing: every swap-out copies. */ \
 X(cuModuleLoadData, ("cuModuleLoadData"), (CUmodule *module, const void *image), NONE) \
 X(cuModuleGetFunction, ("cuModuleGetFunction"), \

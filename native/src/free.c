@@ -1,7 +1,9 @@
 /*
  * free.c - frees of counted memory (allocations: alloc.c).
  *
- * cuMemFree_v2 of a converted pointer goes to the real cuMemFree_v2 (it frees managed memory).
+ * cuMemFree_v2 of a converted pointer that is device memory of the library's own (vmm.c) never
+ * reaches the driver's cuMemFree_v2: vmm.c gives its range or its slots back. A converted pointer
+ * that is managed memory goes to the real cuMemFree_v2.
  * A free (and cuMemRelease) takes the entry out of its table BEFORE the driver's call, which may
  * hand the address to another thread's allocation at once; it is put back if the driver refuses.
  * cuMemFreeAsync of a converted pointer never reaches the driver as cuMemFreeAsync (the driver
@@ -23,6 +25,8 @@ typedef struct {
     int dev;
     CUevent ev;
     CUcontext ctx;
+    int ours;          /* the library's own device memory: `mem` is released by vmm.c */
+    nvs_ptr_entry mem; /* its entry, out of its table */
 } deferred_t;
 
 /* Deferred frees (nvs_amu). */
@@ -88,6 +92,26 @@ static void settle_taken(nvs_ptrtab *t, uint64_t key, const nvs_ptr_entry *e, in
     if (uncount) nvs_mark_dirty(d);
 }
 
+/* dptr as the library's own device memory (vmm.c): 1 when it was one of its allocations (now
+ * released), -1 when it is inside a chunk without being an allocation (the driver would refuse it
+ * too), 0 when it is not the library's (*e: the entry taken out, for the caller's free). */
+static int free_ours(CUdeviceptr dptr, nvs_ptr_entry *e)
+{
+    pthread_mutex_lock(&nvs_amu);
+    int small = nvs_ptrtab_take(&nvs_small, dptr, e);
+    nvs_ptr_entry *f = small ? NULL : nvs_ptrtab_find(&nvs_ptrs, dptr);
+    int chunk = f && f->kind == KIND_CHUNK, mapped = f && f->vmm && !chunk;
+    if (mapped) nvs_ptrtab_take(&nvs_ptrs, dptr, e);
+    pthread_mutex_unlock(&nvs_amu);
+    if (chunk) return -1;
+    if (!small && !mapped) return 0;
+    nvs_vmm_release(e, 1);
+    NVS_DEBUG("cuMemFree_v2(%#llx): %s, %llu bytes on device %d", (unsigned long long)dptr,
+              small ? "small (a chunk's slots)" : "device memory of ours",
+              (unsigned long long)e->size, (int)e->dev);
+    return 1;
+}
+
 /* The entry leaves the table BEFORE the driver's free: once the driver has freed the address it
  * may hand it to another thread's allocation at once, whose new entry must not be the one we
  * delete. Its bytes stay counted until the free succeeded. */
@@ -99,6 +123,8 @@ CUresult nvs_h_cuMemFree_v2(int idx, int per_thread, CUdeviceptr dptr)
     if (nvs_alloc_pending()) nvs_alloc_reap();
     if (!dptr) return real(dptr);
     nvs_ptr_entry e;
+    int ours = free_ours(dptr, &e);
+    if (ours) return ours > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     int found = take(&nvs_ptrs, dptr, &e);
     if (found) nvs_swap_fence(e.dev); /* no move may still use the range or its host copy */
     CUresult r = real(dptr);
@@ -114,7 +140,8 @@ CUresult nvs_h_cuMemFree_v2(int idx, int per_thread, CUdeviceptr dptr)
 static CUresult keep_for_capture(int idx, CUdeviceptr dptr)
 {
     pthread_mutex_lock(&nvs_amu);
-    nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_ptrs, dptr);
+    nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_small, dptr);
+    if (!e) e = nvs_ptrtab_find(&nvs_ptrs, dptr);
     if (e) e->kind = KIND_KEPT;
     pthread_mutex_unlock(&nvs_amu);
     NVS_DEBUG("%s(%#llx) on a capturing stream: managed memory cannot be freed by a graph; "
@@ -163,43 +190,54 @@ static int defer_locked(deferred_t item)
     return 1;
 }
 
-/* Uncount dptr at once (the program may reuse the budget in stream order) and queue it to be
- * freed with cuMemFree_v2 once ev completed. The entry leaves the table before the deferred
- * cuMemFree_v2 can let the driver reuse the address. *size_out: its size. Returns 0 when out of
- * memory for the list (nothing queued). */
-static int defer_free(CUdeviceptr dptr, CUevent ev, CUcontext ctx, uint64_t *size_out)
+/* Uncount dptr at once (the program may reuse the budget in stream order; a small allocation's
+ * chunk stays counted) and queue it to be freed once ev completed: with cuMemFree_v2, or, the
+ * library's own memory, by vmm.c. The entry leaves the table before the deferred free can let the
+ * driver reuse the address. *item: what is queued; returns 0 when out of memory for the list
+ * (nothing queued: the caller frees *item itself). */
+static int defer_free(CUdeviceptr dptr, CUevent ev, CUcontext ctx, deferred_t *item)
 {
     nvs_dev *d = NULL;
     uint64_t size = 0;
     nvs_ptr_entry was = {0};
     pthread_mutex_lock(&nvs_amu);
-    nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_ptrs, dptr);
+    nvs_ptrtab *t = nvs_ptrtab_find(&nvs_small, dptr) ? &nvs_small : &nvs_ptrs;
+    nvs_ptr_entry *e = nvs_ptrtab_find(t, dptr);
     if (e) {
         was = *e;
         d = &nvs_g.dev[e->dev];
         size = e->size;
-        nvs_unreserve_locked(d, size, 0);
-        nvs_ptrtab_del(&nvs_ptrs, e);
+        if (e->kind != KIND_SMALL) nvs_unreserve_locked(d, size, 0); /* a chunk's stay counted */
+        nvs_ptrtab_del(t, e);
     }
-    int queued = defer_locked((deferred_t){dptr, size, d ? d->ordinal : 0, ev, ctx});
+    *item = (deferred_t){dptr, size, d ? d->ordinal : 0, ev, ctx, was.vmm || t == &nvs_small, was};
+    int queued = defer_locked(*item);
     pthread_mutex_unlock(&nvs_amu);
-    if (d && (was.out || was.host)) { /* its contents are dead: the swap store lets go of them */
+    if (d && !was.vmm && t != &nvs_small && (was.out || was.host)) {
+        /* its contents are dead: the swap store lets go of them (ours: at the release) */
         nvs_swap_fence(was.dev);
         nvs_swap_forget(was.dev, was.size, was.out, was.host);
     }
     if (d) nvs_mark_dirty(d);
-    *size_out = size;
     return queued;
 }
 
 /* The slow way: wait for ev, then free. */
-static CUresult free_after_event(CUevent ev, CUdeviceptr dptr)
+/* A deferred free whose point the stream reached. */
+static CUresult free_deferred(const deferred_t *q)
+{
+    if (!q->ours) return free_managed_now(q->ptr);
+    nvs_vmm_release(&q->mem, 0); /* uncounted when it was deferred */
+    return CUDA_SUCCESS;
+}
+
+static CUresult free_after_event(const deferred_t *q)
 {
     CUstreamCaptureMode old = nvs_relaxed_begin();
-    nvs_drv.cuEventSynchronize(ev);
+    nvs_drv.cuEventSynchronize(q->ev);
     nvs_relaxed_end(old);
-    nvs_drv.cuEventDestroy_v2(ev);
-    return free_managed_now(dptr);
+    nvs_drv.cuEventDestroy_v2(q->ev);
+    return free_deferred(q);
 }
 
 CUresult nvs_h_cuMemFreeAsync(int idx, int per_thread, CUdeviceptr dptr, CUstream hStream)
@@ -209,9 +247,12 @@ CUresult nvs_h_cuMemFreeAsync(int idx, int per_thread, CUdeviceptr dptr, CUstrea
     if (nvs_alloc_pending()) nvs_alloc_reap();
     if (!dptr) return real(dptr, hStream);
     pthread_mutex_lock(&nvs_amu);
-    nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_ptrs, dptr);
-    int converted = e && e->kind == KIND_CONVERTED;
+    nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_small, dptr);
+    if (!e) e = nvs_ptrtab_find(&nvs_ptrs, dptr);
+    int converted = e && (e->kind == KIND_CONVERTED || e->kind == KIND_SMALL);
+    int chunk = e && e->kind == KIND_CHUNK;
     pthread_mutex_unlock(&nvs_amu);
+    if (chunk) return CUDA_ERROR_INVALID_VALUE; /* inside a chunk, not an allocation */
     if (!converted) return real(dptr, hStream); /* not ours to change */
 
     CUstream s = per_thread && !hStream ? CU_STREAM_PER_THREAD : hStream;
@@ -220,8 +261,9 @@ CUresult nvs_h_cuMemFreeAsync(int idx, int per_thread, CUdeviceptr dptr, CUstrea
     nvs_drv.cuCtxGetCurrent(&ctx);
     CUevent ev = record_free_point(s);
     if (!ev) return sync_then_free(s, dptr);
-    uint64_t size;
-    if (!defer_free(dptr, ev, ctx, &size)) return free_after_event(ev, dptr);
+    deferred_t q;
+    if (!defer_free(dptr, ev, ctx, &q)) return free_after_event(&q);
+    uint64_t size = q.size;
     NVS_DEBUG("%s(%#llx): converted, %llu bytes; freed with cuMemFree_v2 once the stream reaches "
               "this point",
               nvs_hooks[idx].name, (unsigned long long)dptr, (unsigned long long)size);
@@ -256,7 +298,7 @@ void nvs_alloc_reap(void)
         for (size_t i = 0; i < n; i++) {
             nvs_drv.cuEventDestroy_v2(ready[i].ev);
             if (ready[i].ctx && ready[i].ctx != prev) nvs_drv.cuCtxSetCurrent(ready[i].ctx);
-            CUresult r = free_managed_now(ready[i].ptr);
+            CUresult r = free_deferred(&ready[i]);
             if (ready[i].ctx && ready[i].ctx != prev) nvs_drv.cuCtxSetCurrent(prev);
             NVS_DEBUG("deferred free of %#llx (%llu bytes, device %d): cuMemFree_v2 = %d",
                       (unsigned long long)ready[i].ptr, (unsigned long long)ready[i].size,

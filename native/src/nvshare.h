@@ -49,6 +49,8 @@ typedef struct nvs_ctxrec nvs_ctxrec;
 enum { NVS_PREFETCH_WAIT = 0, NVS_PREFETCH_OVERLAP, NVS_PREFETCH_OFF };
 /* NVSHARE_EVICT: whether LOCK_RELEASED waits for a bulk eviction to finish (switch.c). */
 enum { NVS_EVICT_BACKGROUND = 0, NVS_EVICT_WAIT };
+/* NVSHARE_BACKING: what converted allocations are (vmm.c, alloc.c). */
+enum { NVS_BACKING_VMM = 0, NVS_BACKING_MANAGED };
 
 typedef struct nvs_config {
     int debug;             /* NVSHARE_DEBUG: 0 off, 1 decisions, 2 more */
@@ -69,6 +71,8 @@ typedef struct nvs_config {
     int evict;                /* NVSHARE_EVICT: NVS_EVICT_* */
     int swap;                 /* NVSHARE_SWAP: the swap store moves converted memory (swapstore.c) */
     uint64_t host_swap_limit; /* NVSHARE_HOST_SWAP_LIMIT: pinned host copies at most, 0 = none */
+    int backing;              /* NVSHARE_BACKING: NVS_BACKING_* */
+    unsigned alloc_wait_ms;   /* NVSHARE_ALLOC_WAIT_MS: how long an allocation waits for room */
     char cuda_library[512];   /* NVSHARE_CUDA_LIBRARY */
     char sock_paths[2][108];  /* candidates, in order */
     int n_sock_paths;
@@ -289,6 +293,13 @@ static inline void nvs_nocap_leave(void)
 }
 
 void nvs_capture_reset_after_fork(void) NVS_HIDDEN;
+
+/* Relaxed capture mode around our own driver calls only while a capture is in progress somewhere
+ * (a capture begun since is not disturbed); -1 otherwise: no capture-mode exchange at all. */
+static inline CUstreamCaptureMode nvs_relaxed_if_capturing(void)
+{
+    return nvs_capture_any() ? nvs_relaxed_begin() : -1;
+}
 
 /* ---------------------------------------------------------------- alloc.c, free.c */
 void nvs_alloc_reap(void) NVS_HIDDEN;   /* free deferred frees whose stream work finished */

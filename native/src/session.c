@@ -24,6 +24,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "client.h"
 #include "swap.h"
@@ -176,17 +177,39 @@ static int collect(uint64_t now, round_plan *pl)
     return 1;
 }
 
+/* Ranges of ours are still out: the GPU had no room to map them (memory of processes the
+ * scheduler does not move). The gate stays closed and the swap-in is tried again in a moment:
+ * the application waits, its bytes safe in the host copies, and is told once. */
+static void wait_for_room(nvs_dev *d)
+{
+    static _Atomic int said;
+    if (!atomic_exchange(&said, 1))
+        nvs_warn("device %d: no room on the GPU to bring this process's memory back; waiting "
+                 "for it (other processes hold the memory)", d->ordinal);
+    struct timespec ts = {0, 20 * 1000000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&nvs_g.mu);
+    if (d->lock_state == NVS_LOCK_HELD && d->drain_reason < 0) d->sw.prefetch_pending = 1;
+    pthread_mutex_unlock(&nvs_g.mu);
+    nvs_client_wake(); /* another round soon (a restore without a scheduler stays pending) */
+}
+
 /* A grant's bulk prefetch; with "wait" the application's threads run once it finished. */
 static int run_prefetch(nvs_dev *d)
 {
     /* ranges swapped out: the application waits for them whatever NVSHARE_PREFETCH says */
     int wait = nvs_cfg.prefetch == NVS_PREFETCH_WAIT || atomic_load(&d->swap.swapped_out) > 0;
     int moved = nvs_switch_prefetch(d, wait);
+    int left = atomic_load(&d->swap.swapped_out) > 0; /* ranges of ours the GPU had no room for */
     out.len = 0;
     pthread_mutex_lock(&nvs_g.mu);
     if (moved && nvs_g.client_state == NVS_CLIENT_READY) put_residency(&out, d, 0);
     pthread_mutex_unlock(&nvs_g.mu);
     int rc = nvs_tx_send(&out); /* the scheduler hears of the swap-in before any work runs */
+    if (left) {
+        wait_for_room(d);
+        return rc;
+    }
     pthread_mutex_lock(&nvs_g.mu);
     d->last_active_ns = nvs_now_ns(); /* the time it took is not idleness */
     if (wait && nvs_g.client_state == NVS_CLIENT_READY && d->lock_state == NVS_LOCK_HELD) {
@@ -224,6 +247,10 @@ static void run_restores(void)
     pthread_mutex_unlock(&nvs_g.mu);
     for (int i = 0; i < n; i++) {
         nvs_switch_prefetch(todo[i], 1);
+        if (atomic_load(&todo[i]->swap.swapped_out) > 0) {
+            wait_for_room(todo[i]);
+            continue;
+        }
         pthread_mutex_lock(&nvs_g.mu);
         if (todo[i]->swap.restore_pending) {
             todo[i]->swap.restore_pending = 0;

@@ -22,6 +22,7 @@ typedef struct nvs_swap_io {
     uint64_t clean;   /* bytes whose host copy was still valid: discarded, not copied */
     uint64_t cold;    /* bytes without a host copy yet: left to the driver's prefetch (marked) */
     int errors;       /* ranges the driver refused */
+    int nomem;        /* ranges of ours that found no room on the GPU to come back (still out) */
     nvs_ctxrec *rec;  /* the context whose streams these are (swapsum.c's kernel) */
     /* A partial move (switch.c): only the ranges whose keys are in `pick` (sorted) move; NULL:
      * every range. */
@@ -30,6 +31,9 @@ typedef struct nvs_swap_io {
 } nvs_swap_io;
 void nvs_swap_out(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN; /* queue d's converted ranges out */
 void nvs_swap_in(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;  /* queue its ranges that are out in */
+/* After a swap-out's copies finished: the physical memory of d's ranges of ours (vmm.c) that are
+ * out goes back to the driver (unmapped and released; the addresses stay). Returns the bytes. */
+uint64_t nvs_swap_release_out(nvs_dev *d) NVS_HIDDEN;
 /* queue the discards nvs_swap_out left due (ranges out whose host copy was still valid), in one
  * batch on io->b */
 void nvs_swap_discard_due(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
@@ -40,7 +44,8 @@ void nvs_swap_end(void) NVS_HIDDEN;
  * Device memory to the application: no host code may touch it. */
 static inline int nvs_swap_movable(const nvs_ptr_entry *e, int dev)
 {
-    return e->dev == dev && (e->kind == KIND_CONVERTED || e->kind == KIND_KEPT);
+    return e->dev == dev &&
+           (e->kind == KIND_CONVERTED || e->kind == KIND_KEPT || e->kind == KIND_CHUNK);
 }
 /* nvs_amu held (the entries'). Whether this move takes the range keyed `key`. */
 static inline int nvs_swap_picked(const nvs_swap_io *io, uint64_t key)
@@ -62,6 +67,9 @@ size_t nvs_swap_pick(int dev, uint64_t at_least, int swap, uint64_t **keys) NVS_
  * (marked cold) within the host memory bounds, the rest stays on the GPU (io->refused), and the
  * pinner thread is asked to make their host copies. */
 void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
+/* swaphost.c: host copies for d's picked ranges of ours (vmm.c) that lack one, pinned now: the
+ * driver cannot move those ranges for us; one past the host memory bounds stays on the GPU. */
+void nvs_swap_pin_ours(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
 /* free.c, after taking an entry of device dev out of the table and before the driver's free: waits
  * for a move in progress and for the device's last discards; after a successful free: releases its
  * host copy and uncounts what was out. */

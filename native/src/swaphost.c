@@ -6,10 +6,12 @@
  * a floor (1 GiB or 5% of MemTotal, whichever is more). A range that would pass either stays on the
  * GPU (pin_refused: the scheduler hears REFUSED), with one warning until there is room again.
  *
- * Pinning is slower than the bus (docs/benchmarks.md, "Swapping"): an allocation's first swap-out (plan_cold)
- * leaves it to the driver's prefetch (switch.c), and a thread of our own, the pinner, makes its
- * host copy meanwhile, with a context of its device current, outside nvs_amu; it attaches the copy
- * to the allocation's entry under nvs_amu if the allocation still exists, and frees it otherwise.
+ * Pinning is slower than the bus (docs/benchmarks.md, "Swapping"): a managed allocation's first
+ * swap-out (plan_cold) leaves it to the driver's prefetch (switch.c), and a thread of our own, the
+ * pinner, makes its host copy meanwhile, with a context of its device current, outside nvs_amu; it
+ * attaches the copy to the allocation's entry under nvs_amu if the allocation still exists, and
+ * frees it otherwise. The driver cannot move device memory of ours (vmm.c) for us: its first
+ * swap-out pins its host copy first (nvs_swap_pin_ours), on the client thread.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,15 +103,25 @@ typedef struct {
 } want_t;
 
 
-/* The converted ranges of dev without a host copy that may still get one (nvs_amu taken here). */
-static size_t list_wanting(int dev, want_t **out)
+/* nvs_amu held. Whether a range wants a host copy: with io, the picked ranges of ours (vmm.c) of
+ * this swap-out, refused before or not (there may be room now); without, the pinner's: managed
+ * ones that may still get one. */
+static int wanting(const nvs_ptr_entry *e, int dev, const nvs_swap_io *io)
+{
+    if (!nvs_swap_movable(e, dev) || e->host || e->out) return 0;
+    if (io) return e->vmm && nvs_swap_picked(io, e->key);
+    return !e->vmm && !e->pin_refused;
+}
+
+/* The converted ranges of dev without a host copy that may get one (nvs_amu taken here). */
+static size_t list_wanting(int dev, const nvs_swap_io *io, want_t **out)
 {
     size_t n = 0, cap = 0;
     want_t *w = NULL;
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
     for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&nvs_ptrs, &pos));) {
-        if (!nvs_swap_movable(e, dev) || e->host || e->pin_refused) continue;
+        if (!wanting(e, dev, io)) continue;
         if (n == cap) {
             want_t *g = realloc(w, (cap = cap ? cap * 2 : 16) * sizeof(*w));
             if (!g) break;
@@ -130,13 +142,18 @@ static void say_refused(int dev, uint64_t bytes, const char *why)
              (unsigned long long)(nvs_swap_host_total() >> 20));
 }
 
-/* Pin a host copy for every range of dev that lacks one, within the bounds (outside nvs_amu:
- * pinning is far slower than the bus). A range past the bounds is marked
- * pin_refused: it stays on the GPU from now on. The pinner thread's work. */
-static void give_host_copies(nvs_dev *d)
+/* Pin a host copy for every range of dev that lacks one (with io: the picked ranges of ours of
+ * that swap-out, counted in io->refused when refused), within the bounds (outside nvs_amu:
+ * pinning is far slower than the bus). A range past the bounds is marked pin_refused: it stays on
+ * the GPU. The pinner thread's work, and a swap-out's for ranges of ours. */
+static void give_host_copies(nvs_dev *d, nvs_swap_io *io)
 {
     want_t *w;
-    size_t n = list_wanting(d->ordinal, &w);
+    size_t n = list_wanting(d->ordinal, io, &w);
+    if (!n) {
+        free(w);
+        return;
+    }
     host_budget budget = host_budget_now();
     uint64_t refused = 0;
     for (size_t i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
@@ -157,7 +174,9 @@ static void give_host_copies(nvs_dev *d)
         if (!e || e->size != w[i].size || e->host || !nvs_swap_movable(e, d->ordinal)) continue;
         if (w[i].refused) {
             e->pin_refused = 1;
+            if (io) io->refused += e->size;
         } else if (w[i].host) {
+            e->pin_refused = 0;
             e->host = w[i].host;
             w[i].host = NULL;
         }
@@ -167,6 +186,8 @@ static void give_host_copies(nvs_dev *d)
         if (w[i].host) nvs_swap_forget(d->ordinal, w[i].size, 0, w[i].host);
     free(w);
     if (refused) say_refused(d->ordinal, refused, budget.why);
+    NVS_DEBUG("device %d: host copies pinned (%llu MiB held)", d->ordinal,
+              (unsigned long long)(nvs_swap_host_total() >> 20));
 }
 
 /* ------------------------------------------------------------------ the pinner thread */
@@ -192,9 +213,7 @@ static void *pinner_main(void *arg)
             if (!(devs >> i & 1) || !rec ||
                 nvs_drv.cuCtxSetCurrent(rec->ctx) != CUDA_SUCCESS)
                 continue;
-            give_host_copies(&nvs_g.dev[i]);
-            NVS_DEBUG("device %d: host copies pinned (%llu MiB held)", i,
-                      (unsigned long long)(nvs_swap_host_total() >> 20));
+            give_host_copies(&nvs_g.dev[i], NULL);
         }
     }
     return NULL;
@@ -228,6 +247,11 @@ static void pinner_want(nvs_dev *d)
     pthread_mutex_unlock(&pin_mu);
 }
 
+void nvs_swap_pin_ours(nvs_dev *d, nvs_swap_io *io)
+{
+    give_host_copies(d, io);
+}
+
 /* Ranges of dev without a host copy: this swap-out leaves them to the driver's prefetch (marked
  * cold) within the host memory bounds, the rest stays on the GPU; the pinner makes the copies. */
 void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io)
@@ -238,8 +262,9 @@ void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io)
     size_t pos = 0;
     uint64_t newly = 0;
     for (nvs_ptr_entry *e; (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
-        if (!nvs_swap_movable(e, d->ordinal) || e->out || e->host || !nvs_swap_picked(io, e->key))
-            continue;
+        if (!nvs_swap_movable(e, d->ordinal) || e->out || e->host || e->vmm ||
+            !nvs_swap_picked(io, e->key))
+            continue; /* ours: nvs_swap_pin_ours, the driver cannot move them */
         if (!host_room(&budget, e->size)) { /* said once, until there is room again */
             newly += e->pin_refused ? 0 : e->size;
             e->pin_refused = 1;

@@ -175,10 +175,14 @@ static const summed_t *sum_of(const summed_t *s, size_t n, const nvs_ptr_entry *
     return NULL;
 }
 
-/* nvs_amu held. Copy the range into its host copy and discard it, chunk by chunk. */
+/* nvs_amu held. Copy the range into its host copy and discard it, chunk by chunk. A range of
+ * ours (vmm.c) is only copied: its physical memory goes back once the copies finished
+ * (nvs_swap_release_out). */
 static int queue_out(nvs_swap_io *io, nvs_ptr_entry *e)
 {
     nvs_fn_cuMemcpyDtoHAsync_v2 copy = NVS_REAL(cuMemcpyDtoHAsync_v2, NVS_IDX_cuMemcpyDtoHAsync_v2);
+    if (e->vmm)
+        return copy(e->host, (CUdeviceptr)e->key, (size_t)e->size, io->a) == CUDA_SUCCESS ? 0 : -1;
     for (uint64_t lo = 0; lo < e->size; lo += CHUNK) {
         size_t n = (size_t)(e->size - lo < CHUNK ? e->size - lo : CHUNK);
         CUdeviceptr p = (CUdeviceptr)e->key + lo;
@@ -189,10 +193,18 @@ static int queue_out(nvs_swap_io *io, nvs_ptr_entry *e)
     return 0;
 }
 
-/* nvs_amu held. Populate the discarded range on the device and copy the host copy back. */
+/* nvs_amu held. Populate the discarded range on the device and copy the host copy back; a range of
+ * ours gets new physical memory at its address first (1: the GPU has no room for it now). */
 static int queue_in(nvs_swap_io *io, nvs_ptr_entry *e)
 {
     nvs_fn_cuMemcpyHtoDAsync_v2 copy = NVS_REAL(cuMemcpyHtoDAsync_v2, NVS_IDX_cuMemcpyHtoDAsync_v2);
+    if (e->vmm) {
+        CUresult r = e->handle ? CUDA_SUCCESS
+                               : nvs_vmm_map(io->dev, (CUdeviceptr)e->key, e->size, &e->handle);
+        if (r == CUDA_ERROR_OUT_OF_MEMORY) return 1;
+        if (r != CUDA_SUCCESS) return -1;
+        return copy((CUdeviceptr)e->key, e->host, (size_t)e->size, io->a) == CUDA_SUCCESS ? 0 : -1;
+    }
     for (uint64_t lo = 0; lo < e->size; lo += CHUNK) {
         size_t n = (size_t)(e->size - lo < CHUNK ? e->size - lo : CHUNK);
         CUdeviceptr p = (CUdeviceptr)e->key + lo;
@@ -203,8 +215,24 @@ static int queue_in(nvs_swap_io *io, nvs_ptr_entry *e)
     return 0;
 }
 
+uint64_t nvs_swap_release_out(nvs_dev *d)
+{
+    uint64_t bytes = 0;
+    pthread_mutex_lock(&nvs_amu);
+    size_t pos = 0;
+    for (nvs_ptr_entry *e; (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
+        if (e->dev != d->ordinal || !e->vmm || !e->out || !e->handle) continue;
+        nvs_vmm_unmap((CUdeviceptr)e->key, e->size, e->handle);
+        e->handle = 0;
+        bytes += e->size;
+    }
+    pthread_mutex_unlock(&nvs_amu);
+    return bytes;
+}
+
 void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
 {
+    nvs_swap_pin_ours(d, io);
     nvs_swap_plan_cold(d, io);
     summed_t *sums;
     size_t nsums = sum_ranges(d, io, &sums);
@@ -227,7 +255,8 @@ void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
         atomic_fetch_add(&d->swap.swapped_bytes, e->size);
         atomic_fetch_add(&d->swap.swapped_out, 1);
         if (clean) {
-            e->discard_due = 1; /* nvs_swap_discard_due, once the scheduler heard */
+            /* nvs_swap_discard_due, once the scheduler heard; ours: released with the rest */
+            e->discard_due = !e->vmm;
             io->clean += e->size;
         } else if (queue_out(io, e) != 0) {
             e->sum_valid = 0;
@@ -249,7 +278,12 @@ void nvs_swap_in(nvs_dev *d, nvs_swap_io *io)
     size_t pos = 0;
     for (nvs_ptr_entry *e; (e = (nvs_ptr_entry *)nvs_ptrtab_next(&nvs_ptrs, &pos));) {
         if (e->dev != d->ordinal || !e->out) continue;
-        if (queue_in(io, e) != 0) {
+        int q = queue_in(io, e);
+        if (q > 0) { /* stays out: its bytes are safe in the host copy; retried (switch.c) */
+            io->nomem++;
+            continue;
+        }
+        if (q != 0) {
             io->errors++;
             nvs_warn("device %d: swap-in of %#llx (%llu bytes) refused by the driver; its "
                      "contents may be lost", d->ordinal, (unsigned long long)e->key,

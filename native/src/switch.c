@@ -30,6 +30,8 @@
  * Two non-blocking streams per context record, created lazily with the context current.
  * Client thread only (it already switches contexts for drains); never under nvs_g.mu.
  */
+#include <stdlib.h>
+
 #include "swap.h"
 
 typedef struct {
@@ -106,12 +108,6 @@ static nvs_ctxrec *enter_context(nvs_dev *d, CUcontext *prev)
     return NULL;
 }
 
-/* Our own stream is never captured; a capture begun elsewhere since we issued the work (only after
- * the bounded wait of a beginning capture for our section) must not be disturbed: relaxed mode. */
-static CUstreamCaptureMode relaxed_if_capturing(void)
-{
-    return nvs_capture_any() ? nvs_relaxed_begin() : -1;
-}
 
 /* Whether a bulk move may start now (logs why not). */
 static int may_move(nvs_dev *d, const char *what)
@@ -127,7 +123,7 @@ static int may_move(nvs_dev *d, const char *what)
 /* Wait for both streams of a move (relaxed: a capture begun elsewhere since the issue). */
 static CUresult sync_move(nvs_ctxrec *rec, int swapped)
 {
-    CUstreamCaptureMode old = relaxed_if_capturing();
+    CUstreamCaptureMode old = nvs_relaxed_if_capturing();
     CUresult r = nvs_drv.cuStreamSynchronize(rec->sw.own_stream);
     if (swapped) {
         CUresult r2 = nvs_drv.cuStreamSynchronize(rec->swap.own_stream2);
@@ -156,8 +152,11 @@ static void leave_discards(nvs_dev *d, nvs_ctxrec *rec)
 static CUresult finish_out(nvs_dev *d, nvs_ctxrec *rec, int swapped)
 {
     if (!swapped) return sync_move(rec, 0);
-    CUstreamCaptureMode old = relaxed_if_capturing();
+    CUstreamCaptureMode old = nvs_relaxed_if_capturing();
     CUresult r = nvs_drv.cuStreamSynchronize(rec->sw.own_stream);
+    /* the copies are done: the physical memory of ranges of ours goes back to the driver (a copy
+     * that failed keeps it, its bytes may not all be in the host copy) */
+    if (r == CUDA_SUCCESS) nvs_swap_release_out(d);
     leave_discards(d, rec);
     nvs_relaxed_end(old);
     return r;
@@ -323,10 +322,10 @@ int nvs_switch_prefetch(nvs_dev *d, int wait)
     d->swap.managed_on_host = 0;
     d->swap.move_us = nvs_us32(nvs_now_ns() - t0);
     NVS_DEBUG("device %d: swap-in of %d range(s), %llu bytes, and prefetch of %d range(s), %llu "
-              "bytes, to the device %s in %.3f ms (%d refused, sync %d)", d->ordinal, io.ranges,
-              (unsigned long long)io.bytes, b.issued, (unsigned long long)b.bytes,
-              d->sw.pf_outstanding ? "issued" : "done", (double)(nvs_now_ns() - t0) / 1e6,
-              b.refused + io.errors, r);
+              "bytes, to the device %s in %.3f ms (%d refused, %d without room on the GPU yet, "
+              "sync %d)", d->ordinal, io.ranges, (unsigned long long)io.bytes, b.issued,
+              (unsigned long long)b.bytes, d->sw.pf_outstanding ? "issued" : "done",
+              (double)(nvs_now_ns() - t0) / 1e6, b.refused + io.errors, io.nomem, r);
     return b.issued + io.ranges;
 }
 
@@ -334,7 +333,7 @@ void nvs_switch_prefetch_poll(nvs_dev *d, int finish)
 {
     if (!d->sw.pf_outstanding || atomic_load(&nvs_exiting)) return;
     nvs_ctxrec *rec = d->sw.pf_rec;
-    CUstreamCaptureMode old = relaxed_if_capturing();
+    CUstreamCaptureMode old = nvs_relaxed_if_capturing();
     CUresult q = nvs_drv.cuEventQuery(rec->sw.pf_end);
     if (q == CUDA_ERROR_NOT_READY && finish) q = nvs_drv.cuEventSynchronize(rec->sw.pf_end);
     if (q != CUDA_ERROR_NOT_READY) {

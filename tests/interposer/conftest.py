@@ -25,8 +25,12 @@ def nvshare_lib():
         pytest.fail(f"libnvshare.so is not available: {e}")
 
 
-def _world(artifacts, library):
+def _world(artifacts, library, request=None):
     w = new_world(artifacts, library)
+    # A test of managed memory's paths (the backing kept for oversubscription): its apps run with
+    # NVSHARE_BACKING=managed; every other test runs on the library's default backing.
+    if request is not None and request.node.get_closest_marker("managed_backing"):
+        w.base_env["NVSHARE_BACKING"] = "managed"
     yield w
     w.teardown()
     # shown by pytest only when the test failed
@@ -39,8 +43,8 @@ def _world(artifacts, library):
 
 
 @pytest.fixture
-def world(artifacts, nvshare_lib):
-    yield from _world(artifacts, nvshare_lib)
+def world(artifacts, nvshare_lib, request):
+    yield from _world(artifacts, nvshare_lib, request)
 
 
 @pytest.fixture

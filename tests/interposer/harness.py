@@ -307,6 +307,7 @@ class World:
     log: MockLog
     schedulers: list = field(default_factory=list)
     apps: list = field(default_factory=list)
+    base_env: dict = field(default_factory=dict)  # variables every app of the world gets
     _n: int = 0
 
     def scheduler(self, mode: str = "serial", tq: float = 30, extra_args=(), start: bool = True) -> Scheduler:
@@ -318,6 +319,7 @@ class World:
     def env(self, **extra) -> dict:
         base = dict(LD_PRELOAD=str(self.library), LD_LIBRARY_PATH=str(self.artifacts.dir),
                     NVSHARE_SOCK_PATH=str(self.socket), MOCK_CUDA_LOG=str(self.log.path))
+        base.update(self.base_env)
         base.update(extra)
         return clean_env(**base)
 

@@ -18,6 +18,7 @@ def sched(world):
     return world.scheduler(mode="off")
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 def test_mem_alloc_becomes_managed_and_frees_with_mem_free(world, sched):
     app = world.run("init", "ctx", 0, "alloc", "1M", "verify", "free", "last")
     alloc = app.wait_step("alloc")
@@ -35,6 +36,7 @@ def test_mem_alloc_becomes_managed_and_frees_with_mem_free(world, sched):
     assert log.errors(app.pid) == []
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 @pytest.mark.parametrize("align_env, align", [(None, 32), ("256", 256), ("0", 512)],
                          ids=["attr32", "attr256", "unknown->512"])
 def test_pitch_allocation_keeps_pitch_semantics(world, sched, align_env, align):
@@ -59,6 +61,7 @@ def test_pitch_allocation_rejects_bad_element_size(world, sched):
     assert world.log.entries(app.pid, "cuMemAllocManaged") == []
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 @pytest.mark.parametrize("lookup, ptds", [("linked", False), ("gpa2", True)], ids=["legacy", "ptsz"])
 def test_async_and_pool_allocations_become_managed(world, sched, lookup, ptds):
     app = world.run("init", "ctx", 0, "stream", "allocasync", "1M", "allocpool", "2M", "verify",
@@ -73,6 +76,7 @@ def test_async_and_pool_allocations_become_managed(world, sched, lookup, ptds):
         [(a["ptr"], MIB, 1), (p["ptr"], 2 * MIB, 1)]
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 def test_async_allocation_during_capture_passes_through(world, sched):
     app = world.run("init", "ctx", 0, "stream", "capture-begin", "thread", "allocasync", "1M",
                     "freeasync", "last", "capture-end", "allocasync", "1M")
@@ -88,6 +92,7 @@ def test_async_allocation_during_capture_passes_through(world, sched):
     assert [e["ptr"] for e in world.log.entries(app.pid, "cuMemAllocManaged")] == [after["ptr"]]
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 def test_free_async_of_converted_pointer_is_deferred_to_mem_free(world, sched):
     app = world.app("init", "ctx", 0, "stream", "allocasync", "1M", "launch", 2, "freeasync", "last",
                     "streamsync", "alloc", "4K", "pause")
@@ -176,6 +181,7 @@ def _driver_allocs(world, app):
     return [e["size"] for e in world.log.entries(app.pid, "cuMemAllocManaged")]
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 def test_default_cap_is_the_capacity(world, sched):
     app = world.run("init", "ctx", 0, "alloc", "10G", "alloc", "10G", "alloc", "5G", "meminfo",
                     env={"NVSHARE_CONTEXT_RESERVE": 0})
@@ -185,6 +191,7 @@ def test_default_cap_is_the_capacity(world, sched):
     assert (info["total"], info["free"]) == (16 * GIB, GIB)
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 def test_memory_limit_caps_the_process(world, sched):
     app = world.run("init", "ctx", 0, "alloc", "3G", "alloc", "2G", "meminfo", "totalmem", 0,
                     env={"NVSHARE_GPU_MEMORY_LIMIT": "4G", "NVSHARE_CONTEXT_RESERVE": 0})

@@ -21,6 +21,10 @@ from xpushare.wire.protocol import DROP_EVICT, GRANT_PREFETCH, MessageType, Rele
 
 from .harness import build_mock_variant
 
+# Managed memory's paths (the backing kept for oversubscription); device memory of the library's
+# own is tests/interposer/test_swap_vmm.py's.
+pytestmark = pytest.mark.managed_backing
+
 HOST, DEVICE = 2, 1  # the mock log's loc_type (CUmemLocationType)
 PREFETCH_FNS = ("cuMemPrefetchAsync_v2", "cuMemPrefetchAsync")
 CAPTURE_UNSUPPORTED = 900

@@ -44,6 +44,7 @@ def _footprints_before_lock_requests(rec: RecordingScheduler, device: int) -> li
 # 1. MEM_UPDATE before every REQ_LOCK, with the current footprint
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 def test_mem_update_before_every_lock_request_carries_the_current_footprint(world, recorder):
     """Converted (cuMemAlloc) and own managed memory count as managed_bytes, VMM cuMemCreate as
     other_bytes. The third request comes with no change since the second: the MEM_UPDATE is sent
@@ -75,6 +76,7 @@ def test_mem_update_before_every_lock_request_carries_the_current_footprint(worl
     assert recorder.errors == []
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 def test_mem_update_before_lock_request_is_per_device(world, recorder):
     """One process on two devices: each REQ_LOCK is preceded by that device's own footprint."""
     app = world.app("init", "ctx", 0, "alloc", "1M", "ctx", 1, "alloc", "2M", "managed", "1M", "vmm", "3M",
@@ -100,6 +102,7 @@ BURST = 200
 BURST_SIZE = 64 * KIB
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 @pytest.mark.parametrize("holding", [True, False], ids=["lock-held", "lock-idle"])
 def test_allocation_burst_is_coalesced_and_the_final_footprint_arrives(world, recorder, holding):
     """200 allocations in about 50 ms: the MEM_UPDATEs are at most one per 100 ms (counted against the

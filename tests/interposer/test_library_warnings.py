@@ -60,6 +60,7 @@ def test_refusal_at_the_capacity_names_single_oversub(world, sched):
                          "refusals are logged only with NVSHARE_DEBUG=1"), line
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 def test_further_refusals_are_in_the_debug_log(world, sched):
     app = world.run("init", "ctx", 0, "alloc", "3G", "alloc", "2G", "alloc", "5M",
                     env={"NVSHARE_GPU_MEMORY_LIMIT": "3G", "NVSHARE_CONTEXT_RESERVE": 0,

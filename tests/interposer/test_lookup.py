@@ -19,6 +19,7 @@ DRIVER = "libcuda.so.1"
 GATED = app_gated_table()  # (slot, legacy name, per-thread name)
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 @pytest.mark.parametrize("ptds", [False, True], ids=["legacy", "ptds"])
 @pytest.mark.parametrize("lookup", LOOKUPS)
 def test_lookup_path_is_intercepted(world, lookup, ptds):

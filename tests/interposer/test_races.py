@@ -39,6 +39,7 @@ _KINDS = {
 }
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 @pytest.mark.parametrize("kind", list(_KINDS))
 def test_free_racing_an_allocation_of_the_same_address_keeps_the_footprint(world, kind):
     alloc_step, thread_free, free_step, main_free, field, free_fn = _KINDS[kind]

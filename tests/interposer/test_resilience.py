@@ -8,6 +8,8 @@ import struct
 import threading
 import time
 
+import pytest
+
 from xpushare.wire.protocol import MessageType, encode_frame
 
 from .fake_scheduler import Received, RecordingScheduler
@@ -18,6 +20,7 @@ def _warnings(app):
     return [ln for ln in app.stderr().splitlines() if ln.startswith(f"nvshare[{app.pid}]: warning")]
 
 
+@pytest.mark.managed_backing  # the managed backing's conversion; test_alloc_vmm.py: the default
 def test_no_scheduler_runs_ungated_with_one_warning(world):
     app = world.run("init", "ctx", 0, "alloc", "1M", "launch", 3, "verify", "call", "cuMemsetD8",
                     "meminfo", "free", "last", timeout=30)

@@ -16,6 +16,10 @@ from testkit.waiting import poll
 
 from .test_swap_store import HOST, MIB, _env, _ours, _prefetches, _residency
 
+# Managed memory's paths (the backing kept for oversubscription); device memory of the library's
+# own is tests/interposer/test_swap_vmm.py's.
+pytestmark = pytest.mark.managed_backing
+
 SIZES = ("1M", "4M", "2M")   # converted allocations, the last one filled and checked
 
 

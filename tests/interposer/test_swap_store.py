@@ -21,6 +21,10 @@ from testkit.waiting import poll
 
 from .harness import build_mock_variant
 
+# Managed memory's paths (the backing kept for oversubscription); device memory of the library's
+# own is tests/interposer/test_swap_vmm.py's.
+pytestmark = pytest.mark.managed_backing
+
 HOST, DEVICE = 2, 1  # the mock log's loc_type
 MIB = 1 << 20
 

@@ -1,0 +1,130 @@
+"""Converted memory as device memory the library maps itself (native/src/vmm.c), the default
+backing: a swap-out copies a range into its pinned host copy and then gives its physical memory
+back to the driver (cuMemUnmap + cuMemRelease: the driver's cuMemGetInfo shows it free); a swap-in
+maps new physical memory at the same address and copies the bytes back before any of the
+application's work runs. The mock's cuMemCreate gives zeroed memory, so a pattern read back intact
+after a swap-in proves it was really restored.
+
+The fake scheduler (fake_scheduler.py) offers SWAP, drops with EVICT and records RESIDENCY; the
+mock logs every call with CLOCK_MONOTONIC times.
+"""
+
+from __future__ import annotations
+
+from xpushare.wire.protocol import DROP_EVICT, FEATURE_SWAP, MessageType
+
+MIB = 1 << 20
+TOTAL = 16 << 30  # the mock's memory per device
+
+
+def _env(**extra):
+    env = {"NVSHARE_IDLE_RELEASE_MS": 0}
+    env.update(extra)
+    return env
+
+
+def _ours(log, app, fn):
+    """Calls of fn the library made itself (not on an application thread)."""
+    app_tids = {ln["tid"] for ln in app.lines}
+    return [e for e in log.entries(app.pid, fn) if e["tid"] not in app_tids]
+
+
+def _theirs(log, app, fn):
+    """Calls of fn made on the application's threads (the library's own thread allocates too)."""
+    app_tids = {ln["tid"] for ln in app.lines}
+    return [e for e in log.entries(app.pid, fn) if e["tid"] in app_tids]
+
+
+def _drop(recorder, n):
+    recorder.wait_count(MessageType.REQ_LOCK, n, device=0)
+    recorder.drop(0, flags=DROP_EVICT)
+    recorder.wait_count(MessageType.LOCK_RELEASED, n, device=0)
+
+
+def _residency(recorder) -> list:
+    return [r.msg for r in recorder.messages(MessageType.RESIDENCY)]
+
+
+def _driver_free(log, app) -> list[int]:
+    """What the driver said was free at each of the application's cuMemGetInfo calls."""
+    return [e["free"] for e in log.entries(app.pid, "cuMemGetInfo_v2")]
+
+
+def test_a_drop_gives_the_memory_back_and_a_grant_maps_it_back_at_the_same_address(world, recorder):
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "1000", "alloc", "3M", "fill", 1, "meminfo", "launch", 1,
+                    "pause", "meminfo", "check", 1, env=_env())
+    app.paused()
+    _drop(recorder, 1)
+    log = world.log
+    small, big = [(ln["ptr"], ln["size"]) for ln in app.lines if ln.get("step") == "alloc"]
+    maps = {e["ptr"]: e for e in log.entries(app.pid, "cuMemMap")}
+    chunk = [p for p in maps if p <= small[0] < p + 2 * MIB]
+    assert big[0] in maps and maps[big[0]]["size"] == 4 * MIB, "3 MiB rounded up to the granularity"
+    assert len(chunk) == 1 and maps[chunk[0]]["size"] == 2 * MIB, "the small one: a slot of a chunk"
+    assert log.entries(app.pid, "cuMemAllocManaged") == [] and _theirs(log, app, "cuMemAlloc_v2") == []
+    released = recorder.messages(MessageType.LOCK_RELEASED)[0]
+
+    # out: each range copied into a host copy pinned for it, then unmapped and released
+    for ptr, size in ((big[0], 4 * MIB), (chunk[0], 2 * MIB)):
+        (pinned,) = [e for e in _ours(log, app, "cuMemHostAlloc") if e["size"] == size]
+        (out,) = [e for e in _ours(log, app, "cuMemcpyDtoHAsync_v2") if e["bytes"] == size]
+        (unmap,) = [e for e in log.entries(app.pid, "cuMemUnmap") if e["ptr"] == ptr]
+        (release,) = [e for e in log.entries(app.pid, "cuMemRelease") if e["handle"] == maps[ptr]["handle"]]
+        assert pinned["t1"] <= out["t0"] and out["t1"] <= unmap["t0"] and unmap["t1"] <= release["t0"]
+        assert release["t1"] <= released.at_ns, "the memory is free before the next holder starts"
+    assert log.entries(app.pid, "cuMemDiscardBatchAsync") == []
+    assert [e for e in log.entries(app.pid, "cuMemPrefetchAsync_v2") if e["ret"] == 0] == []
+    (gone,) = _residency(recorder)
+    assert (gone.resident_bytes, gone.host_bytes) == (0, 6 * MIB)
+
+    app.resume()  # meminfo, then "check" reads the big range: the grant swaps both back in first
+    assert app.finish() == 0
+    assert _driver_free(log, app) == [TOTAL - 6 * MIB, TOTAL], "swapped out: the driver has it back"
+    assert app.steps("check")[0]["ok"] == 1
+    again = [e for e in log.entries(app.pid, "cuMemMap") if e["ptr"] == big[0]]
+    assert len(again) == 2 and again[1]["handle"] != again[0]["handle"], "new memory, same address"
+    (back,) = [e for e in _ours(log, app, "cuMemcpyHtoDAsync_v2") if e["bytes"] == 4 * MIB]
+    (read,) = log.entries(app.pid, "cuMemcpyDtoH_v2")
+    assert again[1]["t1"] <= back["t0"] and back["t1"] <= read["t0"], "mapped, copied, then the app"
+    assert (_residency(recorder)[-1].resident_bytes, _residency(recorder)[-1].host_bytes) == (6 * MIB, 0)
+    assert recorder.errors == []
+
+
+def test_memory_not_written_since_it_came_back_leaves_without_a_copy(world, recorder):
+    """Out, back, out again unwritten: the checksum finds the host copy still valid, so the second
+    swap-out copies nothing and only gives the memory back; written in between, it copies again."""
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "3M", "fill", 1, "launch", 1, "pause",
+                    "check", 1, "pause", "fill", 2, "pause", "check", 2, env=_env())
+    for n in (1, 2, 3):
+        app.paused(nth=n)
+        _drop(recorder, n)
+        app.resume()
+    assert app.finish() == 0
+    assert [c["ok"] for c in app.steps("check")] == [1, 1]
+    log = world.log
+    releases = [r.at_ns for r in recorder.messages(MessageType.LOCK_RELEASED)]
+    copies = [e["t0"] for e in _ours(log, app, "cuMemcpyDtoHAsync_v2") if e["bytes"] == 4 * MIB]
+    unmaps = [e["t0"] for e in log.entries(app.pid, "cuMemUnmap")]
+    assert len(unmaps) == 3, "every swap-out gives the memory back"
+    assert len(copies) == 2 and copies[0] < releases[0] < releases[1] < copies[1] < releases[2], \
+        "copied at the first and third swap-outs, not the second (clean)"
+
+
+def test_a_free_while_swapped_out_gives_everything_back_and_nothing_returns(world, recorder):
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "3M", "fill", 1, "launch", 1, "pause", "free", "last",
+                    "launch", 1, env=_env())
+    app.paused()
+    _drop(recorder, 1)
+    app.resume()
+    assert app.finish() == 0
+    log = world.log
+    (alloc,) = app.steps("alloc")
+    (pinned,) = _ours(log, app, "cuMemHostAlloc")
+    assert [e["ret"] for e in log.entries(app.pid, "cuMemFreeHost") if e["ptr"] == pinned["ptr"]] == [0]
+    assert [e["ret"] for e in log.entries(app.pid, "cuMemAddressFree") if e["ptr"] == alloc["ptr"]] == [0]
+    assert len([e for e in log.entries(app.pid, "cuMemMap") if e["ptr"] == alloc["ptr"]]) == 1
+    assert _theirs(log, app, "cuMemFree_v2") == [], "the driver never sees a free of our memory"
+    assert recorder.messages(MessageType.MEM_UPDATE)[-1].footprint == (0, 0)
