@@ -21,11 +21,20 @@ is reported apart. After every request the scheduler's status must show the GPU'
 within its capacity, and every response must equal the server's first, resident one, bit for bit.
 With --compare-off, S = 8 runs again with NVSHARE_SWAP=off (the driver's prefetch) for comparison.
 
-GPU safety: refuses to start with less than 48 GiB free; the two servers of the largest size take
-at most 2 x S GiB of managed memory (S <= 18 keeps that under half of an 80 GiB card), every process
-under the library has a virtual capacity, and everything is ended on exit.
+With --real the capacity is real: a filler process outside the library (plain cudaMalloc, through
+PyTorch) holds all of the GPU's memory but the capacity, so that the servers' memory does not fit
+together on the card itself; the GPU's free memory (nvidia-smi) and each server's own (its
+per-process line) are read after every request: the server that gave the GPU up must hold no more
+than its context. Allowed only because the servers' memory is device memory the library maps itself
+(an allocation that finds no room fails, never faults): the run stops if a server says its
+allocations are managed memory.
 
-    python3 -m bench.switching.swap [--sizes 2,8,18] [--requests 8] [--gap 0.5] [--compare-off] [--json F]
+GPU safety: refuses to start with less than 48 GiB free; the two servers of the largest size take
+at most 2 x S GiB (S <= 18 keeps that under half of an 80 GiB card), every process under the library
+has a virtual capacity, and everything is ended on exit.
+
+    python3 -m bench.switching.swap [--sizes 2,8,18] [--requests 8] [--gap 0.5] [--compare-off] [--real]
+                                    [--json F]
 """
 
 from __future__ import annotations
@@ -134,22 +143,72 @@ def resident_bytes(sock: Path) -> tuple[int | None, int]:
     return gpus[0].get("resident_bytes"), gpus[0].get("capacity", 0)
 
 
+FILLER = r'''
+import sys, torch
+keep = int(sys.argv[1])
+free, _ = torch.cuda.mem_get_info()
+x = torch.empty(max(0, free - keep), dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print("READY", torch.cuda.mem_get_info()[0], flush=True)
+sys.stdin.read()
+'''
+
+
+class Filler:
+    """A process outside the library that holds all of the GPU's free memory but `keep` bytes."""
+
+    def __init__(self, keep: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", FILLER, str(keep)], env=harness.native_env(),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        words = self.proc.stdout.readline().split()
+        if not words or words[0] != "READY":
+            raise RuntimeError("the filler did not start")
+        self.free_after = int(words[1])
+
+    def stop(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def gpu_memory_now() -> tuple[int | None, dict[int, int]]:
+    """The GPU's free MiB and each process's used MiB, as nvidia-smi says."""
+    def query(*args: str) -> list[str]:
+        out = subprocess.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, timeout=30)
+        return out.stdout.strip().splitlines() if out.returncode == 0 else []
+    free = query("--query-gpu=memory.free", "-i", "0")
+    apps = {}
+    for ln in query("--query-compute-apps=pid,used_memory"):
+        pid, _, used = ln.partition(",")
+        if pid.strip().isdigit() and used.strip().isdigit():
+            apps[int(pid)] = int(used)
+    return (int(free[0]) if free else None), apps
+
+
 def run_size(gib: int, requests: int, gap: float, swap: bool, rewrite: bool, lib: Path, seed: int,
-             logs: Path | None = None) -> dict:
+             logs: Path | None = None, real: bool = False) -> dict:
     h2d_s, d2h_s = reference(gib)
     size = gib * GIB
     rate_in, rate_out = size / h2d_s, size / d2h_s
     cap = capacity_for(gib)
+    filler = Filler(cap) if real else None
     sched = harness.Scheduler(mode="auto", extra_args=("--gpu-memory", str(cap)))
     env = harness.library_env(lib, sched.socket, gpu_memory=str(cap), NVSHARE_IDLE_RELEASE_MS=100,
                               NVSHARE_DEBUG=1, NVSHARE_SWAP="on" if swap else "off")
     servers: list[Server] = []
-    result: dict = {"gib": gib, "swap_store": swap, "rewrite": rewrite, "capacity": cap,
+    result: dict = {"gib": gib, "swap_store": swap, "rewrite": rewrite, "capacity": cap, "real": real,
+                    "free_after_filler": filler.free_after if filler else None,
                     "reference_ms": {"h2d": h2d_s * 1e3, "d2h": d2h_s * 1e3}}
     try:
         resident: list[float] = []
         servers.append(Server("a", gib, env, seed, rewrite))
         resident += [servers[0].request(i)[0] for i in range(6)]
+        if real and "converted allocations are managed memory" in servers[0].err_path.read_text():
+            raise RuntimeError("the server's allocations are managed memory: no real memory pressure")
         servers.append(Server("b", gib, env, seed + 1, rewrite))
         resident += [servers[1].request(i)[0] for i in range(6)]
         # one request to each: the first swap-out of each server moves by the driver's prefetch
@@ -174,7 +233,10 @@ def run_size(gib: int, requests: int, gap: float, swap: bool, rewrite: bool, lib
             left, copied = sum(b for b, _, _ in outs), sum(c for _, c, _ in outs)
             bus_s = moved_in / rate_in + copied / rate_out  # clean bytes cost no copy
             res, capacity = resident_bytes(sched.socket)
-            rows.append({"server": servers[who].name, "pattern": "alternating" if k < requests else "random",
+            free_mib, apps = gpu_memory_now() if real else (None, {})
+            rows.append({"free_mib": free_mib,
+                         "server_mib": {s.name: apps.get(s.proc.pid) for s in servers},
+                         "server": servers[who].name, "pattern": "alternating" if k < requests else "random",
                          "ms": ms, "same": same, "swapped": bool(ins),
                          "moved_in": moved_in, "left": left, "copied_out": copied,
                          "evict_ms": sum(t for _, _, t in outs), "swapin_ms": sum(t for _, t in ins),
@@ -194,6 +256,8 @@ def run_size(gib: int, requests: int, gap: float, swap: bool, rewrite: bool, lib
             for s in servers:
                 (logs / f"{tag}-{s.name}.log").write_text(s.err_path.read_text(errors="replace"))
         sched.stop()
+        if filler:
+            filler.stop()
     return result
 
 
@@ -218,7 +282,13 @@ def summarise(rows, resident, res_p50, cold, rate_in, rate_out) -> dict:
     alternating = [r for r in rows if r["pattern"] == "alternating"]
     within = [r["ms"] <= r["bound_ms"] for r in swapped]
     over_cap = [r for r in rows if r["resident_after"] is not None and r["resident_after"] > r["capacity"]]
+    # --real: what the server that did not answer (the one that gave the GPU up) still held
+    idle_mib = [v for r in rows for name, v in (r.get("server_mib") or {}).items()
+                if name != r["server"] and v is not None]
+    free_mib = [r["free_mib"] for r in rows if r.get("free_mib") is not None]
     return {
+        "idle_server_mib": {"max": max(idle_mib, default=None), "p50": _pct(idle_mib, 0.5), "n": len(idle_mib)},
+        "free_mib_after": {"min": min(free_mib, default=None), "max": max(free_mib, default=None)},
         "resident_ms": {"p50": res_p50, "samples": resident},
         "swapped_ms": {"p50": _pct([r["ms"] for r in swapped], 0.5), "p99": _pct([r["ms"] for r in swapped], 0.99),
                        "n": len(swapped)},
@@ -269,6 +339,13 @@ def report(results: list[dict]) -> str:
             f"{f(r['stretch_ratio']['p50'], 2)} (max {f(r['stretch_ratio']['max'], 2)}) | {cold} | "
             f"{r['alternating_swapped']}/{r['alternating_n']} | {'yes' if r['all_identical'] else 'NO'} | "
             f"{r['resident_checked'] - r['resident_over_capacity']}/{r['resident_checked']} |")
+    for r in results:
+        if r.get("real"):
+            idle, free = r["idle_server_mib"], r["free_mib_after"]
+            lines.append(f"\nS = {r['gib']} GiB, real capacity ({r['free_after_filler'] / GIB:.1f} GiB free beside "
+                         f"the filler): the server that gave the GPU up held at most {idle['max']} MiB "
+                         f"(p50 {idle['p50']}, {idle['n']} readings); the GPU's free memory after each "
+                         f"request {free['min']}-{free['max']} MiB")
     return "\n".join(lines)
 
 
@@ -279,6 +356,7 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--compare-off", action="store_true", help="S = 8 again with NVSHARE_SWAP=off")
+    ap.add_argument("--real", action="store_true", help="a filler outside the library makes the capacity real")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--logs", type=Path, help="keep the scheduler's and the servers' logs here")
     ap.add_argument("--render", type=Path, metavar="JSON", help="only print the table of an earlier run")
@@ -302,7 +380,7 @@ def main() -> None:
                            f"{'rewritten by each request' if rewrite else 'weights not written'}")
         if args.logs:
             args.logs.mkdir(parents=True, exist_ok=True)
-        results.append(run_size(gib, args.requests, args.gap, swap, rewrite, lib, args.seed, args.logs))
+        results.append(run_size(gib, args.requests, args.gap, swap, rewrite, lib, args.seed, args.logs, args.real))
         print(report(results[-1:]), flush=True)
         if args.json:
             args.json.write_text(json.dumps({"results": results, "seconds": time.monotonic() - t0}, indent=1))
