@@ -161,6 +161,28 @@ struct nvs_residency {
     uint32_t reserved;
 } __attribute__((packed));
 
+/* SUSPEND (to a client whose HELLO has NVS_HELLO_SUSPEND): all memory out, gates closed; the
+ * answer is SUSPEND_READY. RESUMED: run again. RESUME_REQ: the application wants to run. */
+struct nvs_suspend {
+    uint32_t flags;
+    uint32_t reserved;
+} __attribute__((packed));
+
+struct nvs_suspend_ready {
+    uint32_t status; /* NVS_SUSPEND_STATUS_* */
+    uint32_t reserved;
+} __attribute__((packed));
+
+struct nvs_resumed {
+    uint32_t flags;
+    uint32_t reserved;
+} __attribute__((packed));
+
+struct nvs_resume_req {
+    uint32_t reason;
+    uint32_t reserved;
+} __attribute__((packed));
+
 NVS_CONTRACT_LAYOUT_CHECKS;
 
 #endif /* NVSHARE_PROTOCOL_H */

@@ -21,8 +21,9 @@ from .sizes import SIZE_EXPECTED
 # Python names the library uses, written as NVS_<name>.
 CONSTANTS = (
     "MAGIC", "VERSION", "MAX_PAYLOAD", "PRIORITY_LIMIT",
-    "HELLO_REQUIRE_SCHEDULER", "HELLO_SWAP", "GRANT_PREFETCH", "DROP_EVICT", "DROP_GANG",
+    "HELLO_REQUIRE_SCHEDULER", "HELLO_SWAP", "HELLO_SUSPEND", "GRANT_PREFETCH", "DROP_EVICT", "DROP_GANG",
     "FEATURE_BUSY", "FEATURE_QUOTAS", "FEATURE_JOBS", "FEATURE_SWAP", "FEATURE_BUSY_SPANS",
+    "FEATURE_SUSPEND",
     "BUSY_SPANS_MAX",
     "EVICT_ROOM", "RESIDENCY_ANSWER", "RESIDENCY_REFUSED",
     "JOB_EXPLICIT", "JOB_TORCH", "JOB_UNKNOWN", "COMPUTE_LIMIT_SCALE", "COMPUTE_SHARE_SCALE",
@@ -32,7 +33,7 @@ LIMITS = {  # NVS_<name>: what the library's environment accepts, as the schedul
     "CONTEXT_RESERVE": CONTEXT_RESERVE,
 }
 STRINGS = {"SIZE_EXPECTED": SIZE_EXPECTED}  # NVS_<name>: what both halves say, word for word
-ENUM_PREFIXES = ((m.DropReason, "DROP"), (m.ReleaseReason, "RELEASE"))
+ENUM_PREFIXES = ((m.DropReason, "DROP"), (m.ReleaseReason, "RELEASE"), (m.SuspendStatus, "SUSPEND_STATUS"))
 STRUCTS = {  # C struct: its Python fields
     "nvs_header": m.HEADER_FIELDS, "nvs_hello": m.Hello.FIELDS, "nvs_welcome": m.Welcome.FIELDS,
     "nvs_attach": m.Attach.FIELDS, "nvs_attached": m.Attached.FIELDS,
@@ -41,7 +42,9 @@ STRUCTS = {  # C struct: its Python fields
     "nvs_busy": m.BusyUpdate.FIELDS, "nvs_settings": m.Settings.FIELDS,
     "nvs_limits": m.Limits.FIELDS, "nvs_job": m.Job.FIELDS, "nvs_evict": m.Evict.FIELDS,
     "nvs_residency": m.Residency.FIELDS, "nvs_span": m.SPAN_FIELDS,
-    "nvs_busy_spans": m.BusySpans.FIELDS,
+    "nvs_busy_spans": m.BusySpans.FIELDS, "nvs_suspend": m.Suspend.FIELDS,
+    "nvs_suspend_ready": m.SuspendReady.FIELDS, "nvs_resumed": m.Resumed.FIELDS,
+    "nvs_resume_req": m.ResumeRequest.FIELDS,
 }
 
 

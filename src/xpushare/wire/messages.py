@@ -4,6 +4,8 @@ constants, the header and the fixed-size payloads as packed little-endian struct
 native/src/protocol.h mirrors this module and tests/test_protocol_agreement.py checks that they
 agree, so it holds the definitions alone, to be read beside that header. How frames are encoded
 and decoded is protocol.py's, which re-exports every name here: import from xpushare.wire.protocol.
+(long: the whole message set is one definition, read beside protocol.h; split, its halves would
+only point at each other.)
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class MessageType(IntEnum):
     EVICT = 17        # only to a client whose HELLO has HELLO_SWAP
     RESIDENCY = 18    # only to a scheduler whose WELCOME has FEATURE_SWAP
     BUSY_SPANS = 19   # only to a scheduler whose WELCOME has FEATURE_BUSY_SPANS
+    SUSPEND = 20      # only to a client whose HELLO has HELLO_SUSPEND
+    SUSPEND_READY = 21  # the answer to SUSPEND
+    RESUMED = 22      # only to a client that answered SUSPEND
+    RESUME_REQ = 23   # from a client that was suspended: its application wants to run
 
 
 class DropReason(IntEnum):
@@ -65,6 +71,7 @@ class ReleaseReason(IntEnum):
 PRIORITY_LIMIT = 1000        # priorities are clamped to -PRIORITY_LIMIT..PRIORITY_LIMIT
 HELLO_REQUIRE_SCHEDULER = 1  # hello.flags bit 0
 HELLO_SWAP = 2               # hello.flags bit 1: the client answers EVICT with RESIDENCY
+HELLO_SUSPEND = 4            # hello.flags bit 2: the client answers SUSPEND (suspend.c)
 GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
 DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
 DROP_GANG = 2                # drop.flags bit 1: dropped with the rest of its job, so the drain
@@ -74,6 +81,7 @@ FEATURE_QUOTAS = 2           # welcome.features bit 1: it takes SETTINGS and ans
 FEATURE_JOBS = 4             # welcome.features bit 2: it takes JOB
 FEATURE_SWAP = 8             # welcome.features bit 3: it takes RESIDENCY (and may send EVICT)
 FEATURE_BUSY_SPANS = 16      # welcome.features bit 4: it takes BUSY_SPANS
+FEATURE_SUSPEND = 32         # welcome.features bit 5: it may send SUSPEND and takes RESUME_REQ
 BUSY_SPANS_MAX = 16          # busy_spans.count: spans in one BUSY_SPANS at most
 EVICT_ROOM = 1               # evict.reason: another client needs the room on the GPU
 RESIDENCY_ANSWER = 1         # residency.flags bit 0: the answer to an EVICT
@@ -84,6 +92,16 @@ JOB_TORCH = 2                # job.kind: a torch distributed run (WORLD_SIZE, MA
 JOB_UNKNOWN = 0xFFFFFFFF     # job.rank, job.local_rank: not known
 COMPUTE_LIMIT_SCALE = 1000   # settings/limits compute_limit: per mille of the GPU's time
 COMPUTE_SHARE_SCALE = 1000   # settings compute_share: thousandths (1000 = a share of 1)
+
+
+class SuspendStatus(IntEnum):
+    """`status` of SUSPEND_READY: READY, or why the process cannot be suspended whole."""
+    READY = 0              # its memory is out and its gates closed: it may be checkpointed now
+    MANAGED = 1            # it holds managed memory (its own, or converted for oversubscription)
+    SEVERAL_GPUS = 2       # it uses more than one GPU
+    BUSY = 3               # it holds a GPU's lock, has work in flight, or is mid-capture
+    NOT_MOVED = 4          # some of its memory could not leave the GPU (host memory bound, no swap)
+    NO_SWAP = 5            # its memory cannot be moved here (NVSHARE_SWAP=off or the driver lacks calls)
 
 
 class ProtocolError(Exception):
@@ -346,6 +364,40 @@ class Residency(_Payload):
     reserved: int = 0
 
 
+@dataclass
+class Suspend(_Payload):
+    """SUSPEND: move all your memory out and close your gates: the scheduler checkpoints the process
+    next; the client answers with SUSPEND_READY."""
+    FIELDS = (("flags", "I"), ("reserved", "I"))
+    flags: int = 0
+    reserved: int = 0
+
+
+@dataclass
+class SuspendReady(_Payload):
+    """SUSPEND_READY: READY (nothing of the process is on a GPU but its context, nothing of it runs
+    there), or why it cannot be suspended."""
+    FIELDS = (("status", "I"), ("reserved", "I"))
+    status: int = 0  # SuspendStatus
+    reserved: int = 0
+
+
+@dataclass
+class Resumed(_Payload):
+    """RESUMED: the process runs again (restored, or never checkpointed)."""
+    FIELDS = (("flags", "I"), ("reserved", "I"))
+    flags: int = 0
+    reserved: int = 0
+
+
+@dataclass
+class ResumeRequest(_Payload):
+    """RESUME_REQ: the application of a suspended process wants to run."""
+    FIELDS = (("reason", "I"), ("reserved", "I"))
+    reason: int = 0
+    reserved: int = 0
+
+
 # The payload class of every fixed-size type; the others are variable (JSON or text).
 PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.HELLO: Hello,
@@ -364,4 +416,8 @@ PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.JOB: Job,
     MessageType.EVICT: Evict,
     MessageType.RESIDENCY: Residency,
+    MessageType.SUSPEND: Suspend,
+    MessageType.SUSPEND_READY: SuspendReady,
+    MessageType.RESUMED: Resumed,
+    MessageType.RESUME_REQ: ResumeRequest,
 }
