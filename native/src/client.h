@@ -63,6 +63,18 @@ int nvs_session_work(uint64_t now) NVS_HIDDEN;
 /* nvs_g.mu held. Lowers *t (ns from now) to the session's next timed work. */
 void nvs_session_deadlines(uint64_t now, uint64_t *t) NVS_HIDDEN;
 
+/* nvs_g.mu held. RESIDENCY of d (where its memory is now) into o. */
+void nvs_put_residency(nvs_outbox *o, nvs_dev *d, uint32_t flags) NVS_HIDDEN;
+
+/* ---------------------------------------------------------------- suspend.c */
+/* nvs_g.mu held: SUSPEND arrived / RESUMED arrived / a WELCOME arrived. */
+void nvs_suspend_on_request(void) NVS_HIDDEN;
+void nvs_suspend_on_resumed(void) NVS_HIDDEN;
+void nvs_suspend_on_connect(void) NVS_HIDDEN;
+/* The client thread's round while suspended or asked to be (no driver call then): returns 1 when
+ * nothing else may run this round. */
+int nvs_suspend_round(void) NVS_HIDDEN;
+
 /* ---------------------------------------------------------------- job.c (nvs_g.mu held) */
 void nvs_job_welcome(uint32_t features) NVS_HIDDEN;  /* a WELCOME: JOB is due if it offers JOBS */
 void nvs_job_put_if_due(nvs_outbox *o) NVS_HIDDEN; /* JOB once per connection, before ATTACH */

@@ -6,6 +6,7 @@
  *   GATE entries:   nvs_gate_begin (fast path) -> real variant -> nvs_gate_end.
  *   SYNC entries:   nvs_busy_sync_begin -> real variant -> nvs_busy_after_sync on success (the
  *                   application waited for the GPU: an idle point of busy time, gate.c).
+ * Every wrapper first waits while the process is suspended (nvs_suspend_check, suspend.c).
  *   CUSTOM entries: nvs_h_<name>(index of the variant, per_thread, args...), written by hand in
  *                   alloc.c, free.c, capture.c, dispatch.c; the index lets them call the same
  *                   real variant.
@@ -35,6 +36,7 @@
     CUresult nvs_w_##name##sfx params                                                          \
     {                                                                                          \
         nvs_ensure_init();                                                                     \
+        nvs_suspend_check();                                                                   \
         nvs_ctxrec *rec_ = nvs_busy_sync_begin((stream), pt);                                  \
         nvs_fn_##name real_ = NVS_REAL(name, NVS_IDX_##name##sfx);                             \
         if (NVS_UNLIKELY(!real_)) return nvs_missing(NVS_IDX_##name##sfx);                     \
@@ -48,6 +50,7 @@
     CUresult nvs_w_##name##sfx params                                                          \
     {                                                                                          \
         nvs_ensure_init();                                                                     \
+        nvs_suspend_check();                                                                   \
         return nvs_h_##name(NVS_IDX_##name##sfx, pt, NVS_UNPAREN args);                        \
     }                                                                                          \
     NVS_EXPORT_ALIAS(name##sfx, nvs_w_##name##sfx)

@@ -2,7 +2,7 @@
  * gate.h - the work-gating fast path, inlined into every GATE wrapper (exports.c).
  *
  * HOT PATH. Per gated call, when the device may run (lock held, or ungated):
- *   real cuCtxGetCurrent + a thread-local {ctx -> record} compare, one seq_cst fetch_add on the
+ *   a relaxed load of nvs_suspended (suspend.c), real cuCtxGetCurrent + a thread-local {ctx -> record} compare, one seq_cst fetch_add on the
  *   device's in-flight counter, one load of may_run, a read (and rarely a write) of `active`,
  *   a relaxed load of the context record's busy_idle (set only at idle points: the first stream
  *   launch after one records a start event, gate.c "Busy time"), the real call, one fetch_sub
@@ -27,6 +27,7 @@ static inline __attribute__((always_inline)) void *nvs_gate_begin(nvs_gate *g, i
                                                                    CUstream s, int per_thread)
 {
     nvs_ensure_init();
+    nvs_suspend_check(); /* one relaxed load: suspended, the driver would block this call */
     g->dev = NULL;
     CUcontext ctx = NULL;
     if (NVS_UNLIKELY(nvs_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL))

@@ -94,6 +94,7 @@ static void on_welcome(nvs_dev *none, const unsigned char *p, uint32_t len, uint
         /* Back to asking for the lock at the next gated call. */
         reset_device(d, 0);
     }
+    nvs_suspend_on_connect();
     int again = nvs_tx_registered();
     NVS_DEBUG("%s with the scheduler (client id %llu)", again ? "re-registered" : "registered",
               (unsigned long long)w.client_id);
@@ -195,6 +196,19 @@ static void on_evict(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t 
               d->lock_state == NVS_LOCK_HELD ? "holding it: nothing to move" : "idle");
 }
 
+/* SUSPEND / RESUMED: suspend.c's (answered in the next round). */
+static void on_suspend(nvs_dev *none, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)none, (void)p, (void)len, (void)now;
+    nvs_suspend_on_request();
+}
+
+static void on_resumed(nvs_dev *none, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)none, (void)p, (void)len, (void)now;
+    nvs_suspend_on_resumed();
+}
+
 /* LIMITS: the process's limits from now on (quota.c); memory already held stays. */
 static void on_limits(nvs_dev *none, const unsigned char *p, uint32_t len, uint64_t now)
 {
@@ -221,6 +235,8 @@ static const struct handler {
     {NVS_DROP_LOCK, sizeof(struct nvs_drop), 1, on_drop},
     {NVS_LIMITS, sizeof(struct nvs_limits), 0, on_limits},
     {NVS_EVICT, sizeof(struct nvs_evict), 1, on_evict},
+    {NVS_SUSPEND, sizeof(struct nvs_suspend), 0, on_suspend},
+    {NVS_RESUMED, sizeof(struct nvs_resumed), 0, on_resumed},
 };
 
 static const struct handler *find_handler(uint16_t type)

@@ -301,6 +301,17 @@ static inline CUstreamCaptureMode nvs_relaxed_if_capturing(void)
     return nvs_capture_any() ? nvs_relaxed_begin() : -1;
 }
 
+/* ---------------------------------------------------------------- suspend.c */
+/* The process is suspended (or being suspended) by the scheduler: the application's calls of ours
+ * wait, without a driver call, until it runs again (the driver blocks a locked process's calls). */
+extern _Atomic int nvs_suspended NVS_HIDDEN;
+void nvs_suspend_wait(void) NVS_HIDDEN;
+static inline void nvs_suspend_check(void)
+{
+    if (NVS_UNLIKELY(atomic_load_explicit(&nvs_suspended, memory_order_relaxed))) nvs_suspend_wait();
+}
+void nvs_suspend_reset_after_fork(void) NVS_HIDDEN;
+
 /* ---------------------------------------------------------------- alloc.c, free.c */
 void nvs_alloc_reap(void) NVS_HIDDEN;   /* free deferred frees whose stream work finished */
 int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
@@ -312,6 +323,11 @@ int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
 int nvs_alloc_for_each_managed(int dev, int beside_store,
                                void (*fn)(CUdeviceptr, uint64_t, void *), void *arg) NVS_HIDDEN;
 void nvs_alloc_reset_after_fork(void) NVS_HIDDEN;
+/* Whether the process holds managed memory (converted or its own), memory of the library's own
+ * (vmm.c), and, on device dev, any of the latter still on the GPU. Take nvs_amu. */
+int nvs_alloc_holds_managed(void) NVS_HIDDEN;
+int nvs_alloc_holds_ours(void) NVS_HIDDEN;
+int nvs_alloc_resident_ours(int dev) NVS_HIDDEN;
 /* The memory view (cuMemGetInfo, NVML): total and free of device d as the process sees them;
  * 0 when nothing is known. nvs_view_free: free of `total` when the process holds `held` bytes
  * (the context reserve is counted as used). */

@@ -188,5 +188,6 @@ static void atfork_child(void)
     nvs_client_reset_after_fork();
     nvs_devices_reset_after_fork(); /* re-initialises nvs_g.mu / cv */
     nvs_capture_reset_after_fork();
+    nvs_suspend_reset_after_fork(); /* a child is not the suspended process */
     pthread_mutex_unlock(&init_mu);
 }

@@ -85,7 +85,7 @@ static void put_mem_update(nvs_dev *d, uint64_t now)
 
 /* Where d's memory is now (RESIDENCY), to a scheduler that offers SWAP; `flags` NVS_RESIDENCY_*
  * (REFUSED added when the last swap-out left memory without a host copy). */
-static void put_residency(nvs_outbox *o, nvs_dev *d, uint32_t flags)
+void nvs_put_residency(nvs_outbox *o, nvs_dev *d, uint32_t flags)
 {
     if (!(nvs_g.sched_features & NVS_FEATURE_SWAP)) return;
     uint64_t held = atomic_load(&d->mem.managed_bytes) + atomic_load(&d->mem.other_bytes);
@@ -167,7 +167,7 @@ static int collect(uint64_t now, round_plan *pl)
             d->swap.reclaim_pending = 0;
             if (d->lock_state == NVS_LOCK_HELD) { /* the grant came first: nothing moves */
                 d->swap.move_us = 0;
-                put_residency(&out, d, NVS_RESIDENCY_ANSWER);
+                nvs_put_residency(&out, d, NVS_RESIDENCY_ANSWER);
             } else {
                 pl->reclaims[pl->nr++] = d;
             }
@@ -203,7 +203,7 @@ static int run_prefetch(nvs_dev *d)
     int left = atomic_load(&d->swap.swapped_out) > 0; /* ranges of ours the GPU had no room for */
     out.len = 0;
     pthread_mutex_lock(&nvs_g.mu);
-    if (moved && nvs_g.client_state == NVS_CLIENT_READY) put_residency(&out, d, 0);
+    if (moved && nvs_g.client_state == NVS_CLIENT_READY) nvs_put_residency(&out, d, 0);
     pthread_mutex_unlock(&nvs_g.mu);
     int rc = nvs_tx_send(&out); /* the scheduler hears of the swap-in before any work runs */
     if (left) {
@@ -228,7 +228,7 @@ static int run_reclaim(nvs_dev *d, uint32_t flags, uint64_t at_least)
     nvs_switch_evict(d, at_least);
     out.len = 0;
     pthread_mutex_lock(&nvs_g.mu);
-    if (nvs_g.client_state == NVS_CLIENT_READY) put_residency(&out, d, flags);
+    if (nvs_g.client_state == NVS_CLIENT_READY) nvs_put_residency(&out, d, flags);
     pthread_mutex_unlock(&nvs_g.mu);
     int rc = nvs_tx_send(&out);
     nvs_switch_discard_due(d); /* after the report: the next holder's move in overlaps them */
@@ -283,7 +283,7 @@ static int run_drain(nvs_dev *d)
         struct nvs_released r = {(uint32_t)d->ordinal, (uint32_t)d->drain_reason,
                                  nvs_us32(drain_ns), nvs_us32(evict_ns), d->sw.prefetch_us, 0};
         if (nvs_busy_wanted()) nvs_busy_put(&out, d, nvs_now_ns()); /* this hold's spans */
-        if (evict_ns) put_residency(&out, d, 0); /* what stays after the release */
+        if (evict_ns) nvs_put_residency(&out, d, 0); /* what stays after the release */
         nvs_outbox_put(&out, NVS_LOCK_RELEASED, &r, sizeof(r));
         NVS_DEBUG("release device %d (%s): drain %u us, evict %u us, prefetch %u us", d->ordinal,
                   r.reason == NVS_RELEASE_IDLE ? "idle" : "dropped", r.drain_us, r.evict_us,
@@ -312,6 +312,7 @@ static void reap_deferred_frees(uint64_t now)
 
 int nvs_session_work(uint64_t now)
 {
+    if (nvs_suspend_round()) return 0; /* suspended: no driver call (suspend.c) */
     reap_deferred_frees(now);
     nvs_quota_round(now); /* with a scheduler or without one */
     run_restores();

@@ -376,6 +376,39 @@ void nvs_vmm_release(const nvs_ptr_entry *e, int counted)
     else free_range(e, counted);
 }
 
+/* ------------------------------------------------------------------ what the process holds */
+/* Calls want(e) for the entries of nvs_ptrs until one says yes. */
+static int any_entry(int (*want)(const nvs_ptr_entry *, int), int dev)
+{
+    int found = 0;
+    pthread_mutex_lock(&nvs_amu);
+    size_t pos = 0;
+    for (const nvs_ptr_entry *e; !found && (e = nvs_ptrtab_next(&nvs_ptrs, &pos));) found = want(e, dev);
+    pthread_mutex_unlock(&nvs_amu);
+    return found;
+}
+
+static int is_managed(const nvs_ptr_entry *e, int dev)
+{
+    (void)dev;
+    return !e->vmm; /* the program's own managed memory, or converted into managed memory */
+}
+
+static int is_ours(const nvs_ptr_entry *e, int dev)
+{
+    (void)dev;
+    return e->vmm;
+}
+
+static int is_ours_resident(const nvs_ptr_entry *e, int dev)
+{
+    return e->vmm && e->dev == dev && e->handle;
+}
+
+int nvs_alloc_holds_managed(void) { return any_entry(is_managed, 0); }
+int nvs_alloc_holds_ours(void) { return any_entry(is_ours, 0); }
+int nvs_alloc_resident_ours(int dev) { return any_entry(is_ours_resident, dev); }
+
 void nvs_vmm_reset_after_fork(void)
 {
     nvs_ptrtab_clear(&nvs_small);
