@@ -126,8 +126,9 @@ class Scheduler(SchedulerProcess):
     """A real nvshare-scheduler on a private socket, with this checkout's xpushare package."""
 
     def __init__(self, socket_path: Path, log_path: Path, mode: str = "serial", tq: float = 30,
-                 extra_args=()):
-        env = clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
+                 extra_args=(), env: dict | None = None):
+        env = clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+                        **(env or {}))
         super().__init__(socket_path, ["--tq", tq, "--mode", mode, "--no-nvml", *extra_args], env, log_path)
         self.mode, self.tq, self.extra_args = mode, tq, list(extra_args)
 
@@ -310,9 +311,11 @@ class World:
     base_env: dict = field(default_factory=dict)  # variables every app of the world gets
     _n: int = 0
 
-    def scheduler(self, mode: str = "serial", tq: float = 30, extra_args=(), start: bool = True) -> Scheduler:
+    def scheduler(self, mode: str = "serial", tq: float = 30, extra_args=(), start: bool = True,
+                  env: dict | None = None) -> Scheduler:
+        """env: variables the scheduler (and what it starts: the checkpoint worker) gets too."""
         self._n += 1
-        s = Scheduler(self.socket, self.dir / f"scheduler{self._n}.log", mode, tq, extra_args)
+        s = Scheduler(self.socket, self.dir / f"scheduler{self._n}.log", mode, tq, extra_args, env)
         self.schedulers.append(s)
         return s.start() if start else s
 

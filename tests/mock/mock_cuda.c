@@ -78,6 +78,14 @@
  * memsets, never managed memory (prefetch and discard refuse it), and cuMemFree refuses it.
  * MOCK_CUDA_VMM=0: CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED says 0 (the calls stay).
  * Each call is logged ("ptr", "size", "handle").
+ * Process checkpoints (the controller's side, as the scheduler's checkpoint worker calls them):
+ * cuCheckpointProcessLock / Checkpoint / Restore / Unlock / GetState keep each target pid's state
+ * (running 0, locked 1, checkpointed 2) in this process, refuse a transition the driver refuses
+ * (CUDA_ERROR_ILLEGAL_STATE) and a pid that does not exist (CUDA_ERROR_INVALID_VALUE), and log
+ * each call ("target": the pid, "state": after it). MOCK_CUDA_CHECKPOINT_FAIL makes some fail:
+ * "lock" or "checkpoint" (CUDA_ERROR_NOT_SUPPORTED, every time), "restore:N" (the first N restores
+ * find no room: CUDA_ERROR_OUT_OF_MEMORY). The target itself is not frozen: a test checks in the
+ * log that it made no call between its lock and its unlock.
  * Modules: cuModuleLoadData accepts any image and logs it ("kernels": the number of .entry in a PTX
  * text); cuModuleGetFunction hands out a handle per name. A launch of the library's checksum
  * kernel (native/src/swapsum.c, "nvs_swap_sum") is carried out on the host: its own content-
@@ -110,6 +118,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1324,6 +1333,93 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
     return CUDA_SUCCESS;
 }
 
+/* Process checkpoints (see the top of the file). */
+#define MAX_CKPT 64
+static struct { int pid, state; } g_ckpt[MAX_CKPT]; /* g_mu */
+static int g_restore_failures = -1;                  /* MOCK_CUDA_CHECKPOINT_FAIL restore:N left */
+
+static int ckpt_fails(const char *what)
+{
+    const char *f = getenv("MOCK_CUDA_CHECKPOINT_FAIL");
+    return f && strcmp(f, what) == 0;
+}
+
+static int *ckpt_state_locked(int pid)
+{
+    for (int i = 0; i < MAX_CKPT; i++)
+        if (g_ckpt[i].pid == pid) return &g_ckpt[i].state;
+    for (int i = 0; i < MAX_CKPT; i++)
+        if (g_ckpt[i].pid == 0) {
+            g_ckpt[i].pid = pid;
+            g_ckpt[i].state = 0;
+            return &g_ckpt[i].state;
+        }
+    return NULL;
+}
+
+/* One transition from `from` to `to` of pid's state, or an error. */
+static CUresult ckpt_step(const char *fn, int pid, int from, int to, int fail_as)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    int st = -1;
+    if (!r && (pid <= 0 || kill(pid, 0) != 0)) r = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_mu);
+    int *state = r ? NULL : ckpt_state_locked(pid);
+    if (!r && !state) r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!r && *state != from) r = CUDA_ERROR_ILLEGAL_STATE;
+    if (!r && fail_as) r = fail_as;
+    if (!r) *state = to;
+    if (state) st = *state;
+    pthread_mutex_unlock(&g_mu);
+    log_line(fn, t0, now_ns(), -1, r, ",\"target\":%d,\"state\":%d", pid, st);
+    return r;
+}
+
+CUresult cuCheckpointProcessLock(int pid, void *args)
+{
+    (void)args;
+    return ckpt_step("cuCheckpointProcessLock", pid, 0, 1, ckpt_fails("lock") ? CUDA_ERROR_NOT_SUPPORTED : 0);
+}
+
+CUresult cuCheckpointProcessCheckpoint(int pid, void *args)
+{
+    (void)args;
+    return ckpt_step("cuCheckpointProcessCheckpoint", pid, 1, 2,
+                     ckpt_fails("checkpoint") ? CUDA_ERROR_NOT_SUPPORTED : 0);
+}
+
+CUresult cuCheckpointProcessRestore(int pid, void *args)
+{
+    (void)args;
+    pthread_mutex_lock(&g_mu);
+    if (g_restore_failures < 0) {
+        const char *f = getenv("MOCK_CUDA_CHECKPOINT_FAIL");
+        g_restore_failures = f && strncmp(f, "restore:", 8) == 0 ? atoi(f + 8) : 0;
+    }
+    int fail = g_restore_failures > 0 ? (g_restore_failures--, CUDA_ERROR_OUT_OF_MEMORY) : 0;
+    pthread_mutex_unlock(&g_mu);
+    return ckpt_step("cuCheckpointProcessRestore", pid, 2, 1, fail);
+}
+
+CUresult cuCheckpointProcessUnlock(int pid, void *args)
+{
+    (void)args;
+    return ckpt_step("cuCheckpointProcessUnlock", pid, 1, 0, 0);
+}
+
+CUresult cuCheckpointProcessGetState(int pid, int *state)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!state || pid <= 0 || kill(pid, 0) != 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_mu);
+    int *st = ckpt_state_locked(pid);
+    *state = st ? *st : 0;
+    pthread_mutex_unlock(&g_mu);
+    return CUDA_SUCCESS;
+}
+
 /* Unified memory prefetch. The range must lie in one managed allocation (the real driver refuses
  * other memory); loc_type 1 = device loc_id, 2 = host. The migration happens in the call
  * (MOCK_CUDA_PREFETCH_US models its duration); the allocation remembers where it is. */
@@ -2290,6 +2386,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     X(cuGetProcAddress) X(cuGetProcAddress_v2)                                                     \
     X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)         \
     X(cuMemGetAllocationGranularity)                                                               \
+    X(cuCheckpointProcessLock) X(cuCheckpointProcessCheckpoint) X(cuCheckpointProcessRestore)      \
+    X(cuCheckpointProcessUnlock) X(cuCheckpointProcessGetState)                                    \
     X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2) X(cuDeviceGetName)  \
     X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2) X(cuDeviceGetAttribute)                             \
     X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2)       \

@@ -24,6 +24,7 @@ from ..wire.scheduling import TQ_MAX, Mode
 from ..wire.quota_ranges import (CLEAR, COMPUTE_LIMIT, COMPUTE_LIMIT_SPAN, COMPUTE_SHARE,
                                      COMPUTE_SHARE_SPAN, MEMORY_LIMIT)
 from ..wire.sizes import format_size, parse_size, size_argument
+from ..inert import inert
 from . import ctl_top
 from .ctl_render import render_status
 
@@ -149,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "$COLUMNS, else 200); columns that do not fit are left out")
     ctl_top.add_parser(sub, _positive_int)
     sub.add_parser("ping", help="exit 0 if the scheduler answers, 1 otherwise (a cheap health check)")
+    for name, what in (("suspend", "suspend a client whole: its memory to host, then the driver's "
+                                   "checkpoint (it keeps nothing on the GPU); it resumes at its next "
+                                   "GPU call or with resume (admin)"),
+                       ("resume", "resume a suspended client now (admin)")):
+        sp = sub.add_parser(name, help=what)
+        sp.add_argument("target", type=_positive_int, metavar="PID", help="the client's process id")
     return p
 
 
@@ -236,6 +243,35 @@ def _changed(op: str, fields: dict, reply: dict) -> str:
     return f"{what} of {who}: {value}{clients}"
 
 
+def _say(args, op: str, fields: dict, reply: dict, path) -> None:
+    """What a request that succeeded prints."""
+    if op in SETTINGS_OPS:
+        print(f"nvsharectl: {_changed(op, fields, reply)}")
+    elif op == "ping":
+        print(f"nvshare-scheduler {reply.get('version', '?')} answers on {path}")
+    elif op == "status":
+        if args.json:
+            json.dump(reply, sys.stdout, indent=2)
+            print()
+        else:
+            render_status(reply, width=args.width)
+        sys.stdout.flush()  # a closed pipe shows here, inside the BrokenPipeError catch
+
+
+def _said_suspend(op: str, reply: dict) -> int:
+    """One line per client a suspend or resume named; 1 when one of them was not asked."""
+    verb = "suspending" if op == "suspend" else "resuming"
+    failed = 0
+    for c in reply.get("clients", []):
+        if c.get(verb):
+            print(f"nvsharectl: pid {c['pid']}: {verb} (see nvsharectl status)")
+        else:
+            failed = 1
+            why = inert(str(c.get("why")))
+            print(f"nvsharectl: pid {c['pid']}: not {verb}: {why}", file=sys.stderr)
+    return failed
+
+
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
@@ -257,6 +293,8 @@ def _main(argv: list[str] | None) -> int:
     requests = _settings_requests(parser, args)
     if args.command in ("status", "ping"):
         requests.append((args.command, {}))
+    if args.command in ("suspend", "resume"):
+        requests.append((args.command, {"pid": args.target}))
     if not requests and args.command != "top":
         parser.print_help()
         return 0
@@ -273,17 +311,9 @@ def _main(argv: list[str] | None) -> int:
                     error = str(reply.get("error", "failed"))
                     print(f"nvsharectl: {op}: {error}", file=sys.stderr)
                     return refusal_exit_code(op, error)
-                if op in SETTINGS_OPS:
-                    print(f"nvsharectl: {_changed(op, fields, reply)}")
-                elif op == "ping":
-                    print(f"nvshare-scheduler {reply.get('version', '?')} answers on {client.path}")
-                elif op == "status":
-                    if args.json:
-                        json.dump(reply, sys.stdout, indent=2)
-                        print()
-                    else:
-                        render_status(reply, width=args.width)
-                    sys.stdout.flush()  # a closed pipe shows here, inside the BrokenPipeError catch
+                if op in ("suspend", "resume"):
+                    return _said_suspend(op, reply)
+                _say(args, op, fields, reply, client.path)
             if args.command == "top":
                 return ctl_top.run(client, args)
     except SchedulerUnavailable as e:

@@ -61,6 +61,10 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _seconds_or_off(text: str) -> float:
+    return 0.0 if text.strip() in ("0", "0.0") else _seconds(text)
+
+
 def _log_limit(text: str) -> tuple[int, float]:
     lines, sep, seconds = text.partition("/")
     try:
@@ -79,6 +83,19 @@ def _group(text: str) -> int:
         return grp.getgrnam(text).gr_gid
     except KeyError:
         raise argparse.ArgumentTypeError(f"no such group {text!r}") from None
+
+
+def _add_suspend_arguments(p: argparse.ArgumentParser) -> None:
+    """Suspending whole clients (node/suspend.py)."""
+    p.add_argument("--suspend-idle", type=_seconds_or_off, default=0.0, metavar="SECONDS",
+                   help="suspend a client whole (the driver's process checkpoint: it keeps nothing "
+                        "on the GPU, its context included) once it has been idle on all its GPUs "
+                        "this long; it resumes at its next GPU call. 0: only `nvsharectl suspend` "
+                        "(default: 0)")
+    p.add_argument("--cuda-library", metavar="PATH",
+                   default=os.environ.get("NVSHARE_CUDA_LIBRARY") or "libcuda.so.1",
+                   help="the CUDA driver the checkpoint worker loads to suspend and resume clients "
+                        "(default: $NVSHARE_CUDA_LIBRARY, else libcuda.so.1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "end says how many were suppressed. Root and the scheduler's own user are "
                         "exempt; 0/S: no limit "
                         f"(default: {clientlog.LINES}/{clientlog.INTERVAL:g})")
+    _add_suspend_arguments(p)
     # How long a connection may take to send its first message, and to complete a frame (tests).
     p.add_argument("--hello-timeout", type=_seconds, default=HELLO_TIMEOUT, help=argparse.SUPPRESS)
     p.add_argument("--frame-timeout", type=_seconds, default=FRAME_TIMEOUT, help=argparse.SUPPRESS)
@@ -192,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                     admin_gid=args.admin_group, max_conns_per_uid=args.max_connections_per_uid,
                     hello_timeout=args.hello_timeout, frame_timeout=args.frame_timeout,
                     metrics_port=args.metrics_port, metrics_address=args.metrics_address,
-                    nvml=not args.no_nvml, client_log_limit=args.client_log_limit)
+                    nvml=not args.no_nvml, client_log_limit=args.client_log_limit,
+                    suspend_idle=args.suspend_idle, cuda_library=args.cuda_library)
     for sel, size in args.gpu_memory:
         if sel is None:
             config.gpu_memory = size

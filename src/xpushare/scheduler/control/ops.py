@@ -17,6 +17,7 @@ from ...wire.protocol import (
     PRIORITY_LIMIT, Attach, Attached, MessageType, encode_json,
 )
 from . import placement, statusreply
+from ..node import suspend
 from ..node.access import is_admin, viewer
 from ...wire.ctlschema import (
     Choice, Field, GpuSelector, Int, Invalid, PodName, Schema, Uid, show, unsigned_max, validate,
@@ -233,6 +234,17 @@ JOB_MEMORY = Int(0, CAPACITY_MAX, "bytes the job needs on each GPU (a non-negati
                  "named)")
 TARGET = (Field("pid", PID), Field("client_id", CLIENT_ID), Field("pod", PodName()))
 
+def _suspend_op(act, verb: str):
+    """suspend / resume of the clients a pid or client id names (node/suspend.py)."""
+    def op(state: SchedulerState, msg: dict) -> dict:
+        done = []
+        for conn in _clients(state, msg):
+            why = act(state, conn, "nvsharectl")
+            done.append({"pid": conn.pid, "client_id": conn.id, verb: why is None, "why": why})
+        return {"clients": done}
+    return op
+
+
 OPS: dict[str, Op] = {
     "ping": Op(op_ping, admin=False),
     "status": Op(None, admin=False, steps=statusreply.steps),
@@ -245,6 +257,10 @@ OPS: dict[str, Op] = {
         Field("gpu", GPU_SELECTOR)))),
     "set_gpu_memory": Op(op_set_gpu_memory, admin=True, schema=Schema((
         Field("bytes", BYTES, required=True), Field("gpu", GPU_SELECTOR, required=True)))),
+    "suspend": Op(_suspend_op(suspend.ask, "suspending"), admin=True, schema=Schema((
+        Field("pid", PID), Field("client_id", CLIENT_ID)), one_of=("pid", "client_id"))),
+    "resume": Op(_suspend_op(suspend.wake, "resuming"), admin=True, schema=Schema((
+        Field("pid", PID), Field("client_id", CLIENT_ID)), one_of=("pid", "client_id"))),
     "set_priority": Op(op_set_priority, admin=True, schema=Schema((
         Field("priority", PRIORITY, required=True), Field("pid", PID),
         Field("client_id", CLIENT_ID)), one_of=("pid", "client_id"))),

@@ -71,7 +71,10 @@ def client_status(state: SchedulerState, c: Conn, now: float, viewer: Viewer,
         "client_id": c.id, "pid": c.pid, "uid": c.uid,
         "command": c.command[:command_max] if full else None,
         "priority": c.priority,
-        "state": next((s for s in ("holding", "waiting") if s in states.values()), "idle"),
+        "state": c.suspend.phase and ("suspended" if c.suspend.phase == "suspended" else "suspending"
+                                      if c.suspend.phase in ("moving", "checkpointing") else "resuming")
+                 or next((s for s in ("holding", "waiting") if s in states.values()), "idle"),
+        "suspend": c.suspend.view(now),
         "quota": {"compute_limit": None if quota.compute_limit is None
                   else round(quota.compute_limit * 100, 3),
                   "compute_share": quota.compute_share, "memory_limit": quota.memory_limit,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from . import clientlog, limits
 from .access import RequestBudget
 from .slicer import Slicer
+from .suspend import Suspender
 from .gpus import GpuInfo
 from .metrics import SchedulerStats
 from .peer import NoPods
@@ -40,6 +41,8 @@ class Config:
     metrics_address: str = "0.0.0.0"                      # --metrics-address
     nvml: bool = True                                     # not --no-nvml: NVML series too
     client_log_limit: tuple[int, float] = (clientlog.LINES, clientlog.INTERVAL)  # --client-log-limit
+    suspend_idle: float = 0.0                             # --suspend-idle SECONDS; 0 = never by itself
+    cuda_library: str = "libcuda.so.1"                    # --cuda-library: the checkpoint worker's driver
 
 
 class SchedulerState:
@@ -58,6 +61,7 @@ class SchedulerState:
         self.quotas = Quotas(self)                        # limits and shares (quotas.py)
         self.requests = RequestBudget()                   # control requests per non-admin uid
         self.slicer = Slicer()                            # status replies, a slice at a time
+        self.suspender = Suspender(config.cuda_library)   # the checkpoint worker (suspend.py)
         self._ids = itertools.count(1)
         for info in gpus:
             self.registry.add(info.uuid, info.index, info.name, info.memory_total)

@@ -31,6 +31,7 @@ from ..node.metrics import LockStats
 from ..node.quotas import Quota
 from ..node.registry import Gpu
 from ..node.state import SchedulerState
+from ..node.suspend import SuspendRecord
 from ..node.swap import SwapRecord
 
 log = logging.getLogger("nvshare.scheduler")
@@ -75,6 +76,7 @@ class Conn:
         self.admin: bool | None = None            # access.is_admin's answer, once asked
         self.awaiting = False                     # a reply is being built (handlers.on_ctl)
         self.resume = _nothing                    # read on once it is sent (Connection sets it)
+        self.suspend = SuspendRecord()            # suspended whole (suspend.py)
 
     def ordinal(self, gpu: Gpu) -> int:
         for dev, g in self.devices.items():  # a loop, not next(genexpr): it is on every grant

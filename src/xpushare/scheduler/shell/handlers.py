@@ -13,12 +13,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from ...wire.protocol import (
-    FEATURE_BUSY, FEATURE_BUSY_SPANS, FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SWAP, HELLO_SWAP,
+    FEATURE_BUSY, FEATURE_BUSY_SPANS, FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SUSPEND, FEATURE_SWAP,
+    HELLO_SWAP, ResumeRequest, SuspendReady,
     PRIORITY_LIMIT, VERSION, Attach, Attached, BusySpans, BusyUpdate, Hello, Job, LockRequest,
     MemUpdate, MessageType, ProtocolError, Released, ReleaseReason, Residency, Settings, Welcome,
     encode, encode_error, encode_json,
 )
-from ..node import access, metrics, swap
+from ..node import access, metrics, suspend, swap
 from ..control import ops
 from ..node.jobinfo import job_info
 from ..policy import SwitchReport, claimed_priority, raises
@@ -32,7 +33,7 @@ log = logging.getLogger("nvshare.scheduler")
 
 
 FEATURES = (FEATURE_BUSY | FEATURE_QUOTAS | FEATURE_JOBS | FEATURE_SWAP  # what WELCOME offers
-            | FEATURE_BUSY_SPANS)
+            | FEATURE_BUSY_SPANS | FEATURE_SUSPEND)
 
 
 def _require_hello(conn: Conn) -> None:
@@ -218,6 +219,16 @@ def on_job(state: SchedulerState, conn: Conn, msg: Job) -> None:
     state.client_log.info(conn, "job pid=%d client=%d %s", conn.pid, conn.id, info.describe())
 
 
+def on_suspend_ready(state: SchedulerState, conn: Conn, msg: SuspendReady) -> None:
+    _require_hello(conn)
+    suspend.on_ready(state, conn, msg.status)
+
+
+def on_resume_req(state: SchedulerState, conn: Conn, msg: ResumeRequest) -> None:
+    _require_hello(conn)
+    suspend.wake(state, conn, "its application")
+
+
 def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:
     """A reply built in steps (status) is built a slice at a time (slicer.Slicer); until it
     is sent, nothing more is read from this connection, so its replies keep the order of its
@@ -248,6 +259,8 @@ HANDLERS = {
     MessageType.BUSY_UPDATE: on_busy_update,
     MessageType.BUSY_SPANS: on_busy_spans,
     MessageType.RESIDENCY: on_residency,
+    MessageType.SUSPEND_READY: on_suspend_ready,
+    MessageType.RESUME_REQ: on_resume_req,
     MessageType.SETTINGS: on_settings,
     MessageType.JOB: on_job,
     MessageType.CTL_REQUEST: on_ctl,

@@ -15,12 +15,13 @@ import logging
 import os
 import signal
 import stat
+import time
 from pathlib import Path
 
 from ... import __version__
 from ...wire.paths import ensure_socket_dir
 from ...cli.client import socket_answers
-from ..node import limits
+from ..node import limits, suspend
 from .connection import Connection
 from ..node.gpus import GpuInfo
 from ..node.state import Config, SchedulerState
@@ -50,6 +51,7 @@ class Server:
         self._socket_ino: int | None = None
         self.metrics = None  # httpd.MetricsServer when --metrics-port is given
         self.pod_watch = None  # what watch_pods started (it has stop()), when it did
+        self._idle_suspender: asyncio.Task | None = None  # --suspend-idle's timer
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT; remove the socket on the way out."""
@@ -83,6 +85,8 @@ class Server:
         room = fd_limit - limits.open_fds() - limits.FD_RESERVE
         self.state.conn_room = max(0, room // limits.FDS_PER_CONNECTION)
         self._start_pod_watch(loop)
+        if self.config.suspend_idle > 0:
+            self._idle_suspender = loop.create_task(self._suspend_idle(self.config.suspend_idle))
         # What exists now (modules, classes, functions: most of the daemon's objects) lives as long
         # as the daemon: out of the collector's way, a full collection scans only what was made
         # while serving (docs/benchmarks.md, "fuzzing": full collections were what held the loop).
@@ -113,6 +117,12 @@ class Server:
             quotas = self.state.quotas
             self.pod_watch = self._watch_pods(quotas.pod_changed, quotas.pod_removed, loop)
 
+    async def _suspend_idle(self, after: float) -> None:
+        """Every client idle on all its GPUs for `after` seconds is asked to suspend (suspend.py)."""
+        while True:
+            await asyncio.sleep(min(1.0, after / 4))
+            suspend.idle_round(self.state, after, time.monotonic())
+
     async def shutdown(self) -> None:
         """Prompt: nothing here waits on a peer or a thread. The pod watch's threads are told to
         stop but not joined (daemons, ended with the process: a watch blocked in a request held
@@ -124,6 +134,10 @@ class Server:
             self.pod_watch.stop(timeout=0)
         if self.metrics is not None:
             await self.metrics.stop()
+        if self._idle_suspender is not None:
+            self._idle_suspender.cancel()
+        await suspend.resume_all(self.state)  # no client is left checkpointed
+        await self.state.suspender.close()
         if self._server is None:
             return
         self._server.close()  # closes the listening socket now

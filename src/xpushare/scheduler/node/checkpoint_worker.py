@@ -1,0 +1,127 @@
+"""The driver's process checkpoint, in a process of its own: the scheduler's hands on suspended
+clients (suspend.py starts it as `python -m xpushare.scheduler.node.checkpoint_worker DRIVER`).
+
+Why a process of its own: the checkpoint calls block (a lock waits for the target's driver calls,
+a checkpoint copies what the target still has on the GPU), a driver fault must not stop the
+scheduler's loop, and the scheduler itself loads no CUDA driver. It needs what the driver asks of
+a checkpoint controller: the target's user or CAP_SYS_PTRACE, and the target's PID namespace.
+
+One JSON request per line on stdin, one answer per line on stdout; the first line written is
+{"ready": true} or {"ready": false, "why": ...}:
+  {"op": "suspend", "pid": N, "timeout_ms": T}  lock, then checkpoint (a failed checkpoint is
+                                                 unlocked again: the process runs on)
+  {"op": "resume", "pid": N}                     restore if checkpointed, unlock if locked
+Answers: {"ok": bool, "ms": {phase: ms}, "error": text or null, "retry": whether trying again
+later may work (a restore that found no room)}.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import json
+import sys
+import time
+
+RUNNING, LOCKED, CHECKPOINTED, FAILED = 0, 1, 2, 3  # CUprocessState
+OUT_OF_MEMORY = 2
+
+
+class LockArgs(C.Structure):
+    _fields_ = [("timeoutMs", C.c_uint), ("reserved0", C.c_uint), ("reserved1", C.c_uint64 * 7)]
+
+
+class Args(C.Structure):  # CUcheckpointCheckpointArgs, CUcheckpointUnlockArgs
+    _fields_ = [("reserved", C.c_uint64 * 8)]
+
+
+class RestoreArgs(C.Structure):  # no GPU pairs: back onto the GPU it left
+    _fields_ = [("gpuPairs", C.c_void_p), ("gpuPairsCount", C.c_uint), ("reserved", C.c_char * 44),
+                ("reserved1", C.c_uint64)]
+
+
+CALLS = ("cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint", "cuCheckpointProcessRestore",
+         "cuCheckpointProcessUnlock", "cuCheckpointProcessGetState")
+
+
+class Driver:
+    def __init__(self, path: str):
+        self.cu = C.CDLL(path)
+        missing = [n for n in CALLS if not hasattr(self.cu, n)]
+        if missing:
+            raise OSError(f"the driver has no {missing[0]} (process checkpoints need driver 570+)")
+        r = self.cu.cuInit(0)
+        if r:
+            raise OSError(f"cuInit failed: {self.name(r)}")
+
+    def name(self, r: int) -> str:
+        text = C.c_char_p()
+        if self.cu.cuGetErrorName(r, C.byref(text)) == 0 and text.value:
+            return text.value.decode(errors="replace")
+        return f"CUresult {r}"
+
+    def state(self, pid: int) -> int | None:
+        st = C.c_int(-1)
+        return st.value if self.cu.cuCheckpointProcessGetState(pid, C.byref(st)) == 0 else None
+
+    def timed(self, fn: str, pid: int, args) -> tuple[int, float]:
+        t = time.perf_counter()
+        r = getattr(self.cu, fn)(pid, C.byref(args))
+        return r, round((time.perf_counter() - t) * 1e3, 3)
+
+    def suspend(self, pid: int, timeout_ms: int) -> dict:
+        ms: dict[str, float] = {}
+        r, ms["lock"] = self.timed("cuCheckpointProcessLock", pid, LockArgs(timeout_ms))
+        if r:
+            return {"ok": False, "ms": ms, "error": f"lock: {self.name(r)}", "retry": False}
+        r, ms["checkpoint"] = self.timed("cuCheckpointProcessCheckpoint", pid, Args())
+        if r:
+            u, ms["unlock"] = self.timed("cuCheckpointProcessUnlock", pid, Args())
+            return {"ok": False, "ms": ms, "retry": False,
+                    "error": f"checkpoint: {self.name(r)}" + ("" if u == 0 else f"; unlock: {self.name(u)}")}
+        return {"ok": True, "ms": ms, "error": None, "retry": False}
+
+    def resume(self, pid: int) -> dict:
+        ms: dict[str, float] = {}
+        st = self.state(pid)
+        if st == CHECKPOINTED:
+            r, ms["restore"] = self.timed("cuCheckpointProcessRestore", pid, RestoreArgs())
+            if r:
+                return {"ok": False, "ms": ms, "error": f"restore: {self.name(r)}",
+                        "retry": r == OUT_OF_MEMORY}
+            st = LOCKED
+        if st == LOCKED:
+            r, ms["unlock"] = self.timed("cuCheckpointProcessUnlock", pid, Args())
+            if r:
+                return {"ok": False, "ms": ms, "error": f"unlock: {self.name(r)}", "retry": True}
+        return {"ok": True, "ms": ms, "error": None, "retry": False}
+
+
+def serve(driver: Driver, lines, out) -> None:
+    for line in lines:
+        try:
+            req = json.loads(line)
+            pid = int(req["pid"])
+            if req["op"] == "suspend":
+                answer = driver.suspend(pid, int(req.get("timeout_ms", 10000)))
+            elif req["op"] == "resume":
+                answer = driver.resume(pid)
+            else:
+                answer = {"ok": False, "error": f"unknown op {req['op']!r}", "retry": False}
+        except (ValueError, KeyError, TypeError) as e:
+            answer = {"ok": False, "error": f"bad request: {e}", "retry": False}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
+
+
+def main() -> None:
+    try:
+        driver = Driver(sys.argv[1] if len(sys.argv) > 1 else "libcuda.so.1")
+    except OSError as e:
+        print(json.dumps({"ready": False, "why": str(e)}), flush=True)
+        return
+    print(json.dumps({"ready": True}), flush=True)
+    serve(driver, sys.stdin, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
