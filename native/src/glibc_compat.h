@@ -9,16 +9,17 @@
  * libpthread.so.0 as DT_NEEDED (CMakeLists.txt; on glibc >= 2.34 they are stubs and libc.so.6 still
  * defines these versions), the library loads on x86_64 glibc >= 2.17.
  *
- * The list is every libpthread and libdl function that glibc 2.34 gave a new version (a pin of a
- * function the library does not call adds nothing to it), so new code may call any of them.
+ * The list is every libpthread and libdl function that glibc 2.34 gave a new version, and
+ * pthread_sigmask (re-versioned at 2.32, same behaviour); a pin of a function the library does not
+ * call adds nothing to it, so new code may call any of them.
  * Left out on purpose:
  * - dlsym: the library defines it (dispatch.c binds both versions) and resolves the real one with
  *   dlvsym;
  * - the librt, libanl and libutil functions that moved too (timer_*, mq_*, aio_*, shm_open,
  *   getaddrinfo_a, openpty): before 2.34 they are found only where those libraries are loaded,
  *   which the library does not link;
- * - pthread_getattr_np, pthread_getaffinity_np, pthread_attr_setaffinity_np (new at 2.32, where
- *   the old versions behave differently), and functions younger than 2.17 (getrandom,
+ * - pthread_getattr_np, pthread_getaffinity_np, pthread_attr_setaffinity_np (re-versioned at
+ *   2.32, where the old versions behave differently), and functions younger than 2.17 (getrandom,
  *   memfd_create, reallocarray, fstat/stat as symbols of their own since 2.33): call an older
  *   equivalent, as nvs_lstat does below.
  * tests/interposer/test_glibc_floor.py fails, naming the symbol, when the built library needs a
