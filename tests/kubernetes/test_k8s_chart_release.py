@@ -50,11 +50,15 @@ def test_the_packaged_chart_installs_the_image_pushed_as_documented(helm, tmp_pa
     assert f"helm package deploy/helm/xpushare          # writes xpushare-{VERSION}.tgz" in INSTALL
     with tarfile.open(package) as tar:
         names = set(tar.getnames())
-        assert {"xpushare/Chart.yaml", "xpushare/values.yaml", "xpushare/values.schema.json"} <= names
+        assert {"xpushare/Chart.yaml", "xpushare/values.yaml", "xpushare/values.schema.json",
+                "xpushare/README.md"} <= names
         assert yaml.safe_load(tar.extractfile("xpushare/Chart.yaml"))["version"] == VERSION
+        readme = tar.extractfile("xpushare/README.md").read().decode()
     # the repository the docs push to, and the install command they give
     pushed = re.search(rf"docker://(\S+):{re.escape(VERSION)}", INSTALL)[1]
-    assert f"--set image.repository={pushed}" in INSTALL
+    for doc in (INSTALL, readme):   # docs/install.md and the chart's own README (helm show readme)
+        assert f"--set image.repository={pushed}" in doc
+        assert f"docker://{pushed}:{VERSION}" in doc
     assert f"build/image/xpushare-{VERSION}.oci.tar" in INSTALL   # what tools/build_image.py writes
     r = subprocess.run([helm, "template", "xpushare", str(package), "--namespace", NS,
                         "--set", f"image.repository={pushed}"], capture_output=True, text=True, timeout=60)
