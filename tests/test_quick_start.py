@@ -1,5 +1,6 @@
-"""The README's two set-up commands (the brief's rule: on a fresh machine they do all the set-up):
-the main job's installs everything the main job imports, and .ci/run runs the test command."""
+"""The README's two set-up commands (on a fresh machine they do all the set-up): each makes and uses
+a virtual environment, the main job's installs everything the main job imports, and .ci/run runs
+the test command."""
 
 from __future__ import annotations
 
@@ -20,8 +21,12 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 DISTRIBUTION = {"pynvml": "nvidia-ml-py", "yaml": "pyyaml"}
 
 
+VENV = "python3 -m venv .venv && . .venv/bin/activate && "
+
+
 def _commands() -> list[str]:
-    return re.findall(r"^(python3 -m pip install .*)$", README, re.M)
+    """The README's set-up commands: the lines of its code blocks that pip-install this checkout."""
+    return re.findall(r"^((?:python3 -m venv .*)?python3 -m pip install '\.\[.*)$", README, re.M)
 
 
 def _requirement_names(specs: list[str]) -> set[str]:
@@ -55,8 +60,16 @@ def test_the_main_job_command_installs_what_the_main_job_imports():
         assert "numpy" in installed, f"{main!r} leaves out numpy ({script.name} calls .numpy())"
 
 
+def test_both_commands_install_into_a_virtual_environment_they_make():
+    """Debian 12 and Ubuntu 24.04 refuse pip outside a virtual environment
+    (externally-managed-environment): each command makes one and activates it before pip runs."""
+    commands = _commands()
+    assert len(commands) == 2, commands
+    for command in commands:
+        assert command.startswith(VENV), f"{command!r} runs pip outside a virtual environment"
+
+
 def test_ci_runs_the_readme_test_command():
     test_command = next(c for c in _commands() if "[test]" in c)
     ci = (REPO / ".ci" / "run").read_text()
-    assert test_command.replace("python3 -m pytest", "python -m pytest").replace(
-        "python3 -m pip", "python -m pip") in ci
+    assert test_command in ci.splitlines()

@@ -15,11 +15,14 @@ render() {
     cat <<'HEADER'
 # XPUShare: plain manifests rendered from deploy/helm/xpushare with default values.
 # Do not edit: regenerate with tools/render_manifests.sh, which runs
-#   helm template xpushare deploy/helm/xpushare --namespace xpushare-system --set namespace.create=true
-# Apply: kubectl apply -f deploy/manifests/xpushare.yaml
+#   helm template xpushare deploy/helm/xpushare --namespace xpushare-system --set namespace.create=true \
+#     --set image.repository=registry.example.com/xpushare/xpushare
+# Apply (docs/install.md), with the repository you pushed the image to in place of the example's:
+#   sed 's|registry.example.com/xpushare/xpushare|REGISTRY/REPOSITORY|' deploy/manifests/xpushare.yaml | kubectl apply -f -
 HEADER
     (cd "$ROOT" && "$HELM" template xpushare deploy/helm/xpushare \
-        --namespace xpushare-system --set namespace.create=true)
+        --namespace xpushare-system --set namespace.create=true \
+        --set image.repository=registry.example.com/xpushare/xpushare)
 }
 
 if [ "${1:-}" = "--check" ]; then

@@ -94,18 +94,22 @@ def _mock_library(out: Path, soname: str, source: str, *flags: str) -> Path:
     return lib
 
 
-def build_artifacts(out: Path) -> Artifacts:
+def build_artifacts(out: Path, *flags: str) -> Artifacts:
+    """The mock driver and the test programs; flags go to every gcc command (the old-glibc test
+    builds them with native/src/glibc_compat.h, as the library is)."""
     out.mkdir(parents=True, exist_ok=True)
-    libcuda = _mock_library(out, "libcuda.so.1", "mock_cuda.c", MOCK_SRC / "mock_timeline.c", "-pthread")
+    libcuda = _mock_library(out, "libcuda.so.1", "mock_cuda.c", MOCK_SRC / "mock_timeline.c", "-pthread",
+                            *flags)
     app = out / "cuda_app"
     _run(["gcc", "-O1", "-Wall", "-o", app, MOCK_SRC / "cuda_app.c", f"-L{out}", "-lcuda", "-ldl",
-          "-pthread"])
+          "-pthread", *flags])
     probe = out / "librtldnext.so"
-    _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", probe, MOCK_SRC / "rtld_next_probe.c", "-ldl"])
-    libnvml = _mock_library(out, "libnvidia-ml.so.1", "mock_nvml.c")
+    _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", probe, MOCK_SRC / "rtld_next_probe.c", "-ldl",
+          *flags])
+    libnvml = _mock_library(out, "libnvidia-ml.so.1", "mock_nvml.c", *flags)
     nvml_app = out / "nvml_app"
     _run(["gcc", "-O1", "-Wall", "-o", nvml_app, MOCK_SRC / "nvml_app.c", f"-L{out}", "-lcuda", "-lnvidia-ml",
-          "-ldl"])
+          "-ldl", *flags])
     return Artifacts(out, libcuda, app, probe, libnvml, nvml_app)
 
 

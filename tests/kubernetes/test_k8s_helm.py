@@ -26,8 +26,12 @@ def kv():
                                "schemas from PyPI) is not installed; pip install '.[test]'")
 
 
+# the one value without a default (no public image is published); a later --set wins
+IMAGE = ["--set", "image.repository=registry.example/xpushare"]
+
+
 def render(helm, *args: str, namespace: str = NS) -> list[dict]:
-    r = subprocess.run([helm, "template", "xpushare", str(CHART), "--namespace", namespace, *args],
+    r = subprocess.run([helm, "template", "xpushare", str(CHART), "--namespace", namespace, *IMAGE, *args],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return [d for d in yaml.safe_load_all(r.stdout) if d]
@@ -83,7 +87,7 @@ def validate_service_monitor(obj):
 def test_helm_lint(helm):
     for extra in ([], ["--set", "metrics.enabled=true", "--set", "namespace.create=true",
                        "--set", "devicePlugin.metrics.enabled=true"]):
-        r = subprocess.run([helm, "lint", "--strict", str(CHART), *extra], capture_output=True, text=True,
+        r = subprocess.run([helm, "lint", "--strict", str(CHART), *IMAGE, *extra], capture_output=True, text=True,
                            timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "0 chart(s) failed" in r.stdout
@@ -355,7 +359,7 @@ def test_install_notes_render(helm, tmp_path):
          "nvsharectl status", "ServiceMonitor CRD"),
     ]:
         r = subprocess.run([helm, "template", "xpushare", str(chart), "--namespace", NS,
-                            "--show-only", "templates/zz-notes.yaml", *extra],
+                            "--show-only", "templates/zz-notes.yaml", *IMAGE, *extra],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         notes = yaml.safe_load(r.stdout)["data"]["notes"]

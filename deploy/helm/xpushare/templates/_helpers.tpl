@@ -38,7 +38,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "xpushare.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag | toString) -}}
+{{- $repository := required "image.repository is required: the repository you pushed the XPUShare image to, e.g. --set image.repository=registry.example.com/xpushare/xpushare (no public image is published; docs/install.md says how to build and push it)" .Values.image.repository -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag | toString) -}}
 {{- end -}}
 
 {{/* Pod-level scheduling and runtime settings shared by both DaemonSets.
