@@ -8,7 +8,8 @@ import argparse
 from ... import __version__
 from ...envflags import env_default
 from ...wire.sizes import parse_size
-from ..plugin_cli import _positive_int, add_health_arguments, add_injection_arguments
+from ..plugin_cli import (_positive_int, add_debug_argument, add_gpu_uuids_argument, add_health_arguments,
+                          add_injection_arguments)
 from . import DRIVER_NAME
 from .inventory import CONSUMABLE, SLOTS
 
@@ -50,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "their limits enforced by libnvshare.so and nvshare-scheduler.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--dry-run", action="store_true",
-                   help="discover the GPUs with NVML, print the ResourceSlice that would be published "
-                        "(JSON) and exit; needs no cluster")
+                   help="discover the GPUs (NVML, or --gpu-uuids), print the ResourceSlice that would "
+                        "be published (JSON) and exit; needs no cluster")
     p.add_argument("--probe", action="store_true",
                    help="check that the plugin running on this node answers on its DRA socket and exit "
                         "0, or 1 saying why: the DaemonSet's liveness and readiness probe")
@@ -64,19 +65,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "for clusters without it (env NVSHARE_DRA_SHARING; default %(default)s)")
     p.add_argument("--slots", type=_positive_int, metavar="N", default=4,
                    help="devices per GPU with --sharing=slots (1 to 1000; default %(default)s)")
+    add_gpu_uuids_argument(p, "; each needs its memory from --gpu-memory")
     p.add_argument("--gpu-memory", type=_gpu_memory, action="append", default=[], metavar="[UUID=]SIZE",
                    help="count a GPU's memory as SIZE instead of the card's (e.g. 40GiB; repeatable)")
     p.add_argument("--oversubscribe", type=_number(0.1, 100), default=1.0, metavar="FACTOR",
                    help="publish FACTOR x the memory: claims on one GPU may add up to more than it "
                         "holds, swapped in turns by the scheduler (default %(default)s)")
     _add_paths(p)
-    add_health_arguments(p, "in the slice")
+    add_health_arguments(p, "leaves the slice")
     p.add_argument("--watch-interval", type=float, default=1.0,
                    help="seconds between socket checks and slice retries (default %(default)s)")
     p.add_argument("--resync-interval", type=float, default=30.0,
                    help="seconds between re-sending prepared claims' limits to the scheduler "
                         "(default %(default)s)")
-    p.add_argument("--debug", action="store_true", default=env_default(p, "NVSHARE_DEBUG", "0") not in ("0", ""))
+    add_debug_argument(p)
     return p
 
 
@@ -91,7 +93,9 @@ def _add_paths(p: argparse.ArgumentParser) -> None:
                    help="where prepared claims are recorded (default %(default)s)")
     p.add_argument("--scheduler-socket", default=None,
                    help="the scheduler socket the plugin tells claims' limits to (default: "
-                        "<host-socket-dir>/scheduler.sock)")
+                        "<host-socket-dir>/scheduler.sock, which takes them from a process outside "
+                        "any pod; in a pod of its own the plugin needs the scheduler's --claims-socket, "
+                        "as the chart sets it)")
     add_injection_arguments(p, "prepared claim's container")
     p.add_argument("--kubeconfig", default=env_default(p, "NVSHARE_KUBECONFIG"),
                    help="kubeconfig file (default: the in-cluster service account)")

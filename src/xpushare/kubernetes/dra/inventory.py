@@ -34,6 +34,7 @@ class GpuInfo:
     memory: int                  # bytes, as NVML reports the card's total
     compute_capability: str      # "9.0"
     minor: Optional[int] = None
+    declared: bool = False       # from --gpu-uuids: product, compute capability and card unknown
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,21 @@ def discover(nvml=None) -> List[GpuInfo]:
         raise RuntimeError(f"NVML: {e}") from e
 
 
+def declared(physical, memory: Optional[Dict[str, int]]) -> List[GpuInfo]:
+    """GPUs declared by --gpu-uuids (devices.PhysicalGPU), NVML not asked: each one's memory must
+    come from --gpu-memory (uuid or "*" -> bytes). ValueError names the first one without."""
+    memory = memory or {}
+    out = []
+    for g in physical:
+        size = memory.get(g.uuid, memory.get("*"))
+        if size is None:
+            raise ValueError(f"GPU {g.uuid} has no memory: with --gpu-uuids, give --gpu-memory SIZE "
+                             f"or --gpu-memory {g.uuid}=SIZE")
+        out.append(GpuInfo(uuid=g.uuid, index=g.index, product="", memory=size, compute_capability="",
+                           minor=g.minor, declared=True))
+    return out
+
+
 def device_specs(gpus: List[GpuInfo], how: Publishing) -> Dict[str, DeviceSpec]:
     """Every device this node can publish, by name (unhealthy GPUs included: slice_devices leaves
     them out, and a claim already on one is refused by name, not as unknown)."""
@@ -114,16 +130,15 @@ def _version(cc: str) -> str:
 def slice_device(spec: DeviceSpec) -> dict:
     """The device's entry in a resource.k8s.io/v1 ResourceSlice."""
     g = spec.gpu
+    attributes = {"uuid": {"string": g.uuid}, "index": {"int": g.index}}
+    if not g.declared:  # what only NVML knows
+        attributes.update(productName={"string": g.product},
+                          cudaComputeCapability={"version": _version(g.compute_capability)},
+                          memoryPhysical={"int": g.memory})
+    attributes["sharing"] = {"string": CONSUMABLE if spec.shared else SLOTS}
     entry = {
         "name": spec.name,
-        "attributes": {
-            "uuid": {"string": g.uuid},
-            "productName": {"string": g.product},
-            "index": {"int": g.index},
-            "cudaComputeCapability": {"version": _version(g.compute_capability)},
-            "memoryPhysical": {"int": g.memory},
-            "sharing": {"string": CONSUMABLE if spec.shared else SLOTS},
-        },
+        "attributes": attributes,
         "capacity": {"memory": {"value": str(spec.memory)}, "compute": {"value": str(COMPUTE_FULL)}},
     }
     if spec.shared:

@@ -29,7 +29,7 @@ from ..health import FileHealthSource, HealthBoard, HealthSource, NvmlHealthMoni
 from ..libinstall import clean_stale_temps, default_library_source, install_library
 from .cdi import SCHEDULER_SOCKET_NAME, Injection
 from .cli import build_parser
-from .inventory import GpuInfo, Publishing, device_specs, discover, resource_slice, slice_devices
+from .inventory import GpuInfo, Publishing, declared, device_specs, discover, resource_slice, slice_devices
 
 log = logging.getLogger("nvshare-dra-plugin")
 EXTRA_HINT = "python3 -m pip install 'xpushare[kubernetes]'"
@@ -147,8 +147,13 @@ class DraPlugin:
 
 def probe(args, timeout: float = 5.0) -> int:
     """--probe: a NodePrepareResources of no claims on the DRA socket (it changes nothing)."""
-    import grpc
-    from ..proto import dra_v1_pb2, dra_v1_pb2_grpc
+    try:
+        import grpc
+        from ..proto import dra_v1_pb2, dra_v1_pb2_grpc
+    except ImportError as e:
+        print(f"nvshare-dra-plugin: {e.name} is not installed; --probe needs the kubernetes extra: "
+              f"{EXTRA_HINT}", file=sys.stderr)
+        return 1
     path = os.path.join(args.kubelet_plugins_dir, args.driver_name, "dra.sock")
     try:
         with grpc.insecure_channel(f"unix:{path}") as ch:
@@ -207,16 +212,23 @@ def build(args, gpus: List[GpuInfo], publishing: Publishing, api=None):
 
 def main(argv: Optional[List[str]] = None, nvml=None, api=None) -> int:
     """`nvml` (a pynvml stand-in) and `api` (api.KubeApi's methods) are for tests."""
-    args = parse_args(build_parser(), argv)
+    parser = build_parser()
+    args = parse_args(parser, argv)
     if args.probe:
         return probe(args)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    try:
-        gpus = discover(nvml)
-    except RuntimeError as e:
-        log.error("no GPUs: %s", e)
-        return 1
+    if args.gpu_uuids:
+        try:
+            gpus = declared(args.gpu_uuids, dict(args.gpu_memory))
+        except ValueError as e:
+            parser.error(str(e))
+    else:
+        try:
+            gpus = discover(nvml)
+        except RuntimeError as e:
+            log.error("no GPUs: %s (pass --gpu-uuids with --gpu-memory where NVML is unreachable)", e)
+            return 1
     publishing = Publishing(args.sharing, args.slots, args.oversubscribe, dict(args.gpu_memory) or None)
     if args.dry_run:
         return dry_run(args, gpus, publishing)
