@@ -257,3 +257,21 @@ def test_the_command_without_nvml_says_so():
     if r.returncode == 0:
         pytest.skip("NVML works on this machine (a GPU machine): see tests/gpu/test_dra_plugin.py")
     assert r.returncode == 1 and "NVML" in r.stderr, r.stderr
+
+
+def test_dry_run_runs_without_a_gpu_on_declared_gpus():
+    """--gpu-uuids: no NVML asked; each GPU's memory is --gpu-memory's, and what only NVML knows
+    (product, compute capability, the card's memory) is left out rather than made up."""
+    run = [sys.executable, "-m", "xpushare.kubernetes.dra.main", "--dry-run", "--node-name", "n1",
+           "--gpu-uuids", f"{GPU_A},{GPU_B}"]
+    env = dict(os.environ, PYTHONPATH=PKG_PARENT, LD_LIBRARY_PATH="/nonexistent")
+    r = subprocess.run([*run, "--gpu-memory", "40GiB", "--gpu-memory", f"{GPU_B}=16GiB"],
+                       capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 0, r.stderr
+    devices = json.loads(r.stdout)["spec"]["devices"]
+    assert [(d["attributes"]["uuid"]["string"], d["capacity"]["memory"]["value"]) for d in devices] == [
+        (GPU_A, str(40 * GIB)), (GPU_B, str(16 * GIB))]
+    assert set(devices[0]["attributes"]) == {"uuid", "index", "sharing"}
+    r = subprocess.run([*run, "--gpu-memory", f"{GPU_B}=16GiB"], capture_output=True, text=True,
+                       timeout=30, env=env)
+    assert r.returncode == 2 and f"GPU {GPU_A} has no memory" in r.stderr, r.stderr
