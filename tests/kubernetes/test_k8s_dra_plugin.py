@@ -275,3 +275,20 @@ def test_dry_run_runs_without_a_gpu_on_declared_gpus():
     r = subprocess.run([*run, "--gpu-memory", f"{GPU_B}=16GiB"], capture_output=True, text=True,
                        timeout=30, env=env)
     assert r.returncode == 2 and f"GPU {GPU_A} has no memory" in r.stderr, r.stderr
+
+
+def test_claim_uids_that_would_leave_the_cdi_directory_are_refused(node, kubelet, api):
+    """The kubelet's UID names the spec file: one that is no UID is refused, and no file outside
+    the CDI directory is written or removed."""
+    n = node()
+    k = kubelet(n)
+    os.makedirs(os.path.join(n.cdi_dir, "gpu.nvshare.com-claim_x"))
+    victim = os.path.join(n.root, "victim.json")
+    open(victim, "w").close()
+    bad = claim(uid="x/../../victim", results=[result(memory="8Gi", compute="30")])
+    api.add_claim(bad)
+    entry = k.prepare(bad).claims["x/../../victim"]
+    assert "invalid claim UID" in entry.error and entry.devices == []
+    assert "invalid claim UID" in k.unprepare(bad).claims["x/../../victim"].error
+    assert os.path.exists(victim) and n.cdi_files() == ["gpu.nvshare.com-claim_x"]
+    assert n.driver.state.claims == {}

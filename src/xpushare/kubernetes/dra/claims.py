@@ -27,7 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ...wire import quota_ranges as ranges
-from ...wire.ctlschema import Invalid
+from ...wire.ctlschema import Invalid, PodName, Uid
 from .inventory import COMPUTE_FULL, DeviceSpec
 
 PARAMETERS_API = "gpu.nvshare.com/v1alpha1"
@@ -69,6 +69,27 @@ class ClaimPlan:
     @property
     def gpu_uuids(self) -> List[str]:
         return list(dict.fromkeys(g.gpu_uuid for g in self.grants))
+
+
+CLAIM_NAME = PodName(hint="NAMESPACE/NAME of a ResourceClaim (a DNS label, a DNS subdomain)")
+
+
+def check_uid(uid: str) -> None:
+    """A claim's UID as the kubelet sends it, held to what Kubernetes gives before it names a file
+    (cdi.py) or a record (state.py): ClaimError otherwise."""
+    try:
+        Uid().check("claim UID", uid)
+    except Invalid as e:
+        raise ClaimError(str(e)) from None
+
+
+def check_ref(namespace: str, name: str, uid: str) -> None:
+    """check_uid, and the namespace and name, before they name an API path."""
+    check_uid(uid)
+    try:
+        CLAIM_NAME.check("claim", f"{namespace}/{name}")
+    except Invalid as e:
+        raise ClaimError(str(e)) from None
 
 
 def quantity(value, what: str) -> Decimal:

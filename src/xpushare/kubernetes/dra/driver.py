@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional
 
 from . import cdi
 from .api import ApiError
-from .claims import ClaimError, ClaimPlan, plan
+from .claims import ClaimError, ClaimPlan, check_ref, check_uid, plan
 from .inventory import DeviceSpec, GpuInfo, Publishing, device_specs, resource_slice, slice_devices, slice_name
 from .state import PreparedClaims
 
@@ -140,6 +140,7 @@ class Driver:
 
     def prepare(self, namespace: str, uid: str, name: str) -> List[PreparedDevice]:
         """ClaimError (the claim cannot be prepared here), ApiError (try again) or the devices."""
+        check_ref(namespace, name, uid)
         with self.state.lock:
             done = self.state.get(uid)
             if done is not None:
@@ -164,6 +165,7 @@ class Driver:
         return self._devices(p)
 
     def unprepare(self, uid: str) -> None:
+        check_uid(uid)
         with self.state.lock:
             cdi.remove(self.cdi_dir, uid)
             known = self.state.drop(uid)

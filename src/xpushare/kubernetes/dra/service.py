@@ -78,6 +78,9 @@ def _dra_servicer(pb, pb_grpc, driver):
                 entry = resp.claims[claim.uid]
                 try:
                     driver.unprepare(claim.uid)
+                except ClaimError as e:
+                    log.error("unprepare %r refused: %s", claim.uid, e)
+                    entry.error = f"{driver.driver_name}: {e}"
                 except Exception as e:  # noqa: BLE001 - reported per claim; the kubelet retries
                     log.exception("unprepare %s failed", claim.uid)
                     entry.error = f"{driver.driver_name}: {e}"
