@@ -292,3 +292,24 @@ def test_claim_uids_that_would_leave_the_cdi_directory_are_refused(node, kubelet
     assert "invalid claim UID" in k.unprepare(bad).claims["x/../../victim"].error
     assert os.path.exists(victim) and n.cdi_files() == ["gpu.nvshare.com-claim_x"]
     assert n.driver.state.claims == {}
+
+
+def test_prepare_returns_the_allocations_share_id_to_v1_kubelets_and_keeps_it_across_a_restart(
+        short_dir, api, node, kubelet):
+    c = claim(results=[result(memory="8Gi", compute="30")])    # the allocator's shareID with it
+    share = c["status"]["allocation"]["devices"]["results"][0]["shareID"]
+    api.add_claim(c)
+    uid = c["metadata"]["uid"]
+    n = node()
+    (d,) = kubelet(n, prefer=("v1.DRAPlugin",)).prepare(c).claims[uid].devices
+    assert d.HasField("share_id") and d.share_id == share
+    (old,) = kubelet(n, prefer=("v1beta1.DRAPlugin",)).prepare(c).claims[uid].devices
+    assert old.device_name == "gpu-0"                          # v1beta1's Device has no share ID
+    n.stop()
+    again = node()                                             # from the state file
+    (d,) = kubelet(again, prefer=("v1.DRAPlugin",)).prepare(c).claims[uid].devices
+    assert d.share_id == share
+    slot = claim(uid="0b1e5a7c-0000-4000-8000-0000000000c1", results=[result("gpu-1")])
+    api.add_claim(slot)
+    (d,) = kubelet(again, prefer=("v1.DRAPlugin",)).prepare(slot).claims[slot["metadata"]["uid"]].devices
+    assert not d.HasField("share_id")                          # no shareID, none sent

@@ -44,6 +44,7 @@ class Grant:
     request: str
     device: str          # the device's name in this node's pool
     gpu_uuid: str
+    share_id: Optional[str] = None   # the allocation's shareID on a shared (consumable) device
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,18 @@ def _grant_limits(result: dict, spec: DeviceSpec, params: dict) -> Tuple[int, fl
     return memory, compute, share
 
 
+def _share_id(result: dict, ref: str) -> Optional[str]:
+    """The result's shareID (the allocator sets one per allocation of a shared device), checked:
+    it goes back to the kubelet."""
+    share = result.get("shareID")
+    if share is None:
+        return None
+    try:
+        return Uid().check(f"ResourceClaim {ref}: shareID", share)
+    except Invalid as e:
+        raise ClaimError(str(e)) from None
+
+
 def plan(claim: dict, driver: str, pool: str, specs: Dict[str, DeviceSpec],
          healthy: Callable[[str], bool]) -> ClaimPlan:
     """What preparing `claim` on this node gives, or ClaimError saying why it cannot."""
@@ -186,7 +199,7 @@ def plan(claim: dict, driver: str, pool: str, specs: Dict[str, DeviceSpec],
             raise ClaimError(f"ResourceClaim {ref}: GPU {spec.gpu.uuid} ({spec.name}) is unhealthy")
         request = r.get("request", "")
         memory, compute, share = _grant_limits(r, spec, params.get(request.split("/")[0], {}))
-        grants.append(Grant(request, spec.name, spec.gpu.uuid))
+        grants.append(Grant(request, spec.name, spec.gpu.uuid, _share_id(r, ref)))
         memories.append(memory)
         computes.append(compute)
         shares.append(share)

@@ -32,6 +32,7 @@ class PreparedDevice:
     pool: str
     device: str
     cdi_ids: tuple
+    share_id: Optional[str] = None
 
 
 class SchedulerLink:
@@ -134,7 +135,8 @@ class Driver:
         container of a one-request claim of several GPUs gets it once."""
         ids, seen, out = (cdi.device_id(p.uid),), set(), []
         for g in p.grants:
-            out.append(PreparedDevice(g.request, p.pool, g.device, () if g.request in seen else ids))
+            out.append(PreparedDevice(g.request, p.pool, g.device, () if g.request in seen else ids,
+                                      g.share_id))
             seen.add(g.request)
         return out
 

@@ -29,7 +29,8 @@ VERSION = 1
 
 def to_record(plan: ClaimPlan) -> dict:
     return {"namespace": plan.namespace, "name": plan.name, "pool": plan.pool, "pods": list(plan.pods),
-            "grants": [{"request": g.request, "device": g.device, "gpu": g.gpu_uuid} for g in plan.grants],
+            "grants": [{"request": g.request, "device": g.device, "gpu": g.gpu_uuid, "share_id": g.share_id}
+                       for g in plan.grants],
             "limits": plan.limits.as_dict()}
 
 
@@ -54,7 +55,8 @@ def from_record(uid: str, rec: dict) -> ClaimPlan:
     lim = rec.get("limits") or {}
     return ClaimPlan(uid=uid, namespace=_text(rec["namespace"]), name=_text(rec["name"]),
                      pool=_text(rec["pool"]),
-                     grants=tuple(Grant(_text(g["request"]), _text(g["device"]), _text(g["gpu"]))
+                     grants=tuple(Grant(_text(g["request"]), _text(g["device"]), _text(g["gpu"]),
+                                        None if g.get("share_id") is None else _text(g["share_id"]))
                                   for g in rec["grants"]),
                      limits=Limits(_number(lim.get("memory"), int), _number(lim.get("compute"), (int, float)),
                                    _number(lim.get("share"), (int, float))),
