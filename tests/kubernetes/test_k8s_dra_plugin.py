@@ -313,3 +313,26 @@ def test_prepare_returns_the_allocations_share_id_to_v1_kubelets_and_keeps_it_ac
     api.add_claim(slot)
     (d,) = kubelet(again, prefer=("v1.DRAPlugin",)).prepare(slot).claims[slot["metadata"]["uid"]].devices
     assert not d.HasField("share_id")                          # no shareID, none sent
+
+
+def test_dry_run_runs_against_the_mock_nvml(tmp_path):
+    """The console script's real discovery (pynvml) against tests/mock/mock_nvml.c: every call it
+    makes is there."""
+    import shutil
+    from .k8s_helpers import REPO
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc to build the mock NVML")
+    lib = tmp_path / "libnvidia-ml.so.1"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(lib),
+                    "-Wl,-soname,libnvidia-ml.so.1", str(REPO / "tests" / "mock" / "mock_nvml.c")], check=True)
+    r = subprocess.run([sys.executable, "-m", "xpushare.kubernetes.dra.main", "--dry-run", "--node-name", "n1"],
+                       capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, PYTHONPATH=PKG_PARENT, LD_LIBRARY_PATH=str(tmp_path),
+                                MOCK_NVML_DEVICES="2", MOCK_NVML_TOTAL_MEM="16G"))
+    assert r.returncode == 0, r.stderr
+    devices = json.loads(r.stdout)["spec"]["devices"]
+    assert [(d["name"], d["attributes"]["uuid"]["string"], d["attributes"]["productName"]["string"],
+             d["attributes"]["cudaComputeCapability"]["version"], d["capacity"]["memory"]["value"])
+            for d in devices] == [
+        ("gpu-0", "GPU-00000000-0000-0000-0000-000000000000", "Mock GPU 0", "9.0.0", str(16 * GIB)),
+        ("gpu-1", "GPU-00000000-0000-0000-0000-000000000001", "Mock GPU 1", "9.0.0", str(16 * GIB))]
