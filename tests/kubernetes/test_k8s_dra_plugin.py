@@ -336,3 +336,33 @@ def test_dry_run_runs_against_the_mock_nvml(tmp_path):
             for d in devices] == [
         ("gpu-0", "GPU-00000000-0000-0000-0000-000000000000", "Mock GPU 0", "9.0.0", str(16 * GIB)),
         ("gpu-1", "GPU-00000000-0000-0000-0000-000000000001", "Mock GPU 1", "9.0.0", str(16 * GIB))]
+
+
+@pytest.mark.parametrize("version, flags, published, warned", [
+    ("v1.34.2", (), ["gpu-0-slot-0", "gpu-0-slot-1", "gpu-1-slot-0", "gpu-1-slot-1"], "publishing slots"),
+    ("v1.34.2", ("--sharing", "consumable"), ["gpu-0", "gpu-1"], "as --sharing=consumable says"),
+    ("v1.35.0", (), ["gpu-0", "gpu-1"], None),
+])
+def test_on_kubernetes_1_34_a_node_of_several_gpus_publishes_slots_unless_told_otherwise(
+        node, api, caplog, version, flags, published, warned):
+    api.version = version
+    with caplog.at_level("WARNING", logger="nvshare-dra-plugin"):
+        node("--slots", "2", *flags)
+    poll(lambda: api.slice_devices() == published, 10, what=f"the slice: {published}")
+    lines = [r.getMessage() for r in caplog.records if "allocator" in r.getMessage()]
+    if warned is None:
+        assert lines == []
+    else:
+        (line,) = lines
+        assert "Kubernetes 1.34" in line and "2 GPUs" in line and warned in line
+
+
+def test_one_gpu_on_kubernetes_1_34_stays_consumable(short_dir, api):
+    from .dra_fakes import DraNode
+    api.version = "v1.34.0"
+    n = DraNode(short_dir, api, FakeNvml(FakeGpu(GPU_A))).start()
+    try:
+        poll(lambda: api.slice_devices() == ["gpu-0"], 10, what="the slice")
+        assert ("GET", "/version/") not in api.requests                # not asked: it decides nothing
+    finally:
+        n.stop()

@@ -11,7 +11,7 @@ from ...wire.sizes import parse_size
 from ..plugin_cli import (_positive_int, add_debug_argument, add_gpu_uuids_argument, add_health_arguments,
                           add_injection_arguments)
 from . import DRIVER_NAME
-from .inventory import CONSUMABLE, SLOTS
+from .inventory import AUTO, CONSUMABLE, SLOTS
 
 DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
@@ -59,10 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node-name", default=env_default(p, "NODE_NAME"),
                    help="this node's name (env NODE_NAME, from the downward API; --dry-run: the host name)")
     p.add_argument("--driver-name", default=DRIVER_NAME, help="default %(default)s")
-    p.add_argument("--sharing", choices=(CONSUMABLE, SLOTS), default=env_default(p, "NVSHARE_DRA_SHARING", CONSUMABLE),
+    p.add_argument("--sharing", choices=(AUTO, CONSUMABLE, SLOTS), default=env_default(p, "NVSHARE_DRA_SHARING", AUTO),
                    help="consumable: one device per GPU whose memory and compute claims share "
-                        "(Kubernetes 1.34+ with DRAConsumableCapacity); slots: --slots devices per GPU, "
-                        "for clusters without it (env NVSHARE_DRA_SHARING; default %(default)s)")
+                        "(Kubernetes 1.34+ with DRAConsumableCapacity; 1.35+ on nodes of several GPUs); "
+                        "slots: --slots devices per GPU, for clusters without it; auto: consumable, "
+                        "but slots (with a warning) where the API server is older than 1.35 and the "
+                        "node has several GPUs (env NVSHARE_DRA_SHARING; default %(default)s)")
     p.add_argument("--slots", type=_positive_int, metavar="N", default=4,
                    help="devices per GPU with --sharing=slots (1 to 1000; default %(default)s)")
     add_gpu_uuids_argument(p, "; each needs its memory from --gpu-memory")

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-CONSUMABLE, SLOTS = "consumable", "slots"
+CONSUMABLE, SLOTS, AUTO = "consumable", "slots", "auto"
+# Kubernetes 1.34's allocator checks a candidate device's consumable capacity against the first
+# device of its slice: on a node with several GPUs it refuses a claim that fits another GPU. Fixed
+# in 1.35; one slice per GPU is no way around it (a claim of two GPUs then panics the 1.34 allocator).
+CONSUMABLE_ON_SEVERAL_GPUS = (1, 35)
 COMPUTE_FULL = 100               # the compute capacity: percent of one GPU's time
 MEMORY_MIN = 1 << 20             # the smallest memory a claim may ask for (1 MiB)
 
@@ -89,6 +93,22 @@ def discover(nvml=None) -> List[GpuInfo]:
         return gpus
     except Exception as e:  # pynvml raises NVMLError subclasses
         raise RuntimeError(f"NVML: {e}") from e
+
+
+def sharing_for(requested: str, server: Optional[Tuple[int, int]], gpus: int) -> Tuple[str, Optional[str]]:
+    """The mode to publish for --sharing `requested` (auto: consumable, but slots where the API
+    server's allocator mis-checks consumable capacity: before 1.35 on a node of several GPUs), and
+    a warning to log (None: nothing to say). `server`: the API server's (major, minor), None when
+    unknown (taken as fixed)."""
+    if requested not in (AUTO, CONSUMABLE) or server is None or server >= CONSUMABLE_ON_SEVERAL_GPUS \
+            or gpus < 2:
+        return (CONSUMABLE if requested == AUTO else requested), None
+    why = (f"the API server is Kubernetes {server[0]}.{server[1]}, whose allocator checks consumable "
+           f"capacity against the first GPU of a node's slice, refusing claims that fit another of "
+           f"this node's {gpus} GPUs (fixed in 1.35)")
+    if requested == AUTO:
+        return SLOTS, why + "; publishing slots (--sharing=consumable publishes consumable capacity anyway)"
+    return CONSUMABLE, why + "; publishing consumable capacity, as --sharing=consumable says"
 
 
 def declared(physical, memory: Optional[Dict[str, int]]) -> List[GpuInfo]:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -29,7 +30,8 @@ from ..health import FileHealthSource, HealthBoard, HealthSource, NvmlHealthMoni
 from ..libinstall import clean_stale_temps, default_library_source, install_library
 from .cdi import SCHEDULER_SOCKET_NAME, Injection
 from .cli import build_parser
-from .inventory import GpuInfo, Publishing, declared, device_specs, discover, resource_slice, slice_devices
+from .inventory import (AUTO, CONSUMABLE, GpuInfo, Publishing, declared, device_specs, discover, resource_slice,
+                        sharing_for, slice_devices)
 
 log = logging.getLogger("nvshare-dra-plugin")
 EXTRA_HINT = "python3 -m pip install 'xpushare[kubernetes]'"
@@ -166,7 +168,9 @@ def probe(args, timeout: float = 5.0) -> int:
 
 
 def dry_run(args, gpus: List[GpuInfo], publishing: Publishing) -> int:
+    """No cluster: --sharing=auto is consumable (the API server's version is not known)."""
     node = args.node_name or socket.gethostname()
+    publishing = dataclasses.replace(publishing, mode=sharing_for(publishing.mode, None, len(gpus))[0])
     devices = slice_devices(device_specs(gpus, publishing), lambda uuid: True)
     print(json.dumps(resource_slice(args.driver_name, node, devices, 1), indent=2))
     return 0
@@ -194,15 +198,33 @@ def _health_sources(args, uuids: List[str]) -> List[HealthSource]:
     return sources
 
 
+def _sharing(publishing: Publishing, api, gpus: int) -> Publishing:
+    """--sharing resolved against the API server's version (inventory.sharing_for), asked only
+    where it decides something."""
+    server = None
+    if publishing.mode in (AUTO, CONSUMABLE) and gpus > 1 and hasattr(api, "server_version"):
+        try:
+            server = api.server_version()
+        except Exception as e:  # noqa: BLE001 - ApiError, an unreachable server: as if fixed
+            log.warning("cannot read the API server's version (%s): --sharing=%s publishes consumable "
+                        "capacity", e, publishing.mode)
+    mode, warning = sharing_for(publishing.mode, server, gpus)
+    if warning:
+        log.warning("%s", warning)
+    return dataclasses.replace(publishing, mode=mode)
+
+
 def build(args, gpus: List[GpuInfo], publishing: Publishing, api=None):
     """The Driver and the DraPlugin for parsed flags (main's steps, callable from tests)."""
     from .api import KubeApi
     from .driver import Driver, SchedulerLink
     from .state import PreparedClaims
+    api = api or KubeApi(args.kubeconfig)
+    publishing = _sharing(publishing, api, len(gpus))
     injection = Injection(args.host_lib_dir, args.container_lib_dir, args.host_socket_dir,
                           args.container_socket_dir, dict(args.container_env))
     scheduler = SchedulerLink(args.scheduler_socket or os.path.join(args.host_socket_dir, SCHEDULER_SOCKET_NAME))
-    driver = Driver(driver_name=args.driver_name, node=args.node_name, api=api or KubeApi(args.kubeconfig),
+    driver = Driver(driver_name=args.driver_name, node=args.node_name, api=api,
                     gpus=gpus, publishing=publishing, injection=injection, cdi_dir=args.cdi_dir,
                     state=PreparedClaims(args.state_dir), scheduler=scheduler)
     plugin = DraPlugin(driver, plugins_dir=args.kubelet_plugins_dir, registry_dir=args.kubelet_registry_dir,
