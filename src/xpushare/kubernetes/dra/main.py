@@ -269,7 +269,7 @@ def main(argv: Optional[List[str]] = None, nvml=None, api=None) -> int:
     _install_library(args)
     try:
         _, plugin = build(args, gpus, publishing, api)
-    except Exception as e:  # noqa: BLE001 - no in-cluster config, an unreadable state file
+    except Exception as e:  # noqa: BLE001 - e.g. no in-cluster config
         log.error("cannot start: %s", e)
         return 1
     signal.signal(signal.SIGTERM, plugin.request_stop)
