@@ -89,6 +89,7 @@ class FakeResourceApi:
         self.requests = []        # (method, path)
         self.fail_next = 0
         self.rv = 1
+        self.version = "v1.35.0"  # what GET /version says (the plugin reads it at start)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
@@ -122,6 +123,11 @@ class FakeResourceApi:
             if self.fail_next > 0:
                 self.fail_next -= 1
                 return 500, _status(500, "InternalError", "injected failure")
+            if path.rstrip("/") == "/version" and method == "GET":
+                major, minor = self.version.lstrip("v").split(".")[:2]
+                return 200, {"major": major, "minor": minor, "gitVersion": self.version, "gitCommit": "0" * 40,
+                             "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24",
+                             "compiler": "gc", "platform": "linux/amd64"}
             parts = path[len(PREFIX):].strip("/").split("/") if path.startswith(PREFIX) else []
             if len(parts) == 4 and parts[0] == "namespaces" and parts[2] == "resourceclaims" and method == "GET":
                 claim = self.claims.get((parts[1], parts[3]))

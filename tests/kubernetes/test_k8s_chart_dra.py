@@ -103,7 +103,7 @@ def _validate(kv, objs):  # noqa: F811
 
 
 def test_dra_mode_renders_the_dra_plugin_instead_of_the_device_plugin(helm, kv):  # noqa: F811
-    objs = render(helm, "--set", "dra.enabled=true", "--set", "dra.gpuMemory={40GiB}",
+    objs = render(helm, "--kube-version", "1.34.0", "--set", "dra.enabled=true", "--set", "dra.gpuMemory={40GiB}",
                   "--set", "dra.containerEnv.NVSHARE_DEBUG=1", "--set", "devicePlugin.metrics.enabled=true")
     assert sorted(o["kind"] for o in objs) == ["ClusterRole", "ClusterRole", "ClusterRoleBinding",
                                                "ClusterRoleBinding", "DaemonSet", "DaemonSet", "DeviceClass",
@@ -118,7 +118,8 @@ def test_dra_mode_renders_the_dra_plugin_instead_of_the_device_plugin(helm, kv):
 
 def test_the_dra_plugin_daemonset_and_its_rbac(helm):
     from xpushare.kubernetes.dra.cli import build_parser
-    objs = render(helm, "--set", "dra.enabled=true", "--set", "dra.sharing=slots", "--set", "dra.slots=8",
+    objs = render(helm, "--kube-version", "1.34.0", "--set", "dra.enabled=true", "--set", "dra.sharing=slots",
+                  "--set", "dra.slots=8",
                   "--set", "dra.oversubscribe=1.5")
     spec = daemonset(objs, "dra-plugin")["spec"]["template"]["spec"]
     (c,) = spec["containers"]
@@ -126,7 +127,8 @@ def test_the_dra_plugin_daemonset_and_its_rbac(helm):
     assert (args.sharing, args.slots, args.oversubscribe) == ("slots", 8, 1.5)
     mounts = {m["mountPath"] for m in c["volumeMounts"]}
     assert {"/var/lib/kubelet/plugins/gpu.nvshare.com", "/var/lib/kubelet/plugins_registry", "/var/run/cdi",
-            "/var/lib/nvshare/dra", "/var/lib/nvshare/lib", "/var/run/nvshare"} <= mounts
+            "/var/lib/nvshare/dra", "/var/lib/nvshare/lib", "/var/run/nvshare-dra"} <= mounts
+    assert "/var/run/nvshare" not in mounts      # the scheduler's claims socket is all it dials
     assert args.kubelet_registry_dir == "/var/lib/kubelet/plugins_registry"
     assert os.path.join(args.kubelet_plugins_dir, args.driver_name) in mounts
     env = {e["name"]: e for e in c["env"]}
@@ -163,3 +165,23 @@ def test_the_published_resource_slice_validates(kv, capsys, flags):  # noqa: F81
     nvml = FakeNvml(FakeGpu(GPU_A), FakeGpu(GPU_B, memory=40 * GIB))
     assert main(["--dry-run", "--node-name", "gpu-node-1", *flags], nvml=nvml) == 0
     _validate(kv, [yaml.safe_load(capsys.readouterr().out)])
+
+
+def test_the_dra_plugin_decides_its_sharing_by_default(helm):
+    """auto: consumable, but slots where the API server's allocator mis-checks consumable capacity
+    (1.34, several GPUs): the plugin knows the server's version, the chart does not."""
+    from xpushare.kubernetes.dra.cli import build_parser
+    objs = render(helm, "--kube-version", "1.34.0", "--set", "dra.enabled=true")
+    (c,) = daemonset(objs, "dra-plugin")["spec"]["template"]["spec"]["containers"]
+    assert build_parser().parse_args(c["args"]).sharing == "auto"
+
+
+@pytest.mark.parametrize("version", ["1.32.0", "1.33.5"])
+def test_the_dra_chart_refuses_clusters_older_than_1_34_with_a_clear_message(helm, version):
+    r = subprocess.run([helm, "template", "xpushare", str(CHART), "--namespace", NS, "--kube-version", version,
+                        "--set", "dra.enabled=true"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert f"dra.enabled=true needs Kubernetes 1.34 or newer (resource.k8s.io/v1); this cluster is v{version}" \
+        in r.stderr, r.stderr
+    assert "--kube-version" in r.stderr
+    assert render(helm, "--kube-version", version)          # the device plugin renders there

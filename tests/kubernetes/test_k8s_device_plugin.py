@@ -264,8 +264,8 @@ def test_sigterm_removes_socket_and_exits_zero(running):
 
 def test_bad_gpu_list_exits_with_message(start_plugin):
     plugin = start_plugin("--gpu-uuids", "not-a-uuid")
-    assert plugin.proc.wait(timeout=30) == 1
-    assert "not a GPU UUID" in plugin.output()
+    assert plugin.proc.wait(timeout=30) == 2            # a usage error, as any bad flag
+    assert "--gpu-uuids" in plugin.output() and "not a GPU UUID" in plugin.output()
 
 
 def test_env_configures_units(short_dir, kubelet):

@@ -139,3 +139,45 @@ def test_the_state_file_survives_a_restart_and_a_failed_write_changes_nothing(tm
         state.put(q)
     assert set(state.claims) == {p.uid}
     assert set(PreparedClaims(str(tmp_path)).claims) == {p.uid}
+
+
+def test_a_damaged_state_file_keeps_what_can_be_read_and_is_set_aside(tmp_path, caplog):
+    p = _plan(claim(results=[result(memory="8Gi", compute="30")]))
+    PreparedClaims(str(tmp_path)).put(p)
+    path = tmp_path / "prepared.json"
+    data = json.loads(path.read_text())
+    data["claims"]["../../escape"] = data["claims"][p.uid]                     # not a UID
+    data["claims"]["0b1e5a7c-0000-4000-8000-0000000000dd"] = {"namespace": 7}   # not a record
+    path.write_text(json.dumps(data))
+    with caplog.at_level("ERROR", logger="nvshare-dra-plugin"):
+        state = PreparedClaims(str(tmp_path))
+    assert state.claims == {p.uid: p}
+    (aside,) = [f for f in os.listdir(tmp_path) if f.startswith("prepared.json.damaged-")]
+    assert json.loads((tmp_path / aside).read_text()) == data                 # kept for a human
+    assert set(json.loads(path.read_text())["claims"]) == {p.uid}              # a good file again
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "damaged" in line and "'../../escape'" in line and "Kept 1 prepared claims" in line
+    assert aside in line
+
+
+@pytest.mark.parametrize("text", [b'{"version": 1, "claims": {"0b1e', b"\xff\xfe", b"[]", b""])
+def test_a_state_file_that_is_not_ours_at_all_is_set_aside_and_the_plugin_starts_empty(tmp_path, text):
+    (tmp_path / "prepared.json").write_bytes(text)
+    state = PreparedClaims(str(tmp_path))
+    assert state.claims == {}
+    assert [f for f in os.listdir(tmp_path) if f.startswith("prepared.json.damaged-")]
+    assert json.loads((tmp_path / "prepared.json").read_text())["claims"] == {}
+
+
+@pytest.mark.parametrize("uid", ["../../etc/x", "a/b", "", "x" * 65, "a\nb"])
+def test_a_spec_path_cannot_leave_the_cdi_directory(tmp_path, uid):
+    with pytest.raises(ValueError):
+        cdi.spec_path(str(tmp_path), uid)
+    with pytest.raises(claims.ClaimError, match="claim UID"):
+        claims.check_uid(uid)
+
+
+@pytest.mark.parametrize("namespace, name", [("..", "x"), ("ns", "a/b"), ("NS", "x"), ("ns", "")])
+def test_claim_names_are_held_to_what_kubernetes_allows(namespace, name):
+    with pytest.raises(claims.ClaimError, match="ResourceClaim"):
+        claims.check_ref(namespace, name, "0b1e5a7c-0000-4000-8000-000000000001")

@@ -257,3 +257,112 @@ def test_the_command_without_nvml_says_so():
     if r.returncode == 0:
         pytest.skip("NVML works on this machine (a GPU machine): see tests/gpu/test_dra_plugin.py")
     assert r.returncode == 1 and "NVML" in r.stderr, r.stderr
+
+
+def test_dry_run_runs_without_a_gpu_on_declared_gpus():
+    """--gpu-uuids: no NVML asked; each GPU's memory is --gpu-memory's, and what only NVML knows
+    (product, compute capability, the card's memory) is left out rather than made up."""
+    run = [sys.executable, "-m", "xpushare.kubernetes.dra.main", "--dry-run", "--node-name", "n1",
+           "--gpu-uuids", f"{GPU_A},{GPU_B}"]
+    env = dict(os.environ, PYTHONPATH=PKG_PARENT, LD_LIBRARY_PATH="/nonexistent")
+    r = subprocess.run([*run, "--gpu-memory", "40GiB", "--gpu-memory", f"{GPU_B}=16GiB"],
+                       capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 0, r.stderr
+    devices = json.loads(r.stdout)["spec"]["devices"]
+    assert [(d["attributes"]["uuid"]["string"], d["capacity"]["memory"]["value"]) for d in devices] == [
+        (GPU_A, str(40 * GIB)), (GPU_B, str(16 * GIB))]
+    assert set(devices[0]["attributes"]) == {"uuid", "index", "sharing"}
+    r = subprocess.run([*run, "--gpu-memory", f"{GPU_B}=16GiB"], capture_output=True, text=True,
+                       timeout=30, env=env)
+    assert r.returncode == 2 and f"GPU {GPU_A} has no memory" in r.stderr, r.stderr
+
+
+def test_claim_uids_that_would_leave_the_cdi_directory_are_refused(node, kubelet, api):
+    """The kubelet's UID names the spec file: one that is no UID is refused, and no file outside
+    the CDI directory is written or removed."""
+    n = node()
+    k = kubelet(n)
+    os.makedirs(os.path.join(n.cdi_dir, "gpu.nvshare.com-claim_x"))
+    victim = os.path.join(n.root, "victim.json")
+    open(victim, "w").close()
+    bad = claim(uid="x/../../victim", results=[result(memory="8Gi", compute="30")])
+    api.add_claim(bad)
+    entry = k.prepare(bad).claims["x/../../victim"]
+    assert "invalid claim UID" in entry.error and entry.devices == []
+    assert "invalid claim UID" in k.unprepare(bad).claims["x/../../victim"].error
+    assert os.path.exists(victim) and n.cdi_files() == ["gpu.nvshare.com-claim_x"]
+    assert n.driver.state.claims == {}
+
+
+def test_prepare_returns_the_allocations_share_id_to_v1_kubelets_and_keeps_it_across_a_restart(
+        short_dir, api, node, kubelet):
+    c = claim(results=[result(memory="8Gi", compute="30")])    # the allocator's shareID with it
+    share = c["status"]["allocation"]["devices"]["results"][0]["shareID"]
+    api.add_claim(c)
+    uid = c["metadata"]["uid"]
+    n = node()
+    (d,) = kubelet(n, prefer=("v1.DRAPlugin",)).prepare(c).claims[uid].devices
+    assert d.HasField("share_id") and d.share_id == share
+    (old,) = kubelet(n, prefer=("v1beta1.DRAPlugin",)).prepare(c).claims[uid].devices
+    assert old.device_name == "gpu-0"                          # v1beta1's Device has no share ID
+    n.stop()
+    again = node()                                             # from the state file
+    (d,) = kubelet(again, prefer=("v1.DRAPlugin",)).prepare(c).claims[uid].devices
+    assert d.share_id == share
+    slot = claim(uid="0b1e5a7c-0000-4000-8000-0000000000c1", results=[result("gpu-1")])
+    api.add_claim(slot)
+    (d,) = kubelet(again, prefer=("v1.DRAPlugin",)).prepare(slot).claims[slot["metadata"]["uid"]].devices
+    assert not d.HasField("share_id")                          # no shareID, none sent
+
+
+def test_dry_run_runs_against_the_mock_nvml(tmp_path):
+    """The console script's real discovery (pynvml) against tests/mock/mock_nvml.c: every call it
+    makes is there."""
+    import shutil
+    from .k8s_helpers import REPO
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc to build the mock NVML")
+    lib = tmp_path / "libnvidia-ml.so.1"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(lib),
+                    "-Wl,-soname,libnvidia-ml.so.1", str(REPO / "tests" / "mock" / "mock_nvml.c")], check=True)
+    r = subprocess.run([sys.executable, "-m", "xpushare.kubernetes.dra.main", "--dry-run", "--node-name", "n1"],
+                       capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, PYTHONPATH=PKG_PARENT, LD_LIBRARY_PATH=str(tmp_path),
+                                MOCK_NVML_DEVICES="2", MOCK_NVML_TOTAL_MEM="16G"))
+    assert r.returncode == 0, r.stderr
+    devices = json.loads(r.stdout)["spec"]["devices"]
+    assert [(d["name"], d["attributes"]["uuid"]["string"], d["attributes"]["productName"]["string"],
+             d["attributes"]["cudaComputeCapability"]["version"], d["capacity"]["memory"]["value"])
+            for d in devices] == [
+        ("gpu-0", "GPU-00000000-0000-0000-0000-000000000000", "Mock GPU 0", "9.0.0", str(16 * GIB)),
+        ("gpu-1", "GPU-00000000-0000-0000-0000-000000000001", "Mock GPU 1", "9.0.0", str(16 * GIB))]
+
+
+@pytest.mark.parametrize("version, flags, published, warned", [
+    ("v1.34.2", (), ["gpu-0-slot-0", "gpu-0-slot-1", "gpu-1-slot-0", "gpu-1-slot-1"], "publishing slots"),
+    ("v1.34.2", ("--sharing", "consumable"), ["gpu-0", "gpu-1"], "as --sharing=consumable says"),
+    ("v1.35.0", (), ["gpu-0", "gpu-1"], None),
+])
+def test_on_kubernetes_1_34_a_node_of_several_gpus_publishes_slots_unless_told_otherwise(
+        node, api, caplog, version, flags, published, warned):
+    api.version = version
+    with caplog.at_level("WARNING", logger="nvshare-dra-plugin"):
+        node("--slots", "2", *flags)
+    poll(lambda: api.slice_devices() == published, 10, what=f"the slice: {published}")
+    lines = [r.getMessage() for r in caplog.records if "allocator" in r.getMessage()]
+    if warned is None:
+        assert lines == []
+    else:
+        (line,) = lines
+        assert "Kubernetes 1.34" in line and "2 GPUs" in line and warned in line
+
+
+def test_one_gpu_on_kubernetes_1_34_stays_consumable(short_dir, api):
+    from .dra_fakes import DraNode
+    api.version = "v1.34.0"
+    n = DraNode(short_dir, api, FakeNvml(FakeGpu(GPU_A))).start()
+    try:
+        poll(lambda: api.slice_devices() == ["gpu-0"], 10, what="the slice")
+        assert ("GET", "/version/") not in api.requests                # not asked: it decides nothing
+    finally:
+        n.stop()

@@ -61,3 +61,38 @@ def test_version_with_the_extra():
 def test_other_import_errors_are_not_hidden():
     r = entry("xpushare.kubernetes.service", "--version")
     assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr and HINT not in r.stderr
+
+
+def test_the_dra_plugins_probe_without_the_extra_names_the_install_command():
+    r = subprocess.run([sys.executable, "-c", ENTRY.replace("xpushare.kubernetes.plugin",
+                                                            "xpushare.kubernetes.dra.main"),
+                        "grpc,google.protobuf", "--probe"],
+                       env=dict(os.environ, PYTHONPATH=PKG_PARENT + os.pathsep + os.environ.get("PYTHONPATH", "")),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and HINT in r.stderr and "--probe" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_bad_gpu_list_in_the_environment_is_a_usage_error_naming_the_variable():
+    env = dict(os.environ, NVSHARE_GPU_UUIDS="bad",
+               PYTHONPATH=PKG_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for module in ("xpushare.kubernetes.plugin", "xpushare.kubernetes.dra.main"):
+        r = subprocess.run([sys.executable, "-m", module, "--dry-run"] if "dra" in module
+                           else [sys.executable, "-m", module], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2, (module, r.stderr)
+        assert "NVSHARE_GPU_UUIDS='bad'" in r.stderr and "not a GPU UUID" in r.stderr, r.stderr
+
+
+def test_the_help_says_what_becomes_of_an_unhealthy_gpu_and_what_debug_does():
+    from xpushare.kubernetes.dra.cli import build_parser as dra_parser
+    from xpushare.kubernetes.plugin_cli import build_parser
+
+    def help_of(parser, flag):
+        (action,) = [a for a in parser._actions if flag in a.option_strings]
+        return action.help or ""
+
+    assert "listed Unhealthy" in help_of(build_parser(), "--nvml-health")
+    assert "leaves the slice" in help_of(dra_parser(), "--nvml-health")
+    for parser in (build_parser(), dra_parser()):
+        assert "debug" in help_of(parser, "--debug")

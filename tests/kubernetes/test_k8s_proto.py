@@ -165,6 +165,8 @@ DRA_MESSAGES = {
     "NodeUnprepareResourceResponse": {"error": (1, False)},
     "Claim": {"namespace": (1, False), "uid": (2, False), "name": (3, False)},
 }
+# dra/v1's Device has the allocation's share ID since Kubernetes 1.35 (`optional string share_id = 5`)
+DRA_V1_MESSAGES = dict(DRA_MESSAGES, Device=dict(DRA_MESSAGES["Device"], share_id=(5, False)))
 REGISTRATION_MESSAGES = {
     "PluginInfo": {"type": (1, False), "name": (2, False), "endpoint": (3, False),
                    "supported_versions": (4, True)},
@@ -174,7 +176,7 @@ REGISTRATION_MESSAGES = {
 
 
 @pytest.mark.parametrize("module,package,messages,service,methods", [
-    ("dra_v1", "k8s.io.kubelet.pkg.apis.dra.v1", DRA_MESSAGES, "DRAPlugin",
+    ("dra_v1", "k8s.io.kubelet.pkg.apis.dra.v1", DRA_V1_MESSAGES, "DRAPlugin",
      {"NodePrepareResources", "NodeUnprepareResources"}),
     ("dra_v1beta1", "k8s.io.kubelet.pkg.apis.dra.v1beta1", DRA_MESSAGES, "DRAPlugin",
      {"NodePrepareResources", "NodeUnprepareResources"}),
@@ -198,3 +200,9 @@ def test_dra_and_registration_wire_names(module, package, messages, service, met
     assert f"from . import {module}_pb2 as" in text and "from xpushare" not in text
     for m in methods:
         assert f"'/{package}.{service}/{m}'" in text
+
+
+def test_the_v1_share_id_is_optional_as_the_kubelets():
+    from xpushare.kubernetes.proto import dra_v1_pb2
+    field = dra_v1_pb2.Device.DESCRIPTOR.fields_by_name["share_id"]
+    assert field.has_presence and not dra_v1_pb2.Device().HasField("share_id")

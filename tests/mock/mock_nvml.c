@@ -5,8 +5,11 @@
  *
  * The NVML types come from mock_nvml_types.h, declared by hand independently of the library's.
  *
- * Devices are the node's physical GPUs (NVML ignores CUDA_VISIBLE_DEVICES); device i has the UUID
- * the mock driver gives physical device i (GPU-00000000-0000-0000-0000-0000000000ii).
+ * Devices are the node's physical GPUs (NVML ignores CUDA_VISIBLE_DEVICES); device i has the UUID,
+ * the name ("Mock GPU i"), the compute capability (9.0) and the minor number (i) the mock driver
+ * gives physical device i (UUID GPU-00000000-0000-0000-0000-0000000000ii). With the discovery
+ * calls pynvml makes (nvmlInitWithFlags, name, compute capability), nvshare-dra-plugin --dry-run
+ * runs against it.
  *
  * Environment:
  *   MOCK_NVML_DEVICES    number of devices (default: MOCK_CUDA_DEVICES, else 1)
@@ -77,6 +80,12 @@ nvmlReturn_t nvmlInit_v2(void)
 
 nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
 
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    return nvmlInit_v2();
+}
+
 nvmlReturn_t nvmlShutdown(void)
 {
     if (!g_inited) return NVML_ERROR_UNINITIALIZED;
@@ -133,5 +142,34 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
     memory->reserved = g_reserved;
     memory->used = g_used;
     memory->free = g_total - g_used;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    if (!g_inited) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(device) || !name) return NVML_ERROR_INVALID_ARGUMENT;
+    char buf[64];
+    int n = snprintf(buf, sizeof buf, "Mock GPU %d", device->index);
+    if ((unsigned)n + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(name, buf, (size_t)n + 1);
+    return NVML_SUCCESS;
+}
+
+/* 9.0, as the mock driver's COMPUTE_CAPABILITY_MAJOR/MINOR attributes */
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    if (!g_inited) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(device) || !major || !minor) return NVML_ERROR_INVALID_ARGUMENT;
+    *major = 9;
+    *minor = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor)
+{
+    if (!g_inited) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(device) || !minor) return NVML_ERROR_INVALID_ARGUMENT;
+    *minor = (unsigned)device->index;
     return NVML_SUCCESS;
 }

@@ -66,3 +66,35 @@ def test_admission_of_a_connection_not_node_privileged_counts_against_the_caps()
     state.conn_room = 0  # the reserve: only the node's privileged get in
     assert state.admission(0, privileged=True) is None
     assert "open-file limit" in state.admission(0, privileged=False)
+
+
+def test_the_claims_socket_lets_the_dra_plugins_pod_set_claims_and_nothing_else():
+    """nvshare-dra-plugin runs in a pod of its own: through --claims-socket (a directory only its
+    pod mounts) it may set and clear claims, unlimited by the per-uid request budget; through the
+    scheduler's socket, which every GPU pod mounts, it is a tenant like any other."""
+    import json
+    from pathlib import Path
+
+    from xpushare.scheduler.control import ops
+    from xpushare.scheduler.node.state import Config, SchedulerState
+    from xpushare.wire.protocol import FrameDecoder
+
+    state = SchedulerState(Config(socket_path=Path("/nonexistent/s.sock")),
+                           pods=SimpleNamespace(own=lambda: SimpleNamespace(uid="sched-pod")))
+
+    def ask(claims_socket, op, **fields):
+        conn = SimpleNamespace(uid=0, gid=0, pid=4242, pod=SimpleNamespace(uid="dra-pod"), admin=None,
+                               claims_socket=claims_socket, id=7, privileged=claims_socket)
+        decoder = FrameDecoder()
+        decoder.feed(ops.handle(state, conn, {"op": op, **fields}))
+        (frame,) = decoder.frames()
+        return json.loads(frame.payload)
+
+    claim = {"claim": "c0ffee00-0000-4000-8000-000000000001", "pod_uid": "u-1", "memory_limit": 8 << 30}
+    refused = ask(False, "set_claim", **claim)
+    assert not refused["ok"] and "permission denied" in refused["error"]
+    assert ask(True, "set_claim", **claim) == {"ok": True, "clients": 0}
+    assert state.quotas.claims["u-1"]
+    assert not ask(True, "set_tq", seconds=5)["ok"]
+    assert all(ask(True, "set_claim", **claim)["ok"] for _ in range(3 * access.REQUESTS_BURST))
+    assert ask(True, "clear_claim", claim=claim["claim"]) == {"ok": True, "pods": 1}

@@ -262,7 +262,7 @@ def probe(socket_path: str, timeout: float = 5.0) -> int:
 
 def _discover(args) -> List[dev.PhysicalGPU]:
     if args.gpu_uuids:
-        return dev.parse_gpu_list(args.gpu_uuids)
+        return args.gpu_uuids  # parsed by the flag's type (plugin_cli.gpu_list)
     return dev.discover_nvml()
 
 

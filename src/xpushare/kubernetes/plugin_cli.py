@@ -28,6 +28,23 @@ def _positive_int(text: str) -> int:
     return n
 
 
+def gpu_list(text: str):
+    """--gpu-uuids (devices.parse_gpu_list): a bad list is a usage error, naming the variable when
+    it came from NVSHARE_GPU_UUIDS (envflags)."""
+    from .devices import parse_gpu_list
+    try:
+        return parse_gpu_list(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_gpu_uuids_argument(p: argparse.ArgumentParser, extra: str = "") -> None:
+    p.add_argument("--gpu-uuids", type=gpu_list, default=env_default(p, "NVSHARE_GPU_UUIDS"),
+                   metavar="UUID[:numa=N][:minor=M][,UUID...]",
+                   help="declare the GPUs instead of asking NVML, in index order "
+                        f"(env NVSHARE_GPU_UUIDS){extra}")
+
+
 def _xid_list(text: str):
     try:
         return frozenset(int(x) for x in text.split(",") if x.strip())
@@ -54,9 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--virtual-devices", type=_positive_int,
                    default=env_default(p, "NVSHARE_VIRTUAL_DEVICES", str(DEFAULT_VIRTUAL_DEVICES)),
                    help="units advertised per physical GPU (env NVSHARE_VIRTUAL_DEVICES; default 10)")
-    p.add_argument("--gpu-uuids", default=env_default(p, "NVSHARE_GPU_UUIDS"),
-                   help="declare the GPUs instead of asking NVML: UUID[:numa=N][:minor=M][,UUID...] "
-                        "(env NVSHARE_GPU_UUIDS)")
+    add_gpu_uuids_argument(p)
     p.add_argument("--device-plugin-dir", default=env_default(p, "NVSHARE_DEVICE_PLUGIN_DIR", DEFAULT_DEVICE_PLUGIN_DIR),
                    help="the kubelet's device-plugin directory (default %(default)s)")
     p.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help="socket file name (default %(default)s)")
@@ -65,12 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pass-device-specs", action="store_true",
                    help="also list /dev/nvidia* device nodes in Allocate (for runtimes without the "
                         "NVIDIA container toolkit hook)")
-    add_health_arguments(p, "advertised")
+    add_health_arguments(p, "is listed Unhealthy to the kubelet (its units are not allocated)")
     p.add_argument("--watch-interval", type=float, default=1.0,
                    help="seconds between socket checks (default %(default)s)")
     metrics_flags.add_arguments(p, "NVSHARE_PLUGIN_METRICS_PORT", "the plugin's Prometheus metrics")
-    p.add_argument("--debug", action="store_true", default=env_default(p, "NVSHARE_DEBUG", "0") not in ("0", ""))
+    add_debug_argument(p)
     return p
+
+
+def add_debug_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true", default=env_default(p, "NVSHARE_DEBUG", "0") not in ("0", ""),
+                   help="log at debug level (env NVSHARE_DEBUG: any value but 0)")
 
 
 def add_injection_arguments(p: argparse.ArgumentParser, receiver: str) -> None:
@@ -93,9 +113,10 @@ def add_injection_arguments(p: argparse.ArgumentParser, receiver: str) -> None:
 
 
 def add_health_arguments(p: argparse.ArgumentParser, where: str) -> None:
-    """GPU health (health.py), the same for both plugins: an unhealthy GPU is no longer `where`."""
+    """GPU health (health.py), the same for both plugins: `where` says what becomes of an unhealthy
+    GPU ("is listed Unhealthy", "leaves the slice")."""
     p.add_argument("--nvml-health", choices=("auto", "on", "off"), default=env_default(p, "NVSHARE_NVML_HEALTH", "auto"),
-                   help=f"watch NVML XID events and lost GPUs; an unhealthy GPU is not {where} "
+                   help=f"watch NVML XID events and lost GPUs; an unhealthy GPU {where} "
                         "(auto: when NVML initialises)")
     p.add_argument("--ignored-xids", type=_xid_list, default=DEFAULT_IGNORED_XIDS,
                    help="XIDs that do not make a GPU unhealthy (default 13,31,43,45,68,109)")

@@ -8,6 +8,7 @@ import grp
 import logging
 import os
 import sys
+from pathlib import Path
 
 from .. import __version__, metrics_flags
 from ..envflags import parse_args
@@ -126,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     metrics_flags.add_arguments(p, "NVSHARE_METRICS_PORT", "Prometheus metrics")
     p.add_argument("--admin-group", type=_group, metavar="GROUP",
                    help="members of this group (name or gid) may change settings too")
+    p.add_argument("--claims-socket", type=Path, metavar="PATH",
+                   help="a second socket, for nvshare-dra-plugin in its own pod: whoever connects "
+                        "to it may set and clear DRA claims' limits. Put it in a directory that "
+                        "only the plugin's pod mounts, never the one GPU pods get (the chart does)")
     p.add_argument("--max-connections-per-uid", type=_count, default=MAX_CONNECTIONS_PER_UID,
                    metavar="N",
                    help="open connections one user may have; more are refused with an error. "
@@ -207,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
 
     config = Config(socket_path=socket_override(args.socket) or default_socket_path(),
                     tq=args.tq, mode=Mode(args.mode), reserve=args.reserve,
-                    admin_gid=args.admin_group, max_conns_per_uid=args.max_connections_per_uid,
+                    admin_gid=args.admin_group, claims_socket_path=args.claims_socket,
+                    max_conns_per_uid=args.max_connections_per_uid,
                     hello_timeout=args.hello_timeout, frame_timeout=args.frame_timeout,
                     metrics_port=args.metrics_port, metrics_address=args.metrics_address,
                     nvml=not args.no_nvml, client_log_limit=args.client_log_limit,

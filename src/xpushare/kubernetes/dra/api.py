@@ -6,9 +6,16 @@ the same methods, or point KubeApi at a fake server with a kubeconfig."""
 from __future__ import annotations
 
 import json
-from typing import List, Optional
+import re
+from typing import List, Optional, Tuple
 
 GROUP, VERSION = "resource.k8s.io", "v1"
+
+
+def parse_version(git_version: str) -> Optional[Tuple[int, int]]:
+    """"v1.34.2-eks-1234" -> (1, 34)."""
+    m = re.match(r"v?(\d+)\.(\d+)", git_version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 class ApiError(Exception):
@@ -29,6 +36,7 @@ class KubeApi:
             config.load_incluster_config(client_configuration=cfg)
             api_client = client.ApiClient(cfg)
         self._objects = client.CustomObjectsApi(api_client)
+        self._version = client.VersionApi(api_client)
         self._timeout = timeout
 
     def _call(self, what: str, fn, *args, **kw):
@@ -44,6 +52,11 @@ class KubeApi:
             raise ApiError(f"{what}: {e.status} {reason}", e.status) from None
         except Exception as e:  # noqa: BLE001 - connection refused, timeouts (urllib3)
             raise ApiError(f"{what}: {e}") from None
+
+    def server_version(self) -> Optional[Tuple[int, int]]:
+        """The API server's Kubernetes (major, minor), from its /version; None when it does not say."""
+        info = self._call("get the API server's version", self._version.get_code)
+        return parse_version(getattr(info, "git_version", "") or "")
 
     def get_claim(self, namespace: str, name: str) -> dict:
         return self._call(f"get ResourceClaim {namespace}/{name}",

@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List
 
+from ...wire.ctlschema import Uid
 from ..libinstall import LIBRARY_NAME
 from .claims import ClaimPlan
 
@@ -45,7 +46,12 @@ def device_id(claim_uid: str) -> str:
 
 
 def spec_path(cdi_dir: str, claim_uid: str) -> str:
-    return os.path.join(cdi_dir, f"gpu.nvshare.com-claim_{claim_uid}.json")
+    """The claim's spec file, always directly in `cdi_dir`: ValueError for a UID that is not one
+    (claims.check_ref refuses it earlier, with the kubelet's words)."""
+    name = f"gpu.nvshare.com-claim_{claim_uid}.json"
+    if Uid.TEXT.fullmatch(claim_uid or "") is None or os.path.basename(name) != name:
+        raise ValueError(f"not a claim UID: {claim_uid!r}")
+    return os.path.join(cdi_dir, name)
 
 
 def environment(plan: ClaimPlan, how: Injection) -> Dict[str, str]:

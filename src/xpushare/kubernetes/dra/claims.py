@@ -27,7 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ...wire import quota_ranges as ranges
-from ...wire.ctlschema import Invalid
+from ...wire.ctlschema import Invalid, PodName, Uid
 from .inventory import COMPUTE_FULL, DeviceSpec
 
 PARAMETERS_API = "gpu.nvshare.com/v1alpha1"
@@ -44,6 +44,7 @@ class Grant:
     request: str
     device: str          # the device's name in this node's pool
     gpu_uuid: str
+    share_id: Optional[str] = None   # the allocation's shareID on a shared (consumable) device
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,27 @@ class ClaimPlan:
     @property
     def gpu_uuids(self) -> List[str]:
         return list(dict.fromkeys(g.gpu_uuid for g in self.grants))
+
+
+CLAIM_NAME = PodName(hint="NAMESPACE/NAME of a ResourceClaim (a DNS label, a DNS subdomain)")
+
+
+def check_uid(uid: str) -> None:
+    """A claim's UID as the kubelet sends it, held to what Kubernetes gives before it names a file
+    (cdi.py) or a record (state.py): ClaimError otherwise."""
+    try:
+        Uid().check("claim UID", uid)
+    except Invalid as e:
+        raise ClaimError(str(e)) from None
+
+
+def check_ref(namespace: str, name: str, uid: str) -> None:
+    """check_uid, and the namespace and name, before they name an API path."""
+    check_uid(uid)
+    try:
+        CLAIM_NAME.check("claim", f"{namespace}/{name}")
+    except Invalid as e:
+        raise ClaimError(str(e)) from None
 
 
 def quantity(value, what: str) -> Decimal:
@@ -138,6 +160,18 @@ def _grant_limits(result: dict, spec: DeviceSpec, params: dict) -> Tuple[int, fl
     return memory, compute, share
 
 
+def _share_id(result: dict, ref: str) -> Optional[str]:
+    """The result's shareID (the allocator sets one per allocation of a shared device), checked:
+    it goes back to the kubelet."""
+    share = result.get("shareID")
+    if share is None:
+        return None
+    try:
+        return Uid().check(f"ResourceClaim {ref}: shareID", share)
+    except Invalid as e:
+        raise ClaimError(str(e)) from None
+
+
 def plan(claim: dict, driver: str, pool: str, specs: Dict[str, DeviceSpec],
          healthy: Callable[[str], bool]) -> ClaimPlan:
     """What preparing `claim` on this node gives, or ClaimError saying why it cannot."""
@@ -165,7 +199,7 @@ def plan(claim: dict, driver: str, pool: str, specs: Dict[str, DeviceSpec],
             raise ClaimError(f"ResourceClaim {ref}: GPU {spec.gpu.uuid} ({spec.name}) is unhealthy")
         request = r.get("request", "")
         memory, compute, share = _grant_limits(r, spec, params.get(request.split("/")[0], {}))
-        grants.append(Grant(request, spec.name, spec.gpu.uuid))
+        grants.append(Grant(request, spec.name, spec.gpu.uuid, _share_id(r, ref)))
         memories.append(memory)
         computes.append(compute)
         shares.append(share)

@@ -8,9 +8,10 @@ import argparse
 from ... import __version__
 from ...envflags import env_default
 from ...wire.sizes import parse_size
-from ..plugin_cli import _positive_int, add_health_arguments, add_injection_arguments
+from ..plugin_cli import (_positive_int, add_debug_argument, add_gpu_uuids_argument, add_health_arguments,
+                          add_injection_arguments)
 from . import DRIVER_NAME
-from .inventory import CONSUMABLE, SLOTS
+from .inventory import AUTO, CONSUMABLE, SLOTS
 
 DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
@@ -50,33 +51,36 @@ def build_parser() -> argparse.ArgumentParser:
                     "their limits enforced by libnvshare.so and nvshare-scheduler.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--dry-run", action="store_true",
-                   help="discover the GPUs with NVML, print the ResourceSlice that would be published "
-                        "(JSON) and exit; needs no cluster")
+                   help="discover the GPUs (NVML, or --gpu-uuids), print the ResourceSlice that would "
+                        "be published (JSON) and exit; needs no cluster")
     p.add_argument("--probe", action="store_true",
                    help="check that the plugin running on this node answers on its DRA socket and exit "
                         "0, or 1 saying why: the DaemonSet's liveness and readiness probe")
     p.add_argument("--node-name", default=env_default(p, "NODE_NAME"),
                    help="this node's name (env NODE_NAME, from the downward API; --dry-run: the host name)")
     p.add_argument("--driver-name", default=DRIVER_NAME, help="default %(default)s")
-    p.add_argument("--sharing", choices=(CONSUMABLE, SLOTS), default=env_default(p, "NVSHARE_DRA_SHARING", CONSUMABLE),
+    p.add_argument("--sharing", choices=(AUTO, CONSUMABLE, SLOTS), default=env_default(p, "NVSHARE_DRA_SHARING", AUTO),
                    help="consumable: one device per GPU whose memory and compute claims share "
-                        "(Kubernetes 1.34+ with DRAConsumableCapacity); slots: --slots devices per GPU, "
-                        "for clusters without it (env NVSHARE_DRA_SHARING; default %(default)s)")
+                        "(Kubernetes 1.34+ with DRAConsumableCapacity; 1.35+ on nodes of several GPUs); "
+                        "slots: --slots devices per GPU, for clusters without it; auto: consumable, "
+                        "but slots (with a warning) where the API server is older than 1.35 and the "
+                        "node has several GPUs (env NVSHARE_DRA_SHARING; default %(default)s)")
     p.add_argument("--slots", type=_positive_int, metavar="N", default=4,
                    help="devices per GPU with --sharing=slots (1 to 1000; default %(default)s)")
+    add_gpu_uuids_argument(p, "; each needs its memory from --gpu-memory")
     p.add_argument("--gpu-memory", type=_gpu_memory, action="append", default=[], metavar="[UUID=]SIZE",
                    help="count a GPU's memory as SIZE instead of the card's (e.g. 40GiB; repeatable)")
     p.add_argument("--oversubscribe", type=_number(0.1, 100), default=1.0, metavar="FACTOR",
                    help="publish FACTOR x the memory: claims on one GPU may add up to more than it "
                         "holds, swapped in turns by the scheduler (default %(default)s)")
     _add_paths(p)
-    add_health_arguments(p, "in the slice")
+    add_health_arguments(p, "leaves the slice")
     p.add_argument("--watch-interval", type=float, default=1.0,
                    help="seconds between socket checks and slice retries (default %(default)s)")
     p.add_argument("--resync-interval", type=float, default=30.0,
                    help="seconds between re-sending prepared claims' limits to the scheduler "
                         "(default %(default)s)")
-    p.add_argument("--debug", action="store_true", default=env_default(p, "NVSHARE_DEBUG", "0") not in ("0", ""))
+    add_debug_argument(p)
     return p
 
 
@@ -91,7 +95,9 @@ def _add_paths(p: argparse.ArgumentParser) -> None:
                    help="where prepared claims are recorded (default %(default)s)")
     p.add_argument("--scheduler-socket", default=None,
                    help="the scheduler socket the plugin tells claims' limits to (default: "
-                        "<host-socket-dir>/scheduler.sock)")
+                        "<host-socket-dir>/scheduler.sock, which takes them from a process outside "
+                        "any pod; in a pod of its own the plugin needs the scheduler's --claims-socket, "
+                        "as the chart sets it)")
     add_injection_arguments(p, "prepared claim's container")
     p.add_argument("--kubeconfig", default=env_default(p, "NVSHARE_KUBECONFIG"),
                    help="kubeconfig file (default: the in-cluster service account)")

@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional
 
 from . import cdi
 from .api import ApiError
-from .claims import ClaimError, ClaimPlan, plan
+from .claims import ClaimError, ClaimPlan, check_ref, check_uid, plan
 from .inventory import DeviceSpec, GpuInfo, Publishing, device_specs, resource_slice, slice_devices, slice_name
 from .state import PreparedClaims
 
@@ -32,6 +32,7 @@ class PreparedDevice:
     pool: str
     device: str
     cdi_ids: tuple
+    share_id: Optional[str] = None
 
 
 class SchedulerLink:
@@ -134,12 +135,14 @@ class Driver:
         container of a one-request claim of several GPUs gets it once."""
         ids, seen, out = (cdi.device_id(p.uid),), set(), []
         for g in p.grants:
-            out.append(PreparedDevice(g.request, p.pool, g.device, () if g.request in seen else ids))
+            out.append(PreparedDevice(g.request, p.pool, g.device, () if g.request in seen else ids,
+                                      g.share_id))
             seen.add(g.request)
         return out
 
     def prepare(self, namespace: str, uid: str, name: str) -> List[PreparedDevice]:
         """ClaimError (the claim cannot be prepared here), ApiError (try again) or the devices."""
+        check_ref(namespace, name, uid)
         with self.state.lock:
             done = self.state.get(uid)
             if done is not None:
@@ -164,6 +167,7 @@ class Driver:
         return self._devices(p)
 
     def unprepare(self, uid: str) -> None:
+        check_uid(uid)
         with self.state.lock:
             cdi.remove(self.cdi_dir, uid)
             known = self.state.drop(uid)

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-CONSUMABLE, SLOTS = "consumable", "slots"
+CONSUMABLE, SLOTS, AUTO = "consumable", "slots", "auto"
+# Kubernetes 1.34's allocator checks a candidate device's consumable capacity against the first
+# device of its slice: on a node with several GPUs it refuses a claim that fits another GPU. Fixed
+# in 1.35; one slice per GPU is no way around it (a claim of two GPUs then panics the 1.34 allocator).
+CONSUMABLE_ON_SEVERAL_GPUS = (1, 35)
 COMPUTE_FULL = 100               # the compute capacity: percent of one GPU's time
 MEMORY_MIN = 1 << 20             # the smallest memory a claim may ask for (1 MiB)
 
@@ -34,6 +38,7 @@ class GpuInfo:
     memory: int                  # bytes, as NVML reports the card's total
     compute_capability: str      # "9.0"
     minor: Optional[int] = None
+    declared: bool = False       # from --gpu-uuids: product, compute capability and card unknown
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,37 @@ def discover(nvml=None) -> List[GpuInfo]:
         raise RuntimeError(f"NVML: {e}") from e
 
 
+def sharing_for(requested: str, server: Optional[Tuple[int, int]], gpus: int) -> Tuple[str, Optional[str]]:
+    """The mode to publish for --sharing `requested` (auto: consumable, but slots where the API
+    server's allocator mis-checks consumable capacity: before 1.35 on a node of several GPUs), and
+    a warning to log (None: nothing to say). `server`: the API server's (major, minor), None when
+    unknown (taken as fixed)."""
+    if requested not in (AUTO, CONSUMABLE) or server is None or server >= CONSUMABLE_ON_SEVERAL_GPUS \
+            or gpus < 2:
+        return (CONSUMABLE if requested == AUTO else requested), None
+    why = (f"the API server is Kubernetes {server[0]}.{server[1]}, whose allocator checks consumable "
+           f"capacity against the first GPU of a node's slice, refusing claims that fit another of "
+           f"this node's {gpus} GPUs (fixed in 1.35)")
+    if requested == AUTO:
+        return SLOTS, why + "; publishing slots (--sharing=consumable publishes consumable capacity anyway)"
+    return CONSUMABLE, why + "; publishing consumable capacity, as --sharing=consumable says"
+
+
+def declared(physical, memory: Optional[Dict[str, int]]) -> List[GpuInfo]:
+    """GPUs declared by --gpu-uuids (devices.PhysicalGPU), NVML not asked: each one's memory must
+    come from --gpu-memory (uuid or "*" -> bytes). ValueError names the first one without."""
+    memory = memory or {}
+    out = []
+    for g in physical:
+        size = memory.get(g.uuid, memory.get("*"))
+        if size is None:
+            raise ValueError(f"GPU {g.uuid} has no memory: with --gpu-uuids, give --gpu-memory SIZE "
+                             f"or --gpu-memory {g.uuid}=SIZE")
+        out.append(GpuInfo(uuid=g.uuid, index=g.index, product="", memory=size, compute_capability="",
+                           minor=g.minor, declared=True))
+    return out
+
+
 def device_specs(gpus: List[GpuInfo], how: Publishing) -> Dict[str, DeviceSpec]:
     """Every device this node can publish, by name (unhealthy GPUs included: slice_devices leaves
     them out, and a claim already on one is refused by name, not as unknown)."""
@@ -114,16 +150,15 @@ def _version(cc: str) -> str:
 def slice_device(spec: DeviceSpec) -> dict:
     """The device's entry in a resource.k8s.io/v1 ResourceSlice."""
     g = spec.gpu
+    attributes = {"uuid": {"string": g.uuid}, "index": {"int": g.index}}
+    if not g.declared:  # what only NVML knows
+        attributes.update(productName={"string": g.product},
+                          cudaComputeCapability={"version": _version(g.compute_capability)},
+                          memoryPhysical={"int": g.memory})
+    attributes["sharing"] = {"string": CONSUMABLE if spec.shared else SLOTS}
     entry = {
         "name": spec.name,
-        "attributes": {
-            "uuid": {"string": g.uuid},
-            "productName": {"string": g.product},
-            "index": {"int": g.index},
-            "cudaComputeCapability": {"version": _version(g.compute_capability)},
-            "memoryPhysical": {"int": g.memory},
-            "sharing": {"string": CONSUMABLE if spec.shared else SLOTS},
-        },
+        "attributes": attributes,
         "capacity": {"memory": {"value": str(spec.memory)}, "compute": {"value": str(COMPUTE_FULL)}},
     }
     if spec.shared:

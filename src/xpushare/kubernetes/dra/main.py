@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -29,7 +30,8 @@ from ..health import FileHealthSource, HealthBoard, HealthSource, NvmlHealthMoni
 from ..libinstall import clean_stale_temps, default_library_source, install_library
 from .cdi import SCHEDULER_SOCKET_NAME, Injection
 from .cli import build_parser
-from .inventory import GpuInfo, Publishing, device_specs, discover, resource_slice, slice_devices
+from .inventory import (AUTO, CONSUMABLE, GpuInfo, Publishing, declared, device_specs, discover, resource_slice,
+                        sharing_for, slice_devices)
 
 log = logging.getLogger("nvshare-dra-plugin")
 EXTRA_HINT = "python3 -m pip install 'xpushare[kubernetes]'"
@@ -147,8 +149,13 @@ class DraPlugin:
 
 def probe(args, timeout: float = 5.0) -> int:
     """--probe: a NodePrepareResources of no claims on the DRA socket (it changes nothing)."""
-    import grpc
-    from ..proto import dra_v1_pb2, dra_v1_pb2_grpc
+    try:
+        import grpc
+        from ..proto import dra_v1_pb2, dra_v1_pb2_grpc
+    except ImportError as e:
+        print(f"nvshare-dra-plugin: {e.name} is not installed; --probe needs the kubernetes extra: "
+              f"{EXTRA_HINT}", file=sys.stderr)
+        return 1
     path = os.path.join(args.kubelet_plugins_dir, args.driver_name, "dra.sock")
     try:
         with grpc.insecure_channel(f"unix:{path}") as ch:
@@ -161,7 +168,9 @@ def probe(args, timeout: float = 5.0) -> int:
 
 
 def dry_run(args, gpus: List[GpuInfo], publishing: Publishing) -> int:
+    """No cluster: --sharing=auto is consumable (the API server's version is not known)."""
     node = args.node_name or socket.gethostname()
+    publishing = dataclasses.replace(publishing, mode=sharing_for(publishing.mode, None, len(gpus))[0])
     devices = slice_devices(device_specs(gpus, publishing), lambda uuid: True)
     print(json.dumps(resource_slice(args.driver_name, node, devices, 1), indent=2))
     return 0
@@ -189,15 +198,33 @@ def _health_sources(args, uuids: List[str]) -> List[HealthSource]:
     return sources
 
 
+def _sharing(publishing: Publishing, api, gpus: int) -> Publishing:
+    """--sharing resolved against the API server's version (inventory.sharing_for), asked only
+    where it decides something."""
+    server = None
+    if publishing.mode in (AUTO, CONSUMABLE) and gpus > 1 and hasattr(api, "server_version"):
+        try:
+            server = api.server_version()
+        except Exception as e:  # noqa: BLE001 - ApiError, an unreachable server: as if fixed
+            log.warning("cannot read the API server's version (%s): --sharing=%s publishes consumable "
+                        "capacity", e, publishing.mode)
+    mode, warning = sharing_for(publishing.mode, server, gpus)
+    if warning:
+        log.warning("%s", warning)
+    return dataclasses.replace(publishing, mode=mode)
+
+
 def build(args, gpus: List[GpuInfo], publishing: Publishing, api=None):
     """The Driver and the DraPlugin for parsed flags (main's steps, callable from tests)."""
     from .api import KubeApi
     from .driver import Driver, SchedulerLink
     from .state import PreparedClaims
+    api = api or KubeApi(args.kubeconfig)
+    publishing = _sharing(publishing, api, len(gpus))
     injection = Injection(args.host_lib_dir, args.container_lib_dir, args.host_socket_dir,
                           args.container_socket_dir, dict(args.container_env))
     scheduler = SchedulerLink(args.scheduler_socket or os.path.join(args.host_socket_dir, SCHEDULER_SOCKET_NAME))
-    driver = Driver(driver_name=args.driver_name, node=args.node_name, api=api or KubeApi(args.kubeconfig),
+    driver = Driver(driver_name=args.driver_name, node=args.node_name, api=api,
                     gpus=gpus, publishing=publishing, injection=injection, cdi_dir=args.cdi_dir,
                     state=PreparedClaims(args.state_dir), scheduler=scheduler)
     plugin = DraPlugin(driver, plugins_dir=args.kubelet_plugins_dir, registry_dir=args.kubelet_registry_dir,
@@ -207,16 +234,23 @@ def build(args, gpus: List[GpuInfo], publishing: Publishing, api=None):
 
 def main(argv: Optional[List[str]] = None, nvml=None, api=None) -> int:
     """`nvml` (a pynvml stand-in) and `api` (api.KubeApi's methods) are for tests."""
-    args = parse_args(build_parser(), argv)
+    parser = build_parser()
+    args = parse_args(parser, argv)
     if args.probe:
         return probe(args)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    try:
-        gpus = discover(nvml)
-    except RuntimeError as e:
-        log.error("no GPUs: %s", e)
-        return 1
+    if args.gpu_uuids:
+        try:
+            gpus = declared(args.gpu_uuids, dict(args.gpu_memory))
+        except ValueError as e:
+            parser.error(str(e))
+    else:
+        try:
+            gpus = discover(nvml)
+        except RuntimeError as e:
+            log.error("no GPUs: %s (pass --gpu-uuids with --gpu-memory where NVML is unreachable)", e)
+            return 1
     publishing = Publishing(args.sharing, args.slots, args.oversubscribe, dict(args.gpu_memory) or None)
     if args.dry_run:
         return dry_run(args, gpus, publishing)
@@ -235,7 +269,7 @@ def main(argv: Optional[List[str]] = None, nvml=None, api=None) -> int:
     _install_library(args)
     try:
         _, plugin = build(args, gpus, publishing, api)
-    except Exception as e:  # noqa: BLE001 - no in-cluster config, an unreadable state file
+    except Exception as e:  # noqa: BLE001 - e.g. no in-cluster config
         log.error("cannot start: %s", e)
         return 1
     signal.signal(signal.SIGTERM, plugin.request_stop)

@@ -51,6 +51,9 @@ class RegistrationService(reg_grpc.RegistrationServicer):
 
 
 def _dra_servicer(pb, pb_grpc, driver):
+    # v1's Device carries the allocation's share ID (kubelets from 1.35 read it); v1beta1's has none
+    has_share_id = "share_id" in pb.Device.DESCRIPTOR.fields_by_name
+
     class DRAPluginService(pb_grpc.DRAPluginServicer):
         def NodePrepareResources(self, request, context):
             resp = pb.NodePrepareResourcesResponse()
@@ -62,8 +65,9 @@ def _dra_servicer(pb, pb_grpc, driver):
                 entry = resp.claims[claim.uid]
                 try:
                     for d in driver.prepare(claim.namespace, claim.uid, claim.name):
+                        share = {"share_id": d.share_id} if d.share_id and has_share_id else {}
                         entry.devices.add(request_names=[d.request], pool_name=d.pool, device_name=d.device,
-                                          cdi_device_ids=list(d.cdi_ids))
+                                          cdi_device_ids=list(d.cdi_ids), **share)
                 except (ClaimError, ApiError) as e:
                     log.error("prepare %s refused: %s", ref, e)
                     entry.error = f"{driver.driver_name}: {e}"
@@ -78,6 +82,9 @@ def _dra_servicer(pb, pb_grpc, driver):
                 entry = resp.claims[claim.uid]
                 try:
                     driver.unprepare(claim.uid)
+                except ClaimError as e:
+                    log.error("unprepare %r refused: %s", claim.uid, e)
+                    entry.error = f"{driver.driver_name}: {e}"
                 except Exception as e:  # noqa: BLE001 - reported per claim; the kubelet retries
                     log.exception("unprepare %s failed", claim.uid)
                     entry.error = f"{driver.driver_name}: {e}"

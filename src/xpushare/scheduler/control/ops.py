@@ -18,7 +18,7 @@ from ...wire.protocol import (
 )
 from . import placement, statusreply
 from ..node import suspend
-from ..node.access import is_admin, viewer
+from ..node.access import is_admin, may_run, viewer
 from ...wire.ctlschema import (
     Choice, Field, GpuSelector, Int, Invalid, PodName, Schema, Uid, show, unsigned_max, validate,
 )
@@ -45,6 +45,7 @@ class Op:
     # A reply too costly to build at once (status): the steps of statusreply, given what the
     # requester may see; start() returns them instead of a frame.
     steps: Callable | None = None
+    claims: bool = False  # a DRA claim's limits: also open to --claims-socket (access.may_run)
 
 
 def handle(state: SchedulerState, conn: Conn, msg: dict) -> bytes:
@@ -64,10 +65,10 @@ def start(state: SchedulerState, conn: Conn, msg: dict) -> bytes | statusreply.S
         if op is None:
             raise CtlError(f"unknown op {show(name)}")
         admin = is_admin(state, conn)
-        if op.admin and not admin:
+        if op.admin and not may_run(state, conn, op.claims):
             raise CtlError(f"permission denied: uid {conn.uid} may not change scheduler settings "
                            "(root, the scheduler's own uid or --admin-group members only)")
-        wait = 0.0 if admin else state.requests.take(conn.uid)
+        wait = 0.0 if admin or conn.claims_socket else state.requests.take(conn.uid)
         if wait:
             raise CtlError(f"too many control requests from uid {conn.uid} (at most "
                            f"{state.requests.rate:g} a second, {state.requests.burst} at once); "
@@ -264,11 +265,12 @@ OPS: dict[str, Op] = {
     "set_priority": Op(op_set_priority, admin=True, schema=Schema((
         Field("priority", PRIORITY, required=True), Field("pid", PID),
         Field("client_id", CLIENT_ID)), one_of=("pid", "client_id"))),
-    "set_claim": Op(op_set_claim, admin=True, schema=Schema((
+    "set_claim": Op(op_set_claim, admin=True, claims=True, schema=Schema((
         Field("claim", Uid(), required=True), Field("pod_uid", Uid(), required=True),
         Field("compute_limit", COMPUTE_LIMIT), Field("compute_share", COMPUTE_SHARE),
         Field("memory_limit", MEMORY_LIMIT)))),
-    "clear_claim": Op(op_clear_claim, admin=True, schema=Schema((Field("claim", Uid(), required=True),))),
+    "clear_claim": Op(op_clear_claim, admin=True, claims=True,
+                      schema=Schema((Field("claim", Uid(), required=True),))),
     "set_compute_limit": Op(_set_quota("compute_limit", lambda pct: pct / 100.0), admin=True,
                             schema=Schema((Field("value", COMPUTE_LIMIT, required=True), *TARGET),
                                           one_of=("pid", "client_id", "pod"))),

@@ -6,6 +6,10 @@ a process in a pod other than the scheduler's own: root in a container is not th
 device plugin mounts the socket into every GPU pod, and pods run as root unless told otherwise).
 An admin may change settings (control/ops.py), sees every client in full, and its own processes may
 raise themselves above the default priority and share (may_raise_itself).
+The one exception is nvshare-dra-plugin, which runs in a pod of its own: it may set and clear DRA
+claims' limits (set_claim, clear_claim) when it connects through --claims-socket, a second socket
+in a directory that only its pod mounts (the chart's layout; GPU pods get the scheduler's socket
+directory, never that one). The socket it came through is the kernel's fact, not the client's word.
 The same pod rule decides who is exempt from the per-uid caps and the log-line budget
 (node_privileged): root or the scheduler's uid, on the node.
 
@@ -84,6 +88,12 @@ def may_raise_itself(state: SchedulerState, conn: Conn) -> bool:
     default (policy/declared.py): an admin's own process (the cluster raises a pod by its
     annotations or its DRA claim)."""
     return is_admin(state, conn)
+
+
+def may_run(state: SchedulerState, conn: Conn, claims_op: bool) -> bool:
+    """Whether `conn` may run an op that changes settings; claims_op: set_claim or clear_claim,
+    which a connection through --claims-socket may run too."""
+    return (claims_op and conn.claims_socket) or is_admin(state, conn)
 
 
 def viewer(state: SchedulerState, conn: Conn) -> Viewer:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 @dataclass
 class Config:
     socket_path: Path
+    claims_socket_path: Path | None = None                # --claims-socket (access.py)
     tq: float | None = None                               # None = the dynamic quantum
     mode: Mode = Mode.AUTO
     reserve: int | None = None                            # --reserve; None = the policy's default

@@ -50,9 +50,10 @@ class Conn:
     (write, close, abort, is_closing, get_write_buffer_size)."""
 
     def __init__(self, cid: int, transport: asyncio.Transport, pid: int, uid: int, gid: int,
-                 pod=None, client_log=None, privileged: bool = False):
+                 pod=None, client_log=None, privileged: bool = False, claims_socket: bool = False):
         self.id, self.transport, self.pid, self.uid, self.gid = cid, transport, pid, uid, gid
         self.privileged = privileged              # exempt from the per-uid caps (access.py)
+        self.claims_socket = claims_socket        # came through --claims-socket (access.may_run)
         self.hello: Hello | None = None
         self.announced = False                    # its line with HELLO's fields was logged
         self.priority = 0                         # HELLO's, until set_priority changes it
@@ -125,8 +126,9 @@ class Connection(asyncio.Protocol):
     FRAME_TIMEOUT from the start of a partial frame, re-armed as frames complete and cancelled at a
     frame boundary (where an idle client waits for as long as it likes)."""
 
-    def __init__(self, state: SchedulerState):
+    def __init__(self, state: SchedulerState, claims_socket: bool = False):
         self.state = state
+        self.claims_socket = claims_socket        # accepted on --claims-socket
         self.conn: Conn | None = None             # None: refused at admission
         self.decoder = FrameDecoder()
         self.deadline = limits.Deadline(self._timed_out)
@@ -137,7 +139,8 @@ class Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         pid, uid, gid = peer.credentials(sock)
         pod = state.pods(pid)
-        privileged = access.node_privileged(state, uid, pod)
+        # nvshare-dra-plugin (the claims socket) must get through whatever GPU pods open as root
+        privileged = self.claims_socket or access.node_privileged(state, uid, pod)
         refused = state.admission(uid, privileged)
         if refused is not None:
             state.warnings.warning(("refused", uid), "refusing a connection of pid=%d uid=%d: %s",
@@ -146,7 +149,8 @@ class Connection(asyncio.Protocol):
             transport.close()
             return
         self.conn = Conn(state.next_id(), transport, pid, uid, gid, pod=pod,
-                         client_log=state.client_log, privileged=privileged)
+                         client_log=state.client_log, privileged=privileged,
+                         claims_socket=self.claims_socket)
         self.conn.resume = self._resume
         state.connected(self.conn)
         self.deadline.arm(state.config.hello_timeout, "sent no HELLO or control request")

@@ -49,6 +49,8 @@ class Server:
         self._watch_pods = watch_pods
         self._server: asyncio.AbstractServer | None = None
         self._socket_ino: int | None = None
+        self._claims_server: asyncio.AbstractServer | None = None  # --claims-socket
+        self._claims_ino: int | None = None
         self.metrics = None  # httpd.MetricsServer when --metrics-port is given
         self.pod_watch = None  # what watch_pods started (it has stop()), when it did
         self._idle_suspender: asyncio.Task | None = None  # --suspend-idle's timer
@@ -79,6 +81,7 @@ class Server:
                                                      path=str(path))
         os.chmod(path, 0o666)  # anyone may be scheduled; settings are checked per request
         self._socket_ino = path.stat().st_ino
+        await self._start_claims_socket(loop)
         # What is open now (stdio, the loop, the socket, NVML) stays open; connections get the rest
         # but the reserve (limits.py).
         self.state.fd_limit = fd_limit
@@ -96,6 +99,20 @@ class Server:
                  __version__, path, registry.default_mode.value,
                  "dynamic" if registry.default_tq is None else f"{registry.default_tq:g}s",
                  len(registry.gpus))
+
+    async def _start_claims_socket(self, loop: asyncio.AbstractEventLoop) -> None:
+        """--claims-socket: nvshare-dra-plugin's way in (access.py). Owner-only: the directory it
+        is in, mounted into the plugin's pod alone, is what keeps GPU pods out."""
+        if self.config.claims_socket_path is None:
+            return
+        path = Path(self.config.claims_socket_path)
+        ensure_socket_dir(path)
+        _remove_stale_socket(path)
+        self._claims_server = await loop.create_unix_server(
+            lambda: Connection(self.state, claims_socket=True), path=str(path))
+        os.chmod(path, 0o600)
+        self._claims_ino = path.stat().st_ino
+        log.info("DRA claims' limits accepted on %s", path)
 
     async def _start_metrics(self) -> None:
         config = self.config
@@ -141,12 +158,15 @@ class Server:
         if self._server is None:
             return
         self._server.close()  # closes the listening socket now
+        if self._claims_server is not None:
+            self._claims_server.close()
         for conn in list(self.state.conns):
             conn.close()
-        path = Path(self.config.socket_path)
-        with contextlib.suppress(OSError):
-            if path.stat().st_ino == self._socket_ino:  # never remove a successor's socket
-                path.unlink()
+        for path, ino in ((self.config.socket_path, self._socket_ino),
+                          (self.config.claims_socket_path, self._claims_ino)):
+            with contextlib.suppress(OSError, TypeError):
+                if Path(path).stat().st_ino == ino:  # never remove a successor's socket
+                    Path(path).unlink()
 
 
 def _remove_stale_socket(path: Path) -> None:
