@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from .k8s_helpers import REPO
-from .test_k8s_helm import CHART, NS, by_kind, daemonset, kv, render  # noqa: F401  (kv: a fixture)
+from .test_k8s_helm import CHART, IMAGE, NS, by_kind, daemonset, kv, render  # noqa: F401  (kv: a fixture)
 
 pytestmark = pytest.mark.timeout(240)
 DRA_SCHEMA_VERSIONS = ["1.34.0", "latest"]   # resource.k8s.io/v1 is GA from 1.34
@@ -179,7 +179,7 @@ def test_the_dra_plugin_decides_its_sharing_by_default(helm):
 @pytest.mark.parametrize("version", ["1.32.0", "1.33.5"])
 def test_the_dra_chart_refuses_clusters_older_than_1_34_with_a_clear_message(helm, version):
     r = subprocess.run([helm, "template", "xpushare", str(CHART), "--namespace", NS, "--kube-version", version,
-                        "--set", "dra.enabled=true"], capture_output=True, text=True, timeout=60)
+                        "--set", "dra.enabled=true", *IMAGE], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert f"dra.enabled=true needs Kubernetes 1.34 or newer (resource.k8s.io/v1); this cluster is v{version}" \
         in r.stderr, r.stderr

@@ -192,7 +192,8 @@ def test_scheduler_daemonset(helm):
     assert spec["hostPID"] is True
     (c,) = spec["containers"]
     assert c["command"] == ["nvshare-scheduler"]
-    assert c["args"] == ["--socket=/var/run/nvshare/scheduler.sock", "--tq=7", "--mode=off", "--gpu-memory=16GiB"]
+    assert c["args"] == ["--socket=/var/run/nvshare/scheduler.sock", "--tq=7", "--mode=off", "--gpu-memory=16GiB",
+                         "--no-suspend"]
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["NVSHARE_SOCK_PATH"] == "/var/run/nvshare/scheduler.sock"  # nvsharectl via kubectl exec
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"

@@ -93,6 +93,9 @@ def _add_suspend_arguments(p: argparse.ArgumentParser) -> None:
                         "on the GPU, its context included) once it has been idle on all its GPUs "
                         "this long; it resumes at its next GPU call. 0: only `nvsharectl suspend` "
                         "(default: 0)")
+    p.add_argument("--no-suspend", action="store_true",
+                   help="never suspend clients (the scheduler may lack what a checkpoint controller "
+                        "needs: the clients' user or CAP_SYS_PTRACE, their PID namespace)")
     p.add_argument("--cuda-library", metavar="PATH",
                    default=os.environ.get("NVSHARE_CUDA_LIBRARY") or "libcuda.so.1",
                    help="the CUDA driver the checkpoint worker loads to suspend and resume clients "
@@ -217,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                     hello_timeout=args.hello_timeout, frame_timeout=args.frame_timeout,
                     metrics_port=args.metrics_port, metrics_address=args.metrics_address,
                     nvml=not args.no_nvml, client_log_limit=args.client_log_limit,
-                    suspend_idle=args.suspend_idle, cuda_library=args.cuda_library)
+                    suspend_idle=0.0 if args.no_suspend else args.suspend_idle,
+                    cuda_library=args.cuda_library, suspend=not args.no_suspend)
     for sel, size in args.gpu_memory:
         if sel is None:
             config.gpu_memory = size

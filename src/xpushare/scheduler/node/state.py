@@ -44,6 +44,7 @@ class Config:
     client_log_limit: tuple[int, float] = (clientlog.LINES, clientlog.INTERVAL)  # --client-log-limit
     suspend_idle: float = 0.0                             # --suspend-idle SECONDS; 0 = never by itself
     cuda_library: str = "libcuda.so.1"                    # --cuda-library: the checkpoint worker's driver
+    suspend: bool = True                                  # not --no-suspend
 
 
 class SchedulerState:
@@ -62,7 +63,7 @@ class SchedulerState:
         self.quotas = Quotas(self)                        # limits and shares (quotas.py)
         self.requests = RequestBudget()                   # control requests per non-admin uid
         self.slicer = Slicer()                            # status replies, a slice at a time
-        self.suspender = Suspender(config.cuda_library)   # the checkpoint worker (suspend.py)
+        self.suspender = Suspender(config.cuda_library, config.suspend)  # the checkpoint worker
         self._ids = itertools.count(1)
         for info in gpus:
             self.registry.add(info.uuid, info.index, info.name, info.memory_total)

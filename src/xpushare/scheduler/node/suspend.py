@@ -69,13 +69,17 @@ class SuspendRecord:
 class Suspender:
     """The checkpoint worker: started at the first suspension, one request at a time."""
 
-    def __init__(self, driver: str):
+    def __init__(self, driver: str, enabled: bool = True):
         self.driver = driver
-        self.why_not: str | None = None  # the worker could not start: why suspension is off
+        # why suspension is off: --no-suspend, or the worker could not start
+        self.why_not: str | None = None if enabled else "suspension is off (--no-suspend)"
+        self.enabled = enabled
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
 
     async def _worker(self) -> asyncio.subprocess.Process | None:
+        if not self.enabled:
+            return None
         if self._proc is not None and self._proc.returncode is None:
             return self._proc
         self._proc = await asyncio.create_subprocess_exec(
