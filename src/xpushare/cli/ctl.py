@@ -4,7 +4,8 @@ nvshare-compatible flags: -T/--set-tq N, -S/--anti-thrash on|off; plus --mode au
 -T auto (the dynamic quantum), --gpu SEL (one GPU), --set-gpu-memory SIZE, --set-priority N with
 --pid PID or --client ID, the quotas --set-compute-limit PCT|none, --set-compute-share N and
 --set-memory-limit SIZE|none with --pid PID, --client ID or --pod NAMESPACE/NAME, `status [--json]`,
-`top` (a live view; --once, --json) and `ping` (a cheap liveness check). Exit codes: 0 ok,
+`top` (a live view; --once, --json), `ping` (a cheap liveness check) and `shutdown` (an admin's:
+the scheduler exits as on SIGTERM). Exit codes: 0 ok,
 1 no scheduler / permission denied / failed, 2 bad usage or a bad value (a setting the scheduler
 refuses other than for permission, e.g. an unknown --gpu or --pid), 141 when stdout is a closed pipe.
 """
@@ -17,6 +18,7 @@ import os
 import sys
 
 from .. import __version__
+from ..usage import Parser
 from .client import SchedulerUnavailable, connect_ctl
 from ..wire.protocol import PRIORITY_LIMIT, ProtocolError
 from ..wire.ctlschema import Invalid
@@ -98,8 +100,8 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nvsharectl",
+    p = Parser(
+        prog="nvsharectl", short_usage="nvsharectl [options] [status|top|ping|shutdown] ...",
         description="Control and inspect nvshare-scheduler.",
         epilog="examples: nvsharectl status | nvsharectl ping | nvsharectl -T 10 | "
                "nvsharectl -T auto | nvsharectl top | nvsharectl --mode serial --gpu 0 | "
@@ -149,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "$COLUMNS, else 200); columns that do not fit are left out")
     ctl_top.add_parser(sub, _positive_int)
     sub.add_parser("ping", help="exit 0 if the scheduler answers, 1 otherwise (a cheap health check)")
+    sub.add_parser("shutdown", help="stop the scheduler as SIGTERM does (admins only); its clients "
+                                    "run ungated until a scheduler answers again")
     return p
 
 
@@ -236,6 +240,24 @@ def _changed(op: str, fields: dict, reply: dict) -> str:
     return f"{what} of {who}: {value}{clients}"
 
 
+def _print_reply(op: str, fields: dict, reply: dict, args, path) -> None:
+    """What nvsharectl prints of a request the scheduler carried out."""
+    if op in SETTINGS_OPS:
+        print(f"nvsharectl: {_changed(op, fields, reply)}")
+    elif op == "ping":
+        print(f"nvshare-scheduler {reply.get('version', '?')} answers on {path}")
+    elif op == "shutdown":
+        print(f"nvsharectl: the scheduler on {path} is shutting down ({reply.get('clients', 0)} "
+              "client(s) run ungated until a scheduler answers again)")
+    elif op == "status":
+        if args.json:
+            json.dump(reply, sys.stdout, indent=2)
+            print()
+        else:
+            render_status(reply, width=args.width)
+    sys.stdout.flush()  # a closed pipe shows here, inside main()'s BrokenPipeError catch
+
+
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
@@ -255,7 +277,7 @@ def _main(argv: list[str] | None) -> int:
     if args.anti_thrash is not None and args.mode is not None:
         parser.error("give either -S or --mode")
     requests = _settings_requests(parser, args)
-    if args.command in ("status", "ping"):
+    if args.command in ("status", "ping", "shutdown"):
         requests.append((args.command, {}))
     if not requests and args.command != "top":
         parser.print_help()
@@ -273,17 +295,7 @@ def _main(argv: list[str] | None) -> int:
                     error = str(reply.get("error", "failed"))
                     print(f"nvsharectl: {op}: {error}", file=sys.stderr)
                     return refusal_exit_code(op, error)
-                if op in SETTINGS_OPS:
-                    print(f"nvsharectl: {_changed(op, fields, reply)}")
-                elif op == "ping":
-                    print(f"nvshare-scheduler {reply.get('version', '?')} answers on {client.path}")
-                elif op == "status":
-                    if args.json:
-                        json.dump(reply, sys.stdout, indent=2)
-                        print()
-                    else:
-                        render_status(reply, width=args.width)
-                    sys.stdout.flush()  # a closed pipe shows here, inside the BrokenPipeError catch
+                _print_reply(op, fields, reply, args, client.path)
             if args.command == "top":
                 return ctl_top.run(client, args)
     except SchedulerUnavailable as e:
