@@ -36,7 +36,12 @@ GIB = 1 << 30
 MIB = 1 << 20
 VIRTUAL_CAPACITY = "16GiB"  # NVSHARE_GPU_MEMORY of every process run under the library
 VIRTUAL_CAPACITY_BYTES = 16 * GIB
-MIN_FREE_GPU_MIB = 32 * 1024  # below this much free memory on the card, run nothing
+# What must be free on the card before GPU work runs (min_free_mib): 32 GiB, or three quarters of
+# a card smaller than about 43 GiB. The tests hold a few GiB at once (each program at most about
+# 3 GiB with its context; the capacities they see are virtual); the rest is headroom, and less free
+# than that means someone else is using the GPU.
+MIN_FREE_GPU_MIB = 32 * 1024
+MIN_FREE_SHARE = 0.75
 RESULT_PREFIX = "RESULT "  # programs in tests/gpu/programs print their findings on such a line
 
 
@@ -77,15 +82,21 @@ def gpu_memory_mib() -> tuple[int, int] | None:
     return free, total
 
 
+def min_free_mib(total_mib: int) -> int:
+    """The free memory (MiB) a card of `total_mib` needs before GPU work runs on it."""
+    return min(MIN_FREE_GPU_MIB, int(total_mib * MIN_FREE_SHARE))
+
+
 def gpu_headroom_problem() -> str | None:
     """Why it is not safe to run GPU work now, or None when it is."""
     mem = gpu_memory_mib()
     if mem is None:
         return None
     free, total = mem
-    if free < MIN_FREE_GPU_MIB:
-        return (f"only {free} MiB of {total} MiB GPU memory is free (need {MIN_FREE_GPU_MIB} MiB): "
-                f"someone else is using the GPU")
+    need = min_free_mib(total)
+    if free < need:
+        return (f"only {free} MiB of {total} MiB GPU memory is free (need {need} MiB: 32 GiB, or "
+                f"3/4 of a card smaller than 43 GiB): someone else is using the GPU")
     return None
 
 

@@ -109,7 +109,9 @@ typedef struct {
 /* nvs_amu held. A range this swap-out sums: one it may copy out (the checksum works in u64s). */
 static int summable(const nvs_ptr_entry *e, const nvs_dev *d, const nvs_swap_io *io)
 {
-    return nvs_swap_movable(e, d->ordinal) && e->host && !e->out && e->size % 8 == 0 &&
+    /* e->cold: this swap-out moves it by the driver's prefetch, even if the pinner attached its
+     * host copy since the plan: summing it would be a wasted read of the whole range */
+    return nvs_swap_movable(e, d->ordinal) && e->host && !e->out && !e->cold && e->size % 8 == 0 &&
            nvs_swap_picked(io, e->key);
 }
 

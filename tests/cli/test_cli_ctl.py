@@ -11,6 +11,9 @@ import pytest
 
 from sched_harness import GiB, as_user, child_env, registered, uuid
 from xpushare import __version__
+# Imported here, not in the child as_user forks: another uid may not be able to read the
+# interpreter's own modules (rich imports pickle).
+from xpushare.cli import ctl as ctl_mod
 from xpushare.wire.protocol import MessageType
 
 
@@ -54,7 +57,7 @@ def test_status_json(busy):
 
 def test_status_text(busy):
     s, _, _ = busy
-    r = ctl("status", sock=s.sock)
+    r = ctl("status", "--width", "200", sock=s.sock)  # every column (a pipe gets 80 by default)
     assert r.returncode == 0, r.stderr
     out = r.stdout
     for text in ("GPUs", "Clients", uuid(0), uuid(1), "Fake H100", "80GiB", "serial", "30s",
@@ -220,7 +223,6 @@ def test_no_arguments_prints_help():
 
 
 def _ctl_in_process(*argv):
-    from xpushare.cli import ctl as ctl_mod
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = ctl_mod.main(list(argv))

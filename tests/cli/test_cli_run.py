@@ -12,6 +12,7 @@ import pytest
 from sched_harness import child_env
 from testkit.waiting import poll
 from xpushare.cli.client import CtlClient, socket_answers
+from xpushare.cli.run import IDLE_EXIT_SECONDS
 
 PRINT_ENV = [sys.executable, "-c", "import os, json; print(json.dumps(dict(os.environ)))"]
 
@@ -35,7 +36,8 @@ def run(*args, lib, env=None, clean=True):
     base = {"NVSHARE_LIBRARY": str(lib), "NVSHARE_CUDA_LIBRARY": str(lib)}
     e = child_env({**base, **(env or {})})
     if clean:
-        for k in ("LD_PRELOAD", "PYTORCH_CUDA_ALLOC_CONF", "XLA_PYTHON_CLIENT_ALLOCATOR",
+        for k in ("LD_PRELOAD", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
+                  "XLA_PYTHON_CLIENT_ALLOCATOR",
                   "XLA_PYTHON_CLIENT_PREALLOCATE", "NVSHARE_DEBUG", "NVSHARE_GPU_MEMORY",
                   "NVSHARE_ENABLE_SINGLE_OVERSUB"):
             if k not in (env or {}):
@@ -103,6 +105,20 @@ def test_user_set_pytorch_allocator_conf_is_respected(fake_lib, scheduler, conf,
     assert ("warning" in r.stderr and "VMM" in r.stderr) == warns, r.stderr
 
 
+@pytest.mark.parametrize("conf, warns", [
+    ("expandable_segments:True", True),
+    ("max_split_size_mb:128", False),
+])
+def test_the_newer_pytorch_variable_is_kept_and_not_overridden(fake_lib, scheduler, conf, warns):
+    """PYTORCH_ALLOC_CONF is the newer name of PYTORCH_CUDA_ALLOC_CONF: a user's value there is the
+    user's choice, and the recipe is not set beside it under the older name."""
+    r = run("--socket", scheduler.sock, "--", *PRINT_ENV, lib=fake_lib,
+            env={"PYTORCH_ALLOC_CONF": conf})
+    env = child_environment(r)
+    assert env["PYTORCH_ALLOC_CONF"] == conf and "PYTORCH_CUDA_ALLOC_CONF" not in env
+    assert (f"warning: PYTORCH_ALLOC_CONF={conf} makes PyTorch" in r.stderr) == warns, r.stderr
+
+
 def test_user_set_jax_variables_are_respected(fake_lib, scheduler):
     env = child_environment(run("--socket", scheduler.sock, "--", *PRINT_ENV, lib=fake_lib,
                                 env={"XLA_PYTHON_CLIENT_ALLOCATOR": "bfc",
@@ -146,8 +162,11 @@ def test_starts_a_scheduler_when_none_answers(fake_lib, sockdir, how):
         assert child_environment(r)["NVSHARE_SOCK_PATH"] == str(sock)
         log = (sock.parent / "scheduler.log").read_text()
         assert "listening on" in log
-        # It runs detached from nvshare-run: its own session.
+        # It runs detached from nvshare-run: its own session; and it exits once idle.
         assert os.getsid(pid) == pid
+        argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+        assert argv[argv.index("--exit-when-idle") + 1] == str(IDLE_EXIT_SECONDS)
+        assert f"it exits {IDLE_EXIT_SECONDS} s after its last client" in r.stderr
         # A second run uses it.
         r2 = run(*args, "--", "true", lib=fake_lib, env=env)
         assert r2.returncode == 0 and "started a scheduler" not in r2.stderr
@@ -163,11 +182,20 @@ def test_no_start_does_not_start_one(fake_lib, sockdir):
 
 
 def test_scheduler_that_cannot_start_is_a_warning_and_the_command_still_runs(fake_lib, sockdir):
-    sock = sockdir / ("x" * 120) / "s.sock"  # too long for a Unix socket address: cannot listen
-    r = run("--socket", sock, "--", "sh", "-c", "echo ran; exit 3", lib=fake_lib)
+    sock = sockdir / "run" / "s.sock"
+    r = run("--socket", sock, "--", "sh", "-c", "echo ran; exit 3", lib=fake_lib,
+            env={"NVSHARE_METRICS_PORT": "many"})  # the scheduler refuses it and exits
     assert r.returncode == 3 and r.stdout == "ran\n"  # the command ran, its status passes through
     assert "warning: the scheduler did not start" in r.stderr and "without one" in r.stderr
-    assert "cannot listen" in (sock.parent / "scheduler.log").read_text()
+    assert "NVSHARE_METRICS_PORT" in (sock.parent / "scheduler.log").read_text()
+
+
+def test_a_socket_path_too_long_is_a_warning_and_nothing_is_created(fake_lib, sockdir):
+    sock = sockdir / ("x" * 120) / "s.sock"  # too long for a Unix socket address
+    r = run("--socket", sock, "--", "sh", "-c", "echo ran; exit 3", lib=fake_lib)
+    assert r.returncode == 3 and r.stdout == "ran\n"
+    assert "a Unix socket's address holds at most 107" in r.stderr and "without a scheduler" in r.stderr
+    assert not sock.parent.exists()
 
 
 def test_a_log_that_cannot_be_opened_is_a_warning_and_the_command_still_runs(fake_lib, sockdir):

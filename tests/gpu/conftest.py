@@ -2,7 +2,9 @@
 start programs natively or under libnvshare.so.
 
 Every test here is marked `gpu` and skipped, at collection, where PyTorch or an NVIDIA GPU is missing
-(CI). Nothing here initialises CUDA in the pytest process itself: programs run in subprocesses.
+(CI), and all are skipped when the card has too little free memory (testkit.gpu.min_free_mib);
+README.md in this directory says what they need. Nothing here initialises CUDA in the pytest process
+itself: programs run in subprocesses.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ HERE = Path(__file__).resolve().parent
 
 def _skip_reason() -> str | None:
     if importlib.util.find_spec("torch") is None:
-        return "needs PyTorch"
+        return ("needs PyTorch, which '.[test]' does not install: pip install '.[examples]' "
+                "(tests/gpu/README.md)")
     if not harness.gpu_present():
-        return "needs an NVIDIA GPU"
+        return "needs an NVIDIA GPU and its driver (nvidia-smi lists none)"
     return None
 
 

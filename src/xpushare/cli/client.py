@@ -24,7 +24,8 @@ class UntrustedSocket(SchedulerUnavailable):
 def connect(path, timeout: float = 5.0) -> socket.socket:
     """Connect to a scheduler socket; SchedulerUnavailable if nobody listens there.
 
-    PermissionError (the socket or its directory is not accessible) is passed through.
+    PermissionError (the socket or its directory is not accessible) is passed through, naming
+    the path (connect's own names none).
     """
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
@@ -33,6 +34,9 @@ def connect(path, timeout: float = 5.0) -> socket.socket:
     except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError) as e:
         s.close()
         raise SchedulerUnavailable(f"no scheduler at {path}: {e.strerror}") from None
+    except PermissionError as e:
+        s.close()
+        raise PermissionError(e.errno, e.strerror, str(path)) from None
     except BaseException:
         s.close()
         raise

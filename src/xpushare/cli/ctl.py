@@ -4,7 +4,8 @@ nvshare-compatible flags: -T/--set-tq N, -S/--anti-thrash on|off; plus --mode au
 -T auto (the dynamic quantum), --gpu SEL (one GPU), --set-gpu-memory SIZE, --set-priority N with
 --pid PID or --client ID, the quotas --set-compute-limit PCT|none, --set-compute-share N and
 --set-memory-limit SIZE|none with --pid PID, --client ID or --pod NAMESPACE/NAME, `status [--json]`,
-`top` (a live view; --once, --json) and `ping` (a cheap liveness check). Exit codes: 0 ok,
+`top` (a live view; --once, --json), `ping` (a cheap liveness check) and `shutdown` (an admin's:
+the scheduler exits as on SIGTERM). Exit codes: 0 ok,
 1 no scheduler / permission denied / failed, 2 bad usage or a bad value (a setting the scheduler
 refuses other than for permission, e.g. an unknown --gpu or --pid), 141 when stdout is a closed pipe.
 """
@@ -17,6 +18,7 @@ import os
 import sys
 
 from .. import __version__
+from ..usage import Parser
 from .client import SchedulerUnavailable, connect_ctl
 from ..wire.protocol import PRIORITY_LIMIT, ProtocolError
 from ..wire.ctlschema import Invalid
@@ -99,8 +101,8 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nvsharectl",
+    p = Parser(
+        prog="nvsharectl", short_usage="nvsharectl [options] [status|top|ping|shutdown] ...",
         description="Control and inspect nvshare-scheduler.",
         epilog="examples: nvsharectl status | nvsharectl ping | nvsharectl -T 10 | "
                "nvsharectl -T auto | nvsharectl top | nvsharectl --mode serial --gpu 0 | "
@@ -156,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
                        ("resume", "resume a suspended client now (admin)")):
         sp = sub.add_parser(name, help=what)
         sp.add_argument("target", type=_positive_int, metavar="PID", help="the client's process id")
+    sub.add_parser("shutdown", help="stop the scheduler as SIGTERM does (admins only); its clients "
+                                    "run ungated until a scheduler answers again")
     return p
 
 
@@ -243,19 +247,22 @@ def _changed(op: str, fields: dict, reply: dict) -> str:
     return f"{what} of {who}: {value}{clients}"
 
 
-def _say(args, op: str, fields: dict, reply: dict, path) -> None:
-    """What a request that succeeded prints."""
+def _print_reply(op: str, fields: dict, reply: dict, args, path) -> None:
+    """What nvsharectl prints of a request the scheduler carried out."""
     if op in SETTINGS_OPS:
         print(f"nvsharectl: {_changed(op, fields, reply)}")
     elif op == "ping":
         print(f"nvshare-scheduler {reply.get('version', '?')} answers on {path}")
+    elif op == "shutdown":
+        print(f"nvsharectl: the scheduler on {path} is shutting down ({reply.get('clients', 0)} "
+              "client(s) run ungated until a scheduler answers again)")
     elif op == "status":
         if args.json:
             json.dump(reply, sys.stdout, indent=2)
             print()
         else:
             render_status(reply, width=args.width)
-        sys.stdout.flush()  # a closed pipe shows here, inside the BrokenPipeError catch
+    sys.stdout.flush()  # a closed pipe shows here, inside main()'s BrokenPipeError catch
 
 
 def _said_suspend(op: str, reply: dict) -> int:
@@ -291,7 +298,7 @@ def _main(argv: list[str] | None) -> int:
     if args.anti_thrash is not None and args.mode is not None:
         parser.error("give either -S or --mode")
     requests = _settings_requests(parser, args)
-    if args.command in ("status", "ping"):
+    if args.command in ("status", "ping", "shutdown"):
         requests.append((args.command, {}))
     if args.command in ("suspend", "resume"):
         requests.append((args.command, {"pid": args.target}))
@@ -313,7 +320,7 @@ def _main(argv: list[str] | None) -> int:
                     return refusal_exit_code(op, error)
                 if op in ("suspend", "resume"):
                     return _said_suspend(op, reply)
-                _say(args, op, fields, reply, client.path)
+                _print_reply(op, fields, reply, args, client.path)
             if args.command == "top":
                 return ctl_top.run(client, args)
     except SchedulerUnavailable as e:

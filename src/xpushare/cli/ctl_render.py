@@ -20,7 +20,7 @@ from rich.text import Text
 from ..inert import inert_tree
 from ..wire.sizes import format_size
 
-DEFAULT_WIDTH = 200  # of output that is not a terminal, unless --width or COLUMNS says otherwise
+DEFAULT_WIDTH = 80  # of output that is not a terminal, unless --width or COLUMNS says otherwise
 COMMAND_WIDTH = 60  # a command line wider than this is shortened even with room to spare
 JOB_WIDTH = 40  # so is a job's name (NVSHARE_JOB, a torchrun id: up to 128 characters)
 FREE_MIN = 12  # narrowest a free-text column is worth showing; below that it is dropped
@@ -108,7 +108,8 @@ def fitted_table(title: str | None, columns: list[Column], rows: list[list[str]]
 
 
 def make_console(file=None, width: int | None = None, **kw) -> Console:
-    """A console for the output: the terminal's width, else --width, else COLUMNS, else 200."""
+    """A console for the output: --width, else the terminal's width, else COLUMNS, else 80 (what
+    a pipe gets, as from most tools; --width 200 or --json for everything)."""
     import os
     out = file or sys.stdout
     if width is None and not out.isatty():
@@ -134,15 +135,46 @@ def duration(seconds: float) -> str:
 
 
 def tq_cell(g: dict) -> str:
-    text = f"{g['tq']:g}s"
-    if g.get("tq_source") == "dynamic":
-        cost = g.get("switch_cost")
-        text += " auto" + (f" (switch {cost * 1000:.0f} ms)" if cost else "")
-    return text
+    """The quantum, "auto" when it is the dynamic one: "5s auto" (never wrapped; the switch cost
+    it is sized from has a column of its own)."""
+    return f"{g['tq']:g}s" + (" auto" if g.get("tq_source") == "dynamic" else "")
+
+
+def switch_cost_cell(g: dict) -> str:
+    cost = g.get("switch_cost")
+    return millis(cost) if cost else "-"
+
+
+UUID_LABEL_MIN = 12  # "GPU-" and 8 hex digits: where a GPU without an index starts to be told apart
+
+
+def label_gpus(status: dict) -> None:
+    """Give every GPU of `status` (and every client's entry for one) the `label` it is shown by:
+    its index, or for a GPU NVML did not report, the shortest prefix of its UUID (at least
+    UUID_LABEL_MIN characters) that no other GPU's shares, which --gpu accepts as it is."""
+    entries = [*status.get("gpus", []), *(d for c in status.get("clients", []) for d in c["gpus"])]
+    uuids = {str(d.get("uuid", "")) for d in entries}
+    for d in entries:
+        if d.get("index") is not None:
+            d["label"] = str(d["index"])
+            continue
+        uuid = str(d.get("uuid") or "-")
+        n = min(UUID_LABEL_MIN, len(uuid))
+        while n < len(uuid) and any(o != uuid and o.lower().startswith(uuid[:n].lower())
+                                    for o in uuids):
+            n += 1
+        d["label"] = uuid[:n]
+
+
+def gpu_title(g: dict) -> str:
+    """"GPU 0", or the UUID label of a GPU without an index (it says GPU already)."""
+    label = gpu_label(g)
+    return label if label.startswith("GPU-") else f"GPU {label}"
 
 
 def gpu_label(g: dict) -> str:
-    return "-" if g["index"] is None else str(g["index"])
+    """What label_gpus chose, else its index ("-" for none)."""
+    return g.get("label") or ("-" if g["index"] is None else str(g["index"]))
 
 
 def pod_cell(c: dict) -> str:
@@ -185,15 +217,15 @@ def gpu_state_cell(d: dict) -> str:
     """A client's state on one GPU, "0:idle"; "0:reclaiming" while it was sent EVICT and has not
     answered."""
     state = "reclaiming" if d.get("reclaiming") else d["state"]
-    return f"{'-' if d['index'] is None else d['index']}:{state}"
+    return f"{gpu_label(d)}:{state}"
 
 
 # rank: the order in which columns give way (the highest first) when the width is short.
-GPU_COLUMNS = [Column("GPU", 1), Column("UUID", 9), Column("Name", 8, free=True),
-               Column("Memory", 6), Column("Capacity", 5), Column("Resident", 10),
-               Column("Swapped", 11), Column("Mode", 2), Column("TQ", 7, wrap=True),
-               Column("Last switch", 12, wrap=True), Column("Holders", 3, wrap=True),
-               Column("Queue", 4, wrap=True)]
+GPU_COLUMNS = [Column("GPU", 1), Column("UUID", 10), Column("Name", 8, free=True),
+               Column("Memory", 6), Column("Capacity", 5), Column("Resident", 11),
+               Column("Swapped", 12), Column("Mode", 2), Column("TQ", 7),
+               Column("Switch", 9), Column("Last switch", 13, wrap=True),
+               Column("Holders", 3, wrap=True), Column("Queue", 4, wrap=True)]
 CLIENT_COLUMNS = [Column("PID", 1), Column("UID", 8), Column("Priority", 3), Column("State", 2),
                   Column("Job", 5, free=True, limit=JOB_WIDTH),
                   Column("GPU", 4, wrap=True), Column("Memory", 6, wrap=True),
@@ -213,7 +245,8 @@ def _gpu_row(g: dict) -> list[str]:
             format_size(g["memory_total"]) if g["memory_total"] else "?",
             format_size(g["capacity"]) if g["capacity"] else "?",
             format_size(g.get("resident_bytes") or 0), size_or_dash(g.get("swapped_bytes")),
-            f"{g['mode']}: {g.get('operation', '?')}", tq_cell(g), last_switch_cell(g), holders,
+            f"{g['mode']}: {g.get('operation', '?')}", tq_cell(g), switch_cost_cell(g),
+            last_switch_cell(g), holders,
             " ".join(str(p) for p in g["queue"]) or "-"]
 
 
@@ -254,6 +287,14 @@ def _client_row(c: dict) -> list[str]:
             pod_cell(c), quota_cell(c), c["command"] or "?"]
 
 
+def without_empty(columns: list[Column], rows: list[list[str]], name: str):
+    """The column `name` is left out, with its cells, when every cell of it is "-"."""
+    i = next(i for i, col in enumerate(columns) if col.name == name)
+    if any(r[i] != "-" for r in rows):
+        return columns, rows
+    return columns[:i] + columns[i + 1:], [r[:i] + r[i + 1:] for r in rows]
+
+
 def without_job(columns: list[Column], rows: list[list[str]], clients: list[dict]):
     """The Job column says something only when some client is in a job status shows (one of more
     than one member or GPU): otherwise it is left out, with its cells."""
@@ -280,18 +321,20 @@ def render_status(status: dict, file=None, width: int | None = None) -> None:
     """Tables (GPUs, clients, and jobs when there are any), each fitted to the console's width.
     Every string in them is made inert first (inert.py): clients name their GPUs, jobs and pods."""
     status = inert_tree(status)
+    label_gpus(status)
     console = make_console(file, width)
     sched = status.get("scheduler", {})
     console.print(f"nvshare-scheduler {sched.get('version', '?')} (pid {sched.get('pid', '?')}) on "
                   f"{sched.get('socket', '?')}", overflow="fold")
     gpus = status.get("gpus", [])
     if gpus:
-        console.print(fitted_table("GPUs", GPU_COLUMNS, [_gpu_row(g) for g in gpus], console.width))
+        columns, rows = without_empty(GPU_COLUMNS, [_gpu_row(g) for g in gpus], "Switch")
+        console.print(fitted_table("GPUs", columns, rows, console.width))
     else:
         console.print("No GPUs known yet.")
     for g in gpus:
         if g.get("why"):
-            for line in wrap_hanging(f"GPU {gpu_label(g)}: {g['why']}", console.width, 2):
+            for line in wrap_hanging(f"{gpu_title(g)}: {g['why']}", console.width, 2):
                 console.print(Text(line))
     clients = status.get("clients", [])
     if clients:

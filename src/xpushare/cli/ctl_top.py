@@ -20,14 +20,17 @@ from rich.console import Group
 from rich.text import Text
 
 from .ctl_render import (
-    JOB_WIDTH, Column, client_bytes, duration, fitted_table, gpu_label, gpu_state_cell,
+    JOB_WIDTH, Column, client_bytes, duration, fitted_table, gpu_state_cell, gpu_title, label_gpus,
     last_switch_cell, make_console, quota_cell, size_or_dash, without_job, wrap_hanging,
 )
+from . import ctl_fit
+from .ctl_fit import height_of
 from .ctl_keys import KeyReader
 from ..inert import inert_tree
 from ..wire.sizes import format_size
 
 NONE = "—"  # the scheduler does not report it (yet)
+NBSP = "\u00a0"  # wrap_hanging breaks no line there, and prints it as a space
 STATE_ORDER = {"holding": 0, "waiting": 1, "idle": 2}
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 3600.0
 
@@ -159,13 +162,21 @@ def _memory_tail(g: dict, footprint: int) -> str:
             f"{phys}; holders {format_size(g.get('used') or 0)}{swap}")
 
 
-def _gpu_lines(g: dict, footprint: int, width: int, bar_width: int) -> list[Text]:
+def _gpu_head(g: dict, width: int) -> str:
+    """GPU 0  NAME  MODE: OPERATION  TQ 5s auto  switch 72 ms[  UUID]; a label and its value are
+    kept on one line (non-breaking spaces) when it wraps."""
     cost = g.get("switch_cost")
-    head = (f"GPU {gpu_label(g)}  {g['name'] or '?'}  {g['mode']}: {g.get('operation', '?')}  "
-            f"TQ {g['tq']:g}s{' auto' if g.get('tq_source') == 'dynamic' else ''}  "
-            f"switch {f'{cost * 1000:.0f} ms' if cost else NONE}")
+    tq = f"{g['tq']:g}s{' auto' if g.get('tq_source') == 'dynamic' else ''}"
+    head = (f"{gpu_title(g)}  {g['name'] or '?'}  {g['mode']}: {g.get('operation', '?')}  "
+            f"TQ {tq}  switch {f'{cost * 1000:.0f} ms' if cost else NONE}")
     if len(head) + 2 + len(g["uuid"]) <= width:
         head += f"  {g['uuid']}"
+    return head.replace(f"TQ {tq}", f"TQ{NBSP}{tq.replace(' ', NBSP)}").replace("switch ", f"switch{NBSP}")
+
+
+def _gpu_sections(g: dict, footprint: int, width: int, bar_width: int) -> list[list[Text]]:
+    """A GPU's lines by section (its head, memory, last switch, why), each section's wrapped."""
+    head = _gpu_head(g, width)
     bar = memory_bar(g.get("used") or 0, footprint, g.get("capacity"), bar_width)
     tail = _memory_tail(g, footprint)
     # Each wrapped with a hanging indent under its label, no number parted from its unit.
@@ -176,8 +187,8 @@ def _gpu_lines(g: dict, footprint: int, width: int, bar_width: int) -> list[Text
                       f"{f' ({duration(ago)} ago)' if ago is not None else ''}", 4, ""))
     if g.get("why"):
         texts.append((f"  why: {g['why']}", 7, ""))
-    return [Text(line, style=style, overflow="fold")
-            for text, indent, style in texts for line in wrap_hanging(text, width, indent)]
+    return [[Text(line, style=style, overflow="fold") for line in wrap_hanging(text, width, indent)]
+            for text, indent, style in texts]
 
 
 TOP_COLUMNS = [Column("Client", 1), Column("PID", 8), Column("Priority", 3), Column("State", 2),
@@ -185,7 +196,6 @@ TOP_COLUMNS = [Column("Client", 1), Column("PID", 8), Column("Priority", 3), Col
                Column("GPU", 9, wrap=True), Column("Memory", 4), Column("Swapped", 13),
                Column("Held", 7), Column("Wait", 6), Column("Grants", 10), Column("Busy", 11),
                Column("Quota", 12, wrap=True)]
-TABLE_FRAME = 5  # lines a table takes besides its rows: title, top rule, header, rule, bottom rule
 
 
 def _client_row(c: dict, held: dict[int, float], tracker: Tracker, now: float) -> list[str]:
@@ -214,46 +224,54 @@ def _summary(status: dict, clients: list[dict], width: int, now: float) -> Text:
 
 
 def render_frame(status: dict, tracker: Tracker, width: int, height: int | None, now: float) -> Group:
-    """One frame: a summary line, each GPU, and the clients that fit in height (all when None). Every
-    string is made inert first (inert.py): clients name their GPUs, jobs and pods."""
+    """One frame: a summary line, each GPU, and the clients; with a height, what fits in it
+    (ctl_fit.py says what gives way). Every string is made inert first (inert.py): clients name
+    their GPUs, jobs and pods."""
     status = inert_tree(status)
+    label_gpus(status)
     clients = ordered_clients(status.get("clients", []))
-    parts: list = [_summary(status, clients, width, now)]
+    summary = _summary(status, clients, width, now)
     footprints = _gpu_footprints(status)
     gpus = status.get("gpus", [])
     # One bar width for all GPUs, so that their bars line up and compare.
     tails = [len(_memory_tail(g, footprints.get(g["uuid"], 0))) for g in gpus]
     bar_width = max(10, min(40, width - max(tails, default=0) - 8))
-    for g in gpus:
-        parts.extend(_gpu_lines(g, footprints.get(g["uuid"], 0), width, bar_width))
-    if not status.get("gpus"):
-        parts.append(Text("No GPUs known yet."))
+    blocks = [_gpu_sections(g, footprints.get(g["uuid"], 0), width, bar_width) for g in gpus]
+    if not gpus:
+        blocks.append([[Text("No GPUs known yet.")]])
     if status.get("gpus_not_listed"):
-        parts.append(Text(f"+{status['gpus_not_listed']} GPUs not listed (status reply is full)"))
+        blocks.append([[Text(f"+{status['gpus_not_listed']} GPUs not listed (status reply is "
+                             "full)", overflow="fold")]])
     note = Text(f"{NONE}: not known yet; Grants, Wait and Busy are seen between frames",
                 style="dim", overflow="fold")
-    shown = clients
-    if height is not None:  # the lines left for rows: the table's frame, the note, "+K more"
-        room = height - sum(_lines(p, width) for p in parts) - TABLE_FRAME - 2
-        shown = clients[:max(1, room)] if len(clients) > max(1, room) else clients
-    if clients:
-        held = _held_for(status)
-        rows = [_client_row(c, held, tracker, now) for c in shown]
-        columns, rows = without_job(TOP_COLUMNS, rows, shown)
-        # The PID column says something only where a pod names the client instead.
-        if not any(c.get("pod") for c in shown):
-            columns, rows = columns[:1] + columns[2:], [r[:1] + r[2:] for r in rows]
-        parts.append(fitted_table("Clients", columns, rows, width))
+    held = _held_for(status)
+
+    def table_for(n: int):
+        return _clients_table(clients[:n], held, tracker, now, width)
+    if height is None:
+        gpu_lines, shown = [t for b in blocks for s in b for t in s], len(clients)
     else:
-        parts.append(Text("No clients."))
-    if len(shown) < len(clients):
-        parts.append(Text(f"+{len(clients) - len(shown)} more"))
+        fixed = height_of(summary, width) + height_of(note, width)
+        least = min(len(clients), ctl_fit.MIN_ROWS)
+        table_min = (height_of(table_for(least), width) + (len(clients) > least) if clients
+                     else 1)
+        gpu_lines = ctl_fit.gpu_part(blocks, height - fixed - table_min)
+        room = height - fixed - len(gpu_lines)
+        shown = ctl_fit.rows_that_fit(table_for, len(clients), room, width) if clients else 0
+    parts = [summary, *gpu_lines, table_for(shown) if clients else Text("No clients.")]
+    if shown < len(clients):
+        parts.append(Text(f"+{len(clients) - shown} more"))
     parts.append(note)
     return Group(*parts)
 
 
-def _lines(part: Text, width: int) -> int:
-    return max(1, math.ceil(len(part.plain) / max(1, width)))
+def _clients_table(shown: list[dict], held: dict, tracker: Tracker, now: float, width: int):
+    rows = [_client_row(c, held, tracker, now) for c in shown]
+    columns, rows = without_job(TOP_COLUMNS, rows, shown)
+    # The PID column says something only where a pod names the client instead.
+    if not any(c.get("pod") for c in shown):
+        columns, rows = columns[:1] + columns[2:], [r[:1] + r[2:] for r in rows]
+    return fitted_table("Clients", columns, rows, width)
 
 
 def json_frame(status: dict, tracker: Tracker | None = None) -> dict:

@@ -2,8 +2,9 @@
 
 Sets LD_PRELOAD (ours first, no duplicate), NVSHARE_* from the flags and the allocator recipes that
 keep frameworks off VMM allocations (which cannot be made managed), starts a per-user scheduler when
-none answers (unless --no-start), with --gpus sets CUDA_VISIBLE_DEVICES to the GPUs the scheduler
-places the command on (run_gpus.py), then execs the command. A scheduler that cannot be started is a
+none answers (unless --no-start; it exits by itself once idle: IDLE_EXIT_SECONDS), with --gpus
+sets CUDA_VISIBLE_DEVICES to the GPUs the scheduler places the command on (run_gpus.py), then
+execs the command. A scheduler that cannot be started is a
 warning, never a reason not to run the command: the library then runs it ungated. The exception is
 --gpus, which asks for the scheduler's choice: without one the command is not run (exit 1). A socket
 that is not trusted (paths.socket_trusted: planted by another user) is neither probed nor started on.
@@ -25,19 +26,36 @@ from ..wire.paths import (
     ensure_socket_dir, library_path, socket_override, socket_trusted,
 )
 from .client import socket_answers
+from ..usage import Parser
 from ..wire.sizes import size_argument
 
 START_TIMEOUT = 5.0
-TORCH_ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
+# A scheduler nvshare-run starts exits once no connection has been open for this long
+# (nvshare-scheduler --exit-when-idle): the programs it was started for are gone, and the next
+# nvshare-run starts another. Long enough for a program's CPU work before its first CUDA call.
+IDLE_EXIT_SECONDS = 300
+# PyTorch's allocator settings: PYTORCH_ALLOC_CONF (the newer name, read first where PyTorch knows
+# it) and PYTORCH_CUDA_ALLOC_CONF (the older one, read by every version).
+TORCH_ALLOC_NAMES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+TORCH_ALLOC = "PYTORCH_CUDA_ALLOC_CONF"  # where the recipe goes when the user set neither
+USAGE = "nvshare-run [options] -- CMD [ARGS...]"
+
+
+def _gpu_memory(text: str) -> int:
+    size = size_argument(text)
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: more than 0 bytes (leave "
+                                         "--gpu-memory out to count each GPU as its own size)")
+    return size
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nvshare-run",
+    p = Parser(
+        prog="nvshare-run", short_usage=USAGE,
         usage="%(prog)s [options] -- CMD [ARGS...]\n       %(prog)s --print-lib",
         description="Run CMD with libnvshare.so preloaded so that it shares the GPU(s) through "
                     "nvshare-scheduler.")
-    p.add_argument("--gpu-memory", type=size_argument, metavar="SIZE",
+    p.add_argument("--gpu-memory", type=_gpu_memory, metavar="SIZE",
                    help="count every GPU as SIZE (e.g. 16GiB): sets NVSHARE_GPU_MEMORY")
     p.add_argument("--single-oversub", action="store_true",
                    help="let this process alone allocate past the GPU's capacity "
@@ -83,13 +101,15 @@ def child_env(args, lib: str, base: dict[str, str]) -> tuple[dict[str, str], lis
         env["NVSHARE_DEBUG"] = "1"
     if args.socket:
         env["NVSHARE_SOCK_PATH"] = str(args.socket)
-    conf = env.get(TORCH_ALLOC)
-    if conf is None:
+    # A value the user set, under either name, is kept as it is (the recipe is PyTorch's default;
+    # setting it beside a user's value would override that value where PyTorch reads ours first).
+    users = [(name, env[name]) for name in TORCH_ALLOC_NAMES if name in env]
+    if not users:
         env[TORCH_ALLOC] = "expandable_segments:False"
-    else:
+    for name, conf in users:
         compact = conf.replace(" ", "")
         if "expandable_segments:True" in compact or "backend:cudaMallocAsync" in compact:
-            warnings.append(f"{TORCH_ALLOC}={conf} makes PyTorch allocate through VMM or memory pools; "
+            warnings.append(f"{name}={conf} makes PyTorch allocate through VMM or memory pools; "
                             "VMM memory cannot be made managed, so it is not oversubscribable")
     env.setdefault("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -131,7 +151,8 @@ def ensure_scheduler(explicit: str | None, no_start: bool) -> None:
     try:
         with open(logfile, "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "xpushare.scheduler", "--socket",
-                                     str(target)], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                     str(target), "--exit-when-idle", str(IDLE_EXIT_SECONDS)],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     env=env, start_new_session=True, close_fds=True)
     except OSError as e:  # e.g. a scheduler.log that is not ours: the command still runs
         _warn(f"warning: cannot start a scheduler on {target}: {e}; running the command without "
@@ -140,13 +161,28 @@ def ensure_scheduler(explicit: str | None, no_start: bool) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if socket_answers(target):
-            _warn(f"started a scheduler (pid {proc.pid}) on {target}; log: {logfile}")
+            _warn(f"started a scheduler (pid {proc.pid}) on {target}; log: {logfile}; it exits "
+                  f"{IDLE_EXIT_SECONDS} s after its last client (or: nvsharectl shutdown)")
             return
         if proc.poll() is not None:
             break
         time.sleep(0.05)
     _warn(f"warning: the scheduler did not start on {target} (see {logfile}); running the command "
           "without one (GPU work is not scheduled)")
+
+
+def command_problem(name: str, path: str) -> tuple[str, int] | None:
+    """Why `name` cannot be run, with the shell's exit code for it (127: not found, 126: found but
+    not executable), or None when it can."""
+    if shutil.which(name, path=path) is not None:
+        return None
+    candidates = [name] if "/" in name else [os.path.join(d or ".", name) for d in path.split(":")]
+    for c in candidates:
+        if os.path.isdir(c) and "/" in name:
+            return "is a directory", 126
+        if os.path.isfile(c):
+            return "permission denied (not executable)", 126
+    return "command not found", 127
 
 
 def _driver_missing(env: dict) -> str | None:
@@ -165,17 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if args.print_lib and cmd:
+        parser.error("--print-lib prints the library's path and runs nothing: give it no command")
     if not cmd and not args.print_lib:
-        parser.print_usage(sys.stderr)
-        _warn("error: no command given (nvshare-run [options] -- CMD [ARGS...])")
-        return 2
+        parser.error("no command given")
     if args.gpus is not None and not args.print_lib:
         try:
             count, source = run_gpus.wanted(args.gpus, cmd, dict(os.environ))
         except run_gpus.Usage as e:
-            parser.print_usage(sys.stderr)
-            _warn(f"error: {e}")
-            return 2
+            parser.error(str(e))
     try:
         lib = str(library_path())
     except FileNotFoundError as e:
@@ -186,9 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     env, warnings = child_env(args, lib, dict(os.environ))
-    if shutil.which(cmd[0], path=env.get("PATH", os.defpath)) is None:
-        _warn(f"{cmd[0]}: command not found")
-        return 127
+    if (missing := command_problem(cmd[0], env.get("PATH", os.defpath))) is not None:
+        why, code = missing
+        _warn(f"{cmd[0]}: {why}")
+        return code
     ensure_scheduler(args.socket, args.no_start)
     if args.gpus is not None:
         try:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from .. import __version__, metrics_flags
 from ..envflags import parse_args
-from ..wire.paths import default_socket_path, socket_override
+from ..usage import Parser
+from ..wire.paths import SYSTEM_SOCKET, default_socket_path, socket_override
 from ..wire.sizes import parse_size
 from .node import clientlog
 from .shell import logformat
@@ -44,6 +45,24 @@ def _size(text: str) -> int:
         return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _reserve(text: str) -> tuple[int | None, float | None]:
+    """--reserve: (bytes, None) for a size, (None, fraction) for a percentage of the capacity."""
+    wanted = f"invalid reserve {text!r}: a size (e.g. 2GiB) or a percentage of the capacity " \
+             "from 0 to less than 100 (e.g. 5%)"
+    if text.endswith("%"):
+        try:
+            pct = float(text[:-1])
+        except ValueError:
+            pct = -1.0
+        if not 0 <= pct < 100:  # nan fails too
+            raise argparse.ArgumentTypeError(wanted)
+        return None, pct / 100
+    try:
+        return parse_size(text), None
+    except ValueError:
+        raise argparse.ArgumentTypeError(wanted) from None
 
 
 def _count(text: str) -> int:
@@ -103,7 +122,7 @@ def _add_suspend_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="nvshare-scheduler",
         description="Per-node GPU scheduler for libnvshare.so clients: one arbiter per GPU.")
     p.add_argument("--socket", metavar="PATH",
@@ -118,9 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="initial mode of every GPU: auto = clients whose memory fits run "
                         "together, the others take turns; serial = one holder at a time "
                         "(anti-thrash on); off = everyone runs at once (default: auto)")
-    p.add_argument("--reserve", type=_size, metavar="SIZE",
-                   help="GPU memory kept free when auto mode admits clients together "
-                        "(default: 5%% of the capacity)")
+    p.add_argument("--reserve", type=_reserve, default=(None, None), metavar="SIZE|PCT%",
+                   help="GPU memory kept free when auto mode admits clients together: a size, or "
+                        "a percentage of each GPU's capacity (default: 5%%)")
     p.add_argument("--gpu-memory", type=_gpu_memory, action="append", default=[],
                    metavar="[GPU=]SIZE",
                    help="capacity the scheduler counts a GPU as (e.g. 16GiB), for every GPU or for "
@@ -128,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-nvml", action="store_true",
                    help="do not discover GPUs with NVML; learn them from clients")
     metrics_flags.add_arguments(p, "NVSHARE_METRICS_PORT", "Prometheus metrics")
+    p.add_argument("--exit-when-idle", type=_seconds, metavar="SECONDS",
+                   help="exit once no client or nvsharectl has been connected for SECONDS "
+                        "(nvshare-run starts its schedulers so); default: serve until stopped")
     p.add_argument("--admin-group", type=_group, metavar="GROUP",
                    help="members of this group (name or gid) may change settings too")
     p.add_argument("--claims-socket", type=Path, metavar="PATH",
@@ -214,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     from .shell.server import Config, MetricsUnavailable, Server, SocketInUse
 
     config = Config(socket_path=socket_override(args.socket) or default_socket_path(),
-                    tq=args.tq, mode=Mode(args.mode), reserve=args.reserve,
+                    tq=args.tq, mode=Mode(args.mode), reserve=args.reserve[0],
+                    exit_when_idle=args.exit_when_idle,
                     admin_gid=args.admin_group, claims_socket_path=args.claims_socket,
                     max_conns_per_uid=args.max_connections_per_uid,
                     hello_timeout=args.hello_timeout, frame_timeout=args.frame_timeout,
@@ -222,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                     nvml=not args.no_nvml, client_log_limit=args.client_log_limit,
                     suspend_idle=0.0 if args.no_suspend else args.suspend_idle,
                     cuda_library=args.cuda_library, suspend=not args.no_suspend)
+    if args.reserve[1] is not None:
+        config.reserve_fraction = args.reserve[1]
     for sel, size in args.gpu_memory:
         if sel is None:
             config.gpu_memory = size
@@ -237,7 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         from ..kubernetes.node_pods import node_pods  # the entry point hands the server the pods
         server = Server(config, gpus, *node_pods())
         run(server.run(), loop_factory)
-    except (SocketInUse, MetricsUnavailable, PermissionError) as e:
+    except PermissionError as e:
+        log.error("%s", e if e.errno is None else _permission_denied(config.socket_path, e))
+        return 1
+    except (SocketInUse, MetricsUnavailable) as e:
         log.error("%s", e)
         return 1
     except OSError as e:
@@ -246,6 +274,18 @@ def main(argv: list[str] | None = None) -> int:
     if server.pod_watch is not None:
         _exit_leaving_threads(0)
     return 0
+
+
+def _permission_denied(path, e: PermissionError) -> str:
+    """What to say of an EACCES while making the socket: what was refused, and what to do."""
+    what = f" ({e.filename})" if e.filename and str(e.filename) != str(path) else ""
+    if os.geteuid() != 0 and str(path) == str(SYSTEM_SOCKET):
+        hint = ("the system socket is root's: run the system scheduler as root (deploy/systemd), "
+                "or leave out --socket and NVSHARE_SOCK_PATH for a per-user scheduler on "
+                f"{default_socket_path()}")
+    else:
+        hint = "choose a socket in a directory you may write (--socket or NVSHARE_SOCK_PATH)"
+    return f"cannot listen on {path}: permission denied{what}; {hint}"
 
 
 def _exit_leaving_threads(rc: int) -> None:

@@ -141,13 +141,29 @@ def socket_trusted(path: str | os.PathLike) -> str | None:
     return None
 
 
-def ensure_socket_dir(socket_path: Path) -> None:
-    """Create the socket's directory (and missing parents) with socket_dir_mode() if missing.
+SOCKET_PATH_MAX = 107  # bytes of a Unix socket address (sun_path), less its terminating NUL
 
-    Refuses (PermissionError) an existing directory that clients would not trust (socket_trusted):
-    one owned by another non-root user (a per-user directory under /tmp could have been planted by
+
+def socket_path_problem(socket_path: str | os.PathLike) -> str | None:
+    """Why nothing can listen at `socket_path` whatever its directory holds, or None."""
+    n = len(os.fsencode(socket_path))
+    if n > SOCKET_PATH_MAX:
+        return (f"the path is {n} bytes long and a Unix socket's address holds at most "
+                f"{SOCKET_PATH_MAX}: choose a shorter one (--socket or {SOCKET_ENV})")
+    return None
+
+
+def ensure_socket_dir(socket_path: Path) -> list[Path]:
+    """Create the socket's directory (and missing parents) with socket_dir_mode() if missing;
+    returns the directories it created, outermost first, for the caller to report.
+
+    Refuses (OSError, before creating anything) a path too long for a socket's address, and
+    (PermissionError) an existing directory that clients would not trust (socket_trusted): one
+    owned by another non-root user (a per-user directory under /tmp could have been planted by
     someone else), a symbolic link, or one writable by others without the sticky bit.
     """
+    if why := socket_path_problem(socket_path):
+        raise OSError(why)
     parent = Path(socket_path).parent
     try:
         st = os.lstat(parent)
@@ -162,16 +178,18 @@ def ensure_socket_dir(socket_path: Path) -> None:
                 f"cannot use the socket directory {parent}: {why.removeprefix('its directory ')}; "
                 f"clients would not trust a scheduler there{planted}. "
                 f"{TRUST_FIX[0].upper()}{TRUST_FIX[1:]}")
-        return
+        return []
     missing = []
     p = parent
     while not p.exists():
         missing.append(p)
         p = p.parent
     mode = socket_dir_mode()
-    for d in reversed(missing):
+    created = list(reversed(missing))
+    for d in created:
         d.mkdir(mode=mode, exist_ok=True)
         os.chmod(d, mode)  # mkdir's mode is filtered by the umask
+    return created
 
 
 def can_create_dir(path: Path) -> bool:

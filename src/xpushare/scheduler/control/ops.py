@@ -104,6 +104,16 @@ def op_ping(state: SchedulerState, msg: dict) -> dict:
     return {"version": __version__}
 
 
+def op_shutdown(state: SchedulerState, msg: dict) -> dict:
+    """Stop serving as SIGTERM does; the reply goes out first (the stop runs after this callback).
+    Clients run ungated until a scheduler answers again."""
+    if state.request_stop is None:
+        raise CtlError("this scheduler is not serving")
+    log.info("shutdown requested (nvsharectl shutdown)")
+    state.request_stop()
+    return {"clients": len(state.clients())}
+
+
 def _per_gpu(state: SchedulerState, msg: dict, default: str, setter: str, value) -> None:
     """A setting of the GPUs `gpu` names, or of every GPU and of those to come (the registry's
     default) without one; a GPU that is not there refuses it before anything changes."""
@@ -248,6 +258,7 @@ def _suspend_op(act, verb: str):
 
 OPS: dict[str, Op] = {
     "ping": Op(op_ping, admin=False),
+    "shutdown": Op(op_shutdown, admin=True),
     "status": Op(None, admin=False, steps=statusreply.steps),
     "place": Op(op_place, admin=False, schema=Schema((
         Field("count", COUNT, required=True), Field("memory", JOB_MEMORY)))),

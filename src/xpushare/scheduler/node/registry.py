@@ -113,7 +113,8 @@ class GpuRegistry:
     def add(self, uuid: str, index: int | None, name: str, memory_total: int,
             made_by: int | None = None) -> Gpu:
         gpu = Gpu(uuid, index, name, memory_total,
-                  Arbiter(self.default_mode, self.default_tq, reserve=self.config.reserve), made_by)
+                  Arbiter(self.default_mode, self.default_tq, reserve=self.config.reserve,
+                          reserve_fraction=self.config.reserve_fraction), made_by)
         gpu.capacity_override = next((size for sel, size in self.config.gpu_memory_for.items()
                                       if gpu.matches(sel)), self.config.gpu_memory)
         self.gpus[uuid_key(uuid)] = gpu

@@ -17,7 +17,7 @@ from .suspend import Suspender
 from .gpus import GpuInfo
 from .metrics import SchedulerStats
 from .peer import NoPods
-from ..policy import Mode
+from ..policy import RESERVE_FRACTION, Mode
 from .quotas import Quotas
 from .registry import GpuRegistry
 
@@ -31,7 +31,9 @@ class Config:
     claims_socket_path: Path | None = None                # --claims-socket (access.py)
     tq: float | None = None                               # None = the dynamic quantum
     mode: Mode = Mode.AUTO
-    reserve: int | None = None                            # --reserve; None = the policy's default
+    reserve: int | None = None                            # --reserve SIZE; None: the fraction
+    reserve_fraction: float = RESERVE_FRACTION            # --reserve PCT% (of each capacity)
+    exit_when_idle: float | None = None                   # --exit-when-idle; None: serve on
     gpu_memory: int = 0                                   # --gpu-memory SIZE: every GPU
     gpu_memory_for: dict[str, int] = field(default_factory=dict)  # --gpu-memory SEL=SIZE
     admin_gid: int | None = None                          # --admin-group
@@ -65,6 +67,7 @@ class SchedulerState:
         self.slicer = Slicer()                            # status replies, a slice at a time
         self.suspender = Suspender(config.cuda_library, config.suspend)  # the checkpoint worker
         self._ids = itertools.count(1)
+        self.request_stop = None  # the server's: ends serving (nvsharectl shutdown), once it runs
         for info in gpus:
             self.registry.add(info.uuid, info.index, info.name, info.memory_total)
 

@@ -41,15 +41,19 @@ class Arbiter(Residency):
     """The lock of one GPU.
 
     capacity: the bytes the GPU counts as (0 = unknown: everything fits). reserve: bytes kept free
-    in AUTO admission (None = RESERVE_FRACTION of the capacity, following set_capacity).
+    in AUTO admission (None = reserve_fraction of the capacity, following set_capacity).
     client_overhead: bytes added to every client's footprint for its CUDA context.
     """
 
     def __init__(self, mode: Mode = Mode.AUTO, tq: float | None = None, capacity: int = 0,
-                 reserve: int | None = None, client_overhead: int = CLIENT_OVERHEAD):
+                 reserve: int | None = None, client_overhead: int = CLIENT_OVERHEAD,
+                 reserve_fraction: float = RESERVE_FRACTION):
         self._costs = SwitchCosts(tq)
         self.capacity = _check_bytes(capacity, "capacity")
         self.reserve_explicit = None if reserve is None else _check_bytes(reserve, "reserve")
+        if not 0 <= reserve_fraction < 1:
+            raise ValueError(f"reserve fraction must be in [0, 1): {reserve_fraction!r}")
+        self.reserve_fraction = reserve_fraction
         self.client_overhead = _check_bytes(client_overhead, "client overhead")
         self.strategy: Strategy = STRATEGIES[Mode(mode)]()
         self._footprints: dict[Client, int] = {}
@@ -100,7 +104,7 @@ class Arbiter(Residency):
     def reserve(self) -> int:
         if self.reserve_explicit is not None:
             return self.reserve_explicit
-        return int(self.capacity * RESERVE_FRACTION)
+        return int(self.capacity * self.reserve_fraction)
 
     @property
     def budget(self) -> int | None:

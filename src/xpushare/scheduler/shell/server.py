@@ -56,16 +56,39 @@ class Server:
         self._idle_suspender: asyncio.Task | None = None  # --suspend-idle's timer
 
     async def run(self) -> None:
-        """Serve until SIGTERM/SIGINT; remove the socket on the way out."""
+        """Serve until SIGTERM/SIGINT, `nvsharectl shutdown` or, with --exit-when-idle, a time
+        without connections; remove the socket on the way out."""
         stop = asyncio.Event()
         await self.startup()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        self.state.request_stop = stop.set
+        idle = (loop.create_task(self._exit_when_idle(stop, self.config.exit_when_idle))
+                if self.config.exit_when_idle else None)
         try:
             await stop.wait()
         finally:
+            self.state.request_stop = None
+            if idle is not None:
+                idle.cancel()
             await self.shutdown()
+
+    async def _exit_when_idle(self, stop: asyncio.Event, seconds: float) -> None:
+        """Set `stop` once no connection has been open for `seconds` (from the start, or the end
+        of the last one). A connection made and gone between two looks counts too (the count of
+        connections changed), so a probe such as nvshare-run's restarts the wait."""
+        loop = asyncio.get_running_loop()
+        stats, seen, idle_since = self.state.stats, self.state.stats.connections, loop.time()
+        while True:
+            await asyncio.sleep(min(1.0, seconds / 4))
+            now = loop.time()
+            if self.state.conns or stats.connections != seen:
+                seen, idle_since = stats.connections, now
+            elif now - idle_since >= seconds:
+                log.info("no connection for %gs: exiting (--exit-when-idle)", seconds)
+                stop.set()
+                return
 
     async def startup(self) -> None:
         loop = asyncio.get_running_loop()
@@ -73,7 +96,9 @@ class Server:
         fd_limit = limits.raise_fd_limit()
         limits.quiet_accept_errors(loop, self.state.warnings, fd_limit)
         path = Path(self.config.socket_path)
-        ensure_socket_dir(path)
+        for created in ensure_socket_dir(path):
+            log.info("created the socket directory %s (mode %04o)", created,
+                     stat.S_IMODE(created.stat().st_mode))
         _remove_stale_socket(path)
         # Before the socket: once it answers (a readiness probe), the metrics port answers too.
         await self._start_metrics()
