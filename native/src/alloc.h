@@ -47,6 +47,16 @@ CUresult nvs_vmm_alloc(nvs_dev *d, uint64_t size, CUdeviceptr *dptr, const char 
  * other allocation. */
 void nvs_vmm_release(const nvs_ptr_entry *e, int counted) NVS_HIDDEN; /* counted: uncount it too */
 void nvs_vmm_reset_after_fork(void) NVS_HIDDEN;
+/* vmm.c for vmmchunk.c: a range of `size` bytes (a multiple of the granule) reserved, mapped and
+ * counted for d; the release of one out of its table (counted: uncount it too). */
+CUresult nvs_vmm_new_range(nvs_dev *d, uint64_t size, CUdeviceptr *va, uint64_t *h,
+                           const char *what) NVS_HIDDEN;
+void nvs_vmm_free_range(const nvs_ptr_entry *e, int counted) NVS_HIDDEN;
+/* vmmchunk.c: a small allocation in a chunk of one granule `g`; its release; fork. */
+CUresult nvs_vmm_alloc_small(nvs_dev *d, uint64_t size, CUdeviceptr *dptr, uint64_t g,
+                             const char *what) NVS_HIDDEN;
+void nvs_vmm_release_small(const nvs_ptr_entry *e) NVS_HIDDEN;
+void nvs_vmm_chunks_reset_after_fork(void) NVS_HIDDEN;
 /* Physical memory for the range [va, va + size) of device dev, mapped and accessible (handle in
  * *h); CUDA_ERROR_OUT_OF_MEMORY when the GPU has no room now. */
 CUresult nvs_vmm_map(int dev, CUdeviceptr va, uint64_t size, uint64_t *h) NVS_HIDDEN;

@@ -13,9 +13,7 @@
  * half a granule gets a range of its own, rounded up; a smaller one gets slots (512 bytes each;
  * cudaMalloc promises 256-byte alignment) of a shared chunk of one granule, so that a program of
  * many small allocations (CuPy's pool, JAX's platform allocator) does not take a granule for each.
- * A chunk is one entry of nvs_ptrs (KIND_CHUNK: the swap store moves it whole); its allocations
- * are nvs_small's (key: the pointer; handle: the chunk's key). A chunk goes back to the driver
- * when its last allocation is freed.
+ * Chunks are vmmchunk.c's.
  *
  * Accounting (the cap, MEM_UPDATE): what the GPU really gives, the rounded range or the whole
  * chunk, counted as the process's movable ("managed") memory.
@@ -36,7 +34,6 @@
 
 #define SLOT 512ull
 
-nvs_ptrtab nvs_small;
 
 /* ------------------------------------------------------------------ the device */
 static _Atomic int usable[NVS_MAX_DEVICES]; /* 0 not known yet, 1 usable, -1 not */
@@ -153,7 +150,7 @@ static CUresult map_waiting(nvs_dev *d, CUdeviceptr va, uint64_t size, uint64_t 
 
 /* A range of `size` bytes (a multiple of the granule) reserved and mapped for d, counted; the
  * caller puts it in its table. */
-static CUresult new_range(nvs_dev *d, uint64_t size, CUdeviceptr *va, uint64_t *h, const char *what)
+CUresult nvs_vmm_new_range(nvs_dev *d, uint64_t size, CUdeviceptr *va, uint64_t *h, const char *what)
 {
     if (nvs_reserve(d, size, 0, what) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     *va = 0;
@@ -175,7 +172,7 @@ static CUresult new_range(nvs_dev *d, uint64_t size, CUdeviceptr *va, uint64_t *
 
 /* A range of ours, out of its table: its physical memory (if mapped) and address go back to the
  * driver once no move uses it; counted: uncounted here too; its host copy is released. */
-static void free_range(const nvs_ptr_entry *e, int counted)
+void nvs_vmm_free_range(const nvs_ptr_entry *e, int counted)
 {
     nvs_swap_fence(e->dev); /* no move may still use the range or its host copy */
     if (e->handle) nvs_vmm_unmap((CUdeviceptr)e->key, e->size, e->handle);
@@ -192,160 +189,15 @@ static void free_range(const nvs_ptr_entry *e, int counted)
     nvs_mark_dirty(d);
 }
 
-/* ------------------------------------------------------------------ chunks of small allocations */
-typedef struct {
-    uint64_t key; /* the chunk's address (its nvs_ptrs entry) */
-    int dev;
-    uint32_t nslots, free_slots;
-    uint64_t *bits; /* a set bit: a slot in use */
-} chunk_t;
-
-static chunk_t *chunks; /* nvs_amu */
-static size_t nchunks, chunks_cap;
-
-static chunk_t *chunk_of(uint64_t key)
-{
-    for (size_t i = 0; i < nchunks; i++)
-        if (chunks[i].key == key) return &chunks[i];
-    return NULL;
-}
-
-static int slot_used(const chunk_t *c, uint32_t i) { return (int)(c->bits[i / 64] >> (i % 64) & 1); }
-
-static void set_slots(chunk_t *c, uint32_t first, uint32_t n, int used)
-{
-    for (uint32_t i = first; i < first + n; i++) {
-        if (used) c->bits[i / 64] |= 1ull << (i % 64);
-        else c->bits[i / 64] &= ~(1ull << (i % 64));
-    }
-    c->free_slots = used ? c->free_slots - n : c->free_slots + n;
-}
-
-/* nvs_amu held. The first run of n free slots in a chunk of dev, taken; 0 when none has one. */
-static CUdeviceptr carve_locked(int dev, uint32_t n)
-{
-    for (size_t k = 0; k < nchunks; k++) {
-        chunk_t *c = &chunks[k];
-        if (c->dev != dev || c->free_slots < n) continue;
-        for (uint32_t i = 0, run = 0; i < c->nslots; i++) {
-            run = slot_used(c, i) ? 0 : run + 1;
-            if (run == n) {
-                set_slots(c, i + 1 - n, n, 1);
-                return (CUdeviceptr)(c->key + (uint64_t)(i + 1 - n) * SLOT);
-            }
-        }
-    }
-    return 0;
-}
-
-/* nvs_amu held. A new chunk's record and table entry; -1 when out of memory for them. */
-static int add_chunk_locked(int dev, CUdeviceptr va, uint64_t size, uint64_t h)
-{
-    if (nchunks == chunks_cap) {
-        size_t nc = chunks_cap ? chunks_cap * 2 : 16;
-        chunk_t *g = realloc(chunks, nc * sizeof(*g));
-        if (!g) return -1;
-        chunks = g;
-        chunks_cap = nc;
-    }
-    uint32_t nslots = (uint32_t)(size / SLOT);
-    uint64_t *bits = calloc(nslots / 64, sizeof(uint64_t));
-    if (!bits || nvs_ptrtab_put(&nvs_ptrs, va, size, dev, KIND_CHUNK) != 0) {
-        free(bits);
-        return -1;
-    }
-    nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_ptrs, va);
-    e->vmm = 1;
-    e->handle = h;
-    chunks[nchunks++] = (chunk_t){va, dev, nslots, nslots, bits};
-    return 0;
-}
-
-/* nvs_amu held. Record p (n slots) as an allocation of its chunk; -1: the table has no room. */
-static int put_small_locked(CUdeviceptr p, uint32_t n, int dev, uint64_t chunk)
-{
-    if (nvs_ptrtab_put(&nvs_small, p, (uint64_t)n * SLOT, dev, KIND_SMALL) != 0) return -1;
-    nvs_ptrtab_find(&nvs_small, p)->handle = chunk;
-    return 0;
-}
-
-static uint64_t chunk_key_of(CUdeviceptr p, int dev)
-{
-    for (size_t i = 0; i < nchunks; i++)
-        if (chunks[i].dev == dev && p >= chunks[i].key &&
-            p < chunks[i].key + (uint64_t)chunks[i].nslots * SLOT)
-            return chunks[i].key;
-    return 0;
-}
-
-static CUresult alloc_small(nvs_dev *d, uint64_t size, CUdeviceptr *dptr, const char *what)
-{
-    uint32_t n = (uint32_t)((size + SLOT - 1) / SLOT);
-    pthread_mutex_lock(&nvs_amu);
-    CUdeviceptr p = carve_locked(d->ordinal, n);
-    uint64_t in = p ? chunk_key_of(p, d->ordinal) : 0;
-    int ok = p && put_small_locked(p, n, d->ordinal, in) == 0;
-    if (p && !ok) set_slots(chunk_of(in), (uint32_t)((p - in) / SLOT), n, 0);
-    pthread_mutex_unlock(&nvs_amu);
-    if (ok) {
-        *dptr = p;
-        return CUDA_SUCCESS;
-    }
-    if (p) return CUDA_ERROR_OUT_OF_MEMORY;
-    uint64_t g = atomic_load(&granule[d->ordinal]), h = 0;
-    CUdeviceptr va;
-    CUresult r = new_range(d, g, &va, &h, what);
-    if (r != CUDA_SUCCESS) return r;
-    pthread_mutex_lock(&nvs_amu);
-    ok = add_chunk_locked(d->ordinal, va, g, h) == 0;
-    if (ok) {
-        chunk_t *c = &chunks[nchunks - 1];
-        set_slots(c, 0, n, 1);
-        ok = put_small_locked(va, n, d->ordinal, va) == 0;
-        if (!ok) set_slots(c, 0, n, 0); /* an empty chunk: kept for the next small allocation */
-    }
-    pthread_mutex_unlock(&nvs_amu);
-    if (!ok && !chunk_of(va)) { /* no record: nothing knows of the range but us */
-        nvs_ptr_entry e = {.key = va, .size = g, .dev = d->ordinal, .handle = h, .vmm = 1};
-        free_range(&e, 1);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (!ok) return CUDA_ERROR_OUT_OF_MEMORY;
-    nvs_mark_dirty(d);
-    *dptr = va;
-    NVS_DEBUG("%s: new chunk %#llx (%llu bytes) on device %d for small allocations", what,
-              (unsigned long long)va, (unsigned long long)g, d->ordinal);
-    return CUDA_SUCCESS;
-}
-
-/* A small allocation freed: its slots go back; an emptied chunk goes back to the driver. */
-static void release_small(const nvs_ptr_entry *e)
-{
-    nvs_ptr_entry chunk = {0};
-    int empty = 0;
-    pthread_mutex_lock(&nvs_amu);
-    chunk_t *c = chunk_of(e->handle);
-    if (c) {
-        set_slots(c, (uint32_t)((e->key - c->key) / SLOT), (uint32_t)(e->size / SLOT), 0);
-        if (c->free_slots == c->nslots && nvs_ptrtab_take(&nvs_ptrs, c->key, &chunk)) {
-            empty = 1;
-            free(c->bits);
-            *c = chunks[--nchunks];
-        }
-    }
-    pthread_mutex_unlock(&nvs_amu);
-    if (empty) free_range(&chunk, 1);
-}
-
 /* ------------------------------------------------------------------ allocations */
 CUresult nvs_vmm_alloc(nvs_dev *d, uint64_t size, CUdeviceptr *dptr, const char *what)
 {
     uint64_t g = atomic_load(&granule[d->ordinal]);
-    if (size <= g / 2) return alloc_small(d, size, dptr, what);
+    if (size <= g / 2) return nvs_vmm_alloc_small(d, size, dptr, g, what);
     if (size > UINT64_MAX - g) return CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t rounded = (size + g - 1) & ~(g - 1), h = 0;
     CUdeviceptr va;
-    CUresult r = new_range(d, rounded, &va, &h, what);
+    CUresult r = nvs_vmm_new_range(d, rounded, &va, &h, what);
     if (r != CUDA_SUCCESS) {
         NVS_DEBUG("%s(%llu) on device %d: %d", what, (unsigned long long)size, d->ordinal, r);
         return r;
@@ -360,7 +212,7 @@ CUresult nvs_vmm_alloc(nvs_dev *d, uint64_t size, CUdeviceptr *dptr, const char 
     pthread_mutex_unlock(&nvs_amu);
     if (!ok) {
         nvs_ptr_entry e = {.key = va, .size = rounded, .dev = d->ordinal, .handle = h, .vmm = 1};
-        free_range(&e, 1);
+        nvs_vmm_free_range(&e, 1);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     nvs_mark_dirty(d);
@@ -372,8 +224,8 @@ CUresult nvs_vmm_alloc(nvs_dev *d, uint64_t size, CUdeviceptr *dptr, const char 
 
 void nvs_vmm_release(const nvs_ptr_entry *e, int counted)
 {
-    if (e->kind == KIND_SMALL) release_small(e);
-    else free_range(e, counted);
+    if (e->kind == KIND_SMALL) nvs_vmm_release_small(e);
+    else nvs_vmm_free_range(e, counted);
 }
 
 /* ------------------------------------------------------------------ what the process holds */
@@ -412,6 +264,5 @@ int nvs_alloc_resident_ours(int dev) { return any_entry(is_ours_resident, dev); 
 void nvs_vmm_reset_after_fork(void)
 {
     nvs_ptrtab_clear(&nvs_small);
-    for (size_t i = 0; i < nchunks; i++) free(chunks[i].bits);
-    nchunks = 0;
+    nvs_vmm_chunks_reset_after_fork();
 }
