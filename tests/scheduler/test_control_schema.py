@@ -98,6 +98,10 @@ BAD = [
     *_bad("place", "memory", (-1, "1GiB", U64 + 1, *JUNK), "invalid memory", count=1),
     ({"op": "place", "count": 3}, "asked for 3 GPUs, but the scheduler knows 2 it can place on"),
     ({"op": "place", "count": 1, "gpu": 0}, "unknown field 'gpu' for place (it takes count, memory)"),
+    # an integer too large for a float (it raised OverflowError: "internal error")
+    *_bad("set_compute_share", "value", (10**400, -10**400, 2**1024), "invalid value", pid=1001),
+    *_bad("set_compute_limit", "value", (10**400, -10**400), "invalid value", pid=1001),
+    *_bad("set_claim", "compute_share", (10**400,), "invalid compute_share", claim="c", pod_uid="p"),
 ]
 
 
