@@ -104,7 +104,7 @@ from .model import (
     AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, DEFAULT_SHARE, EVICT_AFTER_QUANTA,
     EWMA_ALPHA, MAX_SKIP, PREFETCH_FLOOR_RATE, SWITCH_REPORTERS, QUANTA_PER_SWITCH,
     RESERVE_FRACTION, SHARE_RATIO_MAX, SHARE_RATIO_MIN, SWITCH_REASONS, SWITCH_REPORT_MAX,
-    TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN, Action, Client, Drop, Evict, Grant, Holding, Mode, Overdue,
+    TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN, Action, Backoff, Client, Drop, Evict, Grant, Holding, Mode, Overdue,
     Reclaim, SwitchReport, Waiting, check_share, check_tq, plausible_prefetch, scaled_quantum,
 )
 from .snapshot import GpuSnapshot, HolderView, WaiterView
@@ -116,7 +116,7 @@ __all__ = [
     "EWMA_ALPHA",
     "MAX_SKIP", "PREFETCH_FLOOR_RATE", "SWITCH_REPORTERS", "QUANTA_PER_SWITCH", "RESERVE_FRACTION",
     "SHARE_RATIO_MAX", "SHARE_RATIO_MIN", "STRATEGIES", "SWITCH_REASONS", "SWITCH_REPORT_MAX", "TQ_CEILING", "TQ_FLOOR", "TQ_MAX", "TQ_MIN",
-    "Action", "Arbiter", "AutoStrategy", "Client", "Drop", "Evict", "GpuSnapshot", "Grant",
+    "Action", "Arbiter", "AutoStrategy", "Backoff", "Client", "Drop", "Evict", "GpuSnapshot", "Grant",
     "HolderView", "Holding", "LowerMedian", "Mode", "OffStrategy", "Overdue", "Reclaim",
     "SerialStrategy",
     "Strategy", "SwitchReport", "WaiterView", "Waiting", "check_share", "check_tq",
