@@ -11,9 +11,10 @@ a real attacker), each case for --seconds:
 - alone: nobody else;
 - reparkers: 8 connections that offer SWAP (4 GiB each), take one turn each and then park their
   bytes on the GPU again with an unsolicited RESIDENCY after answering every EVICT at once;
-- late answerer: one (8 GiB) that answers each EVICT just under the two-quanta deadline, parks its
-  bytes again, and asks for the lock again (a turn is a grant that leaves its bytes parked);
-- reconnecting never-answerer: one (8 GiB) that takes a turn, never answers EVICT, and when its
+- late answerer: one (8 GiB) that answers each EVICT just under the two-quanta deadline and parks
+  its bytes again, and asks for the lock again half a second after each grant (released at once:
+  a turn is a grant whose release leaves its bytes parked);
+- reconnecting never-answerer: one (8 GiB) that takes such turns, never answers EVICT, and when its
   connection is closed connects again at once.
 
 Reported per tree and case: the victim's grants, their ratio to the victim's grants alone in the
@@ -48,6 +49,7 @@ GiB = 1 << 30
 UUID = "GPU-00000000-0000-0000-0000-00000000abce"
 TQ = 1.0
 NOBODY = 65534
+REASK = 0.5  # seconds after a grant the late and the silent attacker ask again
 CASES = ("alone", "reparkers", "late_answerer", "reconnecting_never_answerer")
 
 
@@ -135,50 +137,50 @@ def reparker(path: Path, end: float) -> int:
     return evicts
 
 
+def _pester(p: Peer, end: float, on_evict) -> int:
+    """Ask for the lock again REASK seconds after each grant (released at once), so that its bytes
+    are parked again whenever a release parks them; on_evict(p) answers an EVICT (or not)."""
+    evicts, ask_at = 0, None
+    p.request()
+    while time.monotonic() < end:
+        if ask_at is not None and time.monotonic() >= ask_at:
+            p.request()
+            ask_at = None
+        try:
+            frame = p.next(0.05)
+        except TimeoutError:
+            continue
+        if frame is None:
+            return evicts   # evicted: _until connects again
+        if frame.type == MessageType.LOCK_OK:
+            p.release()
+            ask_at = time.monotonic() + REASK
+        elif frame.type == MessageType.EVICT:
+            evicts += 1
+            on_evict(p)
+    return evicts
+
+
+def _answer_late(p: Peer) -> None:
+    time.sleep(2 * TQ - 0.15)   # just under the deadline
+    p.answer(0)
+    p.park()
+
+
 def late_answerer(path: Path, end: float) -> int:
     p = Peer(path, 8 * GiB, swap=True)
-    evicts = 0
     try:
-        p.request()
-        while time.monotonic() < end:
-            try:
-                frame = p.next(0.2)
-            except TimeoutError:
-                continue
-            if frame is None:
-                return evicts
-            if frame.type == MessageType.LOCK_OK:
-                p.release()
-            elif frame.type == MessageType.EVICT:
-                evicts += 1
-                time.sleep(2 * TQ - 0.15)   # just under the deadline
-                p.answer(0)
-                p.park()
-                p.request()
+        return _pester(p, end, _answer_late)
     finally:
         p.close()
-    return evicts
 
 
 def never_answerer(path: Path, end: float) -> int:
     p = Peer(path, 8 * GiB, swap=True)
-    evicts = 0
     try:
-        p.request()
-        while time.monotonic() < end:
-            try:
-                frame = p.next(0.2)
-            except TimeoutError:
-                continue
-            if frame is None:
-                return evicts   # evicted: _until connects again
-            if frame.type == MessageType.LOCK_OK:
-                p.release()
-            elif frame.type == MessageType.EVICT:
-                evicts += 1
+        return _pester(p, end, lambda p: None)
     finally:
         p.close()
-    return evicts
 
 
 ATTACKS = {
