@@ -10,7 +10,7 @@ against its owner (its user: every client of that uid, the connections it makes 
   a small part of one: the dynamic quantum is QUANTA_PER_SWITCH switches, and a client that moves
   more slowly than that is not worth keeping idle on the GPU);
 - a reclaim not answered at all (the client is evicted, residency.py);
-- a holder evicted for not releasing after DROP_LOCK (arbiter.py).
+- a holder that answers EVICT evicted for not releasing after DROP_LOCK (arbiter.py).
 
 With strikes, the owner's clients lose their idle residency on this GPU for BACKOFF_QUANTA quanta,
 doubled with every further strike up to 2**BACKOFF_DOUBLINGS times that: what they keep on the
