@@ -17,6 +17,7 @@ from sched_harness import FakeClient, registered, uuid
 from testkit.fuzz import FIELDS, REGISTER, fuzz_request, malformed_frame
 from xpushare.wire.protocol import Attached, MessageType, encode, encode_json
 from xpushare.scheduler.control import ops
+from xpushare.wire.scheduling import CAPACITY_MAX
 
 SCALAR = (st.none() | st.booleans() | st.integers() | st.integers(-2**80, 2**80) | st.floats()
           | st.text(max_size=60) | st.sampled_from(["auto", "serial", "off", uuid(0), "GPU-", "0"]))
@@ -57,10 +58,10 @@ def test_attack_gpu_memory_beyond_attached_then_attach_live(scheduler):
     """set_gpu_memory 2**64 was accepted, and every later ATTACH of that GPU got an internal error."""
     with registered(scheduler.sock) as c:  # keeps the client-made GPU, and its setting, known
         reply = c.ctl("set_gpu_memory", bytes=2**64, gpu=uuid(0))
-        assert not reply["ok"] and "at most 18446744073709551615" in reply["error"]
-        assert c.ctl("set_gpu_memory", bytes=2**64 - 1, gpu=uuid(0)) == {"ok": True}
+        assert not reply["ok"] and "at most 4 PiB less 1 MiB" in reply["error"]
+        assert c.ctl("set_gpu_memory", bytes=CAPACITY_MAX, gpu=uuid(0)) == {"ok": True}
         with registered(scheduler.sock, devices=()) as d:
-            assert d.attach(0).capacity == 2**64 - 1
+            assert d.attach(0).capacity == CAPACITY_MAX
     _clean_log(scheduler)
 
 

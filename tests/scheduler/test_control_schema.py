@@ -9,6 +9,7 @@ import pytest
 from ctl_state import ask, build_state, snapshot
 from sched_harness import uuid
 from xpushare.scheduler.policy import TQ_MAX
+from xpushare.wire.scheduling import CAPACITY_MAX
 
 U64 = 2**64 - 1
 JUNK = ([], {}, [[[[{}]]]], {"a": {"b": [1]}}, 1.5, True, False, "x" * 1000)
@@ -35,7 +36,7 @@ GOOD = [
     {"op": "set_mode", "mode": "auto", "gpu": 0},
     {"op": "set_gpu_memory", "bytes": 0, "gpu": 0},
     {"op": "set_gpu_memory", "bytes": 1, "gpu": uuid(1)},
-    {"op": "set_gpu_memory", "bytes": U64, "gpu": 0},  # the largest ATTACHED carries
+    {"op": "set_gpu_memory", "bytes": CAPACITY_MAX, "gpu": 0},  # the largest DROP_LOCK's MiB carry
     {"op": "set_priority", "priority": -1000, "pid": 1001},
     {"op": "set_priority", "priority": 1000, "client_id": 2},
     {"op": "place", "count": 1},
@@ -81,7 +82,8 @@ BAD = [
     ({"op": "set_gpu_memory", "bytes": 1}, "set_gpu_memory needs gpu"),
     *_bad("set_gpu_memory", "bytes", (-1, "1", "1GiB", *JUNK), "a positive integer, or 0 to clear",
           gpu=0),
-    *_bad("set_gpu_memory", "bytes", (U64 + 1, 2**100), "at most 18446744073709551615", gpu=0),
+    *_bad("set_gpu_memory", "bytes", (CAPACITY_MAX + 1, U64, U64 + 1, 2**100),
+          "at most 4 PiB less 1 MiB", gpu=0),
     *_bad("set_gpu_memory", "gpu", (-1, 1.0, True, "", "GPU 0", {}), "invalid gpu", bytes=1),
     # set_priority
     ({"op": "set_priority", "pid": 1001}, "set_priority needs priority"),
@@ -98,6 +100,10 @@ BAD = [
     *_bad("place", "memory", (-1, "1GiB", U64 + 1, *JUNK), "invalid memory", count=1),
     ({"op": "place", "count": 3}, "asked for 3 GPUs, but the scheduler knows 2 it can place on"),
     ({"op": "place", "count": 1, "gpu": 0}, "unknown field 'gpu' for place (it takes count, memory)"),
+    # an integer too large for a float (it raised OverflowError: "internal error")
+    *_bad("set_compute_share", "value", (10**400, -10**400, 2**1024), "invalid value", pid=1001),
+    *_bad("set_compute_limit", "value", (10**400, -10**400), "invalid value", pid=1001),
+    *_bad("set_claim", "compute_share", (10**400,), "invalid compute_share", claim="c", pod_uid="p"),
 ]
 
 
@@ -113,11 +119,11 @@ def test_bad_requests_get_a_reason_and_change_nothing(state, msg, text):
 def test_good_requests_change_what_they_say(state):
     assert ask(state, {"op": "set_tq", "seconds": 7, "gpu": 1})["ok"]
     assert ask(state, {"op": "set_mode", "mode": "off"})["ok"]
-    assert ask(state, {"op": "set_gpu_memory", "bytes": U64, "gpu": uuid(0)})["ok"]
+    assert ask(state, {"op": "set_gpu_memory", "bytes": CAPACITY_MAX, "gpu": uuid(0)})["ok"]
     assert ask(state, {"op": "set_priority", "priority": 9, "client_id": 2})["ok"]
     mode, tq, gpus, clients = snapshot(state)
     assert (mode.value, tq) == ("off", 30.0)
-    assert [(g[1].value, g[2], g[3]) for g in gpus] == [("off", 30.0, U64), ("off", 7.0, 0)]
+    assert [(g[1].value, g[2], g[3]) for g in gpus] == [("off", 30.0, CAPACITY_MAX), ("off", 7.0, 0)]
     assert clients == [(1, 0), (2, 9)]
 
 
@@ -131,7 +137,7 @@ def test_attack_op_that_is_a_list(state):
 def test_attack_gpu_memory_beyond_what_attached_carries(state):
     """2**64 bytes was accepted, and every later ATTACH of that GPU failed packing ATTACHED."""
     reply = ask(state, {"op": "set_gpu_memory", "bytes": 2**64, "gpu": 0})
-    assert reply["ok"] is False and "at most 18446744073709551615" in reply["error"]
+    assert reply["ok"] is False and "at most 4 PiB less 1 MiB" in reply["error"]
     assert state.registry.in_order()[0].capacity_override == 0
 
 
@@ -140,3 +146,12 @@ def test_attack_gpu_digits_that_int_refuses(state, sel):
     """str.isdigit() says yes to these, int() raised ValueError: an internal error."""
     reply = ask(state, {"op": "set_mode", "mode": "off", "gpu": sel})
     assert reply["ok"] is False and "invalid gpu" in reply["error"]
+
+
+def test_the_largest_capacity_is_what_drop_locks_room_carries():
+    """--gpu-memory and set_gpu_memory took 2**64 - 1 bytes: a room within such a capacity does not
+    fit DROP_LOCK's evict_mib (MiB in a u32), nor is it exact as a double or a Kubernetes quantity."""
+    from xpushare.wire.ctlschema import unsigned_max
+    from xpushare.wire.protocol import DropLock
+    assert CAPACITY_MAX == unsigned_max(DropLock, "evict_mib") << 20
+    assert CAPACITY_MAX < 2**53 and float(CAPACITY_MAX) == CAPACITY_MAX

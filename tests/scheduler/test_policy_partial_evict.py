@@ -34,7 +34,7 @@ def drops(actions):
     (8, 12, 4, 4096),        # 8 + 12 on 16 GiB: 4 GiB of the holder's 8 must go
     (8, 9, 1, 1024),
     (6.5, 10, 0.5, 512),     # MiB, not GiB, are the unit
-    (8 + 1 / GiB, 12, 4 + 1 / GiB, 4097),  # rounded up: a byte more is a MiB more
+    (8 + 1 / GiB, 12, 4 + 1 / 1024, 4097),  # rounded up: a byte more is a MiB more
     (8, 16, 8, 0),           # the waiter takes the whole GPU: all of it, whatever it has by then
 ])
 def test_a_holder_whose_turn_ends_moves_only_the_room_the_waiter_needs(mode, holder, waiter, moved,
@@ -117,11 +117,22 @@ def test_of_several_holders_dropped_the_last_chosen_keeps_what_the_waiter_leaves
     assert r(TQ + 1.5, "release", "B") == [Grant("W", TQ)]
 
 
-def test_a_holder_that_kept_more_than_asked_is_reclaimed_before_the_waiter_runs():
+def test_a_holder_that_says_it_kept_more_than_asked_is_counted_for_what_it_was_asked_to_keep():
     r = arbiter(Mode.AUTO, H=8, W=12)
     play(r, [(0, "request", "H", [Grant("H", TQ)]),
              (1, "request", "W", [])])
     assert drops(r(TQ, "tick")) == [("H", Q, True, 4096)]
-    assert r(TQ + 0.5, "residency", "H", 6 * GiB) == []   # it kept more than it was asked to
-    assert r(TQ + 1, "release", "H") == [Reclaim("H")]    # 6 + 12 > 16: asked again, for all
-    assert r(TQ + 2, "residency", "H", 0) == [Grant("W", TQ)]
+    assert r(TQ + 0.5, "residency", "H", 6 * GiB) == []   # more than the drop let it keep
+    assert r(TQ + 1, "release", "H") == [Grant("W", TQ)]  # residency is granted: 4 + 12 fit
+    assert r.arb.resident_bytes("H") == 4 * GiB
+
+
+def test_a_holder_that_kept_more_than_asked_for_want_of_host_memory_is_counted_for_it():
+    r = arbiter(Mode.AUTO, H=8, W=12)
+    play(r, [(0, "request", "H", [Grant("H", TQ)]),
+             (1, "request", "W", [])])
+    assert drops(r(TQ, "tick")) == [("H", Q, True, 4096)]
+    assert r(TQ + 0.5, "residency", "H", 6 * GiB, refused=True) == []
+    assert r.arb.resident_bytes("H") == 8 * GiB    # still the holder: its footprint
+    r(TQ + 1, "release", "H")
+    assert r.arb.resident_bytes("H") == 6 * GiB    # what it could not move stays counted

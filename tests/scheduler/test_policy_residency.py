@@ -8,8 +8,9 @@ import pytest
 
 from xpushare.wire.protocol import DropReason
 from xpushare.scheduler.policy import (
-    EVICT_AFTER_QUANTA, Arbiter, Drop, Evict, Grant, Mode, Reclaim,
+    EVICT_AFTER_QUANTA, Arbiter, Backoff, Drop, Evict, Grant, Mode, Reclaim,
 )
+from xpushare.scheduler.policy.backoff import BACKOFF_QUANTA
 
 from test_policy_replay import GiB, Replay, play
 
@@ -95,7 +96,9 @@ def test_running_holders_are_not_dropped_while_idle_clients_can_make_room():
              (2, "request", "H", [Grant("H", TQ)]),       # 8 + 8 fit
              (3, "request", "W", [Reclaim("A")]),         # 24: A makes room, H runs on
              (TQ + 3, "tick", []),                         # H's quantum ends: not dropped
-             (TQ + 4, "residency", "A", 0, [Grant("W", TQ)])])   # W runs beside H
+             # W runs beside H; A answered more than a quantum late: a strike (backoff.py)
+             (TQ + 4, "residency", "A", 0, [Backoff("A", TQ + 1, BACKOFF_QUANTA * TQ),
+                                            Grant("W", TQ)])])
     assert r.arb.live_holders() == ["H", "W"]
 
 
@@ -108,7 +111,7 @@ def test_when_idle_clients_cannot_make_room_all_are_asked_and_holders_drop_as_be
              (TQ + 2, "tick", [Drop("H", Q, evict=True)]),  # H's turn ends: as without swap
              (TQ + 2.5, "residency", "H", 0, []),           # it moved all of it
              (TQ + 3, "release", "H", [Grant("W", TQ)]),    # 10 + A's 4 fit: no need to wait
-             (TQ + 4, "residency", "A", 0, [])])
+             (TQ + 4, "residency", "A", 0, [Backoff("A", TQ + 1, BACKOFF_QUANTA * TQ)])])
 
 
 @pytest.mark.parametrize("mode", [Mode.AUTO, Mode.SERIAL])
@@ -159,7 +162,9 @@ def test_a_reclaimed_client_that_never_answers_is_evicted(mode):
     deadline = 5 + EVICT_AFTER_QUANTA * TQ
     assert r.arb.next_deadline() == deadline
     assert r(deadline - 0.01, "tick") == []
-    assert r(deadline, "tick") == [Evict("A", EVICT_AFTER_QUANTA * TQ), Grant("W", TQ)]
+    assert r(deadline, "tick") == [Evict("A", EVICT_AFTER_QUANTA * TQ),
+                                   Backoff("A", EVICT_AFTER_QUANTA * TQ, BACKOFF_QUANTA * TQ),
+                                   Grant("W", TQ)]
     assert r.arb.resident_bytes("A") == 0 and r.arb.next_deadline() == deadline + TQ
     assert r(deadline, "disconnect", "A") == []   # the server closes its connection
 
@@ -170,7 +175,8 @@ def test_a_reclaimed_client_that_asks_meanwhile_waits_and_is_evicted_silent_too(
     play(r, [(5, "request", "W", [Reclaim("A")]),
              (6, "request", "A", [])])                       # waits, its reclaim still on
     deadline = 5 + EVICT_AFTER_QUANTA * TQ
-    assert r(deadline, "tick") == [Evict("A", deadline - 5), Grant("W", TQ)]
+    assert r(deadline, "tick") == [Evict("A", deadline - 5),
+                                   Backoff("A", deadline - 5, BACKOFF_QUANTA * TQ), Grant("W", TQ)]
     assert r.arb.state_of("A") == "idle"    # it keeps nothing: its connection closes
 
 
@@ -220,9 +226,10 @@ def test_an_answer_that_leaves_memory_on_the_gpu_is_not_asked_again():
 
 
 # -- what a holder leaves, and what it reports ---------------------------------------------------
-@pytest.mark.parametrize("report, left", [(None, 4), (0, 0), (3, 3), (20, 8)])
+@pytest.mark.parametrize("report, left", [(None, 4), (0, 0), (3, 3), (6, 4), (20, 4)])
 def test_a_holder_dropped_with_evict_leaves_what_it_reported(report, left):
-    # without a report, what it was asked to keep (8 - the 4 GiB of room W needs)
+    # without a report, what it was asked to keep (8 - the 4 GiB of room W needs); a report of
+    # more is cut to that: the drop let it keep no more (residency is granted, backoff.py)
     r = swap(H=8, W=12)
     play(r, [(0, "request", "H", [Grant("H", TQ)]),
              (1, "request", "W", []),

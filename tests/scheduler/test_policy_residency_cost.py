@@ -53,10 +53,12 @@ class Parked:
         return w
 
     def done(self, w: str, victim: str) -> None:
-        """w ran: it goes, and the victim's memory is back on the GPU, as it was."""
+        """w ran: it goes, and the victim's memory is back on the GPU, as it was: it takes a turn
+        (a report cannot put it back: residency is granted by a release)."""
         assert self.arb.holds(w)
         self.arb.disconnect(w, self.now)
-        self.arb.residency(victim, self.unit, self.now)
+        assert [a.client for a in self.arb.request(victim, self.now)] == [victim]
+        self.arb.release(victim, self.now)
 
     def measure(self, kind: str, i: int) -> int:
         arb = self.arb

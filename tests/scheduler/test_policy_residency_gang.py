@@ -4,7 +4,7 @@ once all of them have; a seat answers EVICT only when all its members do."""
 
 import pytest
 
-from xpushare.scheduler.policy import EVICT_AFTER_QUANTA, Drop, Evict, Grant, Mode, Reclaim
+from xpushare.scheduler.policy import EVICT_AFTER_QUANTA, Backoff, Drop, Evict, Grant, Mode, Reclaim
 
 from test_policy_gang import Run, check, grants, make, setup_job
 
@@ -93,7 +93,8 @@ def test_a_member_silent_after_its_reclaim_is_evicted_and_the_others_are_not():
     deadline = 1.0 + EVICT_AFTER_QUANTA * TQ
     assert gpu.arbiter.next_deadline() == deadline
     out = g.on_gpu(gpu, gpu.arbiter.tick, now=deadline)
-    assert [(a.client, type(a)) for _, a in out.actions] == [("j1", Evict), ("w", Grant)]
+    assert [(a.client, type(a)) for _, a in out.actions] == [
+        ("j1", Evict), ("j0", Backoff), ("j1", Backoff), ("w", Grant)]   # its owner's strike
     out = g.leave("j1", deadline + 0.1)                      # its connection closed
     check(g)
     assert "J" in g.jobs and gpu.arbiter.resident_bytes(seat) == 0

@@ -577,7 +577,8 @@ def test_creates_the_socket_directory(sockdir):
 def test_bad_command_line_values_exit_2(sockdir):
     for args in (["--tq", "0"], ["--tq", "x"], ["--tq", "1e7"], ["--tq", "inf"], ["--tq", "nan"],
                  ["--tq", "0.0001"], ["--mode", "fast"], ["--tq", "soon"], ["--reserve", "lots"],
-                 ["--gpu-memory", "lots"]):
+                 ["--gpu-memory", "lots"], ["--gpu-memory", str(2**64 - 1)],
+                 ["--gpu-memory", "0=4096T"]):   # past 4 PiB less 1 MiB (wire.scheduling)
         r = subprocess.run([sys.executable, "-m", "xpushare.scheduler", "--socket",
                             str(sockdir / "s.sock"), *args], env=child_env(), capture_output=True,
                            text=True, timeout=30)

@@ -14,6 +14,7 @@ from .. import __version__, metrics_flags
 from ..envflags import parse_args
 from ..usage import Parser
 from ..wire.paths import SYSTEM_SOCKET, default_socket_path, socket_override
+from ..wire.scheduling import check_capacity
 from ..wire.sizes import parse_size
 from .node import clientlog
 from .shell import logformat
@@ -35,7 +36,7 @@ def _quantum(text: str) -> float | None:
 def _gpu_memory(text: str) -> tuple[str | None, int]:
     sel, _, size = text.rpartition("=")
     try:
-        return (sel or None), parse_size(size)
+        return (sel or None), check_capacity(parse_size(size))
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -143,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory", type=_gpu_memory, action="append", default=[],
                    metavar="[GPU=]SIZE",
                    help="capacity the scheduler counts a GPU as (e.g. 16GiB), for every GPU or for "
-                        "one (index or UUID); repeatable. Sent to clients in ATTACHED.")
+                        "one (index or UUID); repeatable; at most 4 PiB less 1 MiB. Sent to "
+                        "clients in ATTACHED.")
     p.add_argument("--no-nvml", action="store_true",
                    help="do not discover GPUs with NVML; learn them from clients")
     metrics_flags.add_arguments(p, "NVSHARE_METRICS_PORT", "Prometheus metrics")

@@ -80,8 +80,11 @@ class Number:
     def check(self, name: str, value):
         if isinstance(value, str) and value in self.words:
             return value
+        # An integer is compared as it is: math.isfinite() would convert it to a float, which
+        # raises OverflowError for one of more than about 308 digits (JSON has no bound on them).
         if (not isinstance(value, (int, float)) or isinstance(value, bool)
-                or not math.isfinite(value) or not self.lo <= value <= self.hi):
+                or (isinstance(value, float) and not math.isfinite(value))
+                or not self.lo <= value <= self.hi):
             raise Invalid(f"invalid {name} {show(value)}: {self.hint}")
         return value
 

@@ -10,6 +10,19 @@ TQ_MIN = 0.001            # seconds: a quantum under 1 ms would be sent as 0 = "
 TQ_MAX = 4_294_967.0      # seconds: the largest whole second whose milliseconds fit a u32
 # Measured context sizes: docs/benchmarks.md, "Measured facts".
 CONTEXT_RESERVE = 768 * 2**20  # bytes
+# The most a GPU may be counted as (--gpu-memory, set_gpu_memory): 4 PiB less 1 MiB. The room the
+# scheduler asks a dropped holder to make within it travels in MiB as a u32 (DROP_LOCK's
+# evict_mib), and a capacity this size is still exact as a double (the metrics, JSON readers) and
+# as a Kubernetes quantity (64-bit signed). ATTACHED's u64 would carry more; nothing else would.
+CAPACITY_MAX = 0xFFFFFFFF << 20  # bytes
+CAPACITY_TEXT = "at most 4 PiB less 1 MiB (4503599626321920 bytes)"
+
+
+def check_capacity(nbytes: int) -> int:
+    """`nbytes` as a GPU's capacity; ValueError past CAPACITY_MAX."""
+    if nbytes > CAPACITY_MAX:
+        raise ValueError(f"invalid capacity {nbytes}: {CAPACITY_TEXT}")
+    return nbytes
 
 
 def check_tq(tq: float) -> float:

@@ -24,6 +24,7 @@ from ...wire.ctlschema import (
 )
 from ..policy import TQ_MAX, Mode
 from ...wire.quota_ranges import CLEAR, COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT
+from ...wire.scheduling import CAPACITY_MAX, CAPACITY_TEXT
 from ..node.registry import Gpu
 from ..node.state import SchedulerState
 
@@ -233,15 +234,15 @@ GPU_SELECTOR = GpuSelector(max_index=2**32 - 1, max_len=Attach.layout()["uuid"][
 SECONDS = Int(1, int(TQ_MAX), 'a positive integer, or "auto" for the dynamic quantum', words=("auto",),
               high=f"at most {TQ_MAX:.0f} (the quantum is sent to clients in milliseconds as a "
                    "32-bit number)")
-CAPACITY_MAX = unsigned_max(Attached, "capacity")  # ATTACHED tells clients the capacity
 BYTES = Int(0, CAPACITY_MAX, "a positive integer, or 0 to clear",
-            high=f"at most {CAPACITY_MAX} (ATTACHED carries the capacity as a 64-bit number)")
+            high=f"{CAPACITY_TEXT} (a room within it travels in MiB as a 32-bit number)")
+ATTACHED_MAX = unsigned_max(Attached, "capacity")  # ATTACHED tells clients the capacity
 PRIORITY = Int(-PRIORITY_LIMIT, PRIORITY_LIMIT,
                f"an integer from {-PRIORITY_LIMIT} to {PRIORITY_LIMIT}")
 PID = Int(1, 2**31 - 1, "a process id (a positive integer)")  # pid_t is a signed 32-bit number
 CLIENT_ID = Int(1, 2**63 - 1, "a client id (a positive integer)")  # WELCOME's, counted from 1
 COUNT = Int(1, 2**31 - 1, "how many GPUs: a positive integer")
-JOB_MEMORY = Int(0, CAPACITY_MAX, "bytes the job needs on each GPU (a non-negative integer; 0: none "
+JOB_MEMORY = Int(0, ATTACHED_MAX, "bytes the job needs on each GPU (a non-negative integer; 0: none "
                  "named)")
 TARGET = (Field("pid", PID), Field("client_id", CLIENT_ID), Field("pod", PodName()))
 

@@ -131,7 +131,7 @@ def take_pieces(state, now: float, nvml=None) -> Iterator[Scrape]:
         yield scrape
     for g, n in per_gpu.items():
         if g in rows:
-            rows[g].clients, rows[g].swapped = n, swapped[g]
+            rows[g].clients, rows[g].swapped = n, min(swapped[g], swap.HOST_MEMORY)
     yield scrape
 
 

@@ -251,7 +251,7 @@ class GpuRegistry:
         try:
             for gpu, action in outcome.actions:
                 try:
-                    _carry_out(gpu, action, now, self.gangs)
+                    _carry_out(gpu, action, now, self.gangs, self.client_log)
                 except Exception:  # a bug of ours: lose this client, never the other actions
                     log.exception("gpu=%s: cannot carry out %s; closing the client's connection",
                                   getattr(gpu, "label", "-"), type(action).__name__.lower())
@@ -304,9 +304,10 @@ class GpuRegistry:
         self.apply(gpu, gpu.arbiter.tick)
 
 
-def _carry_out(gpu: Gpu, a: policy.Action, now: float, gangs: Gangs) -> None:
+def _carry_out(gpu: Gpu, a: policy.Action, now: float, gangs: Gangs, client_log=None) -> None:
     """Turn one policy action into what the client is sent, what the log says and what the
-    exporter counts."""
+    exporter counts. The lines of reclaims, which a client can make come again and again (by
+    answering EVICT late, or by reconnecting), count against its uid's budget (clientlog.py)."""
     conn = a.client  # a connection.Conn
     if isinstance(a, JobFormed):
         job = a.job
@@ -340,8 +341,9 @@ def _carry_out(gpu: Gpu, a: policy.Action, now: float, gangs: Gangs) -> None:
             why, answer, asked = ": it did not answer EVICT", "RESIDENCY", "EVICT"
         else:
             why, answer, asked = " without LOCK_RELEASED", "LOCK_RELEASED", "DROP_LOCK"
-        log.warning("evict pid=%d gpu=%s after %.1fs%s; closing its connection", conn.pid,
-                    gpu.label, a.waited, why)
+        _say(client_log if asked == "EVICT" else None, conn, logging.WARNING,
+             "evict pid=%d gpu=%s after %.1fs%s; closing its connection", conn.pid, gpu.label,
+             a.waited, why)
         conn.send(encode_error(f"evicted from gpu {gpu.uuid}: no {answer} {a.waited:.1f}s after "
                                f"{asked}"))
         conn.close()
@@ -349,7 +351,21 @@ def _carry_out(gpu: Gpu, a: policy.Action, now: float, gangs: Gangs) -> None:
         resident = swap.client_resident(gangs, conn, gpu)
         swap.reclaim_sent(conn, gpu, now)
         conn.send(encode(EvictFrame(conn.ordinal(gpu), EVICT_ROOM)))
-        log.info("reclaim pid=%d gpu=%s resident=%s", conn.pid, gpu.label, swap.gib(resident))
+        _say(client_log, conn, logging.INFO, "reclaim pid=%d gpu=%s resident=%s", conn.pid,
+             gpu.label, swap.gib(resident))
+    elif isinstance(a, policy.Backoff):
+        _say(client_log, conn, logging.WARNING, "pid=%d uid=%d gpu=%s kept a waiter waiting "
+             "%.1fs (EVICT answered late or not at all, or DROP_LOCK not): the memory its uid's "
+             "clients keep on this GPU while idle is not counted for %gs", conn.pid, conn.uid,
+             gpu.label, a.waited, a.seconds)
+
+
+def _say(client_log, conn, level: int, fmt: str, *args) -> None:
+    """A line about `conn`, through its uid's budget when there is a client log."""
+    if client_log is None:
+        log.log(level, fmt, *args)
+    else:
+        client_log.log(level, conn, fmt, *args)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -6,7 +6,10 @@ module keeps what the clients said, per connection and GPU (Conn.swap, a SwapRec
 and turns it into the policy's events (registry.residency) and into status and metrics fields.
 
 Everything a client sends is untrusted: its byte counts are u64s of its own making, so what status
-and the exporter show of them is cut to the footprint it reported (MEM_UPDATE), and a move's time
+and the exporter show of them is cut to what it allocated: its resident bytes to the footprint it
+reported (MEM_UPDATE), its swapped bytes to that footprint less what it says stays on the GPU, and
+both, like any sum of swapped bytes, to HOST_MEMORY, where swapped memory lives (a footprint is two
+u64s of the client's own: a few clients could otherwise add up to exabytes). A move's time is cut
 to SWITCH_REPORT_MAX (60 s), like LOCK_RELEASED's.
 
 Which move a report ends: an answer to EVICT (flag ANSWER) is a swap-out; a report from a client
@@ -17,6 +20,7 @@ eviction, before LOCK_RELEASED or after it with NVSHARE_EVICT=background) is a s
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from ...wire.protocol import RESIDENCY_ANSWER, RESIDENCY_REFUSED, Residency
@@ -30,6 +34,16 @@ if TYPE_CHECKING:
 lock_log = logging.getLogger("nvshare.scheduler.locks")  # --log-locks: a line per report
 
 GiB = 1 << 30
+
+
+def _host_memory() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):   # not known here: no bound beyond the wire's u64
+        return (1 << 64) - 1
+
+
+HOST_MEMORY = _host_memory()  # bytes: no client's swapped memory, nor all of it, can be more
 
 
 class SwapRecord:
@@ -136,9 +150,14 @@ def client_resident(gangs, conn: Conn, gpu: Gpu) -> int:
 
 
 def client_swapped(conn: Conn, gpu: Gpu) -> int:
-    """host_bytes it last reported, cut to its footprint."""
+    """host_bytes it last reported, cut to what it allocated (its footprint) less the bytes it
+    said stay on the GPU, and to HOST_MEMORY."""
     rec = conn.swap.get(gpu.uuid)
-    return 0 if rec is None else min(rec.host, footprint(conn, gpu))
+    return 0 if rec is None else _swapped(rec, footprint(conn, gpu))
+
+
+def _swapped(rec: SwapRecord, held: int) -> int:
+    return min(rec.host, held - min(rec.resident, held), HOST_MEMORY)
 
 
 def client_fields(gangs, conn: Conn, gpu: Gpu) -> dict:
@@ -153,13 +172,14 @@ def client_fields(gangs, conn: Conn, gpu: Gpu) -> dict:
 
 
 def swapped_by_gpu(clients) -> dict[str, int]:
-    """GPU UUID -> the bytes its clients last reported swapped out (each cut to its footprint)."""
+    """GPU UUID -> the bytes its clients last reported swapped out (each as client_swapped cuts
+    it), at most HOST_MEMORY."""
     total: dict[str, int] = {}
     for c in clients:
         for uuid, rec in c.swap.items():
             if rec.host:
                 managed, other = c.memory.get(uuid, (0, 0))
-                total[uuid] = total.get(uuid, 0) + min(rec.host, managed + other)
+                total[uuid] = min(total.get(uuid, 0) + _swapped(rec, managed + other), HOST_MEMORY)
     return total
 
 

@@ -60,7 +60,10 @@ memory makes the client's next grant carry PREFETCH. A client whose answer left 
 today's rules apply besides (holders drop with EVICT; a waiter runs alone once nothing is left to
 reclaim). A client silent EVICT_AFTER_QUANTA quanta after its Reclaim gets Evict, as a silent holder
 does. Running holders grown past the budget beside idle clients' bytes get room the same way. Mode
-OFF reclaims nothing.
+OFF reclaims nothing. Residency is granted, never declared: a report lowers those bytes, never
+raises them; an EVICT answered more than a quantum late or not at all (or a DROP_LOCK not) is a
+strike against the client's owner, whose idle clients' bytes then count for nothing for a back-off
+that doubles with each strike (backoff.py; Backoff says so).
 
 The quantum (docs/protocol.md "The quantum") is explicit, or dynamic: QUANTA_PER_SWITCH times the
 measured switch cost, so that switching takes at most about 5% of the GPU's time. The switch cost is
@@ -104,7 +107,7 @@ from .model import (
     AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, DEFAULT_SHARE, EVICT_AFTER_QUANTA,
     EWMA_ALPHA, MAX_SKIP, PREFETCH_FLOOR_RATE, SWITCH_REPORTERS, QUANTA_PER_SWITCH,
     RESERVE_FRACTION, SHARE_RATIO_MAX, SHARE_RATIO_MIN, SWITCH_REASONS, SWITCH_REPORT_MAX,
-    TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN, Action, Client, Drop, Evict, Grant, Holding, Mode, Overdue,
+    TQ_CEILING, TQ_FLOOR, TQ_MAX, TQ_MIN, Action, Backoff, Client, Drop, Evict, Grant, Holding, Mode, Overdue,
     Reclaim, SwitchReport, Waiting, check_share, check_tq, plausible_prefetch, scaled_quantum,
 )
 from .snapshot import GpuSnapshot, HolderView, WaiterView
@@ -116,7 +119,7 @@ __all__ = [
     "EWMA_ALPHA",
     "MAX_SKIP", "PREFETCH_FLOOR_RATE", "SWITCH_REPORTERS", "QUANTA_PER_SWITCH", "RESERVE_FRACTION",
     "SHARE_RATIO_MAX", "SHARE_RATIO_MIN", "STRATEGIES", "SWITCH_REASONS", "SWITCH_REPORT_MAX", "TQ_CEILING", "TQ_FLOOR", "TQ_MAX", "TQ_MIN",
-    "Action", "Arbiter", "AutoStrategy", "Client", "Drop", "Evict", "GpuSnapshot", "Grant",
+    "Action", "Arbiter", "AutoStrategy", "Backoff", "Client", "Drop", "Evict", "GpuSnapshot", "Grant",
     "HolderView", "Holding", "LowerMedian", "Mode", "OffStrategy", "Overdue", "Reclaim",
     "SerialStrategy",
     "Strategy", "SwitchReport", "WaiterView", "Waiting", "check_share", "check_tq",

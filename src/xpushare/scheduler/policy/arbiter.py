@@ -27,6 +27,7 @@ from .model import (
     AGING_QUANTA, CLIENT_OVERHEAD, EVICT_AFTER_QUANTA, RESERVE_FRACTION, Action, Client, Drop, Evict,
     Grant, Holding, Mode, Overdue, SwitchReport, Waiting, _check_bytes, check_share,
 )
+from .backoff import Strikes, strike
 from .holders import HolderIndex
 from .owners import Owners
 from .queue import WaitQueue
@@ -60,6 +61,7 @@ class Arbiter(Residency):
         self._shares = ShareBook()
         self._held = HolderIndex(self._footprints, self._shares.shares)
         self._res = ResidencyBook()
+        self._strikes = Strikes()   # owners that made waiters wait on them (backoff.py)
         self._queue = WaitQueue(NetFootprints(self._footprints, self._res.parked))
         self.holders: dict[Client, Holding] = self._held.records   # grant order
         self.waiting: dict[Client, Waiting] = self._queue.records  # arrival order
@@ -239,6 +241,7 @@ class Arbiter(Residency):
         self._evicted.discard(client)
         self._preempted.pop(client, None)
         self._costs.forget(client)
+        self._strikes.forget(client)
         parked = self._res.forget(self, client)   # its bytes on the GPU, or its reclaim, go
         if not (held or queued or parked):
             return []
@@ -381,7 +384,8 @@ class Arbiter(Residency):
             self._evicted.add(client)
         else:
             self._evicted.discard(client)
-        self._res_dropped(client, evict_mib if evict else 0)
+        h.evict_mib = evict_mib if evict else 0
+        self._res_dropped(client, h.evict_mib)
         return Drop(client, reason, evict, evict_mib=evict_mib if evict else 0)
 
     def _start_quantum(self, client: Client, now: float) -> None:
@@ -412,6 +416,8 @@ class Arbiter(Residency):
                 self._held.remove(client)
                 self._shares.contend(client, -1)
                 actions.append(Evict(client, now - h.drop_sent))
+                if client in self._res.swappable:   # what it loses: idle residency (backoff.py)
+                    actions.append(strike(self, client, now - h.drop_sent, now))
                 evicted = True
             else:
                 self._held.arm(client, h, evict_at)

@@ -7,13 +7,15 @@ An arbiter's clients are seats; its actions on a seat become actions on the seat
   and releases say. The seat's reclaim is answered (Arbiter.residency on the seat) once every
   member it went to has answered or left: the seat's bytes are the sum of its members', REFUSED if
   any member's was; a seat none of whose members has bytes there is answered at once;
-- Evict(seat) for a reclaim left unanswered: Evict(member) for each member that did not answer.
+- Evict(seat) for a reclaim left unanswered: Evict(member) for each member that did not answer;
+- Backoff(seat) (its owner lost idle residency, backoff.py): Backoff(member) for each member.
 
 Residency. A seat answers EVICT (Arbiter.set_swappable) when every member of it does. While it is
 not held, the arbiter counts its members' bytes: at the seat's release each member leaves its
 footprint there, or, when its members were told to drop with EVICT, what it reported since (else
 0), which the arbiter hears right before the release; reports that come while the seat is not held
-(answers, or a swap-out after LOCK_RELEASED) are passed on as the seat's new sum. A report from a
+(answers, or a swap-out after LOCK_RELEASED) are passed on as the seat's new sum, each member's
+cut to what it was counted for (a report lowers it, never raises it). A report from a
 member while its seat holds counts only after a drop with EVICT (the swap-in at a grant counts its
 footprint, as the holder's seat does).
 """
@@ -21,7 +23,7 @@ footprint, as the holder's seat does).
 from __future__ import annotations
 
 from .gangmodel import Outcome, Phase, Seat
-from .model import Drop, Evict, Grant, Overdue, Reclaim, kept_after_eviction
+from .model import Backoff, Drop, Evict, Grant, Overdue, Reclaim, kept_after_eviction
 
 
 class SeatRouting:
@@ -52,8 +54,8 @@ class SeatRouting:
                 if seat.evicting and job.phase == Phase.DROPPING:
                     seat.resident[member] = resident
                     seat.refused |= refused
-            else:
-                seat.resident[member] = resident
+            else:   # a report lowers what it is counted for, never raises it (backoff.py)
+                seat.resident[member] = min(resident, seat.resident.get(member, 0))
                 if seat.reclaim is None:
                     self._tell_resident(seat, refused)
                 else:
@@ -84,9 +86,8 @@ class SeatRouting:
         seat.swappable = swappable
         if not swappable and fresh:
             return
-        self._call(seat.gpu, seat.gpu.arbiter.set_swappable, seat, swappable)
-        if swappable and seat.grant is None and any(seat.resident.values()):
-            self._tell_resident(seat)
+        left = sum(seat.resident.values()) if swappable and seat.grant is None else 0
+        self._call(seat.gpu, seat.gpu.arbiter.set_swappable, seat, swappable, resident=left)
 
     def _seat_releasing(self, seat: Seat) -> None:
         """The seat is about to be released: what each member leaves on the GPU (its footprint, or
@@ -121,6 +122,9 @@ class SeatRouting:
         elif isinstance(action, Overdue):
             for m in seat.holding:
                 self._emit(gpu, Overdue(m, action.waited))
+        elif isinstance(action, Backoff):
+            for m in seat.members:
+                self._emit(gpu, Backoff(m, action.waited, action.seconds))
         elif isinstance(action, Reclaim):
             asked = {m for m, nbytes in seat.resident.items() if nbytes and m in seat.members}
             if not asked:

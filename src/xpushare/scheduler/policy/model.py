@@ -79,7 +79,7 @@ MiB = 1 << 20
 def kept_after_eviction(footprint: int, evict_mib: int) -> int:
     """What a holder dropped with EVICT keeps on the GPU if it moves just evict_mib (0: all):
     counted for it until its report of what stays (NVSHARE_EVICT=background reports after its
-    release)."""
+    release), and the most that report may say it keeps unless REFUSED (residency.py)."""
     return max(0, footprint - evict_mib * MiB) if evict_mib else 0
 
 
@@ -132,7 +132,17 @@ class Reclaim:
     client: Client
 
 
-Action = Grant | Drop | Overdue | Evict | Reclaim
+@dataclass(frozen=True)
+class Backoff:
+    """`client` answered EVICT late or not at all, or held its lock past a drop (`waited` seconds):
+    for `seconds` the memory its owner's clients keep on the GPU while idle is not counted
+    (backoff.py). Informational: for the log."""
+    client: Client
+    waited: float
+    seconds: float
+
+
+Action = Grant | Drop | Overdue | Evict | Reclaim | Backoff
 
 
 @dataclass(frozen=True)
@@ -169,6 +179,9 @@ class Holding:
     deadline: float | None = None       # next time the strategy looks at this holder
     drop_sent: float | None = None      # when DROP_LOCK was sent, if it was
     drop_reason: DropReason | None = None
+    # With a drop's EVICT: the MiB it was asked to move (0: all), which bounds what it may say it
+    # keeps (residency.py). Not part of equality: the reference policy's records lack it.
+    evict_mib: int = field(default=0, compare=False)
     expired: bool = False               # its quantum ran out and it was not dropped
     bonus: int = 0                      # the aging it had when granted (part of its rank)
     waited: float = 0.0                 # how long it had waited for this grant

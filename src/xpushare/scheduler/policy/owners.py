@@ -36,6 +36,9 @@ class Owners:
             self.of[client] = (owner, own)
             self._clients.setdefault(owner, set()).add(client)
 
+    def clients_of(self, owner: Hashable) -> set[Client]:
+        return self._clients.get(owner, set())
+
     def forget(self, client: Client) -> None:
         old = self.of.pop(client, None)
         if old is not None:

@@ -5,7 +5,9 @@ A holder's memory is on the GPU: its footprint. A client that is not holding kee
 it had there, unless it moved it to host; only clients that answer EVICT (set_swappable) are
 counted so, by their last known resident bytes ("parked" bytes: at a release its footprint, or
 after a drop with EVICT what it reported before releasing, else 0; what it reports later, cut to
-its footprint). Clients that do not answer EVICT count nothing while they do not hold, as always.
+its footprint; a report lowers them, never raises them: residency is granted). Clients that do
+not answer EVICT count nothing while they do not hold, as always; nor do, for a while, those whose
+user answered EVICT late or not at all (backoff.py).
 
 AUTO and SERIAL admit a waiter only if it fits beside the holders and every parked byte, idle and
 waiting clients' alike, since all of them are on the GPU (Arbiter.admit_budget; a waiter's own
@@ -33,6 +35,7 @@ import itertools
 from typing import TYPE_CHECKING
 
 from ...wire.protocol import DropReason
+from .backoff import answered_in, owner_key, strike
 from .model import (
     EVICT_AFTER_QUANTA, MiB, Action, Client, Evict, Mode, Reclaim, _check_bytes,
     kept_after_eviction,
@@ -282,14 +285,24 @@ class Residency:
     def is_reclaiming(self: Arbiter, client: Client) -> bool:
         return client in self._res.reclaiming
 
-    def set_swappable(self: Arbiter, client: Client, swappable: bool, now: float) -> list[Action]:
+    def set_swappable(self: Arbiter, client: Client, swappable: bool, now: float,
+                      resident: int = 0) -> list[Action]:
         """Whether the client answers EVICT. A client that does not is not counted while it does
-        not hold, and is never reclaimed; one that starts to is counted from what it reports, or
-        from its next release."""
+        not hold, and is never reclaimed; one that starts to is counted from `resident` (what its
+        releases left on the GPU, as the caller saw them: gangroute.py), or from its next
+        release."""
         book = self._res
         if swappable:
+            new = client not in book.swappable
             book.swappable.add(client)
-            return []
+            if not (new and resident and client not in self.holders):
+                return []
+            book.set(client, min(_check_bytes(resident, "resident bytes"),
+                                 self._footprints.get(client, 0)))
+            book.last_used.setdefault(client, now)
+            self._queue.resize(client)
+            book.sync(self, client)
+            return self._step(now)
         if client not in book.swappable:
             return []
         had = book.forget(self, client)
@@ -299,10 +312,13 @@ class Residency:
     def residency(self: Arbiter, client: Client, resident: int, now: float,
                   refused: bool = False) -> list[Action]:
         """The client has `resident` bytes of its memory on the GPU now (cut to its footprint);
-        it ends its reclaim. refused: it could not move (its host memory for swap ran out): it is
-        not asked again before its next grant, and the waiter it was to make room for is served
-        as without it. From a holder told to drop with EVICT (sent before LOCK_RELEASED): what
-        stays on the GPU after its release."""
+        it ends its reclaim. A report lowers what the client is counted for, never raises it
+        (residency is granted, backoff.py): a client not holding is counted at most what it was.
+        An answer later than LATE_ANSWER_QUANTA quanta is a strike against its owner (backoff.py).
+        refused: it could not move (its host memory for swap ran out): it is not asked again
+        before its next grant, and the waiter it was to make room for is served as without it.
+        From a holder told to drop with EVICT (sent before LOCK_RELEASED): what stays on the GPU
+        after its release, at most what the drop let it keep unless refused."""
         resident = _check_bytes(resident, "resident bytes")
         book = self._res
         if client not in book.swappable:
@@ -311,12 +327,17 @@ class Residency:
         h = self.holders.get(client)
         if h is not None:
             if h.drop_sent is not None and client in self._evicted:
-                book.after_release[client] = resident
                 if refused:
                     book.refused.add(client)
+                else:   # it was asked to move the rest
+                    resident = min(resident, kept_after_eviction(
+                        self._footprints.get(client, 0), h.evict_mib))
+                book.after_release[client] = resident
             return []   # a swap-in at its grant: it counts its footprint while it holds
+        asked = book.reclaiming.get(client)
         answered = book.end_reclaim(client)
-        book.set(client, resident)
+        actions = answered_in(self, client, now - asked[2], now) if asked else []
+        book.set(client, min(resident, book.parked.get(client, 0)))   # lowered, never raised
         if refused or (answered and resident):   # asked again, it would answer the same
             book.refused.add(client)
         if resident < self._footprints.get(client, 0):
@@ -324,7 +345,7 @@ class Residency:
         book.last_used.setdefault(client, now)
         self._queue.resize(client)
         book.sync(self, client)
-        return self._step(now)
+        return actions + self._step(now)
 
     # -- hooks of the arbiter's events ----------------------------------------------------------
     def _res_granted(self: Arbiter, client: Client, now: float) -> None:
@@ -349,7 +370,9 @@ class Residency:
         report = book.after_release.pop(client, None)
         if client not in book.swappable:
             return
-        if client in self._evicted:   # its drop carried EVICT (its footprint may have shrunk since)
+        if self._strikes.barred(owner_key(self, client), now):
+            resident = 0                  # its owner lost idle residency (backoff.py)
+        elif client in self._evicted:   # its drop carried EVICT (its footprint may have shrunk since)
             resident = min(report or 0, self._footprints.get(client, 0))
         else:
             resident = self._footprints.get(client, 0)
@@ -376,7 +399,7 @@ class Residency:
             if self._queue.remove(client) is not None:
                 self._shares.contend(client, -1)
             book.sync(self, client)
-            actions.append(Evict(client, waited))
+            actions += [Evict(client, waited), strike(self, client, waited, now)]
         if actions:
             self._shares.rescale(self, now)
         return actions
