@@ -8,6 +8,8 @@ import pytest
 
 from xpushare.wire.protocol import MessageType
 
+from .swap_steps import theirs as _theirs
+
 MIB = 1 << 20
 OOM = 2
 
@@ -15,11 +17,6 @@ OOM = 2
 @pytest.fixture
 def sched(world):
     return world.scheduler(mode="off")  # nothing here waits for a lock
-
-
-def _theirs(log, app, fn):
-    app_tids = {ln["tid"] for ln in app.lines}
-    return [e for e in log.entries(app.pid, fn) if e["tid"] in app_tids]
 
 
 def _created(log, app) -> list[int]:

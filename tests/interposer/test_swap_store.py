@@ -14,12 +14,13 @@ from __future__ import annotations
 import pytest
 
 from xpushare.wire.protocol import (
-    DROP_EVICT, FEATURE_SWAP, HELLO_SWAP, RESIDENCY_ANSWER, RESIDENCY_REFUSED, MessageType,
+    FEATURE_SWAP, HELLO_SWAP, RESIDENCY_ANSWER, RESIDENCY_REFUSED, MessageType,
 )
 
 from testkit.waiting import poll
 
 from .harness import build_mock_variant
+from .swap_steps import drop, idle_env, ours, residency
 
 # Managed memory's paths (the backing kept for oversubscription); device memory of the library's
 # own is tests/interposer/test_swap_vmm.py's.
@@ -29,20 +30,7 @@ HOST, DEVICE = 2, 1  # the mock log's loc_type
 MIB = 1 << 20
 
 
-def _env(**extra):
-    env = {"NVSHARE_IDLE_RELEASE_MS": 0}
-    env.update(extra)
-    return env
-
-
-def _ours(log, app, fn):
-    """Calls of fn the library made itself (not on an application thread)."""
-    app_tids = {ln["tid"] for ln in app.lines}
-    return [e for e in log.entries(app.pid, fn) if e["tid"] not in app_tids]
-
-
-def _residency(recorder) -> list:
-    return [r.msg for r in recorder.messages(MessageType.RESIDENCY)]
+_env, _ours, _residency, _drop = idle_env, ours, residency, drop
 
 
 def _prefetches(log, pid, loc_type) -> list[tuple[int, int]]:
@@ -56,12 +44,6 @@ def _pinned(world, app, size) -> dict:
     found = poll(lambda: [e for e in _ours(world.log, app, "cuMemHostAlloc") if e["size"] == size],
                  what=lambda: f"a host copy of {size} bytes (log: {world.log.entries(app.pid)[-5:]})")
     return found[0]
-
-
-def _drop(recorder, n):
-    recorder.wait_count(MessageType.REQ_LOCK, n, device=0)
-    recorder.drop(0, flags=DROP_EVICT)
-    recorder.wait_count(MessageType.LOCK_RELEASED, n, device=0)
 
 
 def _swapped_out_by_a_drop(world, recorder, *steps, env=None, store=True):

@@ -11,38 +11,15 @@ mock logs every call with CLOCK_MONOTONIC times.
 
 from __future__ import annotations
 
-from xpushare.wire.protocol import DROP_EVICT, FEATURE_SWAP, MessageType
+from xpushare.wire.protocol import FEATURE_SWAP, MessageType
+
+from .swap_steps import drop, idle_env, ours, residency, theirs
 
 MIB = 1 << 20
 TOTAL = 16 << 30  # the mock's memory per device
 
 
-def _env(**extra):
-    env = {"NVSHARE_IDLE_RELEASE_MS": 0}
-    env.update(extra)
-    return env
-
-
-def _ours(log, app, fn):
-    """Calls of fn the library made itself (not on an application thread)."""
-    app_tids = {ln["tid"] for ln in app.lines}
-    return [e for e in log.entries(app.pid, fn) if e["tid"] not in app_tids]
-
-
-def _theirs(log, app, fn):
-    """Calls of fn made on the application's threads (the library's own thread allocates too)."""
-    app_tids = {ln["tid"] for ln in app.lines}
-    return [e for e in log.entries(app.pid, fn) if e["tid"] in app_tids]
-
-
-def _drop(recorder, n):
-    recorder.wait_count(MessageType.REQ_LOCK, n, device=0)
-    recorder.drop(0, flags=DROP_EVICT)
-    recorder.wait_count(MessageType.LOCK_RELEASED, n, device=0)
-
-
-def _residency(recorder) -> list:
-    return [r.msg for r in recorder.messages(MessageType.RESIDENCY)]
+_env, _ours, _theirs, _drop, _residency = idle_env, ours, theirs, drop, residency
 
 
 def _driver_free(log, app) -> list[int]:
