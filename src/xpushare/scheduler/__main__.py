@@ -122,6 +122,17 @@ def _add_suspend_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: $NVSHARE_CUDA_LIBRARY, else libcuda.so.1)")
 
 
+def _add_log_arguments(p: argparse.ArgumentParser) -> None:
+    """What the scheduler logs, and how."""
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="text: one line per event (default); json: one JSON object per line, with "
+                        "the line's fields (event, pid, gpu, ...)")
+    p.add_argument("--log-locks", action="store_true",
+                   help="log every grant and release (one line each; drops and evictions are "
+                        "always logged)")
+    p.add_argument("--debug", action="store_true", help="log every message (implies --log-locks)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="nvshare-scheduler",
@@ -177,13 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--event-loop", choices=("asyncio", "uvloop"), default="asyncio",
                    help="the event loop: the standard library's (default) or uvloop's (the same "
                         "lock round trip, bursts of connects served later: docs/benchmarks.md)")
-    p.add_argument("--log-format", choices=("text", "json"), default="text",
-                   help="text: one line per event (default); json: one JSON object per line, with "
-                        "the line's fields (event, pid, gpu, ...)")
-    p.add_argument("--log-locks", action="store_true",
-                   help="log every grant and release (one line each; drops and evictions are "
-                        "always logged)")
-    p.add_argument("--debug", action="store_true", help="log every message (implies --log-locks)")
+    _add_log_arguments(p)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
