@@ -1,5 +1,6 @@
 """The exporter with many clients, in process: the exposition a scrape writes in pieces is still one
-valid exposition (each family once, every client's series there) in both formats.
+valid exposition (each family once, every client's series there) in both formats; many scrapes at
+once format the state once, a slice of the loop per turn.
 
 Run as a script, it times a scrape's work on the loop at 1000 clients (the copy of live state, and
 the longest piece of formatting between two returns to the loop):
@@ -9,6 +10,7 @@ the longest piece of formatting between two returns to the loop):
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import sys
 import time
@@ -86,6 +88,57 @@ def test_pieces_make_one_exposition_in_both_formats():
             assert [s.value for s in waiters] == [n - 1]
     finally:
         loop.close()
+
+
+async def _scrape(port: int, source: str = "127.0.0.1") -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")
+    answer = await reader.read()
+    writer.close()
+    return answer
+
+
+def test_scrapes_at_once_are_formatted_once_a_slice_per_loop_turn(monkeypatch):
+    """16 scrapes (from 4 addresses) of 300 clients' series at once: the state is formatted once for them all, and in
+    no turn of the loop more than the slicer's one step (SLICE_S 0: one step a turn), where
+    formatting per connection put a piece of every connection's answer in each turn."""
+    from xpushare.scheduler.exporter import metrics_collect
+    from xpushare.scheduler.exporter.httpd import MetricsServer
+    from xpushare.scheduler.node import slicer
+
+    monkeypatch.setattr(slicer, "SLICE_S", 0.0)
+    turns, encoded = [0], []
+    encode = metrics_collect._encode
+
+    def counted(encoder, families):
+        encoded.append(turns[0])
+        return encode(encoder, families)
+    monkeypatch.setattr(metrics_collect, "_encode", counted)
+
+    async def run():
+        loop = asyncio.get_running_loop()
+
+        def turn():
+            turns[0] += 1
+            loop.call_soon(turn)
+        loop.call_soon(turn)
+        state = busy_state(loop, 300)
+        server = MetricsServer(state, "127.0.0.1", 0, nvml=False)
+        await server.start()
+        one = await _scrape(server.bound_port)
+        per_exposition = len(encoded)
+        encoded.clear()
+        answers = await asyncio.gather(*(_scrape(server.bound_port, f"127.0.0.{1 + i % 4}")
+                                         for i in range(16)))
+        await server.stop()
+        return one, per_exposition, answers
+
+    one, per_exposition, answers = asyncio.run(run())
+    assert one.startswith(b"HTTP/1.1 200 ") and one.count(b"xpushare_client_priority{") == 300
+    assert all(a.startswith(b"HTTP/1.1 200 ") and a.count(b"xpushare_client_priority{") == 300
+               for a in answers)
+    assert len(encoded) <= 2 * per_exposition  # they came while one or two were made
+    assert max(collections.Counter(encoded).values()) == 1
 
 
 def scrape_cost(clients: int, rounds: int = 20) -> dict[str, float]:

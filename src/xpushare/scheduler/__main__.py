@@ -20,6 +20,8 @@ from .policy import Mode, check_tq
 
 log = logging.getLogger("nvshare.scheduler")
 
+METRICS_MAX_AGE = 1.0  # seconds a /metrics answer is shared (--metrics-max-age; exposition.py)
+
 
 def _quantum(text: str) -> float | None:
     if text == "auto":
@@ -58,6 +60,17 @@ def _seconds(text: str) -> float:
         value = -1.0
     if not 0 < value < 1e6:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
+    return value
+
+
+def _max_age(text: str) -> float:
+    """--metrics-max-age: 0 (none) up to an hour."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"not a number of seconds from 0 to 3600: {text!r}")
     return value
 
 
@@ -106,7 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "one (index or UUID); repeatable. Sent to clients in ATTACHED.")
     p.add_argument("--no-nvml", action="store_true",
                    help="do not discover GPUs with NVML; learn them from clients")
-    metrics_flags.add_arguments(p, "NVSHARE_METRICS_PORT", "Prometheus metrics")
+    # Loopback unless told: the series say which processes use which GPU, and every scrape costs
+    # the scheduler's loop (docs/metrics.md); in a pod the chart gives the pod's IP.
+    metrics_flags.add_arguments(p, "NVSHARE_METRICS_PORT", "Prometheus metrics",
+                                address_env="NVSHARE_METRICS_ADDRESS", address="127.0.0.1")
+    p.add_argument("--metrics-max-age", type=_max_age, default=METRICS_MAX_AGE, metavar="SECONDS",
+                   help="a /metrics answer answers the scrapes of the next SECONDS too (longer for "
+                        "a state that takes long to format); 0: a fresh one each scrape "
+                        f"(default {METRICS_MAX_AGE:g})")
     p.add_argument("--admin-group", type=_group, metavar="GROUP",
                    help="members of this group (name or gid) may change settings too")
     p.add_argument("--max-connections-per-uid", type=_count, default=MAX_CONNECTIONS_PER_UID,
@@ -192,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                     admin_gid=args.admin_group, max_conns_per_uid=args.max_connections_per_uid,
                     hello_timeout=args.hello_timeout, frame_timeout=args.frame_timeout,
                     metrics_port=args.metrics_port, metrics_address=args.metrics_address,
+                    metrics_max_age=args.metrics_max_age,
                     nvml=not args.no_nvml, client_log_limit=args.client_log_limit)
     for sel, size in args.gpu_memory:
         if sel is None:

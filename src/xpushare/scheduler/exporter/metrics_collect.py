@@ -34,9 +34,9 @@ from ..policy import DEFAULT_SHARE
 
 log = logging.getLogger("nvshare.scheduler")
 
-# Samples formatted between two returns to the loop: prometheus_client takes some 5-10 us a sample
-# of a client family (seven labels), so that a piece keeps the loop for well under a millisecond.
-PIECE_SAMPLES = 60
+# Samples formatted in one step of the slicer (exposition.py): prometheus_client takes some 5-10 us
+# a sample of a client family (seven labels), so that a step stays within the slicer's 0.5 ms.
+PIECE_SAMPLES = 30
 TAKE_CLIENTS = 150  # clients copied between two returns to the loop (about 0.3 ms)
 GPU = ("gpu", "uuid")
 # `client` (the scheduler's client id, as nvsharectl status shows it) keeps two connections of one

@@ -1,4 +1,5 @@
-"""Work too long to do at once on the event loop (a status reply), done a slice at a time.
+"""Work too long to do at once on the event loop (a status reply, a /metrics answer), done a slice
+at a time.
 
 A job is a generator that yields after each small step and returns its result. Slicer runs the
 oldest job's steps for up to SLICE_S, then lets the loop read and answer what came meanwhile, then
