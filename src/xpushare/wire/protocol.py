@@ -42,13 +42,18 @@ class Frame(NamedTuple):
         return decode_json(self.payload)
 
 
-def encode_frame(msg_type: MessageType | int, payload: bytes | _Payload = b"") -> bytes:
+def encode_frame(msg_type: MessageType | int,
+                 payload: bytes | _Payload | list[bytes] = b"") -> bytes:
+    """payload: bytes, a payload dataclass, or the payload's pieces in order (joined once, with the
+    header: a large reply is copied one time, not two)."""
     if isinstance(payload, _Payload):
         payload = payload.pack()
+    pieces = payload if isinstance(payload, list) else [payload]
+    size = sum(map(len, pieces))
     limit = MAX_CTL_REPLY if msg_type == MessageType.CTL_REPLY else MAX_PAYLOAD
-    if len(payload) > limit:
-        raise ProtocolError(f"payload of {len(payload)} bytes exceeds {limit}")
-    return HEADER.pack(MAGIC, VERSION, int(msg_type), len(payload)) + payload
+    if size > limit:
+        raise ProtocolError(f"payload of {size} bytes exceeds {limit}")
+    return b"".join([HEADER.pack(MAGIC, VERSION, int(msg_type), size), *pieces])
 
 
 def encode(msg: _Payload, msg_type: MessageType | None = None) -> bytes:
