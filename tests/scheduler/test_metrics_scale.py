@@ -141,6 +141,30 @@ def test_scrapes_at_once_are_formatted_once_a_slice_per_loop_turn(monkeypatch):
     assert max(collections.Counter(encoded).values()) == 1
 
 
+def test_an_answer_answers_the_scrapes_of_its_max_age_then_a_new_one_is_made():
+    from xpushare.scheduler.exporter.httpd import MetricsServer
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        state = busy_state(loop, 3)
+        server = MetricsServer(state, "127.0.0.1", 0, nvml=False, max_age=0.3)
+        await server.start()
+        first = await _scrape(server.bound_port)
+        state.registry.gpus[next(iter(state.registry.gpus))].capacity_override = 8 * GiB
+        again = await _scrape(server.bound_port)  # within its max age: the same answer
+        await asyncio.sleep(0.4)
+        later = await _scrape(server.bound_port)
+        await server.stop()
+        return first, again, later
+
+    first, again, later = asyncio.run(run())
+    capacity = b"xpushare_gpu_capacity_bytes{"
+    line = [x for x in first.split(b"\n") if x.startswith(capacity)]
+    assert line == [x for x in again.split(b"\n") if x.startswith(capacity)]
+    assert line[0].endswith(b" 1.7179869184e+10")
+    assert [x for x in later.split(b"\n") if x.startswith(capacity)][0].endswith(b" 8.589934592e+09")
+
+
 def scrape_cost(clients: int, rounds: int = 20) -> dict[str, float]:
     """Milliseconds: the longest piece of the copy of state (take_pieces), the longest piece of
     formatting (render), a whole scrape; at least `rounds` times (the shortest, the longest)."""

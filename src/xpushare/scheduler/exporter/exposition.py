@@ -33,8 +33,9 @@ class Exposition:
     def __init__(self, chunks: list[bytes], started: float, took: float):
         self.chunks, self.started, self.took = chunks, started, took
 
-    def fresh(self, now: float, max_age: float) -> bool:
-        return max_age > 0 and now - self.started < max(max_age, FRESH_FACTOR * self.took)
+    def fresh_for(self, max_age: float) -> float:
+        """Seconds from `started` during which it answers scrapes (0: none after it is made)."""
+        return max(max_age, FRESH_FACTOR * self.took) if max_age > 0 else 0.0
 
 
 class Expositions:
@@ -50,7 +51,7 @@ class Expositions:
         generate_latest of it): the one kept, the one being made, or a new one."""
         loop = asyncio.get_running_loop()
         made = self._made.get(openmetrics)
-        if made is not None and made.fresh(loop.time(), self.max_age):
+        if made is not None and loop.time() < made.started + made.fresh_for(self.max_age):
             return made.chunks
         making = self._making.get(openmetrics)
         if making is None:
@@ -69,9 +70,17 @@ class Expositions:
             making.set_exception(RuntimeError("the metrics exposition could not be made"))
             making.exception()  # seen here when nobody waits for it any more
             return
-        now = asyncio.get_running_loop().time()
-        self._made[openmetrics] = Exposition(chunks, started, now - started)
+        loop = asyncio.get_running_loop()
+        made = Exposition(chunks, started, loop.time() - started)
         making.set_result(chunks)
+        fresh_for = made.fresh_for(self.max_age)
+        if fresh_for > 0:  # kept while fresh, then let go (megabytes at thousands of clients)
+            self._made[openmetrics] = made
+            loop.call_at(started + fresh_for, self._expired, openmetrics, made)
+
+    def _expired(self, openmetrics: bool, made: Exposition) -> None:
+        if self._made.get(openmetrics) is made:
+            del self._made[openmetrics]
 
 
 def _make(state, nvml, encoder, openmetrics: bool) -> Generator[None, None, list[bytes]]:
