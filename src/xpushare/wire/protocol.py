@@ -111,7 +111,9 @@ class FrameDecoder:
 
     def __init__(self, replies: bool = False):
         self._buf = bytearray()
-        self._failed: ProtocolError | None = None
+        # What failed, as text: the exception itself, kept, would hold its traceback's frames, and
+        # they this decoder (a cycle left for the collector at every malformed frame).
+        self._failed: str | None = None
         self._reply_max = MAX_CTL_REPLY if replies else MAX_PAYLOAD
 
     @property
@@ -147,7 +149,7 @@ class FrameDecoder:
         """(the frame that starts at `pos` of the buffer, where it ends), or (None, 0) while it is
         incomplete. The header is checked as soon as it is in; ProtocolError if it is bad."""
         if self._failed:
-            raise self._failed
+            raise ProtocolError(self._failed)
         buf = self._buf
         if len(buf) - pos < _HEADER_SIZE:
             return None, 0
@@ -179,5 +181,5 @@ class FrameDecoder:
             if cls is not None and length != cls.SIZE:
                 raise ProtocolError(f"{mtype.name} payload is {length} bytes, expected {cls.SIZE}")
         except ProtocolError as e:
-            self._failed = e
+            self._failed = str(e)
             raise
