@@ -183,6 +183,36 @@ def test_an_answer_answers_the_scrapes_of_its_max_age_then_a_new_one_is_made():
     assert [x for x in later.split(b"\n") if x.startswith(capacity)][0].endswith(b" 8.589934592e+09")
 
 
+def test_all_answers_together_are_written_within_the_output_budget(monkeypatch):
+    """Scrapers asking for a shared answer in a loop are paced together (httpd.OUTPUT_RATE): 4 MiB
+    of answers at 4 MiB a second with 1 MiB saved up take at least 0.75 s, whoever asks."""
+    from xpushare.scheduler.exporter import exposition, httpd
+
+    monkeypatch.setattr(httpd, "OUTPUT_RATE", 4 << 20, raising=False)
+    monkeypatch.setattr(httpd, "OUTPUT_BURST", 1 << 20, raising=False)
+    piece = b"# " + b"x" * (64 * 1024 - 3) + b"\n"
+
+    def make(state, nvml, encoder, openmetrics):
+        yield
+        return [piece] * 16  # 1 MiB
+    monkeypatch.setattr(exposition, "_make", make)
+
+    async def run():
+        state = busy_state(asyncio.get_running_loop(), 1)
+        server = httpd.MetricsServer(state, "127.0.0.1", 0, nvml=False, max_age=60)
+        await server.start()
+        t0 = time.perf_counter()
+        answers = await asyncio.gather(*(_scrape(server.bound_port, f"127.0.0.{1 + i}")
+                                         for i in range(4)))
+        took = time.perf_counter() - t0
+        await server.stop()
+        return answers, took
+
+    answers, took = asyncio.run(run())
+    assert all(a.startswith(b"HTTP/1.1 200 ") and len(a) > 1 << 20 for a in answers)
+    assert took >= 0.7, took
+
+
 def scrape_cost(clients: int, rounds: int = 20) -> dict[str, float]:
     """Milliseconds: the longest piece of the copy of state (take_pieces), the longest piece of
     formatting (render), a whole scrape; at least `rounds` times (the shortest, the longest)."""

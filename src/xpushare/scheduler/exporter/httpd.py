@@ -18,10 +18,12 @@ its answer gets through:
   cannot take the slots of others;
 - one answer per format is made at a time, and kept while fresh (exposition.py): the copies and
   the loop's time do not grow with the connections;
-- at most MAX_STREAMS answers are written at once, the others wait their turn (first come, first
-  served); an answer is written a chunk at a time, and the next chunk only once the socket's
-  buffer is under WRITE_BUFFER. A peer that reads nothing for WRITE_TIMEOUT, or has not read it
-  all within RESPONSE_DEADLINE of its request, is dropped.
+- all answers together are written at most OUTPUT_RATE bytes a second (a burst of OUTPUT_BURST),
+  so that scrapers asking in a loop for a shared answer cost the loop a bounded share of its time
+  however many they are; a connection waits for that budget only while it writes, never while its
+  peer does not read. An answer is written a chunk at a time, and the next chunk only once the
+  socket's buffer is under WRITE_BUFFER. A peer that reads nothing for WRITE_TIMEOUT, or has not
+  read it all within RESPONSE_DEADLINE of its request, is dropped.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ MAX_REQUEST = 8192          # bytes of request line and headers
 HEAD_TIMEOUT = 5.0          # seconds from the connect to send them
 MAX_CONNECTIONS = 32        # connections at once; Prometheus sends one scrape at a time per target
 MAX_PER_PEER = 8            # of them from one address
-MAX_STREAMS = 4             # answers written at once; Prometheus scrapes a target one at a time
+OUTPUT_RATE = 32 << 20      # bytes a second of all answers together (a 12 MB answer: 0.4 s)
+OUTPUT_BURST = 1 << 20      # ... of which at once
 WRITE_BUFFER = 64 * 1024    # bytes of answer kept for one connection before waiting for it to read
 WRITE_TIMEOUT = 5.0         # seconds a peer may read nothing while its answer waits
 RESPONSE_DEADLINE = 60.0    # seconds from the head to the end of the answer
@@ -72,7 +75,7 @@ class MetricsServer:
         self.expositions = Expositions(state, self.nvml, max_age)
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[_Conn] = set()
-        self._streams = asyncio.Semaphore(MAX_STREAMS)
+        self._output = _Pace(OUTPUT_RATE, OUTPUT_BURST)
 
     async def start(self) -> None:
         if self.nvml is not None:
@@ -163,8 +166,7 @@ class MetricsServer:
     async def _answer(self, conn, encoder, openmetrics: bool, content_type: str,
                       chunked: bool) -> None:
         chunks = await self.expositions.get(encoder, openmetrics)
-        async with self._streams:
-            await self._stream(conn, {"Content-Type": content_type}, chunks, chunked)
+        await self._stream(conn, {"Content-Type": content_type}, chunks, chunked)
 
     async def _send_all(self, conn, status: int, headers: dict, body: list[bytes]) -> None:
         """A short answer whose length is known."""
@@ -181,6 +183,7 @@ class MetricsServer:
         conn.writer.write(_head(200, headers))
         for piece in pieces:
             if piece:
+                await self._output.take(len(piece))
                 conn.writer.write(b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece)
             await self._drained(conn)  # also lets the loop serve what came meanwhile
         if chunked:
@@ -202,6 +205,24 @@ class MetricsServer:
         conn.waiting_since = asyncio.get_running_loop().time()
         await asyncio.wait_for(conn.writer.drain(), WRITE_TIMEOUT)
         conn.waiting_since = None
+
+
+class _Pace:
+    """A byte budget of `rate` a second, at most `burst` saved up, shared by the connections that
+    take from it: one that finds it spent waits until its share has come (those after it longer)."""
+
+    def __init__(self, rate: float, burst: float):
+        self.rate, self.burst = rate, burst
+        self._tokens, self._when = burst, None
+
+    async def take(self, n: int) -> None:
+        now = asyncio.get_running_loop().time()
+        if self._when is not None:
+            self._tokens = min(self.burst, self._tokens + (now - self._when) * self.rate)
+        self._when = now
+        self._tokens -= n
+        if self._tokens < 0:
+            await asyncio.sleep(-self._tokens / self.rate)
 
 
 def _head(status: int, headers: dict) -> bytes:
