@@ -236,7 +236,8 @@ def measure(quick: bool = False, seconds: float | None = None,
         port = free_port()
         debug = ("--debug",) if os.environ.get("BUSY_SCHEDULER_LOG") else ()
         with harness.Scheduler(mode=mode, tq=tq, extra_args=(
-                "--metrics-port", str(port), "--metrics-address", "127.0.0.1", *debug)) as sched:
+                "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
+                "--metrics-max-age", "0", *debug)) as sched:
             env = harness.library_env(lib, sched.socket)
             rows: dict = {}
             for pattern in p["workloads"]:

@@ -9,14 +9,21 @@ outstanding on every one of the N connections (loaded). Reported per tree: the v
 max in both phases, and the status replies answered per second. The requests come from root, which
 no per-uid request budget limits: the loop's cost of building replies, not the refusals, is measured.
 
+--uids U (needs root): the status requests come instead from U processes of U other uids (60001
+on), one connection each, asking again as soon as they have their answer (each uid's budget answers
+some, the rest are refused at once), while the N connections stay registered and silent; root asks
+for status every 0.25 s too, and how long root's replies took is reported (root_status_ms).
+
     python3 -m bench.scheduling.status_load [--conns 255] [--gpus 20] [--seconds 5] [--rounds 2]
-                                 [--tree NAME=PATH ...] [--json out.json]
+                                 [--uids U] [--tree NAME=PATH ...] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
+import os
 import selectors
 import socket
 import sys
@@ -83,6 +90,77 @@ def _status_loop(path: str, conns: int, gpus: int, ready, stop, out) -> None:
         s.close()
 
 
+def _held(path: str, conns: int, gpus: int, ready, stop) -> None:
+    """N registered connections that send nothing more (the state status lists)."""
+    socks = [_registered(Path(path), gpus) for _ in range(conns)]
+    ready.set()
+    stop.wait()
+    for s in socks:
+        s.close()
+
+
+def _uid_status_loop(path: str, uid: int, stop, out) -> None:
+    """Another uid's connection asking for status again as soon as it is answered."""
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    ok = refused = 0
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(path)
+        while not stop.is_set():
+            s.sendall(STATUS)
+            _, payload = read_frame(s)
+            if json.loads(payload).get("ok"):
+                ok += 1
+            else:
+                refused += 1
+    out.put((ok, refused))
+
+
+def _root_status(path: Path, stop, times: list) -> None:
+    while not stop.wait(0.25):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            t0 = time.perf_counter()
+            s.connect(str(path))
+            s.sendall(STATUS)
+            read_frame(s)
+            times.append((time.perf_counter() - t0) * 1e3)
+
+
+def one_round_uids(src: Path, conns: int, gpus: int, seconds: float, uids: int) -> dict:
+    import threading
+    nvml = [{"uuid": uuid(i), "name": "bench GPU", "memory": 16 * GIB} for i in range(gpus)]
+    with Daemon("auto", src=src, nvml=nvml) as d:
+        os.chmod(d.dir, 0o755)  # other uids reach the socket
+        with ProtoClient(d.socket) as victim:
+            victim.attach(uuid(0))
+            quiet = _cycles(victim, min(2.0, seconds))
+            ctx = multiprocessing.get_context("fork")
+            ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+            holder = ctx.Process(target=_held, args=(str(d.socket), conns, gpus, ready, stop))
+            holder.start()
+            ready.wait(120)
+            askers = [ctx.Process(target=_uid_status_loop, args=(str(d.socket), 60001 + i, stop, out))
+                      for i in range(uids)]
+            for a in askers:
+                a.start()
+            root_ms: list[float] = []
+            root_stop = threading.Event()
+            root = threading.Thread(target=_root_status, args=(d.socket, root_stop, root_ms))
+            time.sleep(0.2)
+            root.start()
+            loaded = _cycles(victim, seconds)
+            root_stop.set()
+            root.join(60)
+            stop.set()
+            answers = [out.get(timeout=60) for _ in askers]
+            for a in [*askers, holder]:
+                a.join(30)
+    return {"quiet_ms": quiet, "loaded_ms": loaded,
+            "status_per_s": sum(a[0] for a in answers) / seconds,
+            "refused_per_s": sum(a[1] for a in answers) / seconds, "root_status_ms": root_ms}
+
+
 def _cycles(victim: ProtoClient, seconds: float) -> list[float]:
     rtts, end = [], time.perf_counter() + seconds
     while time.perf_counter() < end:
@@ -117,8 +195,12 @@ def _summary(rounds: list[dict]) -> dict:
         v = [x for r in rounds for x in r[key]]
         return {"p50": round(percentile(v, 50), 2), "p99": round(percentile(v, 99), 2),
                 "max": round(max(v), 2), "cycles": len(v)}
-    return {"quiet_ms": pct("quiet_ms"), "loaded_ms": pct("loaded_ms"),
-            "status_per_s": [round(r["status_per_s"], 1) for r in rounds]}
+    out = {"quiet_ms": pct("quiet_ms"), "loaded_ms": pct("loaded_ms"),
+           "status_per_s": [round(r["status_per_s"], 1) for r in rounds]}
+    if "root_status_ms" in rounds[0]:
+        out["root_status_ms"] = pct("root_status_ms")
+        out["refused_per_s"] = [round(r["refused_per_s"], 1) for r in rounds]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, default=20)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--uids", type=int, default=0, help="status from this many other uids (root only)")
     p.add_argument("--tree", action="append", default=[], metavar="NAME=PATH")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
@@ -134,12 +217,15 @@ def main(argv: list[str] | None = None) -> int:
     trees = checkouts(a.tree) + [("this", REPO / "src")]
     results: dict[str, list] = {name: [] for name, _ in trees}
     for r, (name, src) in alternating_rounds(trees, a.rounds):
-        results[name].append(one_round(src, a.conns, a.gpus, a.seconds))
+        results[name].append(one_round_uids(src, a.conns, a.gpus, a.seconds, a.uids) if a.uids
+                             else one_round(src, a.conns, a.gpus, a.seconds))
         s = _summary(results[name][-1:])
         print(f"round {r} {name}: loaded p99 {s['loaded_ms']['p99']} ms, max "
               f"{s['loaded_ms']['max']} ms, quiet p99 {s['quiet_ms']['p99']} ms, "
-              f"{s['status_per_s'][0]} status/s", flush=True)
-    out = {"conns": a.conns, "gpus": a.gpus, "seconds": a.seconds,
+              f"{s['status_per_s'][0]} status/s"
+              + (f", root's status p50 {s['root_status_ms']['p50']} max {s['root_status_ms']['max']}"
+                 f" ms, {s['refused_per_s'][0]} refused/s" if a.uids else ""), flush=True)
+    out = {"conns": a.conns, "gpus": a.gpus, "seconds": a.seconds, "uids": a.uids,
            "trees": {name: _summary(rs) for name, rs in results.items()}}
     return report_trees(out, a.json)
 

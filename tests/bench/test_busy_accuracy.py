@@ -114,7 +114,7 @@ def test_measure_group_against_a_real_scheduler(start_scheduler, tmp_path, ratio
     """The exporter's busy time after the warm-up is compared with the kernels' true time."""
     port = ba.free_port()
     sched = start_scheduler("off", 30.0, "--metrics-port", str(port), "--metrics-address",
-                            "127.0.0.1")
+                            "127.0.0.1", "--metrics-max-age", "0")
     env = {**harness.native_env(), "NVSHARE_SOCK_PATH": str(sched.socket),
            "FAKE_BUSY_RATIO": str(ratio),
            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}

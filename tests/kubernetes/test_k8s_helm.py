@@ -287,6 +287,9 @@ def test_metrics_without_prometheus_operator(helm):
     c = daemonset(objs, "scheduler")["spec"]["template"]["spec"]["containers"][0]
     assert c["ports"] == [{"name": "metrics", "containerPort": 9402, "protocol": "TCP"}]
     assert {"name": "NVSHARE_METRICS_PORT", "value": "9402"} in c["env"]
+    # the scheduler listens on loopback unless told: the pod's IP, where the Service reaches it
+    assert {"name": "NVSHARE_METRICS_ADDRESS",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in c["env"]
 
 
 def test_metrics_with_prometheus_operator(helm):

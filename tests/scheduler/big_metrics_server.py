@@ -9,12 +9,15 @@ import asyncio
 import sys
 
 
-from xpushare.scheduler.exporter import httpd  # noqa: E402
+from xpushare.scheduler.exporter import exposition, httpd  # noqa: E402
+from xpushare.scheduler.node.slicer import Slicer  # noqa: E402
 
 PIECE = b"# " + b"x" * (64 * 1024 - 3) + b"\n"
 
 
 class _State:
+    slicer = Slicer()
+
     class registry:  # noqa: N801 - stands in for the scheduler's registry
         @staticmethod
         def now() -> float:
@@ -22,8 +25,10 @@ class _State:
 
 
 async def main(body_mb: int, write_timeout: float) -> None:
-    httpd.take_pieces = lambda state, now, nvml: iter([None])
-    httpd.render = lambda scrape, encoder, openmetrics: iter([PIECE] * (body_mb * 16))
+    def make(state, nvml, encoder, openmetrics):
+        yield
+        return [PIECE] * (body_mb * 16)
+    exposition._make = make
     httpd.WRITE_TIMEOUT = write_timeout
     server = httpd.MetricsServer(_State(), "127.0.0.1", 0, nvml=False)
     await server.start()

@@ -118,7 +118,8 @@ def live_scrape(sockdir, tmp_path):
         "    return SimpleNamespace(gpu=37, memory=5)\n")
     port = free_port()
     sched = SchedulerProcess(sockdir / "s.sock", ("--mode", "serial", "--tq", "0.05",
-                                                   "--metrics-port", port, "--metrics-address", "127.0.0.1"),
+                                                   "--metrics-port", port, "--metrics-address", "127.0.0.1",
+                                                   "--metrics-max-age", "0"),
                              env={"FAKE_NVML_GPUS": json.dumps([{"uuid": uuid(0), "name": "Fake H100",
                                                                  "memory": 80 * GiB}]),
                                   "PYTHONPATH": os.pathsep.join([str(fake), str(FAKE_NVML), str(SRC)])})

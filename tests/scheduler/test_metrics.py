@@ -56,7 +56,8 @@ def value(samples, metric: str, **labels) -> float | None:
 def metrics_scheduler(start_scheduler):
     port = free_port()
     sched = start_scheduler("--no-nvml", "--mode", "serial", "--tq", "0.05",
-                            "--metrics-port", port, "--metrics-address", "127.0.0.1")
+                            "--metrics-port", port, "--metrics-address", "127.0.0.1",
+                            "--metrics-max-age", "0")
     return sched, port
 
 
@@ -145,7 +146,7 @@ def test_a_switch_moves_drops_switches_waits_and_phases(metrics_scheduler):
 
 def test_nvml_gpus_have_their_index_and_nvml_series(start_scheduler):
     port = free_port()
-    sched = start_scheduler("--metrics-port", port, nvml=[
+    sched = start_scheduler("--metrics-port", port, "--metrics-max-age", "0", nvml=[
         {"uuid": uuid(0), "name": "Fake H100", "memory": 80 * GiB}])
     s = scrape(port)
     gpu = {"gpu": "0", "uuid": uuid(0)}
@@ -170,7 +171,8 @@ def test_without_nvml_there_are_no_nvml_series(metrics_scheduler):
 
 def test_healthz_errors_and_malformed_frames(start_scheduler):
     port = free_port()
-    sched = start_scheduler("--no-nvml", env={"NVSHARE_METRICS_PORT": str(port)})  # the chart's way
+    sched = start_scheduler("--no-nvml", "--metrics-max-age", "0",
+                            env={"NVSHARE_METRICS_PORT": str(port)})  # the chart's way
     assert get(port, "/healthz") == (200, "text/plain; charset=utf-8", "ok\n")
     waiting = socket.create_connection(("127.0.0.1", port), timeout=10)
     waiting.sendall(b"GET /metr")  # another scrape, half sent, while a bad one is answered

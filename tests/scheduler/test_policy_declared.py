@@ -103,3 +103,30 @@ def test_an_admins_raise_does_take_from_the_other_user():
     baseline = _victims_part(0, scene, [None], governed=False)
     assert _victims_part(0, scene, declared, governed=True) < baseline - TOLERANCE
     assert _victims_part(0, scene, declared, governed=False) >= baseline - TOLERANCE
+
+
+class _WatchedSet(set):
+    """An owner's clients, counting the passes over them."""
+    passes = 0
+
+    def __iter__(self):
+        self.passes += 1
+        return super().__iter__()
+
+
+@pytest.mark.parametrize("owns", [(0,), (0, 7)], ids=["one-own-priority", "two"])
+def test_a_request_does_not_pass_over_all_of_its_users_clients(owns):
+    """A thousand processes of one user cycling the lock: a request's reordering among that
+    user's waiters looks at the waiters, not at every client the user has on the GPU."""
+    arb = Arbiter(Mode.OFF, 10.0)
+    clients = [f"c{i}" for i in range(1000)]
+    for i, c in enumerate(clients):
+        arb.set_owner(c, "u", owns[i % len(owns)])
+    watched = arb._owners._clients["u"] = _WatchedSet(arb._owners._clients["u"])
+    for t, c in enumerate(clients):
+        arb.request(c, float(t))
+    for t, c in enumerate(clients):
+        arb.release(c, 1000.0 + t)
+        arb.request(c, 1000.5 + t)
+    assert watched.passes == 0
+    assert set(arb.holders) == set(clients)

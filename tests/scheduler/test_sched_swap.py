@@ -54,7 +54,8 @@ def test_welcome_offers_swap_and_the_log_says_who_offered_it(start_scheduler):
 
 def test_room_for_a_waiter_comes_from_an_idle_client_that_answers_evict(start_scheduler):
     port = free_port()
-    s = start_scheduler(*CAPACITY, "--metrics-port", port, "--metrics-address", "127.0.0.1")
+    s = start_scheduler(*CAPACITY, "--metrics-port", port, "--metrics-address", "127.0.0.1",
+                        "--metrics-max-age", "0")
     a = _idle_after_a_turn(s.sock, 5 * GiB)
     b = _client(s.sock, 4 * GiB)
     b.request()  # 4.75 GiB beside A's 5 GiB still on the GPU: 9.75 > 9.5

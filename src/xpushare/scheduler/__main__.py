@@ -23,6 +23,8 @@ from .policy import Mode, check_tq
 
 log = logging.getLogger("nvshare.scheduler")
 
+METRICS_MAX_AGE = 1.0  # seconds a /metrics answer is shared (--metrics-max-age; exposition.py)
+
 
 def _quantum(text: str) -> float | None:
     if text == "auto":
@@ -86,6 +88,17 @@ def _seconds_or_off(text: str) -> float:
     return 0.0 if text.strip() in ("0", "0.0") else _seconds(text)
 
 
+def _max_age(text: str) -> float:
+    """--metrics-max-age: 0 (none) up to an hour."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"not a number of seconds from 0 to 3600: {text!r}")
+    return value
+
+
 def _log_limit(text: str) -> tuple[int, float]:
     lines, sep, seconds = text.partition("/")
     try:
@@ -133,6 +146,25 @@ def _add_log_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="log every message (implies --log-locks)")
 
 
+def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
+    """The bounds of what one user's clients may cost (node/limits.py, clientlog.py)."""
+    p.add_argument("--max-connections-per-uid", type=_count, default=MAX_CONNECTIONS_PER_UID,
+                   metavar="N",
+                   help="open connections one user may have; more are refused with an error. "
+                        "Root and the scheduler's own user are exempt; 0: no cap "
+                        f"(default: {MAX_CONNECTIONS_PER_UID})")
+    p.add_argument("--client-log-limit", type=_log_limit,
+                   default=(clientlog.LINES, clientlog.INTERVAL), metavar="LINES/SECONDS",
+                   help="log lines one user's clients may cause (requests, connections, errors) "
+                        "per interval; past that they are counted, and one line at the interval's "
+                        "end says how many were suppressed. Root and the scheduler's own user are "
+                        "exempt; 0/S: no limit "
+                        f"(default: {clientlog.LINES}/{clientlog.INTERVAL:g})")
+    # How long a connection may take to send its first message, and to complete a frame (tests).
+    p.add_argument("--hello-timeout", type=_seconds, default=HELLO_TIMEOUT, help=argparse.SUPPRESS)
+    p.add_argument("--frame-timeout", type=_seconds, default=FRAME_TIMEOUT, help=argparse.SUPPRESS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="nvshare-scheduler",
@@ -159,7 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "clients in ATTACHED.")
     p.add_argument("--no-nvml", action="store_true",
                    help="do not discover GPUs with NVML; learn them from clients")
-    metrics_flags.add_arguments(p, "NVSHARE_METRICS_PORT", "Prometheus metrics")
+    # Loopback unless told: the series say which processes use which GPU, and every scrape costs
+    # the scheduler's loop (docs/metrics.md); in a pod the chart gives the pod's IP.
+    metrics_flags.add_arguments(p, "NVSHARE_METRICS_PORT", "Prometheus metrics",
+                                address_env="NVSHARE_METRICS_ADDRESS", address="127.0.0.1")
+    p.add_argument("--metrics-max-age", type=_max_age, default=METRICS_MAX_AGE, metavar="SECONDS",
+                   help="a /metrics answer answers the scrapes of the next SECONDS too (longer for "
+                        "a state that takes long to format); 0: a fresh one each scrape "
+                        f"(default {METRICS_MAX_AGE:g})")
     p.add_argument("--exit-when-idle", type=_seconds, metavar="SECONDS",
                    help="exit once no client or nvsharectl has been connected for SECONDS "
                         "(nvshare-run starts its schedulers so); default: serve until stopped")
@@ -169,22 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a second socket, for nvshare-dra-plugin in its own pod: whoever connects "
                         "to it may set and clear DRA claims' limits. Put it in a directory that "
                         "only the plugin's pod mounts, never the one GPU pods get (the chart does)")
-    p.add_argument("--max-connections-per-uid", type=_count, default=MAX_CONNECTIONS_PER_UID,
-                   metavar="N",
-                   help="open connections one user may have; more are refused with an error. "
-                        "Root and the scheduler's own user are exempt; 0: no cap "
-                        f"(default: {MAX_CONNECTIONS_PER_UID})")
-    p.add_argument("--client-log-limit", type=_log_limit,
-                   default=(clientlog.LINES, clientlog.INTERVAL), metavar="LINES/SECONDS",
-                   help="log lines one user's clients may cause (requests, connections, errors) "
-                        "per interval; past that they are counted, and one line at the interval's "
-                        "end says how many were suppressed. Root and the scheduler's own user are "
-                        "exempt; 0/S: no limit "
-                        f"(default: {clientlog.LINES}/{clientlog.INTERVAL:g})")
+    _add_limit_arguments(p)
     _add_suspend_arguments(p)
-    # How long a connection may take to send its first message, and to complete a frame (tests).
-    p.add_argument("--hello-timeout", type=_seconds, default=HELLO_TIMEOUT, help=argparse.SUPPRESS)
-    p.add_argument("--frame-timeout", type=_seconds, default=FRAME_TIMEOUT, help=argparse.SUPPRESS)
     p.add_argument("--event-loop", choices=("asyncio", "uvloop"), default="asyncio",
                    help="the event loop: the standard library's (default) or uvloop's (the same "
                         "lock round trip, bursts of connects served later: docs/benchmarks.md)")
@@ -249,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                     max_conns_per_uid=args.max_connections_per_uid,
                     hello_timeout=args.hello_timeout, frame_timeout=args.frame_timeout,
                     metrics_port=args.metrics_port, metrics_address=args.metrics_address,
+                    metrics_max_age=args.metrics_max_age,
                     nvml=not args.no_nvml, client_log_limit=args.client_log_limit,
                     suspend_idle=0.0 if args.no_suspend else args.suspend_idle,
                     cuda_library=args.cuda_library, suspend=not args.no_suspend)

@@ -43,13 +43,18 @@ class Frame(NamedTuple):
         return decode_json(self.payload)
 
 
-def encode_frame(msg_type: MessageType | int, payload: bytes | _Payload = b"") -> bytes:
+def encode_frame(msg_type: MessageType | int,
+                 payload: bytes | _Payload | list[bytes] = b"") -> bytes:
+    """payload: bytes, a payload dataclass, or the payload's pieces in order (joined once, with the
+    header: a large reply is copied one time, not two)."""
     if isinstance(payload, _Payload):
         payload = payload.pack()
+    pieces = payload if isinstance(payload, list) else [payload]
+    size = sum(map(len, pieces))
     limit = MAX_CTL_REPLY if msg_type == MessageType.CTL_REPLY else MAX_PAYLOAD
-    if len(payload) > limit:
-        raise ProtocolError(f"payload of {len(payload)} bytes exceeds {limit}")
-    return HEADER.pack(MAGIC, VERSION, int(msg_type), len(payload)) + payload
+    if size > limit:
+        raise ProtocolError(f"payload of {size} bytes exceeds {limit}")
+    return b"".join([HEADER.pack(MAGIC, VERSION, int(msg_type), size), *pieces])
 
 
 def encode(msg: _Payload, msg_type: MessageType | None = None) -> bytes:
@@ -107,7 +112,9 @@ class FrameDecoder:
 
     def __init__(self, replies: bool = False):
         self._buf = bytearray()
-        self._failed: ProtocolError | None = None
+        # What failed, as text: the exception itself, kept, would hold its traceback's frames, and
+        # they this decoder (a cycle left for the collector at every malformed frame).
+        self._failed: str | None = None
         self._reply_max = MAX_CTL_REPLY if replies else MAX_PAYLOAD
 
     @property
@@ -143,7 +150,7 @@ class FrameDecoder:
         """(the frame that starts at `pos` of the buffer, where it ends), or (None, 0) while it is
         incomplete. The header is checked as soon as it is in; ProtocolError if it is bad."""
         if self._failed:
-            raise self._failed
+            raise ProtocolError(self._failed)
         buf = self._buf
         if len(buf) - pos < _HEADER_SIZE:
             return None, 0
@@ -175,5 +182,5 @@ class FrameDecoder:
             if cls is not None and length != cls.SIZE:
                 raise ProtocolError(f"{mtype.name} payload is {length} bytes, expected {cls.SIZE}")
         except ProtocolError as e:
-            self._failed = e
+            self._failed = str(e)
             raise

@@ -2,9 +2,9 @@
 own loop.
 
 Not prometheus_client's HTTP server: that one serves from a thread, and a thread reading the
-scheduler's state races the loop that changes it. Here a scrape copies what it shows on the loop
-and formats it, both in pieces (metrics_collect.take_pieces, render), returning to the loop between
-them, so lock requests are served while a large scrape is made.
+scheduler's state races the loop that changes it. Here the answer is made on the loop a slice at a
+time, once for all the scrapes that come while it is fresh (exposition.py), so lock requests are
+served while a large scrape is made, however many scrapers there are.
 
 The server is deliberately small: HTTP/1.1 (or 1.0), GET only, one request per connection and then
 close (what Prometheus needs). Anything else gets its 4xx status and is closed; other connections,
@@ -16,11 +16,14 @@ its answer gets through:
   rest of its head, or for it to read) is dropped for it, or if none waits, the oldest. A peer
   that is slow to send or to read thus cannot hold slots against one that is not, and one address
   cannot take the slots of others;
-- the state is copied once for all the requests that come while it is (_take);
-- the answer is written as it is formatted, piece by piece, and the next piece only once the
-  socket's buffer is under WRITE_BUFFER: a connection holds at most that much of output. A peer
-  that reads nothing for WRITE_TIMEOUT, or has not read it all within RESPONSE_DEADLINE, is
-  dropped, and what was kept for it freed.
+- one answer per format is made at a time, and kept while fresh (exposition.py): the copies and
+  the loop's time do not grow with the connections;
+- all answers together are written at most OUTPUT_RATE bytes a second (a burst of OUTPUT_BURST),
+  so that scrapers asking in a loop for a shared answer cost the loop a bounded share of its time
+  however many they are; a connection waits for that budget only while it writes, never while its
+  peer does not read. An answer is written a chunk at a time, and the next chunk only once the
+  socket's buffer is under WRITE_BUFFER. A peer that reads nothing for WRITE_TIMEOUT, or has not
+  read it all within RESPONSE_DEADLINE of its request, is dropped.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import logging
 
 from prometheus_client.exposition import choose_encoder
 
-from .metrics_collect import NvmlReader, render, take_pieces
+from .exposition import Expositions
+from .metrics_collect import NvmlReader
 
 log = logging.getLogger("nvshare.scheduler")
 
@@ -38,6 +42,8 @@ MAX_REQUEST = 8192          # bytes of request line and headers
 HEAD_TIMEOUT = 5.0          # seconds from the connect to send them
 MAX_CONNECTIONS = 32        # connections at once; Prometheus sends one scrape at a time per target
 MAX_PER_PEER = 8            # of them from one address
+OUTPUT_RATE = 32 << 20      # bytes a second of all answers together (a 12 MB answer: 0.4 s)
+OUTPUT_BURST = 1 << 20      # ... of which at once
 WRITE_BUFFER = 64 * 1024    # bytes of answer kept for one connection before waiting for it to read
 WRITE_TIMEOUT = 5.0         # seconds a peer may read nothing while its answer waits
 RESPONSE_DEADLINE = 60.0    # seconds from the head to the end of the answer
@@ -60,14 +66,16 @@ class _Conn:
 
 class MetricsServer:
     """Serves the state's metrics on address:port. nvml: read NVML's memory use and utilization
-    at each scrape (not with --no-nvml)."""
+    when an answer is made (not with --no-nvml); max_age: how long an answer answers the scrapes
+    that come after it (exposition.py)."""
 
-    def __init__(self, state, address: str, port: int, nvml: bool):
+    def __init__(self, state, address: str, port: int, nvml: bool, max_age: float = 0.0):
         self.state, self.address, self.port = state, address, port
         self.nvml = NvmlReader() if nvml else None
+        self.expositions = Expositions(state, self.nvml, max_age)
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[_Conn] = set()
-        self._taking: asyncio.Future | None = None  # the copy of the state under way (_take)
+        self._output = _Pace(OUTPUT_RATE, OUTPUT_BURST)
 
     async def start(self) -> None:
         if self.nvml is not None:
@@ -151,30 +159,14 @@ class MetricsServer:
             return await self._send_all(conn, 404, {}, [b"not found: try /metrics or /healthz\n"])
         encoder, content_type = choose_encoder(headers.get("accept", ""))
         openmetrics = content_type.startswith("application/openmetrics")
-        if self._taking is None:
-            self._taking = asyncio.ensure_future(self._take())
-            self._taking.add_done_callback(self._taken)
-        # shielded: a connection dropped meanwhile leaves the copy to the others waiting for it
-        scrape = await asyncio.shield(self._taking)
         chunked = version == "HTTP/1.1"  # 1.0 has no chunks: its answer ends where the data does
-        await asyncio.wait_for(
-            self._stream(conn, {"Content-Type": content_type},
-                         render(scrape, encoder, openmetrics), chunked),
-            RESPONSE_DEADLINE)
+        await asyncio.wait_for(self._answer(conn, encoder, openmetrics, content_type, chunked),
+                               RESPONSE_DEADLINE)
 
-    async def _take(self):
-        """A copy of what the series show, taken in pieces (metrics_collect.take_pieces). One is
-        taken at a time, for every request that comes while it is: the copies held do not grow
-        with the connections (nor does the time taken), and an answer shows the state as it was
-        at most one copy's time before its request."""
-        for scrape in take_pieces(self.state, self.state.registry.now(), self.nvml):
-            await asyncio.sleep(0)  # let the loop serve what came meanwhile
-        return scrape
-
-    def _taken(self, future) -> None:
-        self._taking = None
-        if not future.cancelled():
-            future.exception()  # seen here when nobody waits for it any more (logged by those who do)
+    async def _answer(self, conn, encoder, openmetrics: bool, content_type: str,
+                      chunked: bool) -> None:
+        chunks = await self.expositions.get(encoder, openmetrics)
+        await self._stream(conn, {"Content-Type": content_type}, chunks, chunked)
 
     async def _send_all(self, conn, status: int, headers: dict, body: list[bytes]) -> None:
         """A short answer whose length is known."""
@@ -184,13 +176,14 @@ class MetricsServer:
         await self._drained(conn, 0)
 
     async def _stream(self, conn, headers: dict, pieces, chunked: bool) -> None:
-        """A 200 whose body is `pieces`, sent as they are made, each once the last has mostly
-        gone: in HTTP/1.1 chunks (a cut-off answer is seen as one), else up to the close."""
+        """A 200 whose body is `pieces`, each sent once the last has mostly gone: in HTTP/1.1
+        chunks (a cut-off answer is seen as one), else up to the close."""
         if chunked:
             headers = {**headers, "Transfer-Encoding": "chunked"}
         conn.writer.write(_head(200, headers))
         for piece in pieces:
             if piece:
+                await self._output.take(len(piece))
                 conn.writer.write(b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece)
             await self._drained(conn)  # also lets the loop serve what came meanwhile
         if chunked:
@@ -212,6 +205,24 @@ class MetricsServer:
         conn.waiting_since = asyncio.get_running_loop().time()
         await asyncio.wait_for(conn.writer.drain(), WRITE_TIMEOUT)
         conn.waiting_since = None
+
+
+class _Pace:
+    """A byte budget of `rate` a second, at most `burst` saved up, shared by the connections that
+    take from it: one that finds it spent waits until its share has come (those after it longer)."""
+
+    def __init__(self, rate: float, burst: float):
+        self.rate, self.burst = rate, burst
+        self._tokens, self._when = burst, None
+
+    async def take(self, n: int) -> None:
+        now = asyncio.get_running_loop().time()
+        if self._when is not None:
+            self._tokens = min(self.burst, self._tokens + (now - self._when) * self.rate)
+        self._when = now
+        self._tokens -= n
+        if self._tokens < 0:
+            await asyncio.sleep(-self._tokens / self.rate)
 
 
 def _head(status: int, headers: dict) -> bytes:

@@ -41,7 +41,8 @@ class Config:
     hello_timeout: float = limits.HELLO_TIMEOUT           # hidden --hello-timeout
     frame_timeout: float = limits.FRAME_TIMEOUT           # hidden --frame-timeout
     metrics_port: int = 0                                 # --metrics-port; 0 = no exporter
-    metrics_address: str = "0.0.0.0"                      # --metrics-address
+    metrics_address: str = "127.0.0.1"                    # --metrics-address
+    metrics_max_age: float = 0.0                          # --metrics-max-age (the CLI's: 1)
     nvml: bool = True                                     # not --no-nvml: NVML series too
     client_log_limit: tuple[int, float] = (clientlog.LINES, clientlog.INTERVAL)  # --client-log-limit
     suspend_idle: float = 0.0                             # --suspend-idle SECONDS; 0 = never by itself
@@ -64,7 +65,7 @@ class SchedulerState:
         self.stats = SchedulerStats()                     # event counts for the exporter
         self.quotas = Quotas(self)                        # limits and shares (quotas.py)
         self.requests = RequestBudget()                   # control requests per non-admin uid
-        self.slicer = Slicer()                            # status replies, a slice at a time
+        self.slicer = Slicer()                            # status, /metrics: a slice at a time
         self.suspender = Suspender(config.cuda_library, config.suspend)  # the checkpoint worker
         self._ids = itertools.count(1)
         self.request_stop = None  # the server's: ends serving (nvsharectl shutdown), once it runs

@@ -220,11 +220,15 @@ class Connection(asyncio.Protocol):
             asyncio.get_running_loop().remove_reader(self.pidfd)
             os.close(self.pidfd)
             self.pidfd = None
+        # No cycle is left for the collector, so that a closed connection is freed at once: the
+        # deadline's callback and the connection's warnings (whose sink names it) referred back.
+        self.deadline = limits.Deadline(_expired_after_close)
         if self.conn is not None:
-            self.conn.resume = _nothing  # no cycle through this protocol: freed without the collector
+            self.conn.resume = _nothing
             if exc is not None:
                 log.debug("pid=%d: connection error: %s", self.conn.pid, exc)
             forget(self.state, self.conn)
+            self.conn.warnings = limits.LogLimiter()
 
     def _end(self, conn: Conn, error: str) -> None:
         conn.send(encode_error(error))
@@ -254,6 +258,10 @@ class Connection(asyncio.Protocol):
 
 
 def _nothing() -> None:
+    pass
+
+
+def _expired_after_close(what: str, seconds: float) -> None:
     pass
 
 

@@ -247,7 +247,8 @@ def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:
         conn.send(frame if frame is not None else
                   encode_json(MessageType.CTL_REPLY, {"ok": False, "error": "internal error"}))
         conn.resume()
-    state.slicer.submit(asyncio.get_running_loop(), reply, done)
+    # An admin's reply first (conn.admin: ops.start asked is_admin)
+    state.slicer.submit(asyncio.get_running_loop(), reply, done, urgent=bool(conn.admin))
 
 
 HANDLERS = {

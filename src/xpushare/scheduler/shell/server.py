@@ -145,7 +145,7 @@ class Server:
             return
         from ..exporter.httpd import MetricsServer  # needs prometheus_client, which __main__ has checked
         self.metrics = MetricsServer(self.state, config.metrics_address, config.metrics_port,
-                                     nvml=config.nvml)
+                                     nvml=config.nvml, max_age=config.metrics_max_age)
         try:
             await self.metrics.start()
         except OSError as e:
