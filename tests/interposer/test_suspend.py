@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import pytest
 
+from test_metrics import free_port, scrape, value
 from testkit.waiting import poll
 
 MIB = 1 << 20
 OOM = 2
 
 
-def _scheduler(world, **env):
-    return world.scheduler(mode="auto", extra_args=("--cuda-library", str(world.artifacts.libcuda)),
+def _scheduler(world, *args, **env):
+    return world.scheduler(mode="auto", extra_args=("--cuda-library", str(world.artifacts.libcuda), *args),
                            env={"MOCK_CUDA_LOG": str(world.log.path), **env})
 
 
@@ -44,7 +45,8 @@ def _calls(log, pid, fn):
 
 
 def test_an_idle_client_suspends_whole_and_resumes_at_its_next_call(world):
-    sched = _scheduler(world)
+    port = free_port()
+    sched = _scheduler(world, "--metrics-port", str(port), "--metrics-max-age", "0")
     app = _app(world)
     _idle(sched, app.pid)
     answer = sched.ctl("suspend", pid=app.pid)
@@ -53,6 +55,10 @@ def test_an_idle_client_suspends_whole_and_resumes_at_its_next_call(world):
     client = sched.client(app.pid)
     assert client["state"] == "suspended" and client["suspend"]["suspends"] == 1
     assert set(client["suspend"]["ms"]) == {"lock", "checkpoint"}
+    me = {"pid": str(app.pid)}
+    asleep = scrape(port)
+    assert value(asleep, "xpushare_client_suspended", **me) == 1
+    assert value(asleep, "xpushare_client_suspends_total", **me) == 1
 
     app.resume()  # "check": a gated call while suspended asks to run
     assert app.finish() == 0

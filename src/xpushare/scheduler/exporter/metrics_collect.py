@@ -81,6 +81,8 @@ class ClientRow(NamedTuple):  # a tuple: a thousand are made on the loop at each
     memory_limit: int | None = None
     resident: int = 0                   # its bytes on the GPU as the scheduler counts them
     swapped: int = 0                    # its bytes swapped out to host (RESIDENCY)
+    suspended: int = 0                  # 1 while it is suspended whole (node/suspend.py)
+    suspends: int = 0                   # times it was suspended
 
 
 @dataclass
@@ -160,18 +162,19 @@ def _client_row(c, g, ident: tuple, now: float, gangs) -> ClientRow:
     q = c.quota
     share = DEFAULT_SHARE if q.compute_share is None else q.compute_share
     resident, swapped = swap.client_resident(gangs, c, g), swap.client_swapped(c, g)
+    asleep = (int(c.suspend.phase == "suspended"), c.suspend.suspends)
     st = c.locks.get(g)
     if st is None:
         return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, 0, _NO_DROPS,
                          0.0, 0.0, 0.0, None, q.compute_limit, share, q.memory_limit, resident,
-                         swapped)
+                         swapped, *asleep)
     held = st.held + (max(0.0, now - st.granted) if st.granted is not None else 0.0)
     waited = st.waited + (max(0.0, now - st.requested) if st.requested is not None else 0.0)
     return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, st.grants,
                      tuple(st.drops.get(r, 0) for r, _ in DROP_REASONS), held, waited,
                      metrics.busy_seconds(st, now),
                      metrics.busy_ratio(st, now), q.compute_limit, share, q.memory_limit, resident,
-                     swapped)
+                     swapped, *asleep)
 
 
 def render(scrape: Scrape, encoder, openmetrics: bool) -> Iterator[bytes]:
@@ -366,6 +369,10 @@ _CLIENT_FAMILIES = (  # (make a family of some clients' samples, samples per cli
             lambda r: r.compute_share), 1),
     (_gauge("xpushare_client_memory_limit_bytes", "The client's memory limit per GPU "
                       "(clients with a limit only).", lambda r: r.memory_limit), 1),
+    (_gauge("xpushare_client_suspended", "1 while the client is suspended whole (the driver's "
+            "checkpoint: nothing of it on the GPU), else 0.", lambda r: r.suspended), 1),
+    (_counter("xpushare_client_suspends", "Times the client was suspended whole.",
+              lambda r: r.suspends), 1),
 )
 
 
