@@ -9,7 +9,8 @@ milliseconds in prometheus_client, which no lock round trip should wait for. Cli
 from the clients connected at the scrape, so a client's series go when it leaves.
 
 Needs prometheus_client (pip install 'xpushare[kubernetes]'); the daemon imports this module only
-when --metrics-port is given.
+when --metrics-port is given. (long: a row's fields and the families that read them stay in one
+file; split, each new series would be written in two places that must agree.)
 """
 
 from __future__ import annotations

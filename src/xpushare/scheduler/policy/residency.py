@@ -7,7 +7,8 @@ counted so, by their last known resident bytes ("parked" bytes: at a release its
 after a drop with EVICT what it reported before releasing, else 0; what it reports later, cut to
 its footprint; a report lowers them, never raises them: residency is granted). Clients that do
 not answer EVICT count nothing while they do not hold, as always; nor do, for a while, those whose
-user answered EVICT late or not at all (backoff.py).
+user answered EVICT late or not at all (backoff.py). (long: the count, the room taken from idle
+clients and a drop's amount are one rule read three ways; apart, they would drift.)
 
 AUTO and SERIAL admit a waiter only if it fits beside the holders and every parked byte, idle and
 waiting clients' alike, since all of them are on the GPU (Arbiter.admit_budget; a waiter's own
