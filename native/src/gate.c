@@ -87,17 +87,20 @@ static int timed_checkpoints(void)
  * i.e. what the work queued between them took; `ival`: the interval the later one was recorded at
  * (0: it cut a span short). A full ring holds NVS_RING such spans, and a drain has at most that to
  * finish: keep each span near NVSHARE_DRAIN_TARGET_MS / NVS_RING by halving the interval when a
- * span is longer, doubling it (up to nvs_ckpt_interval, the launch-count bound) when one is under
- * a quarter of it. A span that includes idle GPU time only makes checkpoints more frequent while
- * they are already far apart in time, so their cost stays small.
+ * span is longer (or at once to the interval that fits, when that is smaller still), doubling it
+ * (up to nvs_ckpt_interval, the launch-count bound) when one is under a quarter of it. A span
+ * that includes idle GPU time only makes checkpoints more frequent while they are already far
+ * apart in time, so their cost stays small.
  * Spans retire a ring behind the interval that is current, so the two directions differ. Only a
  * span recorded at the current interval may double it: judging every retired span by the current
  * interval doubled it once per span while the ring still held short ones (100 us kernels went from
  * 1 to 128 launches a checkpoint before the first long span came back, and 100 ms were queued
  * instead of 20). A long span halves at once, every time: the current interval, or the smaller one
- * it was recorded at. A queue longer than the target delays a drain and, under a compute limit,
- * becomes debt (a limit set live on a program queued at 128 launches a checkpoint paused it for
- * seconds when halving waited for spans at the new interval). */
+ * it was recorded at, and straight to the interval that fits: halving alone took a whole ring of
+ * retirements, so a program that began at 128 launches a checkpoint of 1 ms kernels still had
+ * about 1 s queued a second in. A queue longer than the target delays a drain and, under a compute
+ * limit, becomes debt (a limit set live on a program queued at 128 launches a checkpoint paused it
+ * for seconds when halving waited for spans at the new interval). */
 static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival)
 {
     /* With a compute limit, what runs past a closed gate (and what is charged late) stays near
@@ -107,7 +110,9 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival)
     unsigned cur = atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed), next = cur;
     if (ms > target / NVS_RING) {
         unsigned base = ival && ival < cur ? ival : cur;
+        double fit = (double)base * (target / NVS_RING) / (double)ms; /* the interval that fits */
         next = base > 1 ? base / 2 : 1;
+        if (fit < next) next = fit >= 1 ? (unsigned)fit : 1;
     } else if (ms < target / (4 * NVS_RING) && ival == cur) {
         next = cur >= nvs_ckpt_interval / 2 ? nvs_ckpt_interval : cur * 2;
     }
@@ -168,6 +173,26 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s, int full)
     }
 }
 
+/* ring_mu held, the ring full: wait for its oldest checkpoint with ring_mu let go, and come back
+ * with it held and a free slot. Waiting under ring_mu starved the client thread: glibc's mutex is
+ * not fair, and a thread that takes it again straight after each wait (one launch later, on a
+ * full ring) kept the client thread's retirement out for hundreds of ms, long enough for a compute
+ * limit's debt to run up to 15 times its bucket. The oldest event may be retired by another thread
+ * meanwhile (its object then becomes the spare and may be recorded again), so what is done is
+ * decided by querying the ring again; only a failed wait takes the oldest out as broken. */
+static void wait_for_room(nvs_ctxrec *rec)
+{
+    while (rec->count == NVS_RING) {
+        CUevent oldest = rec->ring[rec->head];
+        pthread_mutex_unlock(&rec->ring_mu);
+        CUresult r = nvs_drv.cuEventSynchronize(oldest);
+        pthread_mutex_lock(&rec->ring_mu);
+        if (r != CUDA_SUCCESS && rec->count == NVS_RING && rec->ring[rec->head] == oldest)
+            retire_oldest(rec, r); /* broken: out of the ring, as a failed query would take it */
+        nvs_retire_done(rec);
+    }
+}
+
 /* COLD (every rec->ckpt_interval stream calls of a thread). In-flight bound without whole-context
  * syncs: record an event on the launch's stream into the context's ring of NVS_RING; retire the
  * completed ones (adapting the interval to the GPU time between them); when the ring is full, wait
@@ -187,7 +212,7 @@ NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int fu
     nvs_retire_done(rec);
     if (rec->count == NVS_RING) {
         uint64_t t0 = nvs_now_ns();
-        retire_oldest(rec, nvs_drv.cuEventSynchronize(rec->ring[rec->head]));
+        wait_for_room(rec);
         NVS_TRACE("device %d: in-flight bound reached, waited %.3f ms", rec->dev->ordinal,
                   (double)(nvs_now_ns() - t0) / 1e6);
     }
