@@ -57,8 +57,9 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "nvshare.h"
-#include "protocol.h" /* the wire's units of the compute limit and share */
+#include "core/nvshare.h"
+#include "session/protocol.h" /* the wire's units of the compute limit and share */
+#include "session/session.h"
 
 nvs_config nvs_cfg;
 

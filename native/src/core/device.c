@@ -13,7 +13,11 @@
 #include <strings.h>
 #include <time.h>
 
-#include "nvshare.h"
+#include "core/nvshare.h"
+#include "gate/busy.h"
+#include "gate/gate.h"
+#include "gate/quota.h"
+#include "session/session.h"
 
 nvs_global nvs_g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 NVS_TLS CUcontext nvs_tls_ctx;

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "nvshare.h"
+#include "core/nvshare.h"
 
 static _Atomic int log_pid;
 

@@ -1,27 +1,31 @@
 /*
- * nvshare.h - internal declarations shared by the interposer's source files.
+ * nvshare.h - the core every room of the interposer includes: the device and context records,
+ * the globals, config, log, the driver calls the library makes itself, and the device records' API.
  *
  * Threads and locks (see README.md for the full picture):
  *   - app threads run the wrappers; the launch fast path touches only nvs_dev's hot line;
- *   - one client thread (transport.c, session.c) owns the scheduler socket and is the only writer
- *     of nvs_dev.may_run and of the lock state (plus the fork child handler);
+ *   - one client thread (session/transport.c, session/session.c) owns the scheduler socket and is
+ *     the only writer of nvs_dev.may_run and of the lock state (plus the fork child handler);
  *   - nvs_g.mu guards device/context/client state, nvs_g.cv wakes app threads waiting for a
- *     grant or for ATTACHED; alloc.c and free.c share a mutex for their tables (alloc.h).
- * nvs_dev and nvs_ctxrec, with the hot-line layout their comments explain, and the declarations
- * every source file needs beside them. A module that owns a part of each device record declares it
- * in its own header with its locking rule (busy.h, footprint.h, quota.h, swapdev.h, switchdev.h;
- * the swap store's API is swap.h's); the driver call list is driver.h's.
+ *     grant or for ATTACHED; alloc.c and free.c share a mutex for their tables (memory/alloc.h).
+ * nvs_dev and nvs_ctxrec, with the hot-line layout their comments explain. A room that owns a part
+ * of each record declares it, with its locking rule, in a header that holds data only and is
+ * included here (gate/busydev.h, gate/quotadev.h, memory/footprint.h, swap/swapdev.h,
+ * swap/switchdev.h); the intercepted entry points are hooks/hooks.h's, the driver calls
+ * hooks/driver.h's. What a room offers is in its own header, included by the files that use it:
+ * gate/gate.h, gate/busy.h, gate/quota.h, gate/capture.h, hooks/dispatch.h, memory/memory.h,
+ * swap/switch.h, session/session.h, session/suspend.h.
  */
 #ifndef NVSHARE_INTERNAL_H
 #define NVSHARE_INTERNAL_H
 
-#include "glibc_compat.h"
+#include "core/glibc_compat.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "hooks.h"
+#include "hooks/hooks.h"
 #include "nvshare_cuda.h"
 
 #define NVS_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -36,13 +40,12 @@
 typedef struct nvs_dev nvs_dev;
 typedef struct nvs_ctxrec nvs_ctxrec;
 
-/* The modules that own a part of each device record: their state, its locking rule (and, for
- * busy.c and quota.c, their API; the swap store's is swap.h's). */
-#include "busy.h"
-#include "footprint.h"
-#include "quota.h"
-#include "swapdev.h"
-#include "switchdev.h"
+/* The rooms' parts of each device and context record: data and locking rules only. */
+#include "gate/busydev.h"
+#include "gate/quotadev.h"
+#include "memory/footprint.h"
+#include "swap/swapdev.h"
+#include "swap/switchdev.h"
 
 /* ---------------------------------------------------------------- config.c */
 /* NVSHARE_PREFETCH: what a grant with PREFETCH does (switch.c). */
@@ -82,7 +85,6 @@ typedef struct nvs_config {
 
 extern nvs_config nvs_cfg NVS_HIDDEN;
 void nvs_config_load(void) NVS_HIDDEN;
-void nvs_job_load(void) NVS_HIDDEN; /* job.c: the job the environment names, if any */
 int nvs_parse_size(const char *s, uint64_t *out) NVS_HIDDEN;
 
 /* ---------------------------------------------------------------- log.c */
@@ -107,15 +109,12 @@ static inline uint32_t nvs_us32(uint64_t ns)
 }
 
 /* ---------------------------------------------------------------- real.c */
-#include "driver.h" /* the X-macro list NVS_DRIVER and struct nvs_driver */
+#include "hooks/driver.h" /* the X-macro list NVS_DRIVER and struct nvs_driver */
 
 extern nvs_driver nvs_drv NVS_HIDDEN;
 extern void *nvs_real[NVS_NHOOKS] NVS_HIDDEN; /* libcuda's address of each table variant */
 extern _Atomic int nvs_inited NVS_HIDDEN;
 void nvs_init_slow(void) NVS_HIDDEN;
-typedef void *(*nvs_dlsym_fn)(void *, const char *);
-nvs_dlsym_fn nvs_real_dlsym(void) NVS_HIDDEN;
-extern void *nvs_libcuda NVS_HIDDEN; /* dlopen handle, NULL if it could not be opened */
 
 static inline void nvs_ensure_init(void)
 {
@@ -126,18 +125,9 @@ static inline void nvs_ensure_init(void)
 CUstreamCaptureMode nvs_relaxed_begin(void) NVS_HIDDEN;
 void nvs_relaxed_end(CUstreamCaptureMode old) NVS_HIDDEN;
 int nvs_stream_capturing(CUstream s, int per_thread) NVS_HIDDEN;
-CUresult nvs_missing(int idx) NVS_HIDDEN; /* a wrapper whose real variant does not exist */
 
-/* ---------------------------------------------------------------- dispatch.c */
-typedef struct nvs_hook_info {
-    const char *name;  /* exported name, e.g. "cuMemcpyHtoD_v2_ptds" */
-    const char *base;  /* cuGetProcAddress name, e.g. "cuMemcpyHtoD" */
-    int ver;           /* lowest cudaVersion that maps base to this entry */
-    int per_thread;    /* 1 for _ptsz/_ptds */
-    void *wrapper;     /* our function */
-} nvs_hook_info;
-extern const nvs_hook_info nvs_hooks[NVS_NHOOKS] NVS_HIDDEN;
-int nvs_hook_find(const char *name) NVS_HIDDEN;
+/* ---------------------------------------------------------------- the process (gate.c) */
+extern _Atomic int nvs_exiting NVS_HIDDEN; /* process exit began: no more driver calls */
 
 /* ---------------------------------------------------------------- device.c */
 enum { NVS_LOCK_IDLE = 0, NVS_LOCK_REQUESTED, NVS_LOCK_HELD };
@@ -243,102 +233,5 @@ uint64_t nvs_limit_for(uint64_t physical, uint64_t sched, int *capped) NVS_HIDDE
 /* The device record of a CUDA device this process has used, by UUID ("GPU-..."), or NULL. */
 nvs_dev *nvs_dev_find_uuid(const char *uuid) NVS_HIDDEN;
 void nvs_devices_reset_after_fork(void) NVS_HIDDEN;
-
-/* ---------------------------------------------------------------- gate.c */
-int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread) NVS_HIDDEN; /* 1 = pass through */
-/* full: recorded after a whole interval of the thread's launches (the hot path); 0 for one that
- * ends a span early (a synchronisation, a drain, a throttle), never a reason to space them out. */
-void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int full) NVS_HIDDEN;
-uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
-/* Busy time: a start event before the first stream launch after an idle point (the hot path
- * calls it when rec->busy_idle is set); the synchronisation hooks around the driver's own;
- * the client thread's periodic retirement of completed checkpoints (context switched inside). */
-void nvs_retire_done(nvs_ctxrec *rec) NVS_HIDDEN; /* ring_mu held: completed ones */
-/* The most launches between checkpoints (NVSHARE_MAX_INFLIGHT / NVS_RING), 0 = off. */
-extern unsigned nvs_ckpt_interval NVS_HIDDEN;
-unsigned nvs_ckpt_initial(void) NVS_HIDDEN; /* a new context record's ckpt_interval */
-void nvs_ckpt_quota_on(void) NVS_HIDDEN; /* nvs_g.mu held: a compute limit was set (quota.c) */
-extern _Atomic int nvs_exiting NVS_HIDDEN;     /* process exit began: no more driver calls */
-
-/* ---------------------------------------------------------------- capture.c */
-/* Stream captures in progress in the process (all modes, all threads): counted from just before
- * the driver's cuStreamBeginCapture* is called (uncounted if it fails) until cuStreamEndCapture
- * returns CUDA_SUCCESS or CUDA_ERROR_STREAM_CAPTURE_INVALIDATED; never below 0. */
-extern _Atomic int nvs_captures NVS_HIDDEN;
-/* Threads inside a "no capture" section (below). */
-extern _Atomic int nvs_nocap_users NVS_HIDDEN;
-
-static inline int nvs_capture_any(void)
-{
-    return atomic_load_explicit(&nvs_captures, memory_order_seq_cst) != 0;
-}
-
-/* A section of our own driver calls that relies on no capture being in progress anywhere (calls
- * made in the thread's own capture mode, cuCtxSynchronize). Returns 1 when none is: until
- * nvs_nocap_leave() no capture can begin (a cuStreamBeginCapture* waits for the section to end).
- * Returns 0 when one is (nothing to leave): take the capture-aware path. Pairs with
- * capture.c's begin, as the gate's in-flight counter pairs with the drain: either we see its
- * count, or it sees us. */
-static inline int nvs_nocap_enter(void)
-{
-    atomic_fetch_add_explicit(&nvs_nocap_users, 1, memory_order_seq_cst);
-    if (NVS_LIKELY(!nvs_capture_any())) return 1;
-    atomic_fetch_sub_explicit(&nvs_nocap_users, 1, memory_order_seq_cst);
-    return 0;
-}
-
-static inline void nvs_nocap_leave(void)
-{
-    atomic_fetch_sub_explicit(&nvs_nocap_users, 1, memory_order_seq_cst);
-}
-
-void nvs_capture_reset_after_fork(void) NVS_HIDDEN;
-
-/* Relaxed capture mode around our own driver calls only while a capture is in progress somewhere
- * (a capture begun since is not disturbed); -1 otherwise: no capture-mode exchange at all. */
-static inline CUstreamCaptureMode nvs_relaxed_if_capturing(void)
-{
-    return nvs_capture_any() ? nvs_relaxed_begin() : -1;
-}
-
-/* ---------------------------------------------------------------- suspend.c */
-/* The process is suspended (or being suspended) by the scheduler: the application's calls of ours
- * wait, without a driver call, until it runs again (the driver blocks a locked process's calls). */
-extern _Atomic int nvs_suspended NVS_HIDDEN;
-void nvs_suspend_wait(void) NVS_HIDDEN;
-static inline void nvs_suspend_check(void)
-{
-    if (NVS_UNLIKELY(atomic_load_explicit(&nvs_suspended, memory_order_relaxed))) nvs_suspend_wait();
-}
-void nvs_suspend_reset_after_fork(void) NVS_HIDDEN;
-
-/* ---------------------------------------------------------------- alloc.c, free.c */
-void nvs_alloc_reap(void) NVS_HIDDEN;   /* free deferred frees whose stream work finished */
-int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
-/* Calls fn for every managed allocation counted on device `dev` (converted, the program's own
- * cuMemAllocManaged, kept; not VMM), never one swapped out (the swap store moves those), with the
- * table mutex held: a concurrent free waits, so no range can be handed to another allocation while
- * fn issues work on it. Returns the count. beside_store: only those the swap store leaves to the
- * driver (the program's own, and converted ones it marked cold, whose mark this clears). */
-int nvs_alloc_for_each_managed(int dev, int beside_store,
-                               void (*fn)(CUdeviceptr, uint64_t, void *), void *arg) NVS_HIDDEN;
-void nvs_alloc_reset_after_fork(void) NVS_HIDDEN;
-/* Whether the process holds managed memory (converted or its own), memory of the library's own
- * (vmm.c), and, on device dev, any of the latter still on the GPU. Take nvs_amu. */
-int nvs_alloc_holds_managed(void) NVS_HIDDEN;
-int nvs_alloc_holds_ours(void) NVS_HIDDEN;
-int nvs_alloc_resident_ours(int dev) NVS_HIDDEN;
-/* The memory view (cuMemGetInfo, NVML): total and free of device d as the process sees them;
- * 0 when nothing is known. nvs_view_free: free of `total` when the process holds `held` bytes
- * (the context reserve is counted as used). */
-int nvs_dev_view(nvs_dev *d, uint64_t *total, uint64_t *free_bytes) NVS_HIDDEN;
-uint64_t nvs_view_free(uint64_t total, uint64_t held) NVS_HIDDEN;
-void nvs_alloc_atfork_prepare(void) NVS_HIDDEN;
-void nvs_alloc_atfork_parent(void) NVS_HIDDEN;
-
-/* ------------------------------------------------------- transport.c (the scheduler client) */
-void nvs_client_ensure_started(void) NVS_HIDDEN;
-void nvs_client_wake(void) NVS_HIDDEN;
-void nvs_client_reset_after_fork(void) NVS_HIDDEN;
 
 #endif /* NVSHARE_INTERNAL_H */

@@ -4,7 +4,13 @@
  */
 #include <string.h>
 
-#include "client.h"
+#include "core/nvshare.h"
+#include "gate/busy.h"
+#include "gate/capture.h"
+#include "gate/gate.h"
+#include "session/client.h"
+#include "session/protocol.h"
+#include "session/session.h"
 
 /*
  * Busy time: the GPU time the process's own work took on each device (BUSY_UPDATE), built on the

@@ -16,7 +16,7 @@
  * real function of its own variant.
  *
  * Counting: +1 just BEFORE the driver's begin (-1 again if it fails), so no capture exists that
- * is not counted; the begin then waits until no "no capture" section (nvshare.h, nvs_nocap_enter)
+ * is not counted; the begin then waits until no "no capture" section (capture.h, nvs_nocap_enter)
  * is in progress, so that none of our calls that assumed "no capture" (a cuCtxSynchronize, a
  * checkpoint's event query in the thread's own mode) overlaps the capture's start. That wait is
  * bounded (SECTION_WAIT_MS): a section can itself wait for GPU work (a drain's cuCtxSynchronize), and
@@ -28,7 +28,9 @@
  */
 #include <time.h>
 
-#include "nvshare.h"
+#include "core/nvshare.h"
+#include "gate/capture.h"
+#include "hooks/dispatch.h"
 
 #define SECTION_WAIT_MS 1000u
 

@@ -24,8 +24,11 @@
  */
 #include <time.h>
 
-#include "client.h"
-#include "gate.h"
+#include "core/nvshare.h"
+#include "gate/busy.h"
+#include "gate/capture.h"
+#include "gate/gate.h"
+#include "session/client.h"
 
 #define POLL_NS (500 * 1000ull) /* between two queries: polls without keeping a core busy */
 #define WARN_EVERY 100

@@ -7,7 +7,12 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "gate.h"
+#include "core/nvshare.h"
+#include "gate/busy.h"
+#include "gate/capture.h"
+#include "gate/gate.h"
+#include "gate/quota.h"
+#include "session/session.h"
 
 #ifndef QUOTA_QUEUE_MS
 #define QUOTA_QUEUE_MS 20.0f

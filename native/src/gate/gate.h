@@ -16,7 +16,24 @@
 #ifndef NVSHARE_GATE_H
 #define NVSHARE_GATE_H
 
-#include "nvshare.h"
+#include "core/nvshare.h"
+#include "gate/busy.h"
+#include "session/suspend.h"
+
+/* gate.c: the slow path, checkpoints, the drain. */
+int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread) NVS_HIDDEN; /* 1 = pass through */
+/* full: recorded after a whole interval of the thread's launches (the hot path); 0 for one that
+ * ends a span early (a synchronisation, a drain, a throttle), never a reason to space them out. */
+void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int full) NVS_HIDDEN;
+uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
+/* Busy time: a start event before the first stream launch after an idle point (the hot path
+ * calls it when rec->busy_idle is set); the synchronisation hooks around the driver's own;
+ * the client thread's periodic retirement of completed checkpoints (context switched inside). */
+void nvs_retire_done(nvs_ctxrec *rec) NVS_HIDDEN; /* ring_mu held: completed ones */
+/* The most launches between checkpoints (NVSHARE_MAX_INFLIGHT / NVS_RING), 0 = off. */
+extern unsigned nvs_ckpt_interval NVS_HIDDEN;
+unsigned nvs_ckpt_initial(void) NVS_HIDDEN; /* a new context record's ckpt_interval */
+void nvs_ckpt_quota_on(void) NVS_HIDDEN; /* nvs_g.mu held: a compute limit was set (quota.c) */
 
 typedef struct nvs_gate {
     nvs_dev *dev;    /* non-NULL when counted in-flight */
@@ -72,5 +89,9 @@ static inline __attribute__((always_inline)) void nvs_gate_end(nvs_gate *g, CUre
 
 /* gate.c, client thread: a checkpoint on the legacy stream unless that would wait (1: recorded) */
 int nvs_checkpoint_try(nvs_ctxrec *rec) NVS_HIDDEN;
+
+/* drainbound.c: the drain of a DROP_LOCK with GANG: at most about `ms`; returns the time waited,
+ * ns. */
+uint64_t nvs_drain_bounded(nvs_dev *d, unsigned ms) NVS_HIDDEN;
 
 #endif /* NVSHARE_GATE_H */

@@ -49,7 +49,15 @@
  */
 #include <time.h>
 
-#include "client.h"
+#include "core/nvshare.h"
+#include "gate/busy.h"
+#include "gate/capture.h"
+#include "gate/gate.h"
+#include "gate/quota.h"
+#include "memory/memory.h"
+#include "session/client.h"
+#include "session/protocol.h"
+#include "session/session.h"
 
 #ifndef BURST_MS
 #define BURST_MS 50    /* the bucket holds L x 50 ms: an idle process may run 50 ms at once */

@@ -1,27 +1,12 @@
 /*
- * quota.h - quota.c's part of each device record, and what it offers: the process's compute limit
- * (a GPU-time bucket per device that closes the gate when overdrawn) and memory limit. Included by
- * nvshare.h.
- *
- * Locking: may_run = lock_run && !throttled. `lock_run` (what the lock, or running ungated, allows)
- * and `throttled` (the bucket is overdrawn) are read and written under nvs_g.mu, by the client
- * thread; `wake` is atomic (any thread that records a checkpoint sets it); the rest of the bucket
- * belongs to the client thread.
+ * quota.h - what quota.c offers: the process's compute limit (a GPU-time bucket per device that
+ * closes the gate when overdrawn, its part of each device record in quotadev.h with its locking
+ * rule) and memory limit.
  */
 #ifndef NVSHARE_QUOTA_H
 #define NVSHARE_QUOTA_H
 
-typedef struct nvs_quota_dev {
-    int lock_run;
-    int throttled;
-    int64_t balance_ns;  /* GPU time the process may still use now (< 0: owed) */
-    uint64_t last_ns;    /* when the balance was last brought up to date; 0 = not started */
-    uint64_t busy_seen;  /* busy time charged so far */
-    uint64_t poll_ns;    /* the next retirement of finished checkpoints */
-    int pending;         /* checkpoints still outstanding at the last one */
-    int armed;           /* wake was set at the last retirement, which found none outstanding */
-    _Atomic int wake;    /* set: the next checkpoint recorded wakes the client thread */
-} nvs_quota_dev;
+#include "core/nvshare.h"
 
 /* The live limits: the environment's until the scheduler sends LIMITS, then the scheduler's.
  * Compute: per mille of the GPU's time, 0 = none. Memory: bytes per device, NVS_NO_LIMIT = none. */
@@ -48,7 +33,4 @@ uint64_t nvs_quota_pause_left(const nvs_dev *d, uint64_t now) NVS_HIDDEN;
 void nvs_quota_reset_after_fork(nvs_dev *d) NVS_HIDDEN;
 /* A checkpoint was just recorded on d (gate.c): wakes a client thread that waits for one. */
 void nvs_quota_checkpoint(nvs_dev *d) NVS_HIDDEN;
-/* alloc.c: the memory limit changed; the next refusal is said again on stderr. */
-void nvs_alloc_limit_changed(void) NVS_HIDDEN;
-
 #endif /* NVSHARE_QUOTA_H */

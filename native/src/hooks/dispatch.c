@@ -24,8 +24,9 @@
 #include <link.h>
 #include <string.h>
 
-#include "nvml_hooks.h"
-#include "nvshare.h"
+#include "core/nvshare.h"
+#include "hooks/dispatch.h"
+#include "hooks/nvml_hooks.h"
 
 #if defined(__x86_64__)
 #define NVS_GLIBC_BASE "GLIBC_2.2.5"

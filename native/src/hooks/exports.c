@@ -11,7 +11,11 @@
  *                   alloc.c, free.c, capture.c, dispatch.c; the index lets them call the same
  *                   real variant.
  */
-#include "gate.h"
+#include "core/nvshare.h"
+#include "gate/busy.h"
+#include "gate/gate.h"
+#include "hooks/dispatch.h"
+#include "session/suspend.h"
 
 #define NVS_EXPORT_ALIAS(ext, internal) \
     extern __typeof__(internal) ext __attribute__((alias(#internal), visibility("default")));

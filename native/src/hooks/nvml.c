@@ -29,8 +29,11 @@
 #include <dlfcn.h>
 #include <string.h>
 
-#include "nvml_hooks.h"
-#include "nvshare.h"
+#include "core/nvshare.h"
+#include "gate/quota.h"
+#include "hooks/dispatch.h"
+#include "hooks/nvml_hooks.h"
+#include "memory/memory.h"
 
 #define NVS_NVML_LIBRARY "libnvidia-ml.so.1"
 

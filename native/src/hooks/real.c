@@ -11,7 +11,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "nvshare.h"
+#include "core/nvshare.h"
+#include "gate/capture.h"
+#include "gate/gate.h"
+#include "gate/quota.h"
+#include "hooks/dispatch.h"
+#include "memory/memory.h"
+#include "session/session.h"
+#include "session/suspend.h"
 
 void *nvs_real[NVS_NHOOKS];
 nvs_driver nvs_drv;

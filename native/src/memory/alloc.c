@@ -23,7 +23,13 @@
  */
 #include <stdio.h>
 
-#include "alloc.h"
+#include "core/nvshare.h"
+#include "gate/quota.h"
+#include "hooks/dispatch.h"
+#include "memory/alloc.h"
+#include "memory/memory.h"
+#include "memory/ptrtab.h"
+#include "session/session.h"
 
 pthread_mutex_t nvs_amu = PTHREAD_MUTEX_INITIALIZER;
 nvs_ptrtab nvs_ptrs;

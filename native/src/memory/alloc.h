@@ -5,8 +5,8 @@
 #ifndef NVSHARE_ALLOC_H
 #define NVSHARE_ALLOC_H
 
-#include "nvshare.h"
-#include "ptrtab.h"
+#include "core/nvshare.h"
+#include "memory/ptrtab.h"
 
 /* What an entry of nvs_ptrs / nvs_handles / nvs_small is:
  *   KIND_CONVERTED  a converted allocation: device memory the library maps itself (vmm set,

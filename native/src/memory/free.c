@@ -17,7 +17,13 @@
  */
 #include <stdlib.h>
 
-#include "swap.h"
+#include "core/nvshare.h"
+#include "hooks/dispatch.h"
+#include "memory/alloc.h"
+#include "memory/memory.h"
+#include "memory/ptrtab.h"
+#include "session/session.h"
+#include "swap/switch.h"
 
 typedef struct {
     CUdeviceptr ptr;

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ptrtab.h"
+#include "core/nvshare.h"
+#include "memory/ptrtab.h"
 
 static size_t hash64(uint64_t k, size_t cap)
 {

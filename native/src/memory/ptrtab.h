@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "nvshare.h"
+#include "core/nvshare.h"
 
 typedef struct {
     uint64_t key;

@@ -30,7 +30,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "swap.h"
+#include "core/nvshare.h"
+#include "gate/capture.h"
+#include "memory/alloc.h"
+#include "memory/memory.h"
+#include "memory/ptrtab.h"
+#include "swap/switch.h"
 
 #define SLOT 512ull
 

@@ -11,7 +11,9 @@
  */
 #include <stdlib.h>
 
-#include "swap.h"
+#include "core/nvshare.h"
+#include "memory/alloc.h"
+#include "memory/ptrtab.h"
 
 #define SLOT 512ull
 

@@ -5,13 +5,13 @@
  *   session.c    what the messages mean: the per-type handlers, the per-device reset, and the
  *                outgoing work of each round (ATTACH, REQ_LOCK, MEM_UPDATE, prefetch, drain,
  *                LOCK_RELEASED).
- * nvshare.h declares the client's interface to the rest of the library (nvs_client_*).
+ * session.h declares the client's interface to the rest of the library (nvs_client_*).
  */
 #ifndef NVSHARE_CLIENT_H
 #define NVSHARE_CLIENT_H
 
-#include "nvshare.h"
-#include "protocol.h"
+#include "core/nvshare.h"
+#include "session/protocol.h"
 
 #define NVS_MS 1000000ull
 
@@ -31,10 +31,6 @@ static inline void nvs_deadline_min(uint64_t *t, uint64_t now, uint64_t deadline
     uint64_t left = deadline <= now ? 0 : deadline - now;
     if (left < *t) *t = left;
 }
-
-/* ---------------------------------------------------------------- drainbound.c */
-/* The drain of a DROP_LOCK with GANG: at most about `ms`; returns the time waited, ns. */
-uint64_t nvs_drain_bounded(nvs_dev *d, unsigned ms) NVS_HIDDEN;
 
 /* ---------------------------------------------------------------- transport.c */
 int nvs_tx_connected(void) NVS_HIDDEN;

@@ -17,7 +17,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client.h"
+#include "core/nvshare.h"
+#include "gate/busy.h"
+#include "gate/quota.h"
+#include "session/client.h"
+#include "session/protocol.h"
 
 int nvs_settings_due; /* nvs_g.mu: SETTINGS goes out before anything else this round */
 

@@ -19,7 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client.h"
+#include "core/nvshare.h"
+#include "session/client.h"
+#include "session/protocol.h"
+#include "session/session.h"
 
 static struct nvs_job job; /* kind 0: the environment names no job */
 static int job_due;        /* nvs_g.mu: JOB goes out in the next round */

@@ -26,8 +26,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "client.h"
-#include "swap.h"
+#include "core/nvshare.h"
+#include "gate/capture.h"
+#include "gate/gate.h"
+#include "gate/quota.h"
+#include "memory/memory.h"
+#include "session/client.h"
+#include "session/protocol.h"
+#include "session/session.h"
+#include "swap/switch.h"
 
 #define MEM_UPDATE_PERIOD (100 * NVS_MS)
 #define REAP_PERIOD (100 * NVS_MS)

@@ -23,7 +23,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "core/nvshare.h"
+#include "session/client.h"
 
 static int ours(uid_t owner)
 {

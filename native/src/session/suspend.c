@@ -18,8 +18,14 @@
  * Locking: `nvs_suspended` is an atomic the wrappers read (one relaxed load); the rest is
  * nvs_g.mu's.
  */
-#include "client.h"
-#include "swap.h"
+#include "core/nvshare.h"
+#include "gate/capture.h"
+#include "memory/memory.h"
+#include "session/client.h"
+#include "session/protocol.h"
+#include "session/session.h"
+#include "session/suspend.h"
+#include "swap/switch.h"
 
 _Atomic int nvs_suspended;
 static int suspend_pending; /* SUSPEND arrived: answered in the next round */

@@ -23,7 +23,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "core/nvshare.h"
+#include "session/client.h"
+#include "session/protocol.h"
+#include "session/session.h"
 
 #define HANDSHAKE_TIMEOUT (5000 * NVS_MS)
 #define BACKOFF_MIN_MS 1000u

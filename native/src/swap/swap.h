@@ -1,17 +1,17 @@
 /*
- * swap.h - moving a device's memory off the GPU and back: the fast context switches (switch.c, what
- * session.c calls), the swap store (swapstore.c, swaphost.c), its checksum kernel (swapsum.c), and
- * what free.c calls of them.
+ * swap.h - the swap room's own declarations: the swap store (swapstore.c, swaphost.c), its
+ * partial picks (swappick.c) and checksum kernel (swapsum.c), as switch.c drives them. What the
+ * rest of the library asks of the room is switch.h's.
  */
 #ifndef NVSHARE_SWAP_H
 #define NVSHARE_SWAP_H
 
-#include "alloc.h"
+#include "memory/alloc.h"
+#include "swap/switch.h"
 
 /* The swap store: converted allocations moved out of the GPU into pinned host copies and back at
  * the speed of the bus. Client thread, never under nvs_g.mu; the context of the streams current
  * and inside a "no capture" section. */
-int nvs_swap_usable(void) NVS_HIDDEN; /* NVSHARE_SWAP and the driver has every call it needs */
 typedef struct nvs_swap_io {
     CUstream a, b; /* copies on a; discards and populates on b */
     CUevent ev;
@@ -70,11 +70,6 @@ void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
 /* swaphost.c: host copies for d's picked ranges of ours (vmm.c) that lack one, pinned now: the
  * driver cannot move those ranges for us; one past the host memory bounds stays on the GPU. */
 void nvs_swap_pin_ours(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
-/* free.c, after taking an entry of device dev out of the table and before the driver's free: waits
- * for a move in progress and for the device's last discards; after a successful free: releases its
- * host copy and uncounts what was out. */
-void nvs_swap_fence(int dev) NVS_HIDDEN;
-void nvs_swap_forget(int dev, uint64_t size, int out, void *host) NVS_HIDDEN;
 uint64_t nvs_swap_host_total(void) NVS_HIDDEN; /* pinned host copies, bytes */
 /* swapsum.c: the checksum kernel of rec's context (loaded once; 0 when it cannot be), and one
  * launch of it over [data, data + size) adding into the two u64 at out (device memory). */
@@ -83,19 +78,5 @@ CUresult nvs_swapsum_launch(nvs_ctxrec *rec, CUdeviceptr data, uint64_t size, CU
                             CUstream s) NVS_HIDDEN;
 /* switch.c: one managed range prefetched on stream s (to the host, or to device dev). */
 CUresult nvs_prefetch_range(CUdeviceptr p, size_t n, int to_host, int dev, CUstream s) NVS_HIDDEN;
-
-/* ---------------------------------------------------------------- switch.c */
-/* Fast context switches, client thread only, never under nvs_g.mu. */
-/* Bulk move to host of at least `at_least` bytes of d's allocations (whole ones; 0: all of them);
- * returns the ns it took, 0 = none. */
-uint64_t nvs_switch_evict(nvs_dev *d, uint64_t at_least) NVS_HIDDEN;
-/* Bulk move back to the device. wait: returns once it finished (d->sw.prefetch_us set); else issues
- * it and returns (observed by nvs_switch_prefetch_poll). Returns 0 when nothing was issued. */
-int nvs_switch_prefetch(nvs_dev *d, int wait) NVS_HIDDEN;
-/* The discards a swap-out left due (clean ranges), issued once the scheduler heard of it. */
-void nvs_switch_discard_due(nvs_dev *d) NVS_HIDDEN;
-/* An overlapped prefetch: see whether it finished (finish = 1: wait for it) and set
- * d->sw.prefetch_us. */
-void nvs_switch_prefetch_poll(nvs_dev *d, int finish) NVS_HIDDEN;
 
 #endif /* NVSHARE_SWAP_H */

@@ -17,7 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "swap.h"
+#include "core/nvshare.h"
+#include "memory/alloc.h"
+#include "memory/ptrtab.h"
+#include "swap/swap.h"
+#include "swap/switch.h"
 
 #define HOST_FLOOR_MIN (1ull << 30)
 

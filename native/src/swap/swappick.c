@@ -11,7 +11,10 @@
  */
 #include <stdlib.h>
 
-#include "swap.h"
+#include "core/nvshare.h"
+#include "memory/alloc.h"
+#include "memory/ptrtab.h"
+#include "swap/swap.h"
 
 typedef struct {
     uint64_t key, size;

@@ -41,7 +41,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "swap.h"
+#include "core/nvshare.h"
+#include "memory/alloc.h"
+#include "memory/ptrtab.h"
+#include "swap/swap.h"
+#include "swap/switch.h"
 
 #define CHUNK (256ull << 20) /* bytes per copy/discard pair: small next to a range, large per call */
 

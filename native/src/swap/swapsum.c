@@ -22,7 +22,8 @@
  */
 #include <string.h>
 
-#include "swap.h"
+#include "core/nvshare.h"
+#include "swap/swap.h"
 
 #define THREADS 256
 #define MAX_BLOCKS 2048

@@ -19,7 +19,7 @@
  *   The next LOCK_RELEASED carries the prefetch time (prefetch_us), RESIDENCY the move's.
  *
  * The moves are issued with alloc.c's mutex held (a concurrent free waits, so no range can be
- * handed to another allocation mid-issue) and inside a "no capture" section (nvshare.h); the
+ * handed to another allocation mid-issue) and inside a "no capture" section (capture.h); the
  * synchronisation comes after both, inside nvs_swap_begin/end (a free waits for it). Never while a
  * stream capture is in progress anywhere in the process: the bulk move is skipped and faults bring
  * the data back (correctness first), except that ranges swapped out always come back first. A
@@ -32,7 +32,11 @@
  */
 #include <stdlib.h>
 
-#include "swap.h"
+#include "core/nvshare.h"
+#include "gate/capture.h"
+#include "memory/memory.h"
+#include "swap/swap.h"
+#include "swap/switch.h"
 
 typedef struct {
     int to_host;

@@ -1,7 +1,7 @@
 /*
  * switchdev.h - fast context switches (switch.c, session.c): their part of each device record,
  * what a drop or a grant asked for and the bulk prefetch under way. Included by nvshare.h; the
- * functions are swap.h's.
+ * functions are switch.h's.
  *
  * Locking: `evict`, `evict_mib`, `gang` and `prefetch_pending` are set under nvs_g.mu by the message handlers
  * (inbound.c); the rest belongs to the client thread.
