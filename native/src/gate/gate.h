@@ -1,5 +1,6 @@
 /*
- * gate.h - the work-gating fast path, inlined into every GATE wrapper (exports.c).
+ * gate.h - work gating: what gate.c and drainbound.c offer (the slow path, checkpoints, the
+ * drains), and the fast path, inlined into every GATE wrapper (exports.c).
  *
  * HOT PATH. Per gated call, when the device may run (lock held, or ungated):
  *   a relaxed load of nvs_suspended (suspend.c), real cuCtxGetCurrent + a thread-local {ctx -> record} compare, one seq_cst fetch_add on the
