@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU run for converted memory as device memory the library maps itself (native/src/vmm.c):
+# The GPU run for converted memory as device memory the library maps itself (native/src/memory/vmm.c):
 # the driver's process checkpoint on VMM memory (bench/probes/checkpoint_vmm.py), swapping under a
 # real capacity (bench/switching/swap.py --real: a filler outside the library holds the rest of the
 # card), then tests/gpu (bench/gpu_validate.sh --tests-only). Results in $OUT.

@@ -1,4 +1,4 @@
-"""The edges of the size grammar (xpushare.wire.sizes; native/src/config.c's nvs_parse_size), as
+"""The edges of the size grammar (xpushare.wire.sizes; native/src/core/config.c's nvs_parse_size), as
 text, and the bytes each means (None: refused). One table that both parsers are run through: the
 scheduler's and nvshare-run's flags and nvsharectl take Python's, the library's environment
 (NVSHARE_GPU_MEMORY, NVSHARE_GPU_MEMORY_LIMIT, NVSHARE_CONTEXT_RESERVE) takes C's

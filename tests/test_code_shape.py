@@ -28,7 +28,7 @@ def _python_files() -> list[Path]:
 
 def _c_files() -> list[Path]:
     src = REPO / "native" / "src"
-    return sorted([*src.glob("*.c"), *src.glob("*.h")])
+    return sorted([*src.rglob("*.c"), *src.rglob("*.h")])
 
 
 def _leading_comment(text: str) -> str:

@@ -1,4 +1,4 @@
-"""native/src/protocol.h and xpushare.wire describe the same wire format, and the C side's constants
+"""native/src/session/protocol.h and xpushare.wire describe the same wire format, and the C side's constants
 come from the Python side (xpushare/wire/cheader.py generates nvs_contract.h at build time).
 
 protocol.h is compiled on its own with the generated header: its NVS_CONTRACT_LAYOUT_CHECKS assert
@@ -20,7 +20,7 @@ from xpushare.wire import cheader
 from xpushare.wire import protocol as P
 
 ROOT = Path(__file__).resolve().parents[1]
-HEADER_H = ROOT / "native" / "src" / "protocol.h"
+HEADER_H = ROOT / "native" / "src" / "session" / "protocol.h"
 
 
 def _program() -> str:

@@ -8,7 +8,7 @@ first, and exits 1 if any is newer than --max (2 on a file that is not a 64-bit 
 This is what the dynamic loader checks at start: a program or preloaded library that requires a
 version its glibc does not define is refused ("version `GLIBC_2.34' not found"). Read from the
 ELF sections themselves (.gnu.version_r, .dynsym, .gnu.version), so that no binutils are needed.
-libnvshare.so keeps below 2.17 by native/src/glibc_compat.h.
+libnvshare.so keeps below 2.17 by native/src/core/glibc_compat.h.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             if v > floor:
                 status = 1
     if status:
-        print(f"needs glibc newer than {a.max}: pin those symbols in native/src/glibc_compat.h",
+        print(f"needs glibc newer than {a.max}: pin those symbols in native/src/core/glibc_compat.h",
               file=sys.stderr)
     return status
 

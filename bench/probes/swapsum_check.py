@@ -1,10 +1,10 @@
-"""Probe: the swap store's checksum kernel (native/src/swapsum.c) on the GPU: its PTX loads, a sum is
+"""Probe: the swap store's checksum kernel (native/src/swap/swapsum.c) on the GPU: its PTX loads, a sum is
 the same every time, equals a host implementation of the same formula, changes when one byte changes,
 and how long it takes per GiB against a device-to-device copy of the same size in the same run."""
 import ctypes as C, pathlib, re, time
 import numpy as np
 
-src = (pathlib.Path(__file__).resolve().parents[2] / "native/src/swapsum.c").read_text()
+src = (pathlib.Path(__file__).resolve().parents[2] / "native/src/swap/swapsum.c").read_text()
 seg = src[src.index("swapsum_ptx[] ="):]
 seg = seg[:seg.index('";\n') + 2]
 seg = re.sub(r"/\*.*?\*/", "", seg, flags=re.S)

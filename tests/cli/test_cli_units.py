@@ -29,7 +29,7 @@ def test_parse_size_rejects(text):
 
 @pytest.mark.parametrize("text", ["16777216T", "18446744073709551616", "99999999999999999999999G"])
 def test_parse_size_refuses_what_64_bits_cannot_carry(text):
-    """As native/src/config.c does: a scheduler given such a capacity used to start and then fail
+    """As native/src/core/config.c does: a scheduler given such a capacity used to start and then fail
     every ATTACH (its reply cannot be encoded), leaving every client unscheduled."""
     with pytest.raises(ValueError, match="at most"):
         parse_size(text)

@@ -18,7 +18,7 @@ from ..interposer.hooks_table import hooks
 
 LIBRARY_FILE = "libnvshare.so"
 
-# The intercepted entry points (base names), read from the one table, native/src/hooks.h.
+# The intercepted entry points (base names), read from the one table, native/src/hooks/hooks.h.
 HOOKED = sorted({hook.base for hook in hooks()})
 NOT_HOOKED = ["cuEventSynchronize", "cuModuleLoadData", "cuMemPrefetchAsync"]
 

@@ -43,7 +43,7 @@ _SCRUB_PREFIXES = ("NVSHARE_", "MOCK_CUDA_", "MOCK_NVML_", "RTLD_NEXT_PROBE")
 _SCRUB = {"LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
           "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"}
 
-# Entry points whose calls are GPU work: the GATE lines of native/src/hooks.h, every variant.
+# Entry points whose calls are GPU work: the GATE lines of native/src/hooks/hooks.h, every variant.
 GATED = gated_names()
 
 
@@ -96,7 +96,7 @@ def _mock_library(out: Path, soname: str, source: str, *flags: str) -> Path:
 
 def build_artifacts(out: Path, *flags: str) -> Artifacts:
     """The mock driver and the test programs; flags go to every gcc command (the old-glibc test
-    builds them with native/src/glibc_compat.h, as the library is)."""
+    builds them with native/src/core/glibc_compat.h, as the library is)."""
     out.mkdir(parents=True, exist_ok=True)
     libcuda = _mock_library(out, "libcuda.so.1", "mock_cuda.c", MOCK_SRC / "mock_timeline.c", "-pthread",
                             *flags)

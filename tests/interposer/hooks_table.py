@@ -1,4 +1,4 @@
-"""The interposer's table of entry points, read from native/src/hooks.h (the one source of truth).
+"""The interposer's table of entry points, read from native/src/hooks/hooks.h (the one source of truth).
 
 hooks.h lists every intercepted entry point once, as
     X(kind, name, base, ver, variants, (params), (args), stream)
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-HOOKS_H = REPO / "native" / "src" / "hooks.h"
+HOOKS_H = REPO / "native" / "src" / "hooks" / "hooks.h"
 NATIVE_INCLUDE = REPO / "native" / "include"
 APP_C = REPO / "tests" / "mock" / "cuda_app.c"
 

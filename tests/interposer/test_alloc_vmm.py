@@ -1,4 +1,4 @@
-"""Converted allocations on the default backing (native/src/vmm.c): device memory the library
+"""Converted allocations on the default backing (native/src/memory/vmm.c): device memory the library
 reserves, creates and maps itself. Large allocations get a range of their own rounded up to the
 granularity (the mock's: 2 MiB), small ones slots of a shared chunk; frees give the memory back
 (a chunk once it is empty); an allocation the GPU has no room for waits for room, then fails with

@@ -1,4 +1,4 @@
-"""The gated set is native/src/hooks.h's: every other place that knows it must agree.
+"""The gated set is native/src/hooks/hooks.h's: every other place that knows it must agree.
 
 - hooks_table.py reads the NVS_HOOKS list as text (harness.is_gated uses it); a C program built
   against hooks.h expands NVS_HOOKS with its own X macro and prints each exported variant with its

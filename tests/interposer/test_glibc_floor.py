@@ -27,7 +27,7 @@ import pytest
 from .harness import REPO, App, Scheduler, build_artifacts, clean_env
 
 FLOOR = (2, 17)
-COMPAT_HEADER = REPO / "native" / "src" / "glibc_compat.h"
+COMPAT_HEADER = REPO / "native" / "src" / "core" / "glibc_compat.h"
 
 
 def _load_checker():

@@ -1,4 +1,4 @@
-"""JOB from the library (native/src/job.c, docs/protocol.md `job`): the job its environment names
+"""JOB from the library (native/src/session/job.c, docs/protocol.md `job`): the job its environment names
 (NVSHARE_JOB, else a torch distributed run), sent once per connection before any ATTACH, only to
 a scheduler whose WELCOME offers JOBS; bad values are warned about and sent as unknown."""
 

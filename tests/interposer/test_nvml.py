@@ -1,5 +1,5 @@
 """The memory view through NVML: under libnvshare.so, nvmlDeviceGetMemoryInfo and
-nvmlDeviceGetMemoryInfo_v2 report what cuMemGetInfo reports (native/src/nvml.c).
+nvmlDeviceGetMemoryInfo_v2 report what cuMemGetInfo reports (native/src/hooks/nvml.c).
 
 The mock NVML (tests/mock/mock_nvml.c) reports a node-sized GPU: 16 GiB, 3 GiB used of which
 512 MiB reserved. nvml_app (tests/mock/nvml_app.c) reaches NVML through the symbols it links

@@ -1,4 +1,4 @@
-"""The process's limits (native/src/quota.c): a compute limit enforced at the gate, a live memory
+"""The process's limits (native/src/gate/quota.c): a compute limit enforced at the gate, a live memory
 limit, SETTINGS to a scheduler that offers QUOTAS and LIMITS from it.
 
 The compute tests run a saturating program on the mock driver's modelled GPU (MOCK_CUDA_KERNEL_US:

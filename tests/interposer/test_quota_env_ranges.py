@@ -1,4 +1,4 @@
-"""The library's NVSHARE_COMPUTE_LIMIT and NVSHARE_COMPUTE_SHARE (native/src/config.c) against
+"""The library's NVSHARE_COMPUTE_LIMIT and NVSHARE_COMPUTE_SHARE (native/src/core/config.c) against
 src/xpushare/wire/quota_ranges.py, the ranges nvsharectl, the control ops and the pod
 annotations use: at the edges of tests/quota_edges.py and at edges made from quota_ranges' bounds
 (so that a bound moved on one side only is caught), the environment accepts a value exactly when

@@ -1,4 +1,4 @@
-"""The library connects only to a scheduler socket it can trust (native/src/socktrust.c).
+"""The library connects only to a scheduler socket it can trust (native/src/session/socktrust.c).
 
 A socket whose directory is a symbolic link, not ours (nor root's), or writable by others without
 the sticky bit, or that is itself a symbolic link, not a socket, or not ours (nor root's), is not

@@ -1,4 +1,4 @@
-"""Suspending a whole client (native/src/suspend.c, src/xpushare/scheduler/node/suspend.py): the
+"""Suspending a whole client (native/src/session/suspend.c, src/xpushare/scheduler/node/suspend.py): the
 real scheduler asks an idle client to move all of its memory out, then its checkpoint worker locks
 and checkpoints the process through the driver (the mock's cuCheckpointProcess*, which keep each
 target's state and log every call); the client's next GPU call asks to run, the worker restores and

@@ -1,4 +1,4 @@
-"""A partial eviction (native/src/swappick.c): a holder dropped with EVICT and evict_mib moves whole
+"""A partial eviction (native/src/swap/swappick.c): a holder dropped with EVICT and evict_mib moves whole
 allocations until at least that much has left (the smallest that covers what is left, else the
 largest, and again) and reports what stays in RESIDENCY before it releases; what moved is intact
 when the application reads it again. evict_mib 0, or as much as it has, moves everything.

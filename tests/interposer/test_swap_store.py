@@ -1,4 +1,4 @@
-"""The swap store (native/src/swapstore.c): converted allocations leave the GPU as a copy into a
+"""The swap store (native/src/swap/swapstore.c): converted allocations leave the GPU as a copy into a
 pinned host copy plus a discard of the range, and come back as a populate of the range plus a copy
 back, before any of the application's work runs; the program's own managed memory moves with the
 driver's prefetch. The mock driver overwrites a discarded range with 0xDB, as the real one may hand

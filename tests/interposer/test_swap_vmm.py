@@ -1,4 +1,4 @@
-"""Converted memory as device memory the library maps itself (native/src/vmm.c), the default
+"""Converted memory as device memory the library maps itself (native/src/memory/vmm.c), the default
 backing: a swap-out copies a range into its pinned host copy and then gives its physical memory
 back to the driver (cuMemUnmap + cuMemRelease: the driver's cuMemGetInfo shows it free); a swap-in
 maps new physical memory at the same address and copies the bytes back before any of the

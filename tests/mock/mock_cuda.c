@@ -49,7 +49,7 @@
  * Log line: {"pid":..,"tid":..,"fn":"<exported name>","t0":ns,"t1":ns,"dev":ordinal,"ret":code,...}
  * t0/t1 are CLOCK_MONOTONIC (comparable across processes). Extra fields: "stream" for stream calls,
  * "gated":1 on every call of a gated entry point (work submission: the NVS_HOOKS GATE lines of
- * native/src/hooks.h; tests/interposer/test_gated_agreement.py checks the two agree),
+ * native/src/hooks/hooks.h; tests/interposer/test_gated_agreement.py checks the two agree),
  * "captured":1 when the call was recorded into a capturing stream (no work done), "ptr"/"size"/"kind"
  * for allocations and frees, "error" with a reason when the mock rejects a call.
  * Logged besides the driver's work: cuStreamCreate ("stream", "flags"), cuEventCreate ("event",
@@ -88,7 +88,7 @@
  * log that it made no call between its lock and its unlock.
  * Modules: cuModuleLoadData accepts any image and logs it ("kernels": the number of .entry in a PTX
  * text); cuModuleGetFunction hands out a handle per name. A launch of the library's checksum
- * kernel (native/src/swapsum.c, "nvs_swap_sum") is carried out on the host: its own content-
+ * kernel (native/src/swap/swapsum.c, "nvs_swap_sum") is carried out on the host: its own content-
  * sensitive 128-bit sum of the words, added to the two u64 at its out parameter; every other
  * function does nothing, as before.
  *

@@ -1,5 +1,5 @@
 """The C side of the contract, generated: `python -m xpushare.wire.cheader OUT.h` writes the header
-that native/src/protocol.h includes (native/CMakeLists.txt runs it at every build where wire/
+that native/src/session/protocol.h includes (native/CMakeLists.txt runs it at every build where wire/
 changed). It carries the message types, flags, scales and limits under their C names, and
 NVS_CONTRACT_LAYOUT_CHECKS: a static assertion of every payload's size and every field's offset, so
 a hand-written struct in protocol.h that drifts from messages.py fails the library's own build.

@@ -1,7 +1,7 @@
 """The XPUShare message set, version 2 (docs/protocol.md is the definition): type numbers,
 constants, the header and the fixed-size payloads as packed little-endian structs.
 
-native/src/protocol.h mirrors this module and tests/test_protocol_agreement.py checks that they
+native/src/session/protocol.h mirrors this module and tests/test_protocol_agreement.py checks that they
 agree, so it holds the definitions alone, to be read beside that header. How frames are encoded
 and decoded is protocol.py's, which re-exports every name here: import from xpushare.wire.protocol.
 (long: the whole message set is one definition, read beside protocol.h; split, its halves would

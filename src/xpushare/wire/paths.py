@@ -7,7 +7,7 @@ Socket paths (docs/protocol.md, "Transport"):
 - NVSHARE_SOCK_PATH (or a --socket flag) overrides both.
 A client that is not root and has no override tries its per-user path first, then the system path.
 
-Trust (socket_trusted; the library applies the same rule in native/src/socktrust.c): a client uses a
+Trust (socket_trusted; the library applies the same rule in native/src/session/socktrust.c): a client uses a
 socket only when its directory is a real directory (not a symbolic link) owned by root or by the
 client's real or effective uid and not writable by group or others unless sticky, and the socket is
 a socket (not a symbolic link) owned by root or by that uid. Otherwise another local user could
@@ -116,7 +116,7 @@ def _dir_problem(d: Path, st: os.stat_result) -> str | None:
 def socket_trusted(path: str | os.PathLike) -> str | None:
     """Why a client must not use the scheduler socket at `path`, or None when it may.
 
-    The rule is in the module docstring; the wording is the library's (native/src/socktrust.c). A
+    The rule is in the module docstring; the wording is the library's (native/src/session/socktrust.c). A
     path that cannot be checked (missing, not searchable) is None: there is nothing to trust yet,
     and connecting to it fails anyway.
     """

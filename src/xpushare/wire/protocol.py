@@ -1,7 +1,7 @@
 """The XPUShare wire protocol, version 2 (docs/protocol.md is the definition): frames.
 
 Frames are a 12-byte little-endian header (magic, version, type, length) and `length` payload bytes.
-Fixed payloads are packed structs (messages.py, the message set that native/src/protocol.h
+Fixed payloads are packed structs (messages.py, the message set that native/src/session/protocol.h
 mirrors); CTL_REQUEST/CTL_REPLY carry a JSON object, ERROR UTF-8 text. This module encodes and
 decodes frames and re-exports the message set, so that callers need one import.
 """

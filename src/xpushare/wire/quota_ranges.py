@@ -6,7 +6,7 @@ and set_memory_limit with these kinds (control/ops.py); nvsharectl checks its --
 --set-compute-share and --set-memory-limit flags with the very same kinds before it sends anything
 (ctl.py); the pod annotations nvshare.com/gpu-compute-limit, -share and -memory-limit are checked
 with them too (kubernetes/pod_settings.py). The library reads NVSHARE_COMPUTE_LIMIT and
-NVSHARE_COMPUTE_SHARE in C (native/src/config.c), with the same bounds in the wire's units; a test
+NVSHARE_COMPUTE_SHARE in C (native/src/core/config.c), with the same bounds in the wire's units; a test
 runs it at these edges (tests/interposer/test_quota_env_ranges.py). So no two ways of setting a
 quota disagree about its range.
 

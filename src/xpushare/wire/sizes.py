@@ -2,7 +2,7 @@
 
 Grammar: optional spaces, a non-negative number (digits, optionally `.digits`), optional spaces, an
 optional unit, case-insensitive: B, K/Ki/KB/KiB, M/Mi/MB/MiB, G/Gi/GB/GiB, T/Ti/TB/TiB
-(the same grammar as native/src/config.c). Every unit is binary
+(the same grammar as native/src/core/config.c). Every unit is binary
 (K = KB = KiB = 1024 bytes), as nvidia-smi and CUDA count memory. Fractions round down to whole bytes.
 A size must fit the wire's 64-bit byte counts (at most SIZE_MAX, as the C parser holds it too).
 """

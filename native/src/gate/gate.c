@@ -1,0 +1,337 @@
+/*
+ * gate.c - the cold parts of work gating: waiting for the lock, checkpoints that bound queued
+ * work (and adapt how often they come to NVSHARE_DRAIN_TARGET_MS), and the drain that gives a
+ * device up. The hot path is inline in gate.h.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "core/nvshare.h"
+#include "gate/busy.h"
+#include "gate/capture.h"
+#include "gate/gate.h"
+#include "gate/quota.h"
+#include "session/session.h"
+
+#ifndef QUOTA_QUEUE_MS
+#define QUOTA_QUEUE_MS 20.0f
+#endif
+
+unsigned nvs_ckpt_interval;
+_Atomic int nvs_exiting;
+
+/* With a compute limit, checkpoints start QUOTA_FIRST_INTERVAL launches apart (and adapt up
+ * from there): the first NVS_RING intervals are what a fresh context may queue before any has
+ * been measured, and work queued past the gate runs on when it closes (quota.c). One launch:
+ * a fresh context's first burst is then at most NVS_RING launches past the bucket (8 launches
+ * apart, it was 64: 84 ms of 1 ms kernels at 25%, then a pause of 190 ms). */
+#define QUOTA_FIRST_INTERVAL 1u
+
+unsigned nvs_ckpt_initial(void)
+{
+    if (!nvs_ckpt_interval) return UINT_MAX;
+    if (nvs_compute_limit_now() && nvs_ckpt_interval > QUOTA_FIRST_INTERVAL)
+        return QUOTA_FIRST_INTERVAL;
+    return nvs_ckpt_interval;
+}
+
+void nvs_ckpt_quota_on(void)
+{
+    unsigned first = nvs_ckpt_initial();
+    for (nvs_ctxrec *r = nvs_g.ctxs; r; r = r->next)
+        if (atomic_load_explicit(&r->ckpt_interval, memory_order_relaxed) > first)
+            atomic_store_explicit(&r->ckpt_interval, first, memory_order_relaxed);
+}
+
+/* COLD. The device may not run: ask the client thread for the lock and wait until it is granted
+ * (or the device becomes ungated). Work that a capturing stream would only record is let through
+ * at once (returns 1): capture submits nothing, and we must never turn a capture into an error
+ * (asked only while captures are in progress in the process: nvs_stream_capturing).
+ * Once the process has begun to exit (our destructor ran, the client thread stops), calls are let
+ * through too: a library destructor that launches work must not wait for a grant forever. */
+NVS_COLD int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread)
+{
+    if (s != NVS_NOSTREAM && nvs_stream_capturing(s, per_thread)) {
+        NVS_TRACE("device %d: stream %p is capturing; recorded without the lock", d->ordinal,
+                  (void *)s);
+        return 1;
+    }
+    if (atomic_load(&nvs_exiting)) return 1; /* the client thread is gone: never hang an exit */
+    nvs_client_ensure_started();
+    uint64_t t0 = 0;
+    pthread_mutex_lock(&nvs_g.mu);
+    while (!atomic_load_explicit(&d->may_run, memory_order_seq_cst)) {
+        if (atomic_load(&nvs_exiting)) {
+            pthread_mutex_unlock(&nvs_g.mu);
+            return 1;
+        }
+        if (!d->want) {
+            d->want = 1;
+            nvs_client_wake();
+            if (!t0) t0 = nvs_now_ns();
+        }
+        struct timespec dl;
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        dl.tv_sec += 1; /* belt and braces: re-check once a second */
+        pthread_cond_timedwait(&nvs_g.cv, &nvs_g.mu, &dl);
+    }
+    pthread_mutex_unlock(&nvs_g.mu);
+    if (t0) NVS_TRACE("device %d: waited %.3f ms for the lock", d->ordinal,
+                      (double)(nvs_now_ns() - t0) / 1e6);
+    return 0;
+}
+
+/* Checkpoints measure the GPU time between them (timing events) unless NVSHARE_DRAIN_TARGET_MS=0. */
+static int timed_checkpoints(void)
+{
+    return nvs_cfg.drain_target_ms != 0;
+}
+
+/* ring_mu held. `ms`: the GPU time between two consecutive completed checkpoints of the context,
+ * i.e. what the work queued between them took; `ival`: the interval the later one was recorded at
+ * (0: it cut a span short). A full ring holds NVS_RING such spans, and a drain has at most that to
+ * finish: keep each span near NVSHARE_DRAIN_TARGET_MS / NVS_RING by halving the interval when a
+ * span is longer (or at once to the interval that fits, when that is smaller still), doubling it
+ * (up to nvs_ckpt_interval, the launch-count bound) when one is under a quarter of it. A span
+ * that includes idle GPU time only makes checkpoints more frequent while they are already far
+ * apart in time, so their cost stays small.
+ * Spans retire a ring behind the interval that is current, so the two directions differ. Only a
+ * span recorded at the current interval may double it: judging every retired span by the current
+ * interval doubled it once per span while the ring still held short ones (100 us kernels went from
+ * 1 to 128 launches a checkpoint before the first long span came back, and 100 ms were queued
+ * instead of 20). A long span halves at once, every time: the current interval, or the smaller one
+ * it was recorded at, and straight to the interval that fits: halving alone took a whole ring of
+ * retirements, so a program that began at 128 launches a checkpoint of 1 ms kernels still had
+ * about 1 s queued a second in. A queue longer than the target delays a drain and, under a compute
+ * limit, becomes debt (a limit set live on a program queued at 128 launches a checkpoint paused it
+ * for seconds when halving waited for spans at the new interval). */
+static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival)
+{
+    /* With a compute limit, what runs past a closed gate (and what is charged late) stays near
+     * QUOTA_QUEUE_MS of GPU time (quota.c). */
+    float target = (float)nvs_cfg.drain_target_ms;
+    if (nvs_compute_limit_now() && target > QUOTA_QUEUE_MS) target = QUOTA_QUEUE_MS;
+    unsigned cur = atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed), next = cur;
+    if (ms > target / NVS_RING) {
+        unsigned base = ival && ival < cur ? ival : cur;
+        double fit = (double)base * (target / NVS_RING) / (double)ms; /* the interval that fits */
+        next = base > 1 ? base / 2 : 1;
+        if (fit < next) next = fit >= 1 ? (unsigned)fit : 1;
+    } else if (ms < target / (4 * NVS_RING) && ival == cur) {
+        next = cur >= nvs_ckpt_interval / 2 ? nvs_ckpt_interval : cur * 2;
+    }
+    if (next == cur) return;
+    atomic_store_explicit(&rec->ckpt_interval, next, memory_order_relaxed);
+    NVS_TRACE("device %d: %.3f ms of GPU work between checkpoints: one every %u launches now",
+              rec->dev->ordinal, (double)ms, next);
+}
+
+/* ring_mu held. The oldest checkpoint is done (q == CUDA_SUCCESS) or broken: take it out of the
+ * ring. A done one ends a span that began at the previous one (rec->spare) and begins the next:
+ * it becomes the spare, and the old spare's event object takes its slot for a later record. */
+static void retire_oldest(nvs_ctxrec *rec, CUresult q)
+{
+    int h = rec->head;
+    CUevent ev = rec->ring[h];
+    if (q == CUDA_SUCCESS && timed_checkpoints()) {
+        float ms = 0;
+        int span = rec->spare_valid &&
+                   nvs_drv.cuEventElapsedTime(&ms, rec->spare, ev) == CUDA_SUCCESS;
+        if (span) adapt_interval(rec, ms, rec->ring_ival[h]);
+        nvs_busy_retired(rec, h, span ? ms : -1);
+        rec->ring[rec->head] = rec->spare;
+        rec->spare = ev;
+        rec->spare_valid = 1;
+    } else {
+        rec->spare_valid = 0; /* no span across a broken event */
+    }
+    rec->head = (rec->head + 1) % NVS_RING;
+    rec->count--;
+}
+
+/* ring_mu held. Retire the checkpoints that completed, oldest first. */
+void nvs_retire_done(nvs_ctxrec *rec)
+{
+    while (rec->count > 0) {
+        CUresult q = nvs_drv.cuEventQuery(rec->ring[rec->head]);
+        if (q == CUDA_ERROR_NOT_READY) break;
+        retire_oldest(rec, q);
+    }
+}
+
+/* ring_mu held, the ring not full: record a checkpoint on s into the next slot. */
+static void record_checkpoint(nvs_ctxrec *rec, CUstream s, int full)
+{
+    int slot = (rec->head + rec->count) % NVS_RING;
+    if (!rec->ring[slot] &&
+        nvs_drv.cuEventCreate(&rec->ring[slot], timed_checkpoints() ? CU_EVENT_DEFAULT
+                                                                    : CU_EVENT_DISABLE_TIMING) !=
+            CUDA_SUCCESS)
+        rec->ring[slot] = NULL;
+    if (rec->ring[slot] && nvs_drv.cuEventRecord(rec->ring[slot], s) == CUDA_SUCCESS) {
+        nvs_busy_tag(rec, slot);
+        rec->ring_ival[slot] =
+            full ? atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed) : 0;
+        rec->count++;
+        nvs_quota_checkpoint(rec->dev);
+    }
+}
+
+/* ring_mu held, the ring full: wait for its oldest checkpoint with ring_mu let go, and come back
+ * with it held and a free slot. Waiting under ring_mu starved the client thread: glibc's mutex is
+ * not fair, and a thread that takes it again straight after each wait (one launch later, on a
+ * full ring) kept the client thread's retirement out for hundreds of ms, long enough for a compute
+ * limit's debt to run up to 15 times its bucket. The oldest event may be retired by another thread
+ * meanwhile (its object then becomes the spare and may be recorded again), so what is done is
+ * decided by querying the ring again; only a failed wait takes the oldest out as broken. */
+static void wait_for_room(nvs_ctxrec *rec)
+{
+    while (rec->count == NVS_RING) {
+        CUevent oldest = rec->ring[rec->head];
+        pthread_mutex_unlock(&rec->ring_mu);
+        CUresult r = nvs_drv.cuEventSynchronize(oldest);
+        pthread_mutex_lock(&rec->ring_mu);
+        if (r != CUDA_SUCCESS && rec->count == NVS_RING && rec->ring[rec->head] == oldest)
+            retire_oldest(rec, r); /* broken: out of the ring, as a failed query would take it */
+        nvs_retire_done(rec);
+    }
+}
+
+/* COLD (every rec->ckpt_interval stream calls of a thread). In-flight bound without whole-context
+ * syncs: record an event on the launch's stream into the context's ring of NVS_RING; retire the
+ * completed ones (adapting the interval to the GPU time between them); when the ring is full, wait
+ * for the oldest. The application thus waits only when about NVS_RING intervals of work are
+ * already queued, and a drain never has more than that to finish. With no capture in progress
+ * anywhere (the usual case) this is done in a "no capture" section: no cuStreamIsCapturing, no
+ * capture-mode exchange. While captures are in progress it is skipped on capturing streams, and
+ * our queries run in relaxed capture mode. */
+NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int full)
+{
+    if (!nvs_ckpt_interval) return; /* off: reached only when the thread's counter wraps */
+    if (per_thread && s == NULL) s = CU_STREAM_PER_THREAD;
+    int quiet = nvs_nocap_enter();
+    if (!quiet && nvs_stream_capturing(s, 0)) return;
+    pthread_mutex_lock(&rec->ring_mu);
+    CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
+    nvs_retire_done(rec);
+    if (rec->count == NVS_RING) {
+        uint64_t t0 = nvs_now_ns();
+        wait_for_room(rec);
+        NVS_TRACE("device %d: in-flight bound reached, waited %.3f ms", rec->dev->ordinal,
+                  (double)(nvs_now_ns() - t0) / 1e6);
+    }
+    record_checkpoint(rec, s, full);
+    nvs_relaxed_end(old);
+    pthread_mutex_unlock(&rec->ring_mu);
+    if (quiet) nvs_nocap_leave();
+}
+
+/* Client thread, in a "no capture" section, the context current: a checkpoint on the legacy stream
+ * (the end of the open busy span, as the drain's own) unless that would wait: ring_mu is held by an
+ * application thread waiting for a full ring, or the ring is full. A bounded drain must not wait
+ * there: the oldest checkpoint may lie behind a collective whose peer never comes. Returns 1 when
+ * it recorded one. */
+int nvs_checkpoint_try(nvs_ctxrec *rec)
+{
+    if (!nvs_ckpt_interval || pthread_mutex_trylock(&rec->ring_mu) != 0) return 0;
+    nvs_retire_done(rec);
+    int ok = rec->count < NVS_RING;
+    if (ok) record_checkpoint(rec, NULL, 0);
+    pthread_mutex_unlock(&rec->ring_mu);
+    return ok;
+}
+
+static void pause_briefly(unsigned *spins)
+{
+    if (++*spins < 256) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+        return;
+    }
+    unsigned us = *spins < 1024 ? 20 : 500;
+    struct timespec ts = {0, (long)us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Wait for every checkpoint event of `rec` (relaxed capture mode: legal during another thread's
+ * capture; the events are never recorded inside one). */
+static int wait_checkpoints(nvs_ctxrec *rec)
+{
+    pthread_mutex_lock(&rec->ring_mu);
+    int n = rec->count;
+    CUstreamCaptureMode old = nvs_relaxed_begin();
+    for (int k = 0; k < n; k++) retire_oldest(rec, nvs_drv.cuEventSynchronize(rec->ring[rec->head]));
+    nvs_relaxed_end(old);
+    rec->spare_valid = 0; /* the next span would include the time the GPU was given up */
+    nvs_busy_mark_idle(rec);
+    pthread_mutex_unlock(&rec->ring_mu);
+    return n;
+}
+
+/* After a whole-context synchronisation: every checkpoint of `rec` is done; retire them (their
+ * busy time counts) without asking the driver whether they are. No span reaches across the time
+ * the GPU is given up: an idle point. */
+static void forget_checkpoints(nvs_ctxrec *rec)
+{
+    pthread_mutex_lock(&rec->ring_mu);
+    while (rec->count > 0) retire_oldest(rec, CUDA_SUCCESS);
+    rec->spare_valid = 0;
+    nvs_busy_mark_idle(rec);
+    pthread_mutex_unlock(&rec->ring_mu);
+}
+
+/* Client thread. Stop new submissions, wait for calls already inside the driver, then finish the
+ * work queued on every context seen on the device: cuCtxSynchronize when no capture is in progress
+ * anywhere in the process (a "no capture" section: no capture can begin during it). While one is,
+ * cuCtxSynchronize is never called (even in relaxed mode the driver refuses it and invalidates
+ * another thread's global-mode capture): we wait on the checkpoint events only. Work submitted
+ * after a context's last checkpoint may then still be running when the lock is released (at most
+ * one checkpoint interval per thread: <= NVSHARE_MAX_INFLIGHT / 8 calls, about
+ * NVSHARE_DRAIN_TARGET_MS / 8 of GPU time; all of it with NVSHARE_MAX_INFLIGHT=0). Returns the
+ * time it took (LOCK_RELEASED's drain_us). */
+uint64_t nvs_drain(nvs_dev *d)
+{
+    uint64_t t0 = nvs_now_ns();
+    atomic_store_explicit(&d->may_run, 0, memory_order_seq_cst);
+    unsigned spins = 0;
+    while (atomic_load_explicit(&d->inflight, memory_order_seq_cst) != 0) pause_briefly(&spins);
+    uint64_t t1 = nvs_now_ns();
+
+    int n = 0;
+    CUcontext prev = NULL;
+    nvs_drv.cuCtxGetCurrent(&prev);
+    NVS_FOR_EACH_CTX(d, rec)
+    {
+        if (atomic_load(&nvs_exiting)) break;
+        n++;
+        if (nvs_drv.cuCtxSetCurrent(rec->ctx) != CUDA_SUCCESS) continue;
+        if (nvs_nocap_enter()) {
+            /* ends the open busy span where the queued work ends (the legacy stream) */
+            if (nvs_busy_measured() &&
+                !atomic_load_explicit(&rec->busy_idle, memory_order_relaxed))
+                nvs_checkpoint(rec, NULL, 0, 0);
+            CUresult r = nvs_drv.cuCtxSynchronize();
+            nvs_nocap_leave();
+            if (r == CUDA_SUCCESS) {
+                forget_checkpoints(rec);
+                continue;
+            }
+            int k = wait_checkpoints(rec);
+            NVS_DEBUG("device %d: cuCtxSynchronize(%p) = %d; waited on %d checkpoint event(s) "
+                      "instead", d->ordinal, (void *)rec->ctx, r, k);
+        } else {
+            int k = wait_checkpoints(rec);
+            NVS_DEBUG("device %d: capture in progress: context %p drained by its %d checkpoint "
+                      "event(s) only (later work may still be running)",
+                      d->ordinal, (void *)rec->ctx, k);
+        }
+    }
+    nvs_drv.cuCtxSetCurrent(prev);
+    uint64_t t2 = nvs_now_ns();
+    NVS_DEBUG("device %d: drained in %.3f ms (in-flight calls %.3f ms, %d context(s) %.3f ms)",
+              d->ordinal, (double)(t2 - t0) / 1e6, (double)(t1 - t0) / 1e6, n,
+              (double)(t2 - t1) / 1e6);
+    return t2 - t0;
+}

@@ -1,0 +1,98 @@
+/*
+ * gate.h - work gating: what gate.c and drainbound.c offer (the slow path, checkpoints, the
+ * drains), and the fast path, inlined into every GATE wrapper (exports.c).
+ *
+ * HOT PATH. Per gated call, when the device may run (lock held, or ungated):
+ *   a relaxed load of nvs_suspended (suspend.c), real cuCtxGetCurrent + a thread-local {ctx -> record} compare, one seq_cst fetch_add on the
+ *   device's in-flight counter, one load of may_run, a read (and rarely a write) of `active`,
+ *   a relaxed load of the context record's busy_idle (set only at idle points: the first stream
+ *   launch after one records a start event, gate.c "Busy time"), the real call, one fetch_sub
+ *   and a thread-local counter compared with the context record's checkpoint interval (a
+ *   relaxed load; the checkpoints adapt it, gate.c).
+ *   No syscalls, getenv, allocation or mutex.
+ * The in-flight increment and the may_run load pair (seq_cst) with the drainer's may_run store and
+ * in-flight load (gate.c, nvs_drain): either we see may_run == 0 and back off, or the drainer sees
+ * our increment and waits for us.
+ */
+#ifndef NVSHARE_GATE_H
+#define NVSHARE_GATE_H
+
+#include "core/nvshare.h"
+#include "gate/busy.h"
+#include "session/suspend.h"
+
+/* gate.c: the slow path, checkpoints, the drain. */
+int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread) NVS_HIDDEN; /* 1 = pass through */
+/* full: recorded after a whole interval of the thread's launches (the hot path); 0 for one that
+ * ends a span early (a synchronisation, a drain, a throttle), never a reason to space them out. */
+void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int full) NVS_HIDDEN;
+uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
+/* Busy time: a start event before the first stream launch after an idle point (the hot path
+ * calls it when rec->busy_idle is set); the synchronisation hooks around the driver's own;
+ * the client thread's periodic retirement of completed checkpoints (context switched inside). */
+void nvs_retire_done(nvs_ctxrec *rec) NVS_HIDDEN; /* ring_mu held: completed ones */
+/* The most launches between checkpoints (NVSHARE_MAX_INFLIGHT / NVS_RING), 0 = off. */
+extern unsigned nvs_ckpt_interval NVS_HIDDEN;
+unsigned nvs_ckpt_initial(void) NVS_HIDDEN; /* a new context record's ckpt_interval */
+void nvs_ckpt_quota_on(void) NVS_HIDDEN; /* nvs_g.mu held: a compute limit was set (quota.c) */
+
+typedef struct nvs_gate {
+    nvs_dev *dev;    /* non-NULL when counted in-flight */
+    nvs_ctxrec *rec;
+} nvs_gate;
+
+static inline __attribute__((always_inline)) void *nvs_gate_begin(nvs_gate *g, int idx,
+                                                                   CUstream s, int per_thread)
+{
+    nvs_ensure_init();
+    nvs_suspend_check(); /* one relaxed load: suspended, the driver would block this call */
+    g->dev = NULL;
+    CUcontext ctx = NULL;
+    if (NVS_UNLIKELY(nvs_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL))
+        return nvs_real[idx]; /* no current context: the driver will say what is wrong */
+    nvs_ctxrec *rec = NVS_LIKELY(ctx == nvs_tls_ctx) ? nvs_tls_rec : nvs_ctx_lookup(ctx);
+    if (NVS_UNLIKELY(rec == NULL)) return nvs_real[idx];
+    nvs_dev *d = rec->dev;
+    for (;;) {
+        atomic_fetch_add_explicit(&d->inflight, 1, memory_order_seq_cst);
+        if (NVS_LIKELY(atomic_load_explicit(&d->may_run, memory_order_seq_cst))) {
+            if (NVS_UNLIKELY(!atomic_load_explicit(&d->active, memory_order_relaxed)))
+                atomic_store_explicit(&d->active, 1, memory_order_relaxed);
+            g->dev = d;
+            g->rec = rec;
+            if (NVS_UNLIKELY(atomic_load_explicit(&rec->busy_idle, memory_order_relaxed)) &&
+                s != NVS_NOSTREAM)
+                nvs_busy_start(rec, s, per_thread);
+            return nvs_real[idx];
+        }
+        /* COLD: may not run. Back off, wait for the lock (or pass a capture through). */
+        atomic_fetch_sub_explicit(&d->inflight, 1, memory_order_seq_cst);
+        if (nvs_gate_wait(d, s, per_thread)) return nvs_real[idx];
+    }
+}
+
+static inline __attribute__((always_inline)) void nvs_gate_end(nvs_gate *g, CUresult r,
+                                                                CUstream s, int per_thread)
+{
+    nvs_dev *d = g->dev;
+    if (!d) return;
+    atomic_fetch_sub_explicit(&d->inflight, 1, memory_order_release);
+    /* In-flight bound: a checkpoint event every rec->ckpt_interval stream calls of this thread
+     * (UINT_MAX when checkpoints are off), after the in-flight decrement so that a drain never
+     * waits on it. */
+    if (s != NVS_NOSTREAM && r == CUDA_SUCCESS &&
+        NVS_UNLIKELY(++nvs_tls_launches >=
+                     atomic_load_explicit(&g->rec->ckpt_interval, memory_order_relaxed))) {
+        nvs_tls_launches = 0;
+        nvs_checkpoint(g->rec, s, per_thread, 1);
+    }
+}
+
+/* gate.c, client thread: a checkpoint on the legacy stream unless that would wait (1: recorded) */
+int nvs_checkpoint_try(nvs_ctxrec *rec) NVS_HIDDEN;
+
+/* drainbound.c: the drain of a DROP_LOCK with GANG: at most about `ms`; returns the time waited,
+ * ns. */
+uint64_t nvs_drain_bounded(nvs_dev *d, unsigned ms) NVS_HIDDEN;
+
+#endif /* NVSHARE_GATE_H */

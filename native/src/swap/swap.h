@@ -1,0 +1,82 @@
+/*
+ * swap.h - the swap room's own declarations: the swap store (swapstore.c, swaphost.c), its
+ * partial picks (swappick.c) and checksum kernel (swapsum.c), as switch.c drives them. What the
+ * rest of the library asks of the room is switch.h's.
+ */
+#ifndef NVSHARE_SWAP_H
+#define NVSHARE_SWAP_H
+
+#include "memory/alloc.h"
+#include "swap/switch.h"
+
+/* The swap store: converted allocations moved out of the GPU into pinned host copies and back at
+ * the speed of the bus. Client thread, never under nvs_g.mu; the context of the streams current
+ * and inside a "no capture" section. */
+typedef struct nvs_swap_io {
+    CUstream a, b; /* copies on a; discards and populates on b */
+    CUevent ev;
+    int dev;
+    int ranges;       /* queued */
+    uint64_t bytes;   /* queued */
+    uint64_t refused; /* bytes that got no host copy (bound) */
+    uint64_t clean;   /* bytes whose host copy was still valid: discarded, not copied */
+    uint64_t cold;    /* bytes without a host copy yet: left to the driver's prefetch (marked) */
+    int errors;       /* ranges the driver refused */
+    int nomem;        /* ranges of ours that found no room on the GPU to come back (still out) */
+    nvs_ctxrec *rec;  /* the context whose streams these are (swapsum.c's kernel) */
+    /* A partial move (switch.c): only the ranges whose keys are in `pick` (sorted) move; NULL:
+     * every range. */
+    const uint64_t *pick;
+    size_t npick;
+} nvs_swap_io;
+void nvs_swap_out(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN; /* queue d's converted ranges out */
+void nvs_swap_in(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;  /* queue its ranges that are out in */
+/* After a swap-out's copies finished: the physical memory of d's ranges of ours (vmm.c) that are
+ * out goes back to the driver (unmapped and released; the addresses stay). Returns the bytes. */
+uint64_t nvs_swap_release_out(nvs_dev *d) NVS_HIDDEN;
+/* queue the discards nvs_swap_out left due (ranges out whose host copy was still valid), in one
+ * batch on io->b */
+void nvs_swap_discard_due(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
+/* Bracket a move: frees wait for it (nvs_swap_fence) while it may still touch a range. */
+void nvs_swap_begin(void) NVS_HIDDEN;
+void nvs_swap_end(void) NVS_HIDDEN;
+/* An entry the swap store moves: a converted allocation (or one kept for a graph) of device dev.
+ * Device memory to the application: no host code may touch it. */
+static inline int nvs_swap_movable(const nvs_ptr_entry *e, int dev)
+{
+    return e->dev == dev &&
+           (e->kind == KIND_CONVERTED || e->kind == KIND_KEPT || e->kind == KIND_CHUNK);
+}
+/* nvs_amu held (the entries'). Whether this move takes the range keyed `key`. */
+static inline int nvs_swap_picked(const nvs_swap_io *io, uint64_t key)
+{
+    if (!io->pick) return 1;
+    size_t lo = 0, hi = io->npick;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (io->pick[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < io->npick && io->pick[lo] == key;
+}
+/* swappick.c: the keys (sorted, malloc'd into *keys) of whole allocations of device dev that make
+ * at least `at_least` bytes, for a partial eviction (swap: the swap store moves them); returns how
+ * many, 0 (*keys NULL) when every allocation is to move. Takes nvs_amu. */
+size_t nvs_swap_pick(int dev, uint64_t at_least, int swap, uint64_t **keys) NVS_HIDDEN;
+/* swaphost.c: the ranges of d without a host copy are left to the driver's prefetch this time
+ * (marked cold) within the host memory bounds, the rest stays on the GPU (io->refused), and the
+ * pinner thread is asked to make their host copies. */
+void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
+/* swaphost.c: host copies for d's picked ranges of ours (vmm.c) that lack one, pinned now: the
+ * driver cannot move those ranges for us; one past the host memory bounds stays on the GPU. */
+void nvs_swap_pin_ours(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
+uint64_t nvs_swap_host_total(void) NVS_HIDDEN; /* pinned host copies, bytes */
+/* swapsum.c: the checksum kernel of rec's context (loaded once; 0 when it cannot be), and one
+ * launch of it over [data, data + size) adding into the two u64 at out (device memory). */
+int nvs_swapsum_ready(nvs_ctxrec *rec) NVS_HIDDEN;
+CUresult nvs_swapsum_launch(nvs_ctxrec *rec, CUdeviceptr data, uint64_t size, CUdeviceptr out,
+                            CUstream s) NVS_HIDDEN;
+/* switch.c: one managed range prefetched on stream s (to the host, or to device dev). */
+CUresult nvs_prefetch_range(CUdeviceptr p, size_t n, int to_host, int dev, CUstream s) NVS_HIDDEN;
+
+#endif /* NVSHARE_SWAP_H */
