@@ -97,4 +97,5 @@ def _client_gpu(c: Conn, dev: int, g, state: str, quota, now: float) -> dict:
             "managed_bytes": managed, "other_bytes": other,
             "gpu_busy_seconds": round(metrics.busy_seconds(stats, now), 6) if stats else 0.0,
             "gpu_busy_ratio": None if ratio is None else round(ratio, 4),  # over metrics.BUSY_WINDOW
+            "queueing_delay": metrics.queueing_delay(stats, now),
             "over_memory_limit": limit is not None and managed + other > limit}
