@@ -56,6 +56,7 @@ typedef struct nvs_config {
     int debug;             /* NVSHARE_DEBUG: 0 off, 1 decisions, 2 more */
     int require_scheduler; /* NVSHARE_REQUIRE_SCHEDULER */
     int priority;          /* NVSHARE_PRIORITY */
+    int latency_sensitive; /* NVSHARE_LATENCY_SENSITIVE: asks that others keep their queue short */
     int single_oversub;    /* NVSHARE_ENABLE_SINGLE_OVERSUB */
     int limit_set;         /* NVSHARE_GPU_MEMORY_LIMIT given */
     uint64_t gpu_memory;   /* NVSHARE_GPU_MEMORY, 0 = physical */

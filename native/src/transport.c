@@ -191,7 +191,8 @@ static void try_connect(void)
     /* SWAP: an idle device's memory moves to host when the scheduler asks (EVICT), through the
      * swap store or, without it, the driver's prefetch (switch.c) */
     hello.flags = (nvs_cfg.require_scheduler ? NVS_HELLO_REQUIRE_SCHEDULER : 0) | NVS_HELLO_SWAP |
-                  NVS_HELLO_SUSPEND;
+                  NVS_HELLO_SUSPEND |
+                  (nvs_cfg.latency_sensitive ? NVS_HELLO_LATENCY_SENSITIVE : 0);
     hello.priority = nvs_cfg.priority;
     nvs_copy_field(hello.pod_name, sizeof(hello.pod_name), nvs_cfg.pod_name);
     nvs_copy_field(hello.pod_namespace, sizeof(hello.pod_namespace), nvs_cfg.pod_namespace);

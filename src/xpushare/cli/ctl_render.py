@@ -276,6 +276,8 @@ def quota_cell(c: dict) -> str:
         parts.append(f"limit {q['compute_limit']:g}%")
     if q.get("compute_share") not in (None, 1, 1.0):
         parts.append(f"share {q['compute_share']:g}")
+    if q.get("latency_sensitive"):
+        parts.append("latency-sensitive")
     if q.get("memory_limit") is not None:
         over = any(d.get("over_memory_limit") for d in c.get("gpus", []))
         parts.append(f"mem {format_size(q['memory_limit'])}" + (" over" if over else ""))

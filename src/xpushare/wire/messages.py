@@ -72,6 +72,8 @@ PRIORITY_LIMIT = 1000        # priorities are clamped to -PRIORITY_LIMIT..PRIORI
 HELLO_REQUIRE_SCHEDULER = 1  # hello.flags bit 0
 HELLO_SWAP = 2               # hello.flags bit 1: the client answers EVICT with RESIDENCY
 HELLO_SUSPEND = 4            # hello.flags bit 2: the client answers SUSPEND (suspend.c)
+HELLO_LATENCY_SENSITIVE = 8  # hello.flags bit 3: NVSHARE_LATENCY_SENSITIVE=1 (counts as the
+                             # priority does: a raise only an admin's own process may declare)
 GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
 DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
 DROP_GANG = 2                # drop.flags bit 1: dropped with the rest of its job, so the drain
