@@ -164,6 +164,10 @@ struct nvs_dev {
     int want;                /* an app thread waits for the lock */
     int drain_reason;        /* -1 or the LOCK_RELEASED reason of a pending drain */
     _Atomic int pitch_align; /* cached texture pitch alignment, 0 = unknown */
+    /* QUEUE_BOUND: the GPU time queued past the gate stays within this (us; 0 = none): a
+     * latency-sensitive client shares the GPU. Read by the checkpoints (relaxed), never the
+     * launch path. */
+    _Atomic uint32_t queue_bound_us;
     uint64_t last_active_ns; /* client thread */
     uint64_t grant_ns;       /* client thread */
     nvs_ctxrec *ctxs;        /* contexts seen on this device: NVS_FOR_EACH_CTX */
@@ -259,6 +263,7 @@ void nvs_retire_done(nvs_ctxrec *rec) NVS_HIDDEN; /* ring_mu held: completed one
 extern unsigned nvs_ckpt_interval NVS_HIDDEN;
 unsigned nvs_ckpt_initial(void) NVS_HIDDEN; /* a new context record's ckpt_interval */
 void nvs_ckpt_quota_on(void) NVS_HIDDEN; /* nvs_g.mu held: a compute limit was set (quota.c) */
+void nvs_ckpt_bound_on(nvs_dev *d) NVS_HIDDEN; /* nvs_g.mu held: QUEUE_BOUND set (inbound.c) */
 extern _Atomic int nvs_exiting NVS_HIDDEN;     /* process exit began: no more driver calls */
 
 /* ---------------------------------------------------------------- capture.c */

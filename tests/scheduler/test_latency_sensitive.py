@@ -112,3 +112,43 @@ def test_a_claim_parameter_reaches_the_plan():
                     DRIVER, NODE, specs, lambda uuid: True)
     assert claims.plan(claim(results=[result()]), DRIVER, NODE, specs,
                        lambda uuid: True).limits.latency_sensitive is None
+
+
+# -- the queue bound the others are sent (node/latency.py) -----------------------------------------
+from sched_harness import MessageType  # noqa: E402
+from xpushare.wire.protocol import HELLO_QUEUE_BOUND, QueueBound  # noqa: E402
+
+
+def _bound(client) -> int:
+    frame = client.recv()
+    assert frame is not None and frame.type == MessageType.QUEUE_BOUND, frame
+    return QueueBound.unpack(frame.payload)
+
+
+def test_the_others_of_the_gpu_are_bounded_while_a_latency_sensitive_client_is_attached(start_scheduler):
+    sched = start_scheduler("--no-nvml", "--latency-queue-ms", "1.5")
+    training = registered(sched.sock, flags=HELLO_QUEUE_BOUND)
+    old_library = registered(sched.sock)                  # did not offer HELLO_QUEUE_BOUND
+    elsewhere = registered(sched.sock, devices=(), flags=HELLO_QUEUE_BOUND)
+    elsewhere.attach(0, gpu_uuid="GPU-00000000-0000-0000-0000-000000000009")
+    assert training.nothing_sent()                        # nobody latency-sensitive: nothing
+    server = registered(sched.sock, flags=HELLO_LATENCY_SENSITIVE | HELLO_QUEUE_BOUND)
+    assert _bound(training) == QueueBound(0, 1500)
+    late = registered(sched.sock, flags=HELLO_QUEUE_BOUND)  # attaches while it is there
+    assert _bound(late) == QueueBound(0, 1500)
+    assert server.nothing_sent() and old_library.nothing_sent() and elsewhere.nothing_sent()
+    server.close()                                        # the last one leaves: lifted
+    assert _bound(training) == QueueBound(0, 0) and _bound(late) == QueueBound(0, 0)
+    # nvsharectl makes one live, and takes it away
+    assert elsewhere.ctl("set_latency_sensitive", value="on", client_id=late.client_id)["ok"]
+    assert _bound(training) == QueueBound(0, 1500)
+    assert elsewhere.ctl("set_latency_sensitive", value="off", client_id=late.client_id)["ok"]
+    assert _bound(training) == QueueBound(0, 0)
+    assert late.nothing_sent()
+
+
+def test_a_bad_latency_queue_flag_is_refused(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "xpushare.scheduler", "--latency-queue-ms", "0",
+                          "--socket", str(tmp_path / "s.sock")], capture_output=True, text=True,
+                         env=child_env(), timeout=30)
+    assert run.returncode == 2 and "0.1 to 1000" in run.stderr

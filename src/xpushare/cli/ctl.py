@@ -132,9 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cap the memory they may hold per GPU (e.g. 4GiB; none: no cap); what they "
                         "hold is never taken away")
     p.add_argument("--set-latency-sensitive", choices=("on", "off"), metavar="on|off",
-                   help="on: while they are attached to a GPU, its other clients keep their queued "
-                        "work short (the scheduler's --latency-queue-ms), so their requests wait "
-                        "little; their requests also preempt holders of lower priority")
+                   help="on: their GPUs' other clients keep their queued work short (--latency-queue-ms)")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--pid", type=_positive_int,
                         help="the process --set-priority or a --set-compute/memory flag applies to")

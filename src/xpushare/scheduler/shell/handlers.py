@@ -19,7 +19,7 @@ from ...wire.protocol import (
     MemUpdate, MessageType, ProtocolError, Released, ReleaseReason, Residency, Settings, Welcome,
     encode, encode_error, encode_json,
 )
-from ..node import access, metrics, suspend, swap
+from ..node import access, latency, metrics, suspend, swap
 from ..control import ops
 from ..node.jobinfo import job_info
 from ..policy import SwitchReport, claimed_latency_sensitive, claimed_priority, raises
@@ -120,6 +120,7 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     metrics.attached(conn, gpu, registry.now(), gpu.stats.busy)
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
     conn.send(encode(Attached(msg.device, 0, capacity)))
+    latency.attached(state, conn, gpu)  # after ATTACHED: a QUEUE_BOUND names an attached device
     where = (msg.device, gpu.label, f" ({gpu.uuid})" if gpu.index is not None else "", capacity,
              "" if gpu.capacity else " (its own)")
     if conn.announced:
