@@ -6,7 +6,8 @@ Programs: bench/scheduling/inference_worker.py (a fp16 transformer encoder serve
 128, Poisson arrivals; an fp32 MLP training loop). Per configuration (layers x mean gap), arms:
 - server_alone, training_alone: natively, each alone on the GPU (the baselines);
 - native: both at once without the library (the driver's own time-slicing);
-- serial: both under libnvshare.so, mode serial, the server at NVSHARE_PRIORITY=10;
+- serial: both under libnvshare.so, mode serial, the server at NVSHARE_PRIORITY=10 (and
+  NVSHARE_IDLE_RELEASE_MS=10 in every library arm: it gives the GPU up in its idle gaps);
 - auto: the same in mode auto (both fit: they run together);
 - latency_sensitive: as auto, the server also NVSHARE_LATENCY_SENSITIVE=1 (the training's queue is
   bounded by QUEUE_BOUND, --latency-queue-ms).
@@ -48,6 +49,10 @@ ARMS = ("server_alone", "training_alone", "native", "serial", "auto", "latency_s
 LIBRARY_ARMS = {"serial": ("serial", False), "auto": ("auto", False),
                 "latency_sensitive": ("auto", True)}  # arm -> (mode, latency-sensitive)
 SERVER_PRIORITY = 10
+# The server's NVSHARE_IDLE_RELEASE_MS under the library: it gives the lock up in its idle gaps (a
+# request every 20 ms on average), so that in mode serial the training runs in them; the library's
+# 250 ms would keep the training out for as long as requests keep coming.
+SERVER_IDLE_RELEASE_MS = 10
 TQ = 30  # explicit: priorities and the queue bound decide here, not the quantum
 GPU_MEMORY = "16GiB"  # the virtual capacity of the library's arms: both fit (auto runs them together)
 READY_TIMEOUT_S = 180.0
@@ -66,12 +71,14 @@ def arm_order(reps: int) -> list[tuple[int, str]]:
     return [(r, ARMS[(i + r) % len(ARMS)]) for r in range(reps) for i in range(len(ARMS))]
 
 
-def _env(arm: str, role: str, lib: Path | None, sock: Path | None) -> dict:
+def _env(arm: str, role: str, lib: Path | None, sock: Path | None,
+         idle_release_ms: int = SERVER_IDLE_RELEASE_MS) -> dict:
     if arm not in LIBRARY_ARMS or lib is None:
         return harness.native_env()
     extra = {}
     if role == "server":
         extra["NVSHARE_PRIORITY"] = SERVER_PRIORITY
+        extra["NVSHARE_IDLE_RELEASE_MS"] = idle_release_ms
         if LIBRARY_ARMS[arm][1]:
             extra["NVSHARE_LATENCY_SENSITIVE"] = 1
     return harness.library_env(lib, sock, gpu_memory=GPU_MEMORY, **extra)
@@ -90,7 +97,8 @@ def run_arm(arm: str, cfg: dict, python: str, lib: Path | None, dry_run: bool) -
         for role in roles:
             conf = {**cfg, "dir": str(work)}
             progs[role] = harness.Program([python, str(WORKER), role, json.dumps(conf)],
-                                          _env(arm, role, lib, sched and sched.socket))
+                                          _env(arm, role, lib, sched and sched.socket,
+                                               cfg["idle_release_ms"]))
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not all((work / f"ready-{r}").exists() for r in roles):
             if time.monotonic() > deadline or any(p.proc.poll() is not None for p in progs.values()):
@@ -201,12 +209,14 @@ def run(args) -> dict:
         require_safe_gpu()
         python, lib = torch_python(), harness.library_path()
     out = {"params": {"requests": args.requests, "reps": args.reps, "server_priority": SERVER_PRIORITY,
-                      "tq": TQ, "gpu_memory": GPU_MEMORY, "dry_run": args.dry_run, "arms": list(ARMS)},
+                      "tq": TQ, "gpu_memory": GPU_MEMORY,
+                      "server_idle_release_ms": args.server_idle_release_ms, "dry_run": args.dry_run, "arms": list(ARMS)},
            "configs": []}
     for config in plan(args):
         from bench.scheduling.inference_worker import arrivals
         duration = arrivals(args.requests, config["mean_ms"], args.seed)[-1]
         cfg = {**config, "requests": args.requests, "seed": args.seed, "stand_in": args.dry_run,
+               "idle_release_ms": args.server_idle_release_ms,
                "stand_in_ms": 2.0, "duration_s": duration, "timeout_s": 120 + 20 * duration}
         runs: dict[str, list[dict]] = {}
         for rep, arm in arm_order(args.reps):
@@ -231,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=positive(int), help="one model size instead of 6 and 12")
     p.add_argument("--mean-ms", type=positive(float), help="one mean gap instead of 20 and 100 ms")
     p.add_argument("--seed", type=int, default=32)
+    p.add_argument("--server-idle-release-ms", type=int, default=SERVER_IDLE_RELEASE_MS,
+                   help=f"the server's NVSHARE_IDLE_RELEASE_MS under the library ({SERVER_IDLE_RELEASE_MS})")
     p.add_argument("--dry-run", action="store_true",
                    help="no GPU: stand-in programs (sleeps), no library: checks the plumbing")
     p.add_argument("--json", type=Path, help=f"write the results here (default {RESULTS.relative_to(REPO)})")
