@@ -82,8 +82,8 @@ def test_status_at_200_columns_has_every_job_column():
     text = rendered(status(True), 200)
     assert table_rows(text, "Jobs")[0] == ["Job", "Kind", "State", "Members", "PIDs", "GPUs"]
     assert table_rows(text, "Clients")[0] == ["PID", "UID", "Priority", "State", "Job", "GPU",
-                                              "Memory", "Resident", "Swapped", "GPU time", "Pod",
-                                              "Quota", "Command"]
+                                              "Memory", "Resident", "Swapped", "GPU time", "Wait",
+                                              "Pod", "Quota", "Command"]
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -72,11 +72,12 @@ def test_status_at_200_columns_shows_every_column_and_ends_a_long_command_in_an_
     r = ctl(s.sock, "status", "--width", "200")
     header, rows = table_rows(r.stdout, "Clients")
     assert header == ["PID", "UID", "Priority", "State", "GPU", "Memory", "Resident", "Swapped",
-                      "GPU time", "Pod", "Quota", "Command"]
+                      "GPU time", "Wait", "Pod", "Quota", "Command"]
     assert all(row[-1].endswith("…") for row in rows)  # the command lines are longer than 60
-    assert rows[0][9] == "ml/trainer-with-a-long-name-0 (hint)"
+    assert rows[0][10] == "ml/trainer-with-a-long-name-0 (hint)"
     assert rows[0][8] == "0.00s"  # these raw protocol clients report no GPU time
-    assert rows[0][10] == "-"     # nor set any quota
+    assert rows[0][9].count("/") == 1 and rows[1][9] == "-"  # the holder's wait; the others wait
+    assert rows[0][11] == "-"     # nor set any quota
     # The holder's memory is on the GPU; the others (no SWAP) count none while they do not hold,
     # and none of them swapped.
     assert [row[6:8] for row in rows] == [["5GiB", "-"], ["0B", "-"], ["0B", "-"]]

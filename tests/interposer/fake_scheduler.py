@@ -15,6 +15,7 @@ from xpushare.wire.protocol import (
     DropLock,
     DropReason,
     Evict,
+    QueueBound,
     EVICT_ROOM,
     FrameDecoder,
     Grant,
@@ -150,6 +151,13 @@ class RecordingScheduler:
             n = conn if conn >= 0 else len(self._conns) + conn
         self._send(c, n, DropLock(device=device, reason=reason, flags=flags, evict_mib=evict_mib))
 
+    def queue_bound(self, device: int, queue_us: int, conn: int = -1):
+        """Send QUEUE_BOUND (0 lifts it)."""
+        with self._mu:
+            c = self._conns[conn]
+            n = conn if conn >= 0 else len(self._conns) + conn
+        self._send(c, n, QueueBound(device=device, queue_us=queue_us))
+
     def evict(self, device: int, conn: int = -1):
         """Ask an idle client to move its memory on the device to host (it answers RESIDENCY)."""
         with self._mu:
@@ -198,4 +206,4 @@ class RecordingScheduler:
 def _type_of(msg) -> MessageType:
     return {Welcome: MessageType.WELCOME, Attached: MessageType.ATTACHED, Grant: MessageType.LOCK_OK,
             DropLock: MessageType.DROP_LOCK, Limits: MessageType.LIMITS,
-            Evict: MessageType.EVICT}[type(msg)]
+            Evict: MessageType.EVICT, QueueBound: MessageType.QUEUE_BOUND}[type(msg)]

@@ -144,7 +144,7 @@ def test_annotations_reach_a_running_client_and_a_bad_value_keeps_the_last_good_
     (me,) = client.ctl("status")["clients"]
     assert me["quota"]["compute_limit"] == 25 and me["quota"]["memory_limit"] == GiB
     assert me["quota"]["sources"] == {"compute_limit": "annotation", "compute_share": "environment",
-                                      "memory_limit": "annotation"}
+                                      "memory_limit": "annotation", "latency_sensitive": "environment"}
     assert len(api.events) == 1                               # once per pod, annotation and value
     assert "on-node-b" not in scheduler.log()                 # the other node's pod never came
     client.close()

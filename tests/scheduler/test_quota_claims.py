@@ -23,7 +23,8 @@ def test_a_claim_sets_its_fields_and_names_itself_the_source():
     assert q.set_claim(POD_UID, CLAIM, {"compute_limit": 0.3, "memory_limit": 8 * GiB}) == [conn]
     quota, sources = q.effective(conn)
     assert quota == Quota(0.3, 2.0, 8 * GiB)
-    assert sources == {"compute_limit": "claim", "compute_share": "environment", "memory_limit": "claim"}
+    assert sources == {"compute_limit": "claim", "compute_share": "environment", "memory_limit": "claim",
+                       "latency_sensitive": "environment"}
 
 
 def test_an_annotation_does_not_raise_a_claimed_field_but_sets_the_others():
@@ -55,7 +56,7 @@ def test_clearing_the_claim_falls_back_and_touches_no_other_pod():
     assert q.effective(other)[0].memory_limit is None
     assert q.clear_claim(CLAIM) == 1 and q.clear_claim(CLAIM) == 0
     assert q.effective(mine) == (Quota(memory_limit=GiB), dict.fromkeys(
-        ("compute_limit", "compute_share", "memory_limit"), "environment"))
+        ("compute_limit", "compute_share", "memory_limit", "latency_sensitive"), "environment"))
 
 
 def test_the_claim_ops_on_a_live_scheduler(start_scheduler):

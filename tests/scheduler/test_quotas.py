@@ -32,6 +32,7 @@ class _Conn:
     pid = id = 1
     uid = 0
     privileged = True
+    latency_env = False
 
     def __init__(self, pod=None, env: Quota | None = Quota()):
         self.pod, self.quota_env, self.quota_set = pod, env, {}
@@ -63,7 +64,7 @@ def test_the_environment_applies_until_something_else_sets_a_field():
     conn = _Conn(POD, Quota(compute_limit=0.5, compute_share=2.0, memory_limit=GiB))
     q = _quotas(conn)
     assert q.effective(conn) == (Quota(0.5, 2.0, GiB), dict.fromkeys(
-        ("compute_limit", "compute_share", "memory_limit"), "environment"))
+        ("compute_limit", "compute_share", "memory_limit", "latency_sensitive"), "environment"))
 
 
 @pytest.mark.parametrize("order, expect", [
@@ -91,7 +92,7 @@ def test_an_unchanged_annotation_does_not_undo_a_later_command():
     quota, sources = q.effective(conn)
     assert (quota.compute_limit, quota.compute_share) == (0.25, 4.0)
     assert sources == {"compute_limit": "nvsharectl", "compute_share": "annotation",
-                       "memory_limit": "environment"}
+                       "memory_limit": "environment", "latency_sensitive": "environment"}
 
 
 def test_none_is_a_value_and_a_removed_annotation_falls_back_to_the_environment():
@@ -141,7 +142,7 @@ def test_settings_are_answered_with_limits_and_nvsharectl_changes_them_live(star
     quota = sched.ctl("status")["clients"][0]["quota"]
     assert quota["compute_limit"] == 50 and quota["memory_limit"] is None
     assert quota["sources"] == {"compute_limit": "nvsharectl", "compute_share": "environment",
-                                "memory_limit": "nvsharectl"}
+                                "memory_limit": "nvsharectl", "latency_sensitive": "environment"}
 
 
 def test_a_client_without_settings_is_never_sent_limits(start_scheduler):

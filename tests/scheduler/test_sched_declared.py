@@ -142,6 +142,7 @@ class _Conn:
         self.pod = SimpleNamespace(uid=pod, namespace="ns", name=pod) if pod else None
         self.closed, self.hello, self.quota_set, self.quota_sent = False, object(), {}, None
         self.quota_env, self.quota = None, Quota()
+        self.latency_env = False
 
     def send(self, data) -> None:
         pass

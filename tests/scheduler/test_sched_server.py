@@ -420,14 +420,18 @@ def test_status_reports_gpus_holders_queue_and_clients(scheduler):
         assert hc["gpus"] == [{"device": 0, "uuid": uuid(0), "index": None, "state": "holding",
                                "managed_bytes": 3 * GiB, "other_bytes": GiB,
                                "gpu_busy_seconds": 0.0, "gpu_busy_ratio": None,
+                               "queueing_delay": hc["gpus"][0]["queueing_delay"],
                                "over_memory_limit": False,
                                # a holder's memory is on the GPU; it never swapped
                                "resident_bytes": 4 * GiB, "swapped_bytes": 0,
                                "reclaiming": False, "swap_refused": False,
                                "swap_out_seconds": None, "swap_in_seconds": None}]
+        assert hc["gpus"][0]["queueing_delay"]["count"] == 1  # granted once, at once
         assert hc["quota"] == {"compute_limit": None, "compute_share": None, "memory_limit": None,
+                               "latency_sensitive": False,
                                "sources": dict.fromkeys(("compute_limit", "compute_share",
-                                                         "memory_limit"), "environment"),
+                                                         "memory_limit", "latency_sensitive"),
+                                                        "environment"),
                                "applied_by_client": False}
         assert hc["pod_hint"] == {"namespace": "ml", "name": "trainer-0"}
         assert hc["pod"] is None  # hints are shown as hints; identity comes from the cgroup only

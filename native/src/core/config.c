@@ -7,6 +7,8 @@
  *                                                 /var/run/nvshare/scheduler.sock (root: only it)
  * NVSHARE_REQUIRE_SCHEDULER     0                 1: wait for a scheduler instead of running ungated
  * NVSHARE_PRIORITY              0                 sent in HELLO; -1000 to 1000
+ * NVSHARE_LATENCY_SENSITIVE     0                 1: ask (HELLO) that the GPU's other clients keep
+ *                                                 their queued work short while this one is attached
  * NVSHARE_POD_NAME/_NAMESPACE   ""                hints sent in HELLO
  * NVSHARE_GPU_MEMORY            physical          virtual capacity of every device (size)
  * NVSHARE_GPU_MEMORY_LIMIT      capacity          per-process, per-device cap (size); always applies
@@ -285,6 +287,7 @@ void nvs_config_load(void)
     /* NVSHARE_DEBUG first, so that warnings below carry the right prefix. */
     c->debug = (int)env_long("NVSHARE_DEBUG", 0, 0, 9);
     c->require_scheduler = env_bool("NVSHARE_REQUIRE_SCHEDULER");
+    c->latency_sensitive = env_bool("NVSHARE_LATENCY_SENSITIVE");
     /* The scheduler's range (PRIORITY_LIMIT, from the contract): a value past it is reported and
      * ignored here, like any other bad value, instead of being clamped there silently. */
     c->priority = (int)env_long("NVSHARE_PRIORITY", 0, -NVS_PRIORITY_LIMIT, NVS_PRIORITY_LIMIT);

@@ -59,6 +59,7 @@ typedef struct nvs_config {
     int debug;             /* NVSHARE_DEBUG: 0 off, 1 decisions, 2 more */
     int require_scheduler; /* NVSHARE_REQUIRE_SCHEDULER */
     int priority;          /* NVSHARE_PRIORITY */
+    int latency_sensitive; /* NVSHARE_LATENCY_SENSITIVE: asks that others keep their queue short */
     int single_oversub;    /* NVSHARE_ENABLE_SINGLE_OVERSUB */
     int limit_set;         /* NVSHARE_GPU_MEMORY_LIMIT given */
     uint64_t gpu_memory;   /* NVSHARE_GPU_MEMORY, 0 = physical */
@@ -153,6 +154,10 @@ struct nvs_dev {
     int want;                /* an app thread waits for the lock */
     int drain_reason;        /* -1 or the LOCK_RELEASED reason of a pending drain */
     _Atomic int pitch_align; /* cached texture pitch alignment, 0 = unknown */
+    /* QUEUE_BOUND: the GPU time queued past the gate stays within this (us; 0 = none): a
+     * latency-sensitive client shares the GPU. Read by the checkpoints (relaxed), never the
+     * launch path. */
+    _Atomic uint32_t queue_bound_us;
     uint64_t last_active_ns; /* client thread */
     uint64_t grant_ns;       /* client thread */
     nvs_ctxrec *ctxs;        /* contexts seen on this device: NVS_FOR_EACH_CTX */

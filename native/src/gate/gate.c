@@ -112,6 +112,9 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival)
      * QUOTA_QUEUE_MS of GPU time (quota.c). */
     float target = (float)nvs_cfg.drain_target_ms;
     if (nvs_compute_limit_now() && target > QUOTA_QUEUE_MS) target = QUOTA_QUEUE_MS;
+    /* A latency-sensitive client shares the GPU: its requests wait at most this for our queue. */
+    uint32_t bound_us = atomic_load_explicit(&rec->dev->queue_bound_us, memory_order_relaxed);
+    if (bound_us && target > bound_us / 1000.0f) target = bound_us / 1000.0f;
     unsigned cur = atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed), next = cur;
     if (ms > target / NVS_RING) {
         unsigned base = ival && ival < cur ? ival : cur;
@@ -334,4 +337,15 @@ uint64_t nvs_drain(nvs_dev *d)
               d->ordinal, (double)(t2 - t0) / 1e6, (double)(t1 - t0) / 1e6, n,
               (double)(t2 - t1) / 1e6);
     return t2 - t0;
+}
+
+/* nvs_g.mu held (a message handler): QUEUE_BOUND set a bound on d. Every context of d checkpoints
+ * each launch from now on, and adapt_interval lets the interval grow back only as far as the
+ * bound allows: waiting for spans at the old interval to show they are too long would leave up to
+ * a ring of them queued, far past the bound, for as long as that takes. */
+void nvs_ckpt_bound_on(nvs_dev *d)
+{
+    NVS_FOR_EACH_CTX(d, rec)
+    if (atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed) > 1 && nvs_ckpt_interval)
+        atomic_store_explicit(&rec->ckpt_interval, 1, memory_order_relaxed);
 }

@@ -35,6 +35,7 @@ void nvs_retire_done(nvs_ctxrec *rec) NVS_HIDDEN; /* ring_mu held: completed one
 extern unsigned nvs_ckpt_interval NVS_HIDDEN;
 unsigned nvs_ckpt_initial(void) NVS_HIDDEN; /* a new context record's ckpt_interval */
 void nvs_ckpt_quota_on(void) NVS_HIDDEN; /* nvs_g.mu held: a compute limit was set (quota.c) */
+void nvs_ckpt_bound_on(nvs_dev *d) NVS_HIDDEN; /* nvs_g.mu held: QUEUE_BOUND set (inbound.c) */
 
 typedef struct nvs_gate {
     nvs_dev *dev;    /* non-NULL when counted in-flight */

@@ -9,6 +9,7 @@
  *   ATTACHED: the scheduler's capacity; LOCK_OK: may_run = 1 (after a bulk prefetch with PREFETCH);
  *   DROP_LOCK: a drain is due (session.c runs it); LIMITS: the process's limits (quota.c)
  *   EVICT: the device's memory is to leave the GPU while the process does not hold it (session.c)
+ *   QUEUE_BOUND: the GPU time this process queues on the device stays within it (gate.c)
  *
  * A device with ranges swapped out (swapstore.c) never runs before they are back: a grant swaps
  * in first whatever NVSHARE_PREFETCH says, and running ungated (the scheduler gone) waits for the
@@ -19,6 +20,7 @@
 
 #include "core/nvshare.h"
 #include "gate/busy.h"
+#include "gate/gate.h"
 #include "gate/quota.h"
 #include "session/client.h"
 #include "session/protocol.h"
@@ -36,6 +38,7 @@ static void reset_device(nvs_dev *d, int run)
     d->sw.evict = d->sw.gang = d->sw.prefetch_pending = d->swap.reclaim_pending = 0;
     d->sw.evict_mib = 0;
     d->mem.sent_valid = 0;
+    atomic_store_explicit(&d->queue_bound_us, 0, memory_order_relaxed); /* a new one is resent */
     d->swap.restore_pending = run && atomic_load(&d->swap.swapped_out) > 0;
     nvs_dev_set_run(d, run && !d->swap.restore_pending);
 }
@@ -225,6 +228,20 @@ static void on_limits(nvs_dev *none, const unsigned char *p, uint32_t len, uint6
     pthread_cond_broadcast(&nvs_g.cv);
 }
 
+/* QUEUE_BOUND: a latency-sensitive client shares the GPU (or no longer does: 0). Tightened at
+ * once; a lifted bound lets the checkpoints' interval grow back as the work allows. */
+static void on_queue_bound(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)len;
+    (void)now;
+    struct nvs_queue_bound b;
+    memcpy(&b, p, sizeof(b));
+    uint32_t was = atomic_exchange_explicit(&d->queue_bound_us, b.queue_us, memory_order_relaxed);
+    if (b.queue_us && (!was || b.queue_us < was)) nvs_ckpt_bound_on(d);
+    NVS_DEBUG("device %d: queue bound %s%.3f ms", d->ordinal, b.queue_us ? "" : "lifted, was ",
+              (b.queue_us ? b.queue_us : was) / 1000.0);
+}
+
 #define ANY_SIZE UINT32_MAX
 static const struct handler {
     uint16_t type;
@@ -241,6 +258,7 @@ static const struct handler {
     {NVS_EVICT, sizeof(struct nvs_evict), 1, on_evict},
     {NVS_SUSPEND, sizeof(struct nvs_suspend), 0, on_suspend},
     {NVS_RESUMED, sizeof(struct nvs_resumed), 0, on_resumed},
+    {NVS_QUEUE_BOUND, sizeof(struct nvs_queue_bound), 1, on_queue_bound},
 };
 
 static const struct handler *find_handler(uint16_t type)

@@ -183,6 +183,12 @@ struct nvs_resume_req {
     uint32_t reserved;
 } __attribute__((packed));
 
+/* QUEUE_BOUND: keep the GPU time queued past the gate on the device within queue_us (0: lifted) */
+struct nvs_queue_bound {
+    uint32_t device;
+    uint32_t queue_us;
+} __attribute__((packed));
+
 NVS_CONTRACT_LAYOUT_CHECKS;
 
 #endif /* NVSHARE_PROTOCOL_H */

@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set-memory-limit", type=_memory_limit, metavar="SIZE|none",
                    help="cap the memory they may hold per GPU (e.g. 4GiB; none: no cap); what they "
                         "hold is never taken away")
+    p.add_argument("--set-latency-sensitive", choices=("on", "off"), metavar="on|off",
+                   help="on: their GPUs' other clients keep their queued work short (--latency-queue-ms)")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--pid", type=_positive_int,
                         help="the process --set-priority or a --set-compute/memory flag applies to")
@@ -165,8 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 QUOTA_FLAGS = (("set_compute_limit", "set_compute_limit"), ("set_compute_share", "set_compute_share"),
                ("set_memory_limit", "set_memory_limit"))  # (args attribute, op)
+# Per-client flags like the quota flags, whose values are words rather than ranges.
+CLIENT_FLAGS = QUOTA_FLAGS + (("set_latency_sensitive", "set_latency_sensitive"),)
 SETTINGS_OPS = ("set_tq", "set_mode", "set_gpu_memory", "set_priority",
-                *(op for _, op in QUOTA_FLAGS))
+                *(op for _, op in CLIENT_FLAGS))
 PERMISSION_PREFIX = "permission denied"
 EXIT_BAD_VALUE = 2
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a writer killed by SIGPIPE
@@ -210,7 +214,7 @@ def _settings_requests(parser: argparse.ArgumentParser, args) -> list[tuple[str,
            if args.client is not None else {"pod": args.pod})
     if args.set_priority is not None:
         requests.append(("set_priority", {"priority": args.set_priority, **who}))
-    for attr, op in QUOTA_FLAGS:
+    for attr, op in CLIENT_FLAGS:
         value = getattr(args, attr)
         if value is not None:
             requests.append((op, {"value": value, **who}))
@@ -236,7 +240,8 @@ def _changed(op: str, fields: dict, reply: dict) -> str:
         size = fields["bytes"]
         return f"capacity of {where}: {format_size(size) if size else 'cleared (NVML decides)'}"
     what = {"set_priority": "priority", "set_compute_limit": "compute limit",
-            "set_compute_share": "compute share", "set_memory_limit": "memory limit"}.get(op, op)
+            "set_compute_share": "compute share", "set_memory_limit": "memory limit",
+            "set_latency_sensitive": "latency-sensitive"}.get(op, op)
     value = fields.get("priority", fields.get("value"))
     if op == "set_compute_limit" and isinstance(value, (int, float)):
         value = f"{value:g}%"
@@ -288,7 +293,7 @@ def _main(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.set_gpu_memory is not None and args.gpu is None:
         parser.error("--set-gpu-memory needs --gpu")
-    per_client = [args.set_priority, *(getattr(args, attr) for attr, _ in QUOTA_FLAGS)]
+    per_client = [args.set_priority, *(getattr(args, attr) for attr, _ in CLIENT_FLAGS)]
     targeted = args.pid is not None or args.client is not None or args.pod is not None
     if all(v is None for v in per_client) == targeted:
         parser.error("--set-priority and the --set-compute-*/--set-memory-limit flags need --pid, "

@@ -230,7 +230,8 @@ CLIENT_COLUMNS = [Column("PID", 1), Column("UID", 8), Column("Priority", 3), Col
                   Column("Job", 5, free=True, limit=JOB_WIDTH),
                   Column("GPU", 4, wrap=True), Column("Memory", 6, wrap=True),
                   Column("Resident", 11, wrap=True), Column("Swapped", 12, wrap=True),
-                  Column("GPU time", 8, wrap=True), Column("Pod", 7),
+                  Column("GPU time", 8, wrap=True),
+                  Column("Wait", 13, wrap=True), Column("Pod", 7),
                   Column("Quota", 9, wrap=True),
                   Column("Command", 10, free=True, limit=COMMAND_WIDTH)]
 JOB_COLUMNS = [Column("Job", 1, free=True, limit=JOB_WIDTH), Column("Kind", 6),
@@ -259,6 +260,13 @@ def busy_cell(seconds) -> str:
     return f"{seconds:.1f}s" if seconds < 60 else duration(seconds)
 
 
+def queueing_cell(q: dict | None) -> str:
+    """A client's queueing delay on a GPU: p50/p99 of its recent waits for the lock."""
+    if not q or q.get("p50") is None:
+        return "-"
+    return f"{millis(q['p50'])}/{millis(q['p99'])}"
+
+
 def quota_cell(c: dict) -> str:
     """A client's quota (status's `quota`): "limit 50%", "share 2.5", "mem 4GiB" for what is set
     ("mem 4GiB over" when it holds more on a GPU), "-" for none."""
@@ -268,6 +276,8 @@ def quota_cell(c: dict) -> str:
         parts.append(f"limit {q['compute_limit']:g}%")
     if q.get("compute_share") not in (None, 1, 1.0):
         parts.append(f"share {q['compute_share']:g}")
+    if q.get("latency_sensitive"):
+        parts.append("latency-sensitive")
     if q.get("memory_limit") is not None:
         over = any(d.get("over_memory_limit") for d in c.get("gpus", []))
         parts.append(f"mem {format_size(q['memory_limit'])}" + (" over" if over else ""))
@@ -281,10 +291,11 @@ def _client_row(c: dict) -> list[str]:
     resident = [format_size(d.get("resident_bytes") or 0) for d in gpus]
     swapped = [size_or_dash(d.get("swapped_bytes")) for d in gpus]
     busy = [busy_cell(d.get("gpu_busy_seconds")) for d in gpus]
+    waits = [queueing_cell(d.get("queueing_delay")) for d in gpus]
     return [str(c["pid"]), str(c["uid"]), str(c.get("priority", 0)), c["state"],
             c.get("job") or "-", " ".join(gpu_cells) or "-", " ".join(mem) or "-",
             " ".join(resident) or "-", " ".join(swapped) or "-", " ".join(busy) or "-",
-            pod_cell(c), quota_cell(c), c["command"] or "?"]
+            " ".join(waits) or "-", pod_cell(c), quota_cell(c), c["command"] or "?"]
 
 
 def without_empty(columns: list[Column], rows: list[list[str]], name: str):

@@ -36,17 +36,20 @@ from ..wire import quota_ranges as ranges
 from ..wire.ctlschema import Invalid
 from ..wire.sizes import format_size, parse_size
 
-__all__ = ["COMPUTE_LIMIT", "COMPUTE_SHARE", "MEMORY_LIMIT", "ANNOTATIONS", "EVENT_REASON",
+__all__ = ["COMPUTE_LIMIT", "COMPUTE_SHARE", "MEMORY_LIMIT", "LATENCY_SENSITIVE", "ANNOTATIONS", "EVENT_REASON",
            "PodSettings", "Problem", "PodKey", "parse_annotations", "pod_key", "enabled_from_env"]
 
 COMPUTE_LIMIT = "nvshare.com/gpu-compute-limit"
 COMPUTE_SHARE = "nvshare.com/gpu-compute-share"
 MEMORY_LIMIT = "nvshare.com/gpu-memory-limit"
-ANNOTATIONS = (COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT)
+LATENCY_SENSITIVE = "nvshare.com/latency-sensitive"
+ANNOTATIONS = (COMPUTE_LIMIT, COMPUTE_SHARE, MEMORY_LIMIT, LATENCY_SENSITIVE)
 EVENT_REASON = "InvalidGpuAnnotation"
 
 # annotation -> PodSettings field
-_FIELD = {COMPUTE_LIMIT: "compute_limit", COMPUTE_SHARE: "compute_share", MEMORY_LIMIT: "memory_limit"}
+_FIELD = {COMPUTE_LIMIT: "compute_limit", COMPUTE_SHARE: "compute_share", MEMORY_LIMIT: "memory_limit",
+          LATENCY_SENSITIVE: "latency_sensitive"}
+_YES, _NO = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 # annotation -> the kind its value must fit (the ranges of every way of setting a quota)
 _KIND = {COMPUTE_LIMIT: ranges.COMPUTE_LIMIT, COMPUTE_SHARE: ranges.COMPUTE_SHARE,
          MEMORY_LIMIT: ranges.MEMORY_LIMIT}
@@ -56,6 +59,7 @@ _ACCEPTED = {
     COMPUTE_SHARE: f"a number (a weight) {ranges.COMPUTE_SHARE_SPAN} (e.g. 1, 2 or 0.5)",
     MEMORY_LIMIT: f"a size from {ranges.MEMORY_LIMIT.lo} to {ranges.MEMORY_LIMIT.hi} bytes (e.g. "
                   f"4GiB, 512MiB or a number of bytes), or {ranges.CLEAR}",
+    LATENCY_SENSITIVE: '"true" or "false"',
 }
 _NUMBER = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
 _MAX_SHOWN = 64  # characters of a bad value quoted in a message (an annotation can be 256 KiB)
@@ -78,6 +82,7 @@ class PodSettings:
     compute_share: Optional[float] = None
     memory_limit: Optional[int] = None
     annotated: frozenset = field(default_factory=frozenset)
+    latency_sensitive: Optional[bool] = None  # nvshare.com/latency-sensitive, "true" or "false"
 
     def effective(self, name: str, env_value):
         """The value to use for field `name`: the annotation's when the pod has one (None for
@@ -95,6 +100,8 @@ class PodSettings:
                     text = "none"
                 elif name == "memory_limit":
                     text = format_size(value)
+                elif name == "latency_sensitive":
+                    text = "true" if value else "false"
                 else:
                     text = f"{value:g}" + ("%" if name == "compute_limit" else "")
                 parts.append(f"{ann.split('/', 1)[1]}={text}")
@@ -128,8 +135,11 @@ def _read(annotation: str, text: str):
 
 def _parse_one(annotation: str, raw: str):
     """(value, ok) for one annotation's text; value None for "none"."""
-    kind = _KIND[annotation]
     text = raw.strip()
+    if annotation == LATENCY_SENSITIVE:
+        word = text.lower()
+        return (word in _YES), word in _YES + _NO
+    kind = _KIND[annotation]
     if text.lower() in kind.words:
         return None, True  # "none": no limit
     try:

@@ -16,7 +16,7 @@ from ..usage import Parser
 from ..wire.paths import SYSTEM_SOCKET, default_socket_path, socket_override
 from ..wire.scheduling import check_capacity
 from ..wire.sizes import parse_size
-from .node import clientlog
+from .node import clientlog, latency
 from .shell import logformat
 from .node.limits import FRAME_TIMEOUT, HELLO_TIMEOUT, MAX_CONNECTIONS_PER_UID
 from .policy import Mode, check_tq
@@ -110,6 +110,16 @@ def _log_limit(text: str) -> tuple[int, float]:
             f"not LINES/SECONDS (e.g. 100/30): {text!r}") from None
 
 
+def _latency_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"not a number of milliseconds from 0.1 to 1000: {text!r}")
+    return value
+
+
 def _group(text: str) -> int:
     if text.isdigit():
         return int(text)
@@ -153,6 +163,10 @@ def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
                    help="open connections one user may have; more are refused with an error. "
                         "Root and the scheduler's own user are exempt; 0: no cap "
                         f"(default: {MAX_CONNECTIONS_PER_UID})")
+    p.add_argument("--latency-queue-ms", type=_latency_ms, default=latency.QUEUE_MS, metavar="MS",
+                   help="while a latency-sensitive client is attached to a GPU, the GPU time of "
+                        "work each other client of that GPU may have queued (a number from 0.1 "
+                        f"to 1000; default: {latency.QUEUE_MS:g})")
     p.add_argument("--client-log-limit", type=_log_limit,
                    default=(clientlog.LINES, clientlog.INTERVAL), metavar="LINES/SECONDS",
                    help="log lines one user's clients may cause (requests, connections, errors) "
@@ -277,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                     metrics_max_age=args.metrics_max_age,
                     nvml=not args.no_nvml, client_log_limit=args.client_log_limit,
                     suspend_idle=0.0 if args.no_suspend else args.suspend_idle,
-                    cuda_library=args.cuda_library, suspend=not args.no_suspend)
+                    cuda_library=args.cuda_library, suspend=not args.no_suspend,
+                    latency_queue_ms=args.latency_queue_ms)
     if args.reserve[1] is not None:
         config.reserve_fraction = args.reserve[1]
     for sel, size in args.gpu_memory:

@@ -21,7 +21,8 @@ from .sizes import SIZE_EXPECTED
 # Python names the library uses, written as NVS_<name>.
 CONSTANTS = (
     "MAGIC", "VERSION", "MAX_PAYLOAD", "PRIORITY_LIMIT",
-    "HELLO_REQUIRE_SCHEDULER", "HELLO_SWAP", "HELLO_SUSPEND", "GRANT_PREFETCH", "DROP_EVICT", "DROP_GANG",
+    "HELLO_REQUIRE_SCHEDULER", "HELLO_SWAP", "HELLO_SUSPEND", "HELLO_LATENCY_SENSITIVE", "HELLO_QUEUE_BOUND",
+    "GRANT_PREFETCH", "DROP_EVICT", "DROP_GANG",
     "FEATURE_BUSY", "FEATURE_QUOTAS", "FEATURE_JOBS", "FEATURE_SWAP", "FEATURE_BUSY_SPANS",
     "FEATURE_SUSPEND",
     "BUSY_SPANS_MAX",
@@ -44,7 +45,7 @@ STRUCTS = {  # C struct: its Python fields
     "nvs_residency": m.Residency.FIELDS, "nvs_span": m.SPAN_FIELDS,
     "nvs_busy_spans": m.BusySpans.FIELDS, "nvs_suspend": m.Suspend.FIELDS,
     "nvs_suspend_ready": m.SuspendReady.FIELDS, "nvs_resumed": m.Resumed.FIELDS,
-    "nvs_resume_req": m.ResumeRequest.FIELDS,
+    "nvs_resume_req": m.ResumeRequest.FIELDS, "nvs_queue_bound": m.QueueBound.FIELDS,
 }
 
 

@@ -52,6 +52,7 @@ class MessageType(IntEnum):
     SUSPEND_READY = 21  # the answer to SUSPEND
     RESUMED = 22      # only to a client that answered SUSPEND
     RESUME_REQ = 23   # from a client that was suspended: its application wants to run
+    QUEUE_BOUND = 24  # only to a client whose HELLO has HELLO_QUEUE_BOUND
 
 
 class DropReason(IntEnum):
@@ -72,6 +73,9 @@ PRIORITY_LIMIT = 1000        # priorities are clamped to -PRIORITY_LIMIT..PRIORI
 HELLO_REQUIRE_SCHEDULER = 1  # hello.flags bit 0
 HELLO_SWAP = 2               # hello.flags bit 1: the client answers EVICT with RESIDENCY
 HELLO_SUSPEND = 4            # hello.flags bit 2: the client answers SUSPEND (suspend.c)
+HELLO_LATENCY_SENSITIVE = 8  # hello.flags bit 3: NVSHARE_LATENCY_SENSITIVE=1 (counts as the
+                             # priority does: a raise only an admin's own process may declare)
+HELLO_QUEUE_BOUND = 16       # hello.flags bit 4: the client applies QUEUE_BOUND
 GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
 DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
 DROP_GANG = 2                # drop.flags bit 1: dropped with the rest of its job, so the drain
@@ -398,6 +402,15 @@ class ResumeRequest(_Payload):
     reserved: int = 0
 
 
+@dataclass
+class QueueBound(_Payload):
+    """QUEUE_BOUND: keep the GPU time of the work queued past the gate on this device within
+    queue_us (a latency-sensitive client shares the GPU); 0 lifts the bound."""
+    FIELDS = (("device", "I"), ("queue_us", "I"))
+    device: int = 0
+    queue_us: int = 0
+
+
 # The payload class of every fixed-size type; the others are variable (JSON or text).
 PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.HELLO: Hello,
@@ -420,4 +433,5 @@ PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.SUSPEND_READY: SuspendReady,
     MessageType.RESUMED: Resumed,
     MessageType.RESUME_REQ: ResumeRequest,
+    MessageType.QUEUE_BOUND: QueueBound,
 }

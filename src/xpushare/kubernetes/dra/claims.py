@@ -8,7 +8,8 @@ Where the limits come from:
 * slot devices (the fallback): nothing is consumed; the claim's configuration parameters say;
 * either way, the opaque configuration for this driver (``status.allocation.devices.config``, which
   carries the DeviceClass's and the claim's) may set ``computeShare``, and may lower, never raise,
-  ``memoryLimit`` / ``computeLimit``:
+  ``memoryLimit`` / ``computeLimit``, and may set ``latencySensitive`` (the cluster's policy: the
+  claim's clients count as latency-sensitive, docs/protocol.md "Latency-sensitive clients"):
 
     config:
     - opaque:
@@ -22,7 +23,7 @@ GPUs gets the largest amount any of its devices carries.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -32,7 +33,7 @@ from .inventory import COMPUTE_FULL, DeviceSpec
 
 PARAMETERS_API = "gpu.nvshare.com/v1alpha1"
 PARAMETERS_KIND = "GpuConfig"
-PARAMETER_FIELDS = ("computeShare", "memoryLimit", "computeLimit")
+PARAMETER_FIELDS = ("computeShare", "memoryLimit", "computeLimit", "latencySensitive")
 
 
 class ClaimError(ValueError):
@@ -52,9 +53,11 @@ class Limits:
     memory: Optional[int] = None        # bytes per GPU; None: no limit
     compute: Optional[float] = None     # percent of the GPU's time; None: no limit
     share: Optional[float] = None       # weight; None: the default
+    latency_sensitive: Optional[bool] = None  # None: not set by the claim
 
     def as_dict(self) -> dict:
-        return {"memory": self.memory, "compute": self.compute, "share": self.share}
+        return {"memory": self.memory, "compute": self.compute, "share": self.share,
+                "latency_sensitive": self.latency_sensitive}
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,14 @@ def _grant_limits(result: dict, spec: DeviceSpec, params: dict) -> Tuple[int, fl
     return memory, compute, share
 
 
+def _latency(params: dict) -> Optional[bool]:
+    """latencySensitive: a boolean (its GPU's other clients keep their queues short); None: unset."""
+    value = params.get("latencySensitive")
+    if value is None or isinstance(value, bool):
+        return value
+    raise ClaimError(f"latencySensitive must be true or false, not {str(value)[:64]!r}")
+
+
 def _share_id(result: dict, ref: str) -> Optional[str]:
     """The result's shareID (the allocator sets one per allocation of a shared device), checked:
     it goes back to the kubelet."""
@@ -206,6 +217,9 @@ def plan(claim: dict, driver: str, pool: str, specs: Dict[str, DeviceSpec],
     compute = max(computes)
     limits = Limits(memory=max(memories), compute=None if compute >= COMPUTE_FULL else compute,
                     share=max((s for s in shares if s is not None), default=None))
+    latency = [_latency(params.get(r.get("request", "").split("/")[0], {})) for r in results]
+    latency = [v for v in latency if v is not None]
+    limits = replace(limits, latency_sensitive=any(latency) if latency else None)
     pods = tuple(c.get("uid") for c in (claim.get("status") or {}).get("reservedFor") or []
                  if c.get("resource") == "pods" and c.get("uid"))
     return ClaimPlan(uid=meta.get("uid", ""), namespace=meta.get("namespace", ""), name=meta.get("name", ""),

@@ -52,6 +52,8 @@ class SchedulerLink:
                   "compute_limit": p.limits.compute if p.limits.compute is not None else "none"}
         if p.limits.share is not None:
             fields["compute_share"] = p.limits.share
+        if p.limits.latency_sensitive is not None:
+            fields["latency_sensitive"] = "on" if p.limits.latency_sensitive else "off"
         for pod in p.pods:
             reply = self._request("set_claim", claim=p.uid, pod_uid=pod, **fields)
             if not reply.get("ok"):

@@ -59,7 +59,9 @@ def from_record(uid: str, rec: dict) -> ClaimPlan:
                                         None if g.get("share_id") is None else _text(g["share_id"]))
                                   for g in rec["grants"]),
                      limits=Limits(_number(lim.get("memory"), int), _number(lim.get("compute"), (int, float)),
-                                   _number(lim.get("share"), (int, float))),
+                                   _number(lim.get("share"), (int, float)),
+                                   lim.get("latency_sensitive") if isinstance(lim.get("latency_sensitive"), bool)
+                                   else None),
                      pods=tuple(_text(p) for p in rec.get("pods") or ()))
 
 

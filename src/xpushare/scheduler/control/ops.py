@@ -182,12 +182,16 @@ def op_set_claim(state: SchedulerState, msg: dict) -> dict:
     "claim"); a field the request leaves out is not set by the claim."""
     values = {}
     for field, convert in (("compute_limit", lambda pct: pct / 100.0), ("compute_share", float),
-                           ("memory_limit", int)):
+                           ("memory_limit", int), ("latency_sensitive", _on)):
         if field in msg:
             values[field] = None if msg[field] == CLEAR else convert(msg[field])
     targets = state.quotas.set_claim(msg["pod_uid"], msg["claim"], values)
     log.info("claim %s pod_uid=%s %s (%d clients now)", msg["claim"], msg["pod_uid"], values, len(targets))
     return {"clients": len(targets)}
+
+
+def _on(value: str) -> bool:
+    return value == "on"
 
 
 def op_clear_claim(state: SchedulerState, msg: dict) -> dict:
@@ -244,6 +248,7 @@ CLIENT_ID = Int(1, 2**63 - 1, "a client id (a positive integer)")  # WELCOME's, 
 COUNT = Int(1, 2**31 - 1, "how many GPUs: a positive integer")
 JOB_MEMORY = Int(0, ATTACHED_MAX, "bytes the job needs on each GPU (a non-negative integer; 0: none "
                  "named)")
+ON_OFF = Choice(("on", "off"))
 TARGET = (Field("pid", PID), Field("client_id", CLIENT_ID), Field("pod", PodName()))
 
 def _suspend_op(act, verb: str):
@@ -280,7 +285,7 @@ OPS: dict[str, Op] = {
     "set_claim": Op(op_set_claim, admin=True, claims=True, schema=Schema((
         Field("claim", Uid(), required=True), Field("pod_uid", Uid(), required=True),
         Field("compute_limit", COMPUTE_LIMIT), Field("compute_share", COMPUTE_SHARE),
-        Field("memory_limit", MEMORY_LIMIT)))),
+        Field("memory_limit", MEMORY_LIMIT), Field("latency_sensitive", ON_OFF)))),
     "clear_claim": Op(op_clear_claim, admin=True, claims=True,
                       schema=Schema((Field("claim", Uid(), required=True),))),
     "set_compute_limit": Op(_set_quota("compute_limit", lambda pct: pct / 100.0), admin=True,
@@ -289,6 +294,10 @@ OPS: dict[str, Op] = {
     "set_compute_share": Op(_set_quota("compute_share", float), admin=True,
                             schema=Schema((Field("value", COMPUTE_SHARE, required=True), *TARGET),
                                           one_of=("pid", "client_id", "pod"))),
+    # An admin's: it asks every other client of the client's GPUs to keep its queue short.
+    "set_latency_sensitive": Op(_set_quota("latency_sensitive", _on), admin=True,
+                                schema=Schema((Field("value", ON_OFF, required=True), *TARGET),
+                                              one_of=("pid", "client_id", "pod"))),
     "set_memory_limit": Op(_set_quota("memory_limit", int), admin=True,
                            schema=Schema((Field("value", MEMORY_LIMIT, required=True), *TARGET),
                                          one_of=("pid", "client_id", "pod"))),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ...wire.protocol import HELLO_LATENCY_SENSITIVE
 from ..node import metrics, swap
 from ..node.access import Viewer
 from ..node.registry import Gpu
@@ -71,6 +72,8 @@ def client_status(state: SchedulerState, c: Conn, now: float, viewer: Viewer,
         "client_id": c.id, "pid": c.pid, "uid": c.uid,
         "command": c.command[:command_max] if full else None,
         "priority": c.priority,
+        "latency_sensitive": bool(quota.latency_sensitive),
+        "declared_latency_sensitive": bool(c.hello.flags & HELLO_LATENCY_SENSITIVE),
         "state": c.suspend.phase and ("suspended" if c.suspend.phase == "suspended" else "suspending"
                                       if c.suspend.phase in ("moving", "checkpointing") else "resuming")
                  or next((s for s in ("holding", "waiting") if s in states.values()), "idle"),
@@ -78,6 +81,7 @@ def client_status(state: SchedulerState, c: Conn, now: float, viewer: Viewer,
         "quota": {"compute_limit": None if quota.compute_limit is None
                   else round(quota.compute_limit * 100, 3),
                   "compute_share": quota.compute_share, "memory_limit": quota.memory_limit,
+                  "latency_sensitive": bool(quota.latency_sensitive),
                   "sources": sources, "applied_by_client": c.quota_env is not None},
         "gpus": [{**_client_gpu(c, dev, g, states[g.uuid], quota, now),
                   **swap.client_fields(gangs, c, g)} for dev, g in sorted(c.devices.items())],
@@ -97,4 +101,5 @@ def _client_gpu(c: Conn, dev: int, g, state: str, quota, now: float) -> dict:
             "managed_bytes": managed, "other_bytes": other,
             "gpu_busy_seconds": round(metrics.busy_seconds(stats, now), 6) if stats else 0.0,
             "gpu_busy_ratio": None if ratio is None else round(ratio, 4),  # over metrics.BUSY_WINDOW
+            "queueing_delay": metrics.queueing_delay(stats, now),
             "over_memory_limit": limit is not None and managed + other > limit}

@@ -84,6 +84,8 @@ class ClientRow(NamedTuple):  # a tuple: a thousand are made on the loop at each
     swapped: int = 0                    # its bytes swapped out to host (RESIDENCY)
     suspended: int = 0                  # 1 while it is suspended whole (node/suspend.py)
     suspends: int = 0                   # times it was suspended
+    queueing: tuple | None = None       # its request -> grant waits: the counts per bucket of
+                                        # metrics.QUEUE_BUCKETS, then their sum (flat: see Scrape)
 
 
 @dataclass
@@ -168,14 +170,14 @@ def _client_row(c, g, ident: tuple, now: float, gangs) -> ClientRow:
     if st is None:
         return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, 0, _NO_DROPS,
                          0.0, 0.0, 0.0, None, q.compute_limit, share, q.memory_limit, resident,
-                         swapped, *asleep)
+                         swapped, *asleep, None)
     held = st.held + (max(0.0, now - st.granted) if st.granted is not None else 0.0)
     waited = st.waited + (max(0.0, now - st.requested) if st.requested is not None else 0.0)
     return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, st.grants,
                      tuple(st.drops.get(r, 0) for r, _ in DROP_REASONS), held, waited,
                      metrics.busy_seconds(st, now),
                      metrics.busy_ratio(st, now), q.compute_limit, share, q.memory_limit, resident,
-                     swapped, *asleep)
+                     swapped, *asleep, (*st.queueing.counts, st.queueing.total))
 
 
 def render(scrape: Scrape, encoder, openmetrics: bool) -> Iterator[bytes]:
@@ -332,6 +334,17 @@ def _memory(rows):
     return family
 
 
+def _queueing(rows):
+    family = HistogramMetricFamily("xpushare_client_queueing_delay_seconds", "The client's waits "
+                                   "for the lock, from REQ_LOCK to the grant (its queueing delay).",
+                                   labels=CLIENT)
+    for r in rows:
+        if r.queueing is not None:
+            family.add_metric(r.labels, *_buckets((metrics.QUEUE_BUCKETS, r.queueing[:-1],
+                                                   r.queueing[-1])))
+    return family
+
+
 def _drops(rows):
     family = CounterMetricFamily("xpushare_client_lock_drops", "DROP_LOCKs the client was sent, "
                                  "by reason.", labels=CLIENT + ("reason",))
@@ -357,6 +370,7 @@ _CLIENT_FAMILIES = (  # (make a family of some clients' samples, samples per cli
               "hold included.", lambda r: r.held), 1),
     (_counter("xpushare_client_lock_wait_seconds", "Time the client waited for the lock, the "
               "current wait included.", lambda r: r.waited), 1),
+    (_queueing, len(metrics.QUEUE_BUCKETS) + 3),  # the buckets, +Inf, _count and _sum
     (_counter("xpushare_client_gpu_busy_seconds", "GPU time the client's own work took, by its "
               "library's timing events; what a GPU's clients claim at once is shared out.",
               lambda r: r.busy), 1),

@@ -14,6 +14,7 @@ gone when a client-made GPU is forgotten; the scheduler's are one SchedulerStats
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import Counter, deque
 
@@ -28,6 +29,10 @@ WAIT_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.
                 60.0, 120.0, 300.0)
 SWITCH_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                   30.0, 60.0)
+# A client's own queueing delays (request -> grant), for its histogram: fewer bounds than the GPU's
+# (a series each, per client), fine where a latency-sensitive client's waits lie (under 10 ms).
+QUEUE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.25, 1.0, 5.0, 30.0)
+RECENT_WAITS = 256  # the waits status summarises (p50, p99): the client's latest
 # drain, evict, prefetch: what LOCK_RELEASED reports; swap_out, swap_in: the moves RESIDENCY reports
 # (an EVICT's, a drop's eviction; the swap-in at a grant), swap.py.
 PHASES = ("drain", "evict", "prefetch", "swap_out", "swap_in")
@@ -105,7 +110,7 @@ class LockStats:
     __slots__ = ("grants", "drops", "held", "waited", "requested", "granted", "dropped", "evict",
                  "prefetch", "busy", "busy_ns", "busy_at", "busy_clamps", "busy_seen", "together",
                  "spans", "spans_end", "spans_covered", "open_at", "open_since", "span_budget",
-                 "busy_from", "accepted")
+                 "busy_from", "accepted", "queueing", "recent_waits")
 
     def __init__(self):
         self.grants = 0
@@ -130,6 +135,8 @@ class LockStats:
         self.open_at: float | None = None         # and its open span's start
         self.open_since: float | None = None      # that of the last BUSY_UPDATE: a span still
                                                   # open then, whose time a later report brings
+        self.queueing = Histogram(QUEUE_BUCKETS)  # its request -> grant waits
+        self.recent_waits: deque[float] = deque(maxlen=RECENT_WAITS)
 
 
 def busy_ratio(stats: LockStats, now: float) -> float | None:
@@ -258,6 +265,8 @@ def granted(conn, gpu, prefetch: bool, now: float) -> None:
         wait = max(0.0, now - stats.requested)
         stats.waited += wait
         gpu.stats.wait.observe(wait)
+        stats.queueing.observe(wait)
+        stats.recent_waits.append(wait)
         stats.requested = None
     stats.granted = now
     stats.dropped = stats.evict = False
@@ -293,3 +302,18 @@ def released(conn, gpu, report, now: float) -> None:
     if stats.prefetch:
         phases["prefetch"].observe(report.prefetch)
     stats.dropped = stats.evict = stats.prefetch = False
+
+
+def queueing_delay(stats: LockStats | None, now: float) -> dict:
+    """The client's queueing delay on a GPU (request -> grant), seconds: over its last RECENT_WAITS
+    waits the lower-median and 99th-percentile (nearest rank), the last and the largest; `waiting`:
+    the wait in progress, if any; `count`: waits since it attached."""
+    waits = sorted(stats.recent_waits) if stats is not None else []
+    pending = None if stats is None or stats.requested is None else max(0.0, now - stats.requested)
+
+    def rank(q: float):  # nearest rank: the smallest wait with at least q of them at or below it
+        return round(waits[max(0, math.ceil(len(waits) * q) - 1)], 6) if waits else None
+    return {"count": sum(stats.queueing.counts) if stats is not None else 0,
+            "last": round(stats.recent_waits[-1], 6) if waits else None,
+            "p50": rank(0.5), "p99": rank(0.99), "max": round(waits[-1], 6) if waits else None,
+            "waiting": None if pending is None else round(pending, 6)}

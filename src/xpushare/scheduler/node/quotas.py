@@ -1,11 +1,12 @@
 """Per-client quotas: compute limit, compute share and memory limit, and where each comes from.
 
-Four sources set them, field by field:
+Four sources set them (and whether the client is latency-sensitive, latency.py), field by field:
 - the environment the process was started with (NVSHARE_COMPUTE_LIMIT, NVSHARE_COMPUTE_SHARE,
   NVSHARE_GPU_MEMORY_LIMIT), which the library sends once in SETTINGS; unless the process is an
   admin's, outside a pod, a user's declared shares count in their ratio with the largest at most
   the default (policy/declared.py, own_shares: rescaled as the user's processes come and go);
-- the pod's annotations (nvshare.com/gpu-compute-limit, -share, -memory-limit), from the pod watch
+- the pod's annotations (nvshare.com/gpu-compute-limit, -share, -memory-limit,
+  nvshare.com/latency-sensitive), from the pod watch
   (kubernetes/pod_watch.py), matched to clients by the pod UID of their cgroup (peer identity);
 - the pod's DRA ResourceClaims (gpu.nvshare.com): nvshare-dra-plugin sends what the cluster
   allocated (set_claim / clear_claim control ops) when it prepares a claim for a pod;
@@ -31,6 +32,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from ...wire.protocol import COMPUTE_LIMIT_SCALE, COMPUTE_SHARE_SCALE, Limits, ProtocolError, Settings, encode
+from . import latency
 from .access import may_raise_itself
 from ..policy import own_shares
 
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nvshare.scheduler")
 
-NAMES = ("compute_limit", "compute_share", "memory_limit")
+NAMES = ("compute_limit", "compute_share", "memory_limit", "latency_sensitive")
 SOURCES = ("environment", "claim", "annotation", "nvsharectl")
 
 
@@ -51,6 +53,9 @@ class Quota:
     compute_limit: float | None = None   # fraction of the GPU's time, (0, 1]
     compute_share: float | None = None   # a weight > 0
     memory_limit: int | None = None      # bytes per GPU
+    # Others keep their queue short while it is attached (latency.py); its environment's is
+    # HELLO's flag as it counts (Conn.latency_env), never SETTINGS'.
+    latency_sensitive: bool | None = None
 
     def limits(self) -> Limits:
         limit = self.compute_limit
@@ -118,7 +123,9 @@ class Quotas:
                 if name in layer and (best is None or layer[name][1] > best[1][1]):
                     best = (source, layer[name])
             if best is None:
-                values[name], sources[name] = getattr(env, name), "environment"
+                values[name] = (conn.latency_env or None if name == "latency_sensitive"
+                                else getattr(env, name))
+                sources[name] = "environment"
             else:
                 values[name], sources[name] = best[1][0], best[0]
         return Quota(**values), sources
@@ -138,6 +145,10 @@ class Quotas:
                                        quota.memory_limit or "none")
         if quota.compute_share != old.compute_share and conn.gpus():
             self.state.registry.set_share(conn, quota.compute_share)
+        if bool(quota.latency_sensitive) != bool(old.latency_sensitive):
+            self.state.client_log.info(conn, "latency-sensitive pid=%d client=%d %s", conn.pid,
+                                       conn.id, "on" if quota.latency_sensitive else "off")
+            latency.changed(self.state, conn)
 
     def attached(self, conn: Conn, gpu: Gpu) -> None:
         """Tell the policy the client's share (after ATTACH; refresh() when it changes): its job's

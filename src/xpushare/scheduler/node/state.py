@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import clientlog, limits
+from . import clientlog, latency, limits
 from .access import RequestBudget
 from .slicer import Slicer
 from .suspend import Suspender
@@ -23,6 +23,7 @@ from .registry import GpuRegistry
 
 if TYPE_CHECKING:
     from ..shell.connection import Conn
+    from .registry import Gpu
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Config:
     suspend_idle: float = 0.0                             # --suspend-idle SECONDS; 0 = never by itself
     cuda_library: str = "libcuda.so.1"                    # --cuda-library: the checkpoint worker's driver
     suspend: bool = True                                  # not --no-suspend
+    latency_queue_ms: float = latency.QUEUE_MS            # --latency-queue-ms
 
 
 class SchedulerState:
@@ -55,6 +57,7 @@ class SchedulerState:
         self.config = config
         self.registry = GpuRegistry(config)
         self.conns: set[Conn] = set()
+        self.latency: dict[Gpu, set[Conn]] = {}           # its latency-sensitive clients (latency.py)
         self.uid_conns: Counter[int] = Counter()          # uid -> open connections
         self.fd_limit = 0                                 # the open-file limit, set when serving
         self.conn_room = 1 << 62                          # connections before the fd reserve
@@ -98,6 +101,7 @@ class SchedulerState:
         if conn in self.conns:
             self.conns.discard(conn)
             self.quotas.forget(conn)
+            latency.disconnected(self, conn)
             self.uid_conns[conn.uid] -= 1
             if not self.uid_conns[conn.uid]:
                 del self.uid_conns[conn.uid]

@@ -101,7 +101,7 @@ running holders of one share. With equal shares the mean never changes: O(1).
 """
 
 from .arbiter import Arbiter
-from .declared import DEFAULT_PRIORITY, claimed_priority, own_shares, raises
+from .declared import DEFAULT_PRIORITY, claimed_latency_sensitive, claimed_priority, own_shares, raises
 from .median import LowerMedian
 from .model import (
     AGING_QUANTA, CLIENT_OVERHEAD, DEFAULT_DYNAMIC_TQ, DEFAULT_SHARE, EVICT_AFTER_QUANTA,
@@ -114,7 +114,7 @@ from .snapshot import GpuSnapshot, HolderView, WaiterView
 from .strategies import STRATEGIES, AutoStrategy, OffStrategy, SerialStrategy, Strategy
 
 __all__ = [
-    "DEFAULT_PRIORITY", "claimed_priority", "own_shares", "raises",
+    "DEFAULT_PRIORITY", "claimed_latency_sensitive", "claimed_priority", "own_shares", "raises",
     "AGING_QUANTA", "CLIENT_OVERHEAD", "DEFAULT_DYNAMIC_TQ", "DEFAULT_SHARE", "EVICT_AFTER_QUANTA",
     "EWMA_ALPHA",
     "MAX_SKIP", "PREFETCH_FLOOR_RATE", "SWITCH_REPORTERS", "QUANTA_PER_SWITCH", "RESERVE_FRACTION",

@@ -24,6 +24,13 @@ def claimed_priority(declared: int, governed: bool) -> int:
     return declared if governed else min(declared, DEFAULT_PRIORITY)
 
 
+def claimed_latency_sensitive(declared: bool, governed: bool) -> bool:
+    """Whether a declared latency-sensitive flag counts. It asks every other client of the GPU to
+    keep its queued work short (a cost to them, as a higher priority is), so like a raise of
+    priority it counts only when governed; undeclared, it never counts."""
+    return declared and governed
+
+
 def own_shares(declared: dict) -> dict:
     """The compute shares one user's processes declared for themselves (none of them governed), as
     they count: in their ratio, divided by the largest when that is above the default."""

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 from ...wire.protocol import (
     FEATURE_BUSY, FEATURE_BUSY_SPANS, FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SUSPEND, FEATURE_SWAP,
-    HELLO_SWAP, ResumeRequest, SuspendReady,
+    HELLO_LATENCY_SENSITIVE, HELLO_SWAP, ResumeRequest, SuspendReady,
     PRIORITY_LIMIT, VERSION, Attach, Attached, BusySpans, BusyUpdate, Hello, Job, LockRequest,
     MemUpdate, MessageType, ProtocolError, Released, ReleaseReason, Residency, Settings, Welcome,
     encode, encode_error, encode_json,
 )
-from ..node import access, metrics, suspend, swap
+from ..node import access, latency, metrics, suspend, swap
 from ..control import ops
 from ..node.jobinfo import job_info
-from ..policy import SwitchReport, claimed_priority, raises
+from ..policy import SwitchReport, claimed_latency_sensitive, claimed_priority, raises
 from ..node.registry import Gpu, Refused, lock_log
 from ..node.state import SchedulerState
 
@@ -62,6 +62,13 @@ def on_hello(state: SchedulerState, conn: Conn, msg: Hello) -> None:
     # The policy learns it when the client joins its job, at its first ATTACH (registry.join),
     # before any of its seats can be reclaimed.
     conn.swappable = bool(msg.flags & HELLO_SWAP)
+    # Latency-sensitive asks the GPU's other clients for short queues: a raise, as a priority
+    # above the default is (declared.py), so it counts only from an admin's own process.
+    conn.latency_env = claimed_latency_sensitive(
+        bool(msg.flags & HELLO_LATENCY_SENSITIVE),
+        not msg.flags & HELLO_LATENCY_SENSITIVE or access.may_raise_itself(state, conn))
+    if conn.latency_env:
+        state.quotas.refresh(conn)
     conn.send(encode(Welcome(conn.id, VERSION, FEATURES)))
     # No line yet: what HELLO told is logged once, in the line of the client's first ATTACH
     # (registration costs one line), or in its disconnect's when it attaches nothing.
@@ -113,6 +120,7 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     metrics.attached(conn, gpu, registry.now(), gpu.stats.busy)
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
     conn.send(encode(Attached(msg.device, 0, capacity)))
+    latency.attached(state, conn, gpu)  # after ATTACHED: a QUEUE_BOUND names an attached device
     where = (msg.device, gpu.label, f" ({gpu.uuid})" if gpu.index is not None else "", capacity,
              "" if gpu.capacity else " (its own)")
     if conn.announced:

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""An inference server beside a training job (issue 32): the server's request latency and the
+training's throughput, against each alone, in one run.
+
+Programs: bench/scheduling/inference_worker.py (a fp16 transformer encoder server, batch 1, seq
+128, Poisson arrivals; an fp32 MLP training loop). Per configuration (layers x mean gap), arms:
+- server_alone, training_alone: natively, each alone on the GPU (the baselines);
+- native: both at once without the library (the driver's own time-slicing);
+- serial: both under libnvshare.so, mode serial, the server at NVSHARE_PRIORITY=10 (and
+  NVSHARE_IDLE_RELEASE_MS=10 in every library arm: it gives the GPU up in its idle gaps);
+- auto: the same in mode auto (both fit: they run together);
+- latency_sensitive: as auto, the server also NVSHARE_LATENCY_SENSITIVE=1 (the training's queue is
+  bounded by QUEUE_BOUND, --latency-queue-ms).
+The arms run in an order rotated every repetition (--reps), each with its own scheduler. Per arm:
+p50/p99/p99.9 of request latency and their ratio to server_alone's; the training's steps per second
+against training_alone's, over the whole arm and over the server's idle gaps (steps ending in a gap,
+per second of gap); every answer's SHA-256 against server_alone's (bit-identical). The server and
+the trainer run as the benchmark's user: as root (the GPU machine) the server's own
+NVSHARE_PRIORITY and NVSHARE_LATENCY_SENSITIVE count (docs/protocol.md, "Priorities").
+
+GPU safety (/work/shared/design.md): nothing starts with less than 48 GiB free; the two programs
+take well under 2 GiB; no managed memory is asked for (the library's default VMM backing); every
+process is ended when its arm ends, also on errors.
+
+    python3 -m bench.scheduling.inference_beside_training --quick      # one size and rate, ~3 min
+    python3 -m bench.scheduling.inference_beside_training              # 2 sizes x 2 rates, 2000 requests
+    python3 -m bench.scheduling.inference_beside_training --dry-run    # no GPU: stand-ins, no library
+Writes bench/results/inference-beside-training.json (or --json FILE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.core import stats
+from bench.core.argtypes import positive
+from bench.core.common import REPO, harness, require_safe_gpu, say, torch_python
+
+PREFIX = "inference"
+WORKER = Path(__file__).resolve().parent / "inference_worker.py"
+RESULTS = REPO / "bench" / "results" / "inference-beside-training.json"
+ARMS = ("server_alone", "training_alone", "native", "serial", "auto", "latency_sensitive")
+LIBRARY_ARMS = {"serial": ("serial", False), "auto": ("auto", False),
+                "latency_sensitive": ("auto", True)}  # arm -> (mode, latency-sensitive)
+SERVER_PRIORITY = 10
+# The server's NVSHARE_IDLE_RELEASE_MS under the library: it gives the lock up in its idle gaps (a
+# request every 20 ms on average), so that in mode serial the training runs in them; the library's
+# 250 ms would keep the training out for as long as requests keep coming.
+SERVER_IDLE_RELEASE_MS = 10
+TQ = 30  # explicit: priorities and the queue bound decide here, not the quantum
+GPU_MEMORY = "16GiB"  # the virtual capacity of the library's arms: both fit (auto runs them together)
+READY_TIMEOUT_S = 180.0
+GOAL_P99 = 1.1  # issue 32: p99 at most 1.1x alone
+GOAL_TRAIN = 0.9  # and the training at least 0.9x alone during the server's idle gaps
+
+
+def plan(args) -> list[dict]:
+    layers = [args.layers] if args.layers else ([6] if args.quick else [6, 12])
+    means = [args.mean_ms] if args.mean_ms else ([20.0] if args.quick else [20.0, 100.0])
+    return [{"layers": n, "mean_ms": m} for n in layers for m in means]
+
+
+def arm_order(reps: int) -> list[tuple[int, str]]:
+    """Every arm once per repetition, the order rotated by one each time (drift favours none)."""
+    return [(r, ARMS[(i + r) % len(ARMS)]) for r in range(reps) for i in range(len(ARMS))]
+
+
+def _env(arm: str, role: str, lib: Path | None, sock: Path | None,
+         idle_release_ms: int = SERVER_IDLE_RELEASE_MS) -> dict:
+    if arm not in LIBRARY_ARMS or lib is None:
+        return harness.native_env()
+    extra = {}
+    if role == "server":
+        extra["NVSHARE_PRIORITY"] = SERVER_PRIORITY
+        extra["NVSHARE_IDLE_RELEASE_MS"] = idle_release_ms
+        if LIBRARY_ARMS[arm][1]:
+            extra["NVSHARE_LATENCY_SENSITIVE"] = 1
+    return harness.library_env(lib, sock, gpu_memory=GPU_MEMORY, **extra)
+
+
+def run_arm(arm: str, cfg: dict, python: str, lib: Path | None, dry_run: bool) -> dict:
+    """One arm: its scheduler (library arms), its programs, their RESULTs."""
+    work = Path(tempfile.mkdtemp(prefix="nvs-inf-"))
+    roles = {"server_alone": ["server"], "training_alone": ["trainer"]}.get(arm, ["server", "trainer"])
+    sched = None
+    progs = {}
+    try:
+        if arm in LIBRARY_ARMS:
+            sched = harness.Scheduler(mode=LIBRARY_ARMS[arm][0], tq=TQ,
+                                      extra_args=("--no-nvml",) if dry_run else ())
+        for role in roles:
+            conf = {**cfg, "dir": str(work)}
+            progs[role] = harness.Program([python, str(WORKER), role, json.dumps(conf)],
+                                          _env(arm, role, lib, sched and sched.socket,
+                                               cfg["idle_release_ms"]))
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not all((work / f"ready-{r}").exists() for r in roles):
+            if time.monotonic() > deadline or any(p.proc.poll() is not None for p in progs.values()):
+                raise RuntimeError(f"{arm}: a program did not get ready\n" +
+                                   "\n".join(p.wait(5).describe() for p in progs.values()))
+            time.sleep(0.05)
+        (work / "start.tmp").write_text(f"{time.monotonic() + 0.5:.6f}")
+        (work / "start.tmp").rename(work / "start")
+        out = {}
+        if "server" in progs:
+            out["server"] = progs["server"].wait(cfg["timeout_s"]).check().result
+        else:  # training alone: as long as the server's schedule
+            time.sleep(cfg["duration_s"])
+        if "trainer" in progs:
+            (work / "stop").touch()
+            out["trainer"] = progs["trainer"].wait(60).check().result
+        return out
+    finally:
+        for p in progs.values():
+            p.stop()
+        if sched is not None:
+            sched.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- results (pure)
+
+def latency_summary(latency_s: list[float]) -> dict:
+    ms = [v * 1e3 for v in latency_s]
+    return {"p50": stats.percentile(ms, 50), "p99": stats.percentile(ms, 99),
+            "p99.9": stats.percentile(ms, 99.9), "n": len(ms)}
+
+
+def rate(step_ends: list[float], start: float, end: float) -> float | None:
+    n = sum(1 for t in step_ends if start <= t <= end)
+    return n / (end - start) if end > start else None
+
+
+def gap_rate(step_ends: list[float], gaps: list) -> float | None:
+    """Steps that ended within the server's idle gaps, per second of gap."""
+    total = sum(b - a for a, b in gaps)
+    if total <= 0:
+        return None
+    ends = sorted(step_ends)
+    import bisect
+    n = sum(bisect.bisect_right(ends, b) - bisect.bisect_left(ends, a) for a, b in gaps)
+    return n / total
+
+
+def summarise(runs: dict[str, list[dict]]) -> dict:
+    """Per arm (runs: arm -> its repetitions' outputs): latencies pooled over the repetitions,
+    ratios to the alone arms, and whether every answer matched server_alone's."""
+    reference = next((r["server"]["hashes"] for r in runs.get("server_alone", [])), None)
+    alone_lat = [v for r in runs.get("server_alone", []) for v in r["server"]["latency_s"]]
+    alone_p99 = latency_summary(alone_lat)["p99"] if alone_lat else None
+    alone_rates = [rate(r["trainer"]["step_ends"], r["trainer"]["start"], max(r["trainer"]["step_ends"]))
+                   for r in runs.get("training_alone", []) if r["trainer"]["step_ends"]]
+    alone_rate = stats.median(alone_rates)
+    out = {}
+    for arm, reps in runs.items():
+        row: dict = {"reps": len(reps)}
+        if all("server" in r for r in reps):
+            lat = latency_summary([v for r in reps for v in r["server"]["latency_s"]])
+            row["latency_ms"] = lat
+            row["p99_vs_alone"] = stats.ratio(lat["p99"], alone_p99)
+            row["identical"] = reference is not None and all(r["server"]["hashes"] == reference
+                                                             for r in reps)
+        if all("trainer" in r for r in reps):
+            overall = stats.median(rate(r["trainer"]["step_ends"], r["trainer"]["start"],
+                                        r["server"]["end"] if "server" in r else
+                                        max(r["trainer"]["step_ends"] or [r["trainer"]["start"]]))
+                                   for r in reps)
+            gaps = stats.median(gap_rate(r["trainer"]["step_ends"], r["server"]["gaps"])
+                                for r in reps if "server" in r)
+            row["train_steps_per_s"] = overall
+            row["train_vs_alone"] = stats.ratio(overall, alone_rate)
+            row["train_in_gaps_vs_alone"] = stats.ratio(gaps, alone_rate)
+        if arm not in ("server_alone", "training_alone") and row.get("p99_vs_alone") is not None:
+            row["met"] = (row["p99_vs_alone"] <= GOAL_P99 and row.get("identical", False)
+                          and (row.get("train_in_gaps_vs_alone") or 0) >= GOAL_TRAIN)
+        out[arm] = row
+    return out
+
+
+def table(config: dict, arms: dict) -> str:
+    def f(v, spec=".2f"):
+        return "-" if v is None else format(v, spec)
+    lines = [f"layers {config['layers']}, one request every {config['mean_ms']:g} ms (mean)",
+             "arm                 p50 ms  p99 ms  p99.9 ms  p99/alone  train/alone  gaps/alone  identical"]
+    for arm in ARMS:
+        r = arms.get(arm)
+        if r is None:
+            continue
+        lat = r.get("latency_ms", {})
+        lines.append(f"{arm:<18} {f(lat.get('p50')):>7} {f(lat.get('p99')):>7} {f(lat.get('p99.9')):>9}"
+                     f" {f(r.get('p99_vs_alone'), '.3f'):>10} {f(r.get('train_vs_alone'), '.3f'):>12}"
+                     f" {f(r.get('train_in_gaps_vs_alone'), '.3f'):>11} {str(r.get('identical', '-')):>10}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the run
+
+def run(args) -> dict:
+    t0 = time.monotonic()
+    if args.dry_run:
+        python, lib = sys.executable, None
+    else:
+        require_safe_gpu()
+        python, lib = torch_python(), harness.library_path()
+    out = {"params": {"requests": args.requests, "reps": args.reps, "server_priority": SERVER_PRIORITY,
+                      "tq": TQ, "gpu_memory": GPU_MEMORY,
+                      "server_idle_release_ms": args.server_idle_release_ms, "dry_run": args.dry_run, "arms": list(ARMS)},
+           "configs": []}
+    for config in plan(args):
+        from bench.scheduling.inference_worker import arrivals
+        duration = arrivals(args.requests, config["mean_ms"], args.seed)[-1]
+        cfg = {**config, "requests": args.requests, "seed": args.seed, "stand_in": args.dry_run,
+               "idle_release_ms": args.server_idle_release_ms,
+               "stand_in_ms": 2.0, "duration_s": duration, "timeout_s": 120 + 20 * duration}
+        runs: dict[str, list[dict]] = {}
+        for rep, arm in arm_order(args.reps):
+            say(PREFIX, f"layers {config['layers']}, mean {config['mean_ms']:g} ms: {arm} "
+                        f"(repetition {rep + 1}/{args.reps}, ~{duration:.0f} s)")
+            runs.setdefault(arm, []).append(run_arm(arm, cfg, python, lib, args.dry_run))
+        arms = summarise(runs)
+        print(table(config, arms), flush=True)
+        out["configs"].append({**config, "arms": arms,
+                               "raw": {a: [{"latency_s": r.get("server", {}).get("latency_s")} for r in reps]
+                                       for a, reps in runs.items()}})
+    out["seconds"] = round(time.monotonic() - t0, 1)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true",
+                   help="one size (6 layers), one rate (20 ms), 1000 requests, one repetition")
+    p.add_argument("--requests", type=positive(int), help="requests per arm (default 2000; quick 1000)")
+    p.add_argument("--reps", type=positive(int), help="repetitions of every arm (default 2; quick 1)")
+    p.add_argument("--layers", type=positive(int), help="one model size instead of 6 and 12")
+    p.add_argument("--mean-ms", type=positive(float), help="one mean gap instead of 20 and 100 ms")
+    p.add_argument("--seed", type=int, default=32)
+    p.add_argument("--server-idle-release-ms", type=int, default=SERVER_IDLE_RELEASE_MS,
+                   help=f"the server's NVSHARE_IDLE_RELEASE_MS under the library ({SERVER_IDLE_RELEASE_MS})")
+    p.add_argument("--dry-run", action="store_true",
+                   help="no GPU: stand-in programs (sleeps), no library: checks the plumbing")
+    p.add_argument("--json", type=Path, help=f"write the results here (default {RESULTS.relative_to(REPO)})")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.requests = args.requests or (1000 if args.quick else 2000)
+    args.reps = args.reps or (1 if args.quick else 2)
+    result = run(args)
+    path = args.json or RESULTS
+    path.write_text(json.dumps(result, indent=1))
+    say(PREFIX, f"results in {path} ({result['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

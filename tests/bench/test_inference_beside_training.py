@@ -1,0 +1,61 @@
+"""CPU tests of bench/scheduling/inference_beside_training.py: the arms' order, the figures of a
+result, and a dry run end to end (stand-in programs, a real scheduler per library arm)."""
+
+from __future__ import annotations
+
+import json
+
+from bench.scheduling import inference_beside_training as inf
+from bench.scheduling.inference_worker import arrivals
+
+
+def test_every_arm_runs_once_per_repetition_in_a_rotated_order():
+    order = inf.arm_order(3)
+    for rep in range(3):
+        arms = [a for r, a in order if r == rep]
+        assert sorted(arms) == sorted(inf.ARMS)
+    firsts = [next(a for r, a in order if r == rep) for rep in range(3)]
+    assert len(set(firsts)) == 3  # no arm always goes first
+
+
+def test_arrivals_are_seeded_and_have_the_mean_asked_for():
+    a = arrivals(4000, 20.0, 1)
+    assert a == arrivals(4000, 20.0, 1) and a != arrivals(4000, 20.0, 2)
+    assert 18.0 < a[-1] / len(a) * 1000 < 22.0
+
+
+def test_training_in_the_gaps_counts_steps_ending_inside_them():
+    assert inf.gap_rate([0.5, 1.5, 2.5, 3.5], [(1.0, 2.0), (3.0, 4.0)]) == 1.0
+    assert inf.gap_rate([0.5], [(1.0, 2.0)]) == 0.0
+    assert inf.gap_rate([0.5], []) is None
+
+
+def _server(lat, hashes="h", end=10.0):
+    return {"latency_s": lat, "hashes": {"0": hashes}, "start": 0.0, "end": end, "gaps": [(0.0, 5.0)]}
+
+
+def test_the_summary_compares_each_arm_with_the_alone_arms():
+    runs = {"server_alone": [{"server": _server([0.004] * 100)}],
+            "training_alone": [{"trainer": {"start": 0.0, "step_ends": [i / 10 for i in range(1, 101)]}}],
+            "native": [{"server": _server([0.008] * 100, hashes="other"),
+                        "trainer": {"start": 0.0, "step_ends": [i / 5 for i in range(1, 51)]}}]}
+    arms = inf.summarise(runs)
+    assert arms["server_alone"]["p99_vs_alone"] == 1.0 and arms["server_alone"]["identical"]
+    native = arms["native"]
+    assert native["p99_vs_alone"] == 2.0 and native["identical"] is False
+    assert native["train_vs_alone"] == 0.5 and native["train_in_gaps_vs_alone"] == 0.5
+    assert native["met"] is False
+
+
+def test_a_dry_run_end_to_end(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert inf.main(["--dry-run", "--quick", "--requests", "25", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    (config,) = result["configs"]
+    assert (config["layers"], config["mean_ms"]) == (6, 20.0)
+    assert set(config["arms"]) == set(inf.ARMS)
+    for arm in ("server_alone", "native", "serial", "auto", "latency_sensitive"):
+        row = config["arms"][arm]
+        assert row["latency_ms"]["n"] == 25 and row["identical"] is True
+    assert config["arms"]["latency_sensitive"]["train_steps_per_s"] > 0
+    assert "p99/alone" in capsys.readouterr().out

@@ -1,0 +1,77 @@
+"""QUEUE_BOUND (native/src/gate.c, inbound.c): while the scheduler bounds a client's queue (a
+latency-sensitive client shares its GPU), the GPU time the client has queued past its gate stays
+within the bound, a drop then drains within it, and a lifted bound lets the queue grow back to
+NVSHARE_DRAIN_TARGET_MS. Checked on the mock driver's modelled GPU timeline rebuilt from its call
+log (MOCK_CUDA_KERNEL_US: each launch queues that much GPU time), as test_quota.py does: the
+backlog a launch finds is what the GPU still has to run when it is made."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from xpushare.wire.protocol import MessageType
+
+from .harness import poll
+
+pytestmark = pytest.mark.exclusive  # the mock GPU's kernels take wall-clock time
+
+KERNEL_US = 100
+BOUND_US = 2000
+# The bound is on the GPU time between checkpoints (a ring of them): a span may overshoot its share
+# by the one interval being recorded when it is judged, and the launch path runs one interval past
+# the last checkpoint. A kernel or two of slack; the unbounded queue is 50 times the bound.
+SLACK_US = 3 * KERNEL_US
+
+
+def _backlog(world, pid: int) -> list[tuple[int, int]]:
+    """(submission ns, GPU time queued ahead of it in us) of each launch, in order."""
+    out, free = [], 0
+    for e in sorted(world.log.entries(pid, fn="cuLaunchKernel"), key=lambda e: e["t0"]):
+        if e.get("ret", 0) != 0:
+            continue
+        out.append((e["t0"], max(0, free - e["t0"]) / 1000))
+        free = max(e["t0"], free) + KERNEL_US * 1000
+    return out
+
+
+def _between(backlog, a: float, b: float) -> list[float]:
+    return [q for t, q in backlog if int(a * 1e9) <= t < int(b * 1e9)]
+
+
+def _applied(app, n: int):
+    poll(lambda: app.stderr().count("queue bound") >= n, 10, what=f"{n} QUEUE_BOUND applied")
+
+
+def test_the_queue_stays_within_the_bound_and_grows_back_when_it_is_lifted(world, recorder):
+    app = world.app("init", "ctx", "0", "launch", "30000", "ctxsync",
+                    env={"MOCK_CUDA_KERNEL_US": KERNEL_US, "NVSHARE_DEBUG": 1})
+    time.sleep(0.6)
+    recorder.queue_bound(0, BOUND_US)
+    t_on = time.monotonic()
+    _applied(app, 1)
+    time.sleep(0.8)
+    t_drop = time.monotonic()
+    recorder.drop(0)
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1)
+    time.sleep(0.5)
+    recorder.queue_bound(0, 0)
+    t_off = time.monotonic()
+    _applied(app, 2)
+    assert app.finish(90) == 0, app.stderr()
+    q = _backlog(world, app.pid)
+    before = _between(q, t_on - 0.3, t_on)
+    # The work queued before the bound arrived runs out first (the ring's older spans).
+    during = _between(q, t_on + 0.2, t_off)
+    after = _between(q, t_off + 0.5, t_off + 5)
+    print(f"backlog before {max(before):.0f} us, during {max(during):.0f} us, after "
+          f"{max(after):.0f} us")
+    assert max(before) > 10 * BOUND_US          # unbounded: near NVSHARE_DRAIN_TARGET_MS
+    assert max(during) <= BOUND_US + SLACK_US
+    assert max(after) > 5 * BOUND_US            # lifted: it grows back
+    # The drop found at most the bound queued: the last launch before it ends within it.
+    ahead = [t / 1e9 + (qd + KERNEL_US) / 1e6 for t, qd in q if t < int(t_drop * 1e9)]
+    assert max(ahead) - t_drop <= (BOUND_US + SLACK_US) / 1e6
+    said = [ln.split("queue bound ")[1] for ln in app.stderr().splitlines() if "queue bound " in ln]
+    assert said == ["2.000 ms", "lifted, was 2.000 ms"], said
