@@ -270,6 +270,8 @@ def compare(args) -> int:
         rt = res["probe"]["round_trip_us"]
         row = {"p50_us": rt.get("p50"), "p99_us": rt.get("p99"), "max_us": rt.get("max"),
                "cycles": rt["n"], "over_10ms": res["probe"]["over_10ms"],
+               # the fuzz is sent as fast as it is answered: a faster scheduler gets it faster
+               "fuzz_s": res["fuzz_seconds"], "frames_per_s": round(res["sent"]["frames"] / res["fuzz_seconds"]),
                "loop_holds": res["log"]["loop_holds"], "gc_pauses": res["log"]["gc_pauses"],
                "requests": res["sent"]["requests"], "answered": res["sent"]["answered"],
                "bad_replies": res["sent"]["bad_replies"], "alive": res["alive_at_end"]}
