@@ -21,6 +21,7 @@ The daemon's RSS (/proc/PID/status VmRSS) is sampled every second; start = just 
 end = after it and a settling pause.
 
     python3 -m bench.scheduling.soak [--quick] [--frames 100000] [--requests 10000] [--json out.json]
+                                     [--tree NAME=PATH ... [--rounds 2]] [--watch | --profile DIR]
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ gone by the time its turn comes is not listed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Generator
@@ -58,12 +59,7 @@ def steps(state: SchedulerState, viewer: Viewer) -> Steps:
     if not viewer.admin:
         clients, others = yield from _own_and_others(clients, viewer)
     gpus = registry.in_order()
-
-    def gpu_entry(g) -> dict:
-        entry = gpu_status(g, now, swapped.get(g.uuid, 0), viewer)
-        if others is not None:
-            entry["other_users_clients"], entry["other_users_bytes"] = others.get(g.uuid, (0, 0))
-        return entry
+    gpu_entry = functools.partial(_gpu_entry, now=now, swapped=swapped, viewer=viewer, others=others)
     gpu_t = []
     for g in gpus:
         gpu_t.append(_dump(gpu_entry(g)))
@@ -106,7 +102,12 @@ def steps(state: SchedulerState, viewer: Viewer) -> Steps:
         left_out += 1
     if left_out:
         head["clients_not_listed"] = left_out
-    # Joined and encoded JOIN_CLIENTS entries a step: at once, megabytes of text took some ms.
+    return (yield from _frame(head, gpu_t, client_t, job_t))
+
+
+def _frame(head: dict, gpu_t: list[str], client_t: list[str], job_t: list[str]) -> Steps:
+    """The reply's frame from the entries' texts, joined and encoded JOIN_CLIENTS clients a step:
+    at once, megabytes of text took some ms."""
     chunks = [(_dump(head)[:-1] + ',"gpus":[' + ",".join(gpu_t) + '],"clients":[').encode()]
     for start in range(0, len(client_t), JOIN_CLIENTS):
         yield
@@ -115,6 +116,13 @@ def steps(state: SchedulerState, viewer: Viewer) -> Steps:
     chunks.append(('],"jobs":[' + ",".join(job_t) + "]}").encode())
     yield
     return encode_frame(MessageType.CTL_REPLY, chunks)
+
+
+def _gpu_entry(g, now: float, swapped: dict, viewer: Viewer, others: _Others | None) -> dict:
+    entry = gpu_status(g, now, swapped.get(g.uuid, 0), viewer)
+    if others is not None:  # a non-admin's: other users' clients on it, counted
+        entry["other_users_clients"], entry["other_users_bytes"] = others.get(g.uuid, (0, 0))
+    return entry
 
 
 class _Others(dict):
