@@ -21,6 +21,7 @@ The daemon's RSS (/proc/PID/status VmRSS) is sampled every second; start = just 
 end = after it and a settling pause.
 
     python3 -m bench.scheduling.soak [--quick] [--frames 100000] [--requests 10000] [--json out.json]
+                                     [--tree NAME=PATH ... [--rounds 2]] [--watch | --profile DIR]
 """
 
 from __future__ import annotations
@@ -166,12 +167,15 @@ def _phase(samples: list, t0: float, t1: float) -> list[float]:
     return [rtt for t, rtt in samples if t0 <= t < t1]
 
 
-def measure(p: dict, src: Path | None = None, watch: bool = False) -> dict:
+def measure(p: dict, src: Path | None = None, watch: bool = False, profile: Path | None = None) -> dict:
     """src: the package sources to run (another checkout's src/); watch: under bench/core/loopwatch.py,
-    whose lines about loop holds are counted from the daemon's log."""
+    whose lines about loop holds are counted from the daemon's log; profile: under cProfile, its
+    statistics written to this file (the profiler's cost is in that run's numbers)."""
     t_begin = time.monotonic()
     nofile, load_start = raise_nofile(), os.getloadavg()
     python_args = (str(BENCH / "core" / "loopwatch.py"),) if watch else ()
+    if profile is not None:
+        python_args = ("-m", "cProfile", "-o", str(profile))
     with Daemon(p["mode"], src=src, python_args=python_args) as daemon:
         sampler = RssSampler(daemon)
         pr = Probe(daemon.socket)
@@ -236,10 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="with --tree: rounds of each")
     ap.add_argument("--keep-log", type=Path, metavar="DIR",
                     help="with --tree --watch: each daemon's log, DIR/<tree>-<round>.log")
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="run each daemon under cProfile (not with --watch): DIR/<tree>-<round>.prof")
     args = ap.parse_args(argv)
     if any(v is not None and v < 1 for v in (args.frames, args.requests)):
         ap.error("--frames and --requests must be positive")
-    if args.tree or args.watch:
+    if args.watch and args.profile:
+        ap.error("--watch and --profile do not go together")
+    if args.tree or args.watch or args.profile:
         return compare(args)
     result = measure(plan(args.quick, None, args.frames, args.requests))
     result["rerun"] = " ".join([RERUN, *(argv if argv is not None else sys.argv[1:])])
@@ -255,11 +263,16 @@ def compare(args) -> int:
     trees = checkouts(args.tree) + [("this", BENCH.parent / "src")]
     p = plan(args.quick, None, args.frames, args.requests)
     out: dict[str, list] = {name: [] for name, _ in trees}
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     for r, (name, src) in alternating_rounds(trees, args.rounds):
-        res = measure(p, src=src, watch=args.watch)
+        res = measure(p, src=src, watch=args.watch,
+                      profile=args.profile / f"{name}-{r}.prof" if args.profile else None)
         rt = res["probe"]["round_trip_us"]
         row = {"p50_us": rt.get("p50"), "p99_us": rt.get("p99"), "max_us": rt.get("max"),
                "cycles": rt["n"], "over_10ms": res["probe"]["over_10ms"],
+               # the fuzz is sent as fast as it is answered: a faster scheduler gets it faster
+               "fuzz_s": res["fuzz_seconds"], "frames_per_s": round(res["sent"]["frames"] / res["fuzz_seconds"]),
                "loop_holds": res["log"]["loop_holds"], "gc_pauses": res["log"]["gc_pauses"],
                "requests": res["sent"]["requests"], "answered": res["sent"]["answered"],
                "bad_replies": res["sent"]["bad_replies"], "alive": res["alive_at_end"]}

@@ -206,3 +206,49 @@ def test_status_table_keeps_state_whole_next_to_a_long_command():
     text = out.getvalue()
     assert "4242" in text and "0:holding" in text and "5GiB" in text, text
     assert "x" * 100 not in text  # the command was shortened instead
+
+
+def _non_admin_status() -> dict:
+    """What a non-admin's status looks like: its own client listed, other users' counted."""
+    gpu = {"index": 0, "uuid": "GPU-0", "name": "A", "memory_total": 80 << 30, "capacity": 80 << 30,
+           "mode": "auto", "operation": "idle", "tq": 30, "holders": [], "queue": [],
+           "other_users_clients": 7, "other_users_bytes": 6 << 30}
+    return {"scheduler": {"version": "0.1.0", "pid": 1, "socket": "/s"}, "gpus": [gpu],
+            "other_users_clients": 7,
+            "clients": [{"client_id": 3, "pid": 4242, "uid": 1000, "state": "idle", "priority": 0,
+                         "gpus": [{"device": 0, "index": 0, "uuid": "GPU-0", "state": "idle",
+                                   "managed_bytes": 1 << 30, "other_bytes": 0}],
+                         "pod": None, "pod_hint": None, "command": "python3 train.py"}]}
+
+
+def test_status_says_how_many_clients_of_other_users_it_does_not_list():
+    import io
+
+    from xpushare.cli.ctl import render_status
+
+    out = io.StringIO()
+    render_status(_non_admin_status(), file=out, width=200)
+    text = out.getvalue()
+    assert "4242" in text
+    assert "7 client(s) of other users, not listed (GPU 0: 7); an admin sees them all" in text, text
+    empty = {**_non_admin_status(), "clients": [], "gpus": []}
+    out = io.StringIO()
+    render_status(empty, file=out, width=200)
+    assert "No clients of yours." in out.getvalue()
+
+
+def test_top_counts_other_users_clients_and_their_memory():
+    import io
+
+    from rich.console import Console
+
+    from xpushare.cli.ctl_top import Tracker, json_frame, render_frame
+
+    out = io.StringIO()
+    Console(file=out, width=200).print(render_frame(_non_admin_status(), Tracker(), 200, None, 0.0))
+    text = out.getvalue()
+    assert "1 clients: 0 holding, 0 waiting, 1 idle; 7 of other users" in text, text
+    assert "clients 7GiB of 80GiB" in text, text  # its own 1 GiB and the others' 6
+    frame = json_frame(_non_admin_status())
+    assert frame["other_users_clients"] == 7
+    assert frame["gpus"][0]["other_users_clients"] == 7 and frame["gpus"][0]["clients_bytes"] == 7 << 30

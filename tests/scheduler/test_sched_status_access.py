@@ -2,8 +2,11 @@
 statusreply.py), on the real scheduler process, attacked as another local user:
 
 - Status showed every client's full command line (a `--db-password` argument was readable by any
-  user) and pod. Now a non-admin sees its own processes in full, others' without command line, pod
-  or a pod's name as a job label; an admin sees everything.
+  user) and pod. Now a non-admin sees its own processes in full, others' not at all (counted, per
+  GPU with their bytes), and no pod's name as a job label; an admin sees everything.
+- Each of twenty users asking for status got, and the scheduler built, the whole node (1.8 MB at
+  255 clients on 20 GPUs). Now a non-admin's reply lists its own clients only: its size does not
+  grow with other users' clients.
 - A status of many clients was built in one piece, holding the event loop (86 ms at 255 clients on
   20 GPUs) while lock requests waited. Now it is built a slice at a time: a lock request sent after
   a status request is granted before that status reply has been sent.
@@ -16,6 +19,7 @@ arrive, are the witnesses.
 
 import contextlib
 import io
+import json
 import os
 import select
 import subprocess
@@ -28,6 +32,8 @@ from sched_harness import FakeClient, as_user, child_env, registered, uuid
 from xpushare.cli import ctl, ctl_render, ctl_top  # noqa: F401  (imported while the stdlib is readable)
 from xpushare.wire.protocol import MessageType, encode_json
 from xpushare.scheduler.node.access import REQUESTS_BURST
+
+GiB = 1 << 30
 
 NOBODY = 65534
 SECRET = "--db-password=hunter2"
@@ -77,15 +83,44 @@ def test_a_non_admin_sees_others_without_command_line_or_pod_and_itself_in_full(
     finally:
         victim.kill()
         victim.wait()
-    others = [c for c in st["clients"] if c["uid"] != NOBODY]
-    (mine,) = [c for c in st["clients"] if c["client_id"] == my_id]
-    assert others and all(c["command"] is None and c["pod"] is None and c["pod_hint"] is None
-                          for c in others)
+    (mine,) = st["clients"]  # other users' clients are counted, not listed
+    assert mine["client_id"] == my_id and st["other_users_clients"] >= 1
     assert "xpushare.cli.ctl" not in mine["command"] and mine["command"]  # its own: in full
+    assert "of other users, not listed" in cli and json.loads(top)["other_users_clients"] >= 1
     for text in (str(st), cli, top):
         assert "hunter2" not in text and "secret-pod" not in text
     (seen,) = [c for c in full["clients"] if c["uid"] == 0]  # an admin sees everything
     assert SECRET in seen["command"] and seen["pod_hint"]["name"] == "secret-pod"
+
+
+def _status_of_one_client(sock):
+    with registered(sock) as mine:
+        mine.mem_update(0, managed=GiB)
+        return mine.ctl("status")
+
+
+@needs_root
+def test_a_non_admin_s_status_is_bounded_by_its_own_clients(scheduler):
+    others = [registered(scheduler.sock, devices=()) for _ in range(40)]
+    try:
+        for c in others:
+            for dev in range(4):
+                c.attach(dev, uuid(dev))
+            c.mem_update(1, managed=GiB, other=GiB)
+        few = as_user(NOBODY, NOBODY, _status_of_one_client, scheduler.sock)
+        with FakeClient(scheduler.sock) as root:
+            full = root.ctl("status")
+    finally:
+        for c in others:
+            c.close()
+    assert [c["uid"] for c in few["clients"]] == [NOBODY]
+    assert few["other_users_clients"] == 40
+    by_uuid = {g["uuid"]: g for g in few["gpus"]}
+    assert by_uuid[uuid(0)]["other_users_clients"] == 40
+    assert by_uuid[uuid(1)]["other_users_bytes"] == 40 * 2 * GiB
+    assert by_uuid[uuid(0)]["other_users_bytes"] == 0
+    assert len(full["clients"]) == 40 and "other_users_clients" not in full  # an admin: all listed
+    assert "other_users_clients" not in full["gpus"][0]
 
 
 def _many_status_requests(sock, n):

@@ -352,7 +352,13 @@ def render_status(status: dict, file=None, width: int | None = None) -> None:
         columns, rows = without_job(CLIENT_COLUMNS, [_client_row(c) for c in clients], clients)
         console.print(fitted_table("Clients", columns, rows, console.width))
     else:
-        console.print("No clients.")
+        console.print("No clients." if "other_users_clients" not in status else "No clients of yours.")
+    others = status.get("other_users_clients")
+    if others:  # a non-admin's status counts other users' clients, listing only its own
+        per_gpu = ", ".join(f"{gpu_title(g)}: {g['other_users_clients']}" for g in gpus
+                            if g.get("other_users_clients"))
+        console.print(Text(f"{others} client(s) of other users, not listed ({per_gpu}); "
+                           "an admin sees them all", overflow="fold"))
     jobs = status.get("jobs")  # only jobs of more than one member or GPU, or of a known size
     if jobs:
         console.print(fitted_table("Jobs", JOB_COLUMNS, [_job_row(j) for j in jobs],

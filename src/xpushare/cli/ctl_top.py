@@ -136,7 +136,10 @@ def ordered_clients(clients: list[dict]) -> list[dict]:
 
 
 def _gpu_footprints(status: dict) -> dict[str, int]:
-    total: dict[str, int] = {}
+    """Per GPU the bytes its clients told it: those listed, and other users' that a non-admin's
+    status counts without listing (other_users_bytes)."""
+    total: dict[str, int] = {g["uuid"]: g["other_users_bytes"] for g in status.get("gpus", [])
+                             if g.get("other_users_bytes")}
     for c in status.get("clients", []):
         for d in c["gpus"]:
             total[d["uuid"]] = total.get(d["uuid"], 0) + d["managed_bytes"] + d["other_bytes"]
@@ -217,8 +220,10 @@ def _summary(status: dict, clients: list[dict], width: int, now: float) -> Text:
     """The first line: the scheduler, the time, how many clients are in each state."""
     sched = status.get("scheduler", {})
     counts = {s: sum(c["state"] == s for c in clients) for s in STATE_ORDER}
+    others = status.get("other_users_clients")
     tail = (f"{time.strftime('%H:%M:%S', time.localtime(now))}  {len(clients)} clients: "
-            f"{counts['holding']} holding, {counts['waiting']} waiting, {counts['idle']} idle")
+            f"{counts['holding']} holding, {counts['waiting']} waiting, {counts['idle']} idle"
+            + (f"; {others} of other users" if others else ""))
     head = f"nvshare-scheduler {sched.get('version', '?')} (pid {sched.get('pid', '?')})  "
     return Text(tail if len(head) + len(tail) > width else head + tail, overflow="fold")
 
@@ -286,7 +291,8 @@ def json_frame(status: dict, tracker: Tracker | None = None) -> dict:
             "last_switch")
     gpus = [{**{k: g.get(k) for k in keys}, "clients_bytes": footprints.get(g["uuid"], 0),
              "holders_bytes": g.get("used"), "holders": [h["pid"] for h in g["holders"]],
-             "queue": g["queue"]} for g in status.get("gpus", [])]
+             "queue": g["queue"], "other_users_clients": g.get("other_users_clients")}
+            for g in status.get("gpus", [])]
     clients = [{"client_id": c["client_id"], "pid": c["pid"], "pod": c.get("pod"),
                 "label": client_label(c), "priority": c.get("priority", 0), "state": c["state"],
                 "gpus": [{"index": d["index"], "uuid": d["uuid"], "state": d["state"],
@@ -304,6 +310,7 @@ def json_frame(status: dict, tracker: Tracker | None = None) -> dict:
     return {"time": time.time(), "scheduler": status.get("scheduler", {}), "gpus": gpus,
             "clients": clients, "jobs": status.get("jobs", []),
             "gpus_not_listed": status.get("gpus_not_listed", 0),
+            "other_users_clients": status.get("other_users_clients"),
             "not_reported": ["lock_wait", "grants"]}
 
 

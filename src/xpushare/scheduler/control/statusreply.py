@@ -6,6 +6,12 @@ slicer.Slicer runs the generators of every pending request one slice at a time, 
 are read and answered between two slices whatever the number of requests. Each piece is encoded to JSON as it is made; the frame is joined
 from them at the end (a copy of at most MAX_CTL_REPLY bytes).
 
+What a requester sees is access.Viewer's: an admin every client; anyone else only the clients of
+its own uid, and other users' clients counted (`other_users_clients`, in the reply and per GPU
+with the bytes they told: `other_users_bytes`), as a container's nvidia-smi shows only its own
+processes. So a non-admin's reply grows with its own clients, not with everyone's: twenty users
+asking for status cannot each make the scheduler build, and themselves parse, the whole node.
+
 A reply is one frame, so what it lists is bounded: with very many clients their command lines are
 shortened; with very many client-made GPUs only those that fit are listed (`gpus_not_listed`, in the
 reply and in each client); and if the clients still do not fit, the last ones are left out
@@ -15,6 +21,7 @@ gone by the time its turn comes is not listed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Generator
@@ -29,6 +36,7 @@ from .status import COMMAND_MAX, client_status, gpu_status, job_shown, job_statu
 COMMAND_SHORT = 32  # characters of a command line when the reply would not fit otherwise
 REPLY_MAX = MAX_CTL_REPLY - 256  # what status fills of a frame, below it: the counts added last
 JOIN_CLIENTS = 16  # client entries joined into the reply's bytes in one step
+OTHERS_STEP = 16   # other users' clients counted in one step
 
 Steps = Generator[None, None, bytes]
 
@@ -47,10 +55,14 @@ def steps(state: SchedulerState, viewer: Viewer) -> Steps:
     clients = state.clients()
     yield
     swapped = swap.swapped_by_gpu(clients)
+    others = None
+    if not viewer.admin:
+        clients, others = yield from _own_and_others(clients, viewer)
     gpus = registry.in_order()
+    gpu_entry = functools.partial(_gpu_entry, now=now, swapped=swapped, viewer=viewer, others=others)
     gpu_t = []
     for g in gpus:
-        gpu_t.append(_dump(gpu_status(g, now, swapped.get(g.uuid, 0), viewer)))
+        gpu_t.append(_dump(gpu_entry(g)))
         yield
     shown: list = []
     client_t = yield from _clients(state, clients, now, viewer, shown=shown)
@@ -63,6 +75,8 @@ def steps(state: SchedulerState, viewer: Viewer) -> Steps:
         "pid": os.getpid(), "uid": os.geteuid(), "version": __version__,
         "socket": str(state.config.socket_path), "mode": registry.default_mode.value,
         "tq": registry.default_tq if registry.default_tq is not None else "auto"}}
+    if others is not None:
+        head["other_users_clients"] = others.total
     fixed = len(_dump(head)) + 64 + sum(map(len, job_t)) + len(job_t)
 
     def size() -> int:
@@ -73,7 +87,7 @@ def steps(state: SchedulerState, viewer: Viewer) -> Steps:
     if size() > REPLY_MAX:  # rare (hundreds of client-made GPUs): their entries as dicts again
         gpu_d = []
         for g in gpus:
-            gpu_d.append(gpu_status(g, now, swapped.get(g.uuid, 0), viewer))
+            gpu_d.append(gpu_entry(g))
             yield
         client_d = []
         for c in shown:
@@ -88,7 +102,12 @@ def steps(state: SchedulerState, viewer: Viewer) -> Steps:
         left_out += 1
     if left_out:
         head["clients_not_listed"] = left_out
-    # Joined and encoded JOIN_CLIENTS entries a step: at once, megabytes of text took some ms.
+    return (yield from _frame(head, gpu_t, client_t, job_t))
+
+
+def _frame(head: dict, gpu_t: list[str], client_t: list[str], job_t: list[str]) -> Steps:
+    """The reply's frame from the entries' texts, joined and encoded JOIN_CLIENTS clients a step:
+    at once, megabytes of text took some ms."""
     chunks = [(_dump(head)[:-1] + ',"gpus":[' + ",".join(gpu_t) + '],"clients":[').encode()]
     for start in range(0, len(client_t), JOIN_CLIENTS):
         yield
@@ -97,6 +116,36 @@ def steps(state: SchedulerState, viewer: Viewer) -> Steps:
     chunks.append(('],"jobs":[' + ",".join(job_t) + "]}").encode())
     yield
     return encode_frame(MessageType.CTL_REPLY, chunks)
+
+
+def _gpu_entry(g, now: float, swapped: dict, viewer: Viewer, others: _Others | None) -> dict:
+    entry = gpu_status(g, now, swapped.get(g.uuid, 0), viewer)
+    if others is not None:  # a non-admin's: other users' clients on it, counted
+        entry["other_users_clients"], entry["other_users_bytes"] = others.get(g.uuid, (0, 0))
+    return entry
+
+
+class _Others(dict):
+    """uuid -> (other users' clients attached to that GPU, the bytes they told it); .total: other
+    users' clients in all."""
+    total = 0
+
+
+def _own_and_others(clients: list, viewer: Viewer) -> Generator:
+    """The viewer's own clients, and the others counted (_Others), OTHERS_STEP clients a step."""
+    own, others = [], _Others()
+    for i, c in enumerate(clients):
+        if viewer.sees(c):
+            own.append(c)
+            continue
+        others.total += 1
+        for g in c.gpus():
+            n, b = others.get(g.uuid, (0, 0))
+            managed, other = c.memory.get(g.uuid, (0, 0))
+            others[g.uuid] = (n + 1, b + managed + other)
+        if i % OTHERS_STEP == OTHERS_STEP - 1:
+            yield
+    return own, others
 
 
 def _clients(state: SchedulerState, clients: list, now: float, viewer: Viewer,

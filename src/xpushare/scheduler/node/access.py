@@ -13,9 +13,11 @@ directory, never that one). The socket it came through is the kernel's fact, not
 The same pod rule decides who is exempt from the per-uid caps and the log-line budget
 (node_privileged): root or the scheduler's uid, on the node.
 
-Everyone may read status and top, but a non-admin sees other users' processes without their
-command line (an argument may be a password) and without their pod (its namespace and name, also
-where a pod's name is the label of a job); its own processes (the same uid) in full.
+Everyone may read status and top, but a non-admin sees only its own processes (the same uid), in
+full; other users' are counted, not listed (control/statusreply.py): their command lines (an
+argument may be a password) and pods are not its business, and listing every client of the node to
+every user who asks made each reply cost the node's size. Nor does it see another user's pod's
+name where that is the label of a job.
 
 Control requests of a non-admin uid (status builds cost the loop time) are taken from a token
 bucket per uid: REQUESTS_PER_S on average, REQUESTS_BURST at once. An admin is not limited: the
@@ -55,7 +57,7 @@ class Viewer:
         self.uid, self.admin = uid, admin
 
     def sees(self, client: Conn) -> bool:
-        """Whether the client's command line and pod are shown."""
+        """Whether the client is listed (in full): its own, or any to an admin."""
         return self.admin or client.uid == self.uid
 
     def job_label(self, job) -> str | None:

@@ -80,6 +80,8 @@ class Conn:
         self.awaiting = False                     # a reply is being built (handlers.on_ctl)
         self.resume = _nothing                    # read on once it is sent (Connection sets it)
         self.suspend = SuspendRecord()            # suspended whole (suspend.py)
+        self.corked: list[bytes] | None = None    # its output held while one read is handled
+        self.corked_bytes = 0
 
     def ordinal(self, gpu: Gpu) -> int:
         for dev, g in self.devices.items():  # a loop, not next(genexpr): it is on every grant
@@ -92,25 +94,45 @@ class Conn:
 
     def send(self, data: bytes) -> None:
         """Queue a frame; a peer with more than MAX_QUEUED bytes unread is disconnected instead.
-        Never blocks or raises: registry.apply carries out the policy's actions through here."""
+        Never blocks or raises: registry.apply carries out the policy's actions through here.
+        While corked (a read of its own being handled) the frame waits for uncork()."""
         transport = self.transport
         if transport.is_closing():
             return
-        queued = transport.get_write_buffer_size()
+        queued = transport.get_write_buffer_size() + self.corked_bytes
         if queued + len(data) > limits.MAX_QUEUED:
             log.warning("pid=%d uid=%d client=%d does not read what it is sent: %d bytes queued "
                         "for it (at most %d); closing its connection", self.pid, self.uid, self.id,
                         queued, limits.MAX_QUEUED)
             self.close()
             return
+        if self.corked is not None:
+            self.corked.append(data)
+            self.corked_bytes += len(data)
+            return
         transport.write(data)
+
+    def cork(self) -> None:
+        """Hold this connection's frames until uncork(): one read that carries several requests
+        (a HELLO, an ATTACH and a bad frame; forty control requests) is answered with one write,
+        one system call and one wake-up of the peer, where each frame cost one of each. What is
+        sent to other connections meanwhile (a grant a release hands on) is written at once."""
+        if self.corked is None:
+            self.corked, self.corked_bytes = [], 0
+
+    def uncork(self) -> None:
+        corked, self.corked, self.corked_bytes = self.corked, None, 0
+        if corked and not self.transport.is_closing():
+            self.transport.write(corked[0] if len(corked) == 1 else b"".join(corked))
 
     def close(self) -> None:
         """End the connection; the scheduler then forgets the client (Connection.connection_lost).
 
         Data the peer does not read (a stopped process) must not hold the connection open, so a
-        transport with unsent data is aborted rather than closed.
+        transport with unsent data is aborted rather than closed. What was held corked goes
+        first (an ERROR saying why).
         """
+        self.uncork()
         self.closed = True
         if self.transport.get_write_buffer_size():
             self.transport.abort()
@@ -165,6 +187,7 @@ class Connection(asyncio.Protocol):
         conn = self.conn
         if conn is None or conn.closed:
             return
+        conn.cork()  # what this read's frames are answered with, in one write (Conn.cork)
         try:
             self._frames_in(conn, data)
         except ProtocolError as e:
@@ -175,6 +198,8 @@ class Connection(asyncio.Protocol):
         except Exception:  # a bug of ours: lose this connection, not the daemon
             log.exception("pid=%d: internal error; closing its connection", conn.pid)
             self._end(conn, "internal scheduler error")
+        finally:
+            conn.uncork()
 
     def _frames_in(self, conn: Conn, data: bytes) -> None:
         decoder = self.decoder
