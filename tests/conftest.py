@@ -38,6 +38,23 @@ def pytest_sessionstart(session):
         os.environ.pop(name, None)
 
 
+def _is_exclusive(item) -> bool:
+    return item is not None and item.get_closest_marker("exclusive") is not None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group
+def pytest_collection_modifyitems(items):
+    """The exclusive tests form one group (pyproject.toml runs --dist loadgroup): one worker runs
+    them back to back, and the machine is drained for them once, not once per test (each drain
+    left up to three workers idle for the longest test then running)."""
+    for item in items:
+        if _is_exclusive(item):
+            item.add_marker(pytest.mark.xdist_group("exclusive"))
+
+
+_held = []  # the turnstile and the lock, while this worker runs exclusive tests back to back
+
+
 @pytest.fixture(autouse=True)
 def _machine_share(request):
     """Tests marked `exclusive` judge timing against the wall clock (a mock GPU's kernels, token
@@ -45,11 +62,31 @@ def _machine_share(request):
     tests waiting. Every other test holds the main lock shared, an exclusive one holds it alone;
     each passes a turnstile first, which an exclusive test keeps while it waits and runs, so that
     no new test starts meanwhile (flock prefers no one: an exclusive test waited out its timeout
-    while three workers took turns holding the shared lock)."""
-    exclusive = request.node.get_closest_marker("exclusive") is not None
-    with open(TURNSTILE, "a") as turnstile, open(EXCLUSIVE_LOCK, "a") as lock:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        if not exclusive:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
+    while three workers took turns holding the shared lock). An exclusive test followed by another
+    keeps both for it (released in pytest_runtest_teardown below)."""
+    if _held:
         yield
+        return
+    exclusive = _is_exclusive(request.node)
+    turnstile, lock = open(TURNSTILE, "a"), open(EXCLUSIVE_LOCK, "a")
+    fcntl.flock(turnstile, fcntl.LOCK_EX)
+    fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    if exclusive:
+        _held.extend((turnstile, lock))
+        yield
+        return
+    fcntl.flock(turnstile, fcntl.LOCK_UN)
+    try:
+        yield
+    finally:
+        turnstile.close()
+        lock.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    if _held and not _is_exclusive(nextitem):
+        for f in _held:
+            f.close()  # closing the file gives its flock up
+        _held.clear()
