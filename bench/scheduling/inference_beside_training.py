@@ -10,7 +10,9 @@ Programs: bench/scheduling/inference_worker.py (a fp16 transformer encoder serve
   NVSHARE_IDLE_RELEASE_MS=10 in every library arm: it gives the GPU up in its idle gaps);
 - auto: the same in mode auto (both fit: they run together);
 - latency_sensitive: as auto, the server also NVSHARE_LATENCY_SENSITIVE=1 (the training's queue is
-  bounded by QUEUE_BOUND, --latency-queue-ms).
+  bounded by QUEUE_BOUND, --latency-queue-ms);
+- serial_latency_sensitive: as serial, the server also latency-sensitive (the training's queue
+  bounded, so that the server's preemption drains little).
 The arms run in an order rotated every repetition (--reps), each with its own scheduler. Per arm:
 p50/p99/p99.9 of request latency and their ratio to server_alone's; the training's steps per second
 against training_alone's, over the whole arm and over the server's idle gaps (steps ending in a gap,
@@ -45,9 +47,13 @@ from bench.core.common import REPO, harness, require_safe_gpu, say, torch_python
 PREFIX = "inference"
 WORKER = Path(__file__).resolve().parent / "inference_worker.py"
 RESULTS = REPO / "bench" / "results" / "inference-beside-training.json"
-ARMS = ("server_alone", "training_alone", "native", "serial", "auto", "latency_sensitive")
+ARMS = ("server_alone", "training_alone", "native", "serial", "auto", "latency_sensitive",
+        "serial_latency_sensitive")
+BASELINES = ("server_alone", "training_alone")
+ARM_WIDTH = max(map(len, ARMS)) + 1
 LIBRARY_ARMS = {"serial": ("serial", False), "auto": ("auto", False),
-                "latency_sensitive": ("auto", True)}  # arm -> (mode, latency-sensitive)
+                "latency_sensitive": ("auto", True),
+                "serial_latency_sensitive": ("serial", True)}  # arm -> (mode, latency-sensitive)
 SERVER_PRIORITY = 10
 # The server's NVSHARE_IDLE_RELEASE_MS under the library: it gives the lock up in its idle gaps (a
 # request every 20 ms on average), so that in mode serial the training runs in them; the library's
@@ -66,9 +72,18 @@ def plan(args) -> list[dict]:
     return [{"layers": n, "mean_ms": m} for n in layers for m in means]
 
 
-def arm_order(reps: int) -> list[tuple[int, str]]:
+def arm_order(reps: int, arms=ARMS) -> list[tuple[int, str]]:
     """Every arm once per repetition, the order rotated by one each time (drift favours none)."""
-    return [(r, ARMS[(i + r) % len(ARMS)]) for r in range(reps) for i in range(len(ARMS))]
+    return [(r, arms[(i + r) % len(arms)]) for r in range(reps) for i in range(len(arms))]
+
+
+def arm_list(text: str) -> tuple[str, ...]:
+    """--arms: a comma list of ARMS; the two baselines are always run (every ratio needs them)."""
+    chosen = [a.strip() for a in text.split(",") if a.strip()]
+    unknown = [a for a in chosen if a not in ARMS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown arm(s) {', '.join(unknown)}; the arms: {', '.join(ARMS)}")
+    return tuple(a for a in ARMS if a in chosen or a in BASELINES)
 
 
 def _env(arm: str, role: str, lib: Path | None, sock: Path | None,
@@ -187,13 +202,13 @@ def table(config: dict, arms: dict) -> str:
     def f(v, spec=".2f"):
         return "-" if v is None else format(v, spec)
     lines = [f"layers {config['layers']}, one request every {config['mean_ms']:g} ms (mean)",
-             "arm                 p50 ms  p99 ms  p99.9 ms  p99/alone  train/alone  gaps/alone  identical"]
+             f"{'arm':<{ARM_WIDTH}} p50 ms  p99 ms  p99.9 ms  p99/alone  train/alone  gaps/alone  identical"]
     for arm in ARMS:
         r = arms.get(arm)
         if r is None:
             continue
         lat = r.get("latency_ms", {})
-        lines.append(f"{arm:<18} {f(lat.get('p50')):>7} {f(lat.get('p99')):>7} {f(lat.get('p99.9')):>9}"
+        lines.append(f"{arm:<{ARM_WIDTH}} {f(lat.get('p50')):>7} {f(lat.get('p99')):>7} {f(lat.get('p99.9')):>9}"
                      f" {f(r.get('p99_vs_alone'), '.3f'):>10} {f(r.get('train_vs_alone'), '.3f'):>12}"
                      f" {f(r.get('train_in_gaps_vs_alone'), '.3f'):>11} {str(r.get('identical', '-')):>10}")
     return "\n".join(lines)
@@ -210,7 +225,8 @@ def run(args) -> dict:
         python, lib = torch_python(), harness.library_path()
     out = {"params": {"requests": args.requests, "reps": args.reps, "server_priority": SERVER_PRIORITY,
                       "tq": TQ, "gpu_memory": GPU_MEMORY,
-                      "server_idle_release_ms": args.server_idle_release_ms, "dry_run": args.dry_run, "arms": list(ARMS)},
+                      "server_idle_release_ms": args.server_idle_release_ms, "dry_run": args.dry_run,
+                      "arms": list(args.arms)},
            "configs": []}
     for config in plan(args):
         from bench.scheduling.inference_worker import arrivals
@@ -219,7 +235,7 @@ def run(args) -> dict:
                "idle_release_ms": args.server_idle_release_ms,
                "stand_in_ms": 2.0, "duration_s": duration, "timeout_s": 120 + 20 * duration}
         runs: dict[str, list[dict]] = {}
-        for rep, arm in arm_order(args.reps):
+        for rep, arm in arm_order(args.reps, args.arms):
             say(PREFIX, f"layers {config['layers']}, mean {config['mean_ms']:g} ms: {arm} "
                         f"(repetition {rep + 1}/{args.reps}, ~{duration:.0f} s)")
             runs.setdefault(arm, []).append(run_arm(arm, cfg, python, lib, args.dry_run))
@@ -241,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=positive(int), help="one model size instead of 6 and 12")
     p.add_argument("--mean-ms", type=positive(float), help="one mean gap instead of 20 and 100 ms")
     p.add_argument("--seed", type=int, default=32)
+    p.add_argument("--arms", type=arm_list, default=ARMS,
+                   help=f"a comma list of arms to run (the baselines always run); default all: {', '.join(ARMS)}")
     p.add_argument("--server-idle-release-ms", type=int, default=SERVER_IDLE_RELEASE_MS,
                    help=f"the server's NVSHARE_IDLE_RELEASE_MS under the library ({SERVER_IDLE_RELEASE_MS})")
     p.add_argument("--dry-run", action="store_true",

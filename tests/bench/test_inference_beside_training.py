@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench.scheduling import inference_beside_training as inf
 from bench.scheduling.inference_worker import arrivals
 
@@ -54,8 +56,16 @@ def test_a_dry_run_end_to_end(tmp_path, capsys):
     (config,) = result["configs"]
     assert (config["layers"], config["mean_ms"]) == (6, 20.0)
     assert set(config["arms"]) == set(inf.ARMS)
-    for arm in ("server_alone", "native", "serial", "auto", "latency_sensitive"):
+    for arm in ("server_alone", "native", "serial", "auto", "latency_sensitive",
+                "serial_latency_sensitive"):
         row = config["arms"][arm]
         assert row["latency_ms"]["n"] == 25 and row["identical"] is True
     assert config["arms"]["latency_sensitive"]["train_steps_per_s"] > 0
     assert "p99/alone" in capsys.readouterr().out
+
+
+def test_arms_chosen_with_the_baselines_always(tmp_path):
+    assert inf.arm_list("serial_latency_sensitive") == ("server_alone", "training_alone",
+                                                        "serial_latency_sensitive")
+    with pytest.raises(SystemExit):
+        inf.main(["--dry-run", "--arms", "serial,bogus", "--json", str(tmp_path / "r.json")])
