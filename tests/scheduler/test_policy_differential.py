@@ -107,14 +107,14 @@ def _median_low(averages: dict, enough: int = product.SWITCH_REPORTERS):
 
 GiB = 2**30
 CHUNKS = 24
-SEQUENCES_PER_CHUNK = 100   # 2400 sequences in all
+SEQUENCES_PER_CHUNK = 50    # 1200 sequences in all
 EVENTS = 120
 # The actions are compared after every event, the whole state (snapshot, records, order, every
 # client's state: two thirds of the test's time) after every STATE_EVERY-th and at the end. What
 # goes unseen is only a difference that changes no action and heals within STATE_EVERY events; a
 # lasting one is found at most STATE_EVERY - 1 events late (the message names the event).
 STATE_EVERY = 4
-SWITCHY_CHUNKS = 4          # 400 sequences more, of prefetch reports
+SWITCHY_CHUNKS = 4          # 200 sequences more, of prefetch reports
 PREFETCHES = [0.0, 0.05, 0.4, 3.0, 4294.967295]  # seconds; the last is LOCK_RELEASED's largest
 
 
