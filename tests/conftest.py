@@ -42,17 +42,11 @@ def _is_exclusive(item) -> bool:
     return item is not None and item.get_closest_marker("exclusive") is not None
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group
-def pytest_collection_modifyitems(items):
-    """The exclusive tests form one group (pyproject.toml runs --dist loadgroup): one worker runs
-    them back to back, and the machine is drained for them once, not once per test (each drain
-    left up to three workers idle for the longest test then running)."""
-    for item in items:
-        if _is_exclusive(item):
-            item.add_marker(pytest.mark.xdist_group("exclusive"))
-
-
-_held = []  # the turnstile and the lock, while this worker runs exclusive tests back to back
+# The turnstile and the lock, while this worker runs exclusive tests back to back: pytest-xdist
+# hands a worker tests in chunks in collection order, so a module of exclusive tests mostly runs
+# on one worker, and the machine is drained for it once, not once per test (each drain left up
+# to three workers idle for the longest test then running).
+_held = []
 
 
 @pytest.fixture(autouse=True)
@@ -90,3 +84,5 @@ def pytest_runtest_teardown(item, nextitem):
         for f in _held:
             f.close()  # closing the file gives its flock up
         _held.clear()
+
+
