@@ -12,7 +12,12 @@ Programs: bench/scheduling/inference_worker.py (a fp16 transformer encoder serve
 - latency_sensitive: as auto, the server also NVSHARE_LATENCY_SENSITIVE=1 (the training's queue is
   bounded by QUEUE_BOUND, --latency-queue-ms);
 - serial_latency_sensitive: as serial, the server also latency-sensitive (the training's queue
-  bounded, so that the server's preemption drains little).
+  bounded, so that the server's preemption drains little);
+- diagnostic arms (not run by default, --arms): auto_keep_lock, as auto with the server never
+  giving the lock up (NVSHARE_IDLE_RELEASE_MS=0: no handoff per request); ungated, both under the
+  library with no scheduler (the interposer's own cost while the two run together).
+--trace DIR keeps, per library arm, the scheduler's --log-locks lines stamped on arrival, the
+server's NVSHARE_DEBUG=1 lines and every request's arrival, submit and end times (one JSON each).
 The arms run in an order rotated every repetition (--reps), each with its own scheduler. Per arm:
 p50/p99/p99.9 of request latency and their ratio to server_alone's; the training's steps per second
 against training_alone's, over the whole arm and over the server's idle gaps (steps ending in a gap,
@@ -49,11 +54,16 @@ WORKER = Path(__file__).resolve().parent / "inference_worker.py"
 RESULTS = REPO / "bench" / "results" / "inference-beside-training.json"
 ARMS = ("server_alone", "training_alone", "native", "serial", "auto", "latency_sensitive",
         "serial_latency_sensitive")
+DIAGNOSTIC_ARMS = ("auto_keep_lock", "ungated")
+ALL_ARMS = ARMS + DIAGNOSTIC_ARMS
 BASELINES = ("server_alone", "training_alone")
-ARM_WIDTH = max(map(len, ARMS)) + 1
-LIBRARY_ARMS = {"serial": ("serial", False), "auto": ("auto", False),
-                "latency_sensitive": ("auto", True),
-                "serial_latency_sensitive": ("serial", True)}  # arm -> (mode, latency-sensitive)
+ARM_WIDTH = max(map(len, ALL_ARMS)) + 1
+# arm -> (scheduler mode, None: no scheduler; the server latency-sensitive; the server's idle
+# release, None: --server-idle-release-ms)
+LIBRARY_ARMS = {"serial": ("serial", False, None), "auto": ("auto", False, None),
+                "latency_sensitive": ("auto", True, None),
+                "serial_latency_sensitive": ("serial", True, None),
+                "auto_keep_lock": ("auto", False, 0), "ungated": (None, False, None)}
 SERVER_PRIORITY = 10
 # The server's NVSHARE_IDLE_RELEASE_MS under the library: it gives the lock up in its idle gaps (a
 # request every 20 ms on average), so that in mode serial the training runs in them; the library's
@@ -80,40 +90,48 @@ def arm_order(reps: int, arms=ARMS) -> list[tuple[int, str]]:
 def arm_list(text: str) -> tuple[str, ...]:
     """--arms: a comma list of ARMS; the two baselines are always run (every ratio needs them)."""
     chosen = [a.strip() for a in text.split(",") if a.strip()]
-    unknown = [a for a in chosen if a not in ARMS]
+    unknown = [a for a in chosen if a not in ALL_ARMS]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown arm(s) {', '.join(unknown)}; the arms: {', '.join(ARMS)}")
-    return tuple(a for a in ARMS if a in chosen or a in BASELINES)
+        raise argparse.ArgumentTypeError(f"unknown arm(s) {', '.join(unknown)}; "
+                                         f"the arms: {', '.join(ALL_ARMS)}")
+    return tuple(a for a in ALL_ARMS if a in chosen or a in BASELINES)
 
 
 def _env(arm: str, role: str, lib: Path | None, sock: Path | None,
-         idle_release_ms: int = SERVER_IDLE_RELEASE_MS) -> dict:
+         idle_release_ms: int = SERVER_IDLE_RELEASE_MS, trace: bool = False) -> dict:
     if arm not in LIBRARY_ARMS or lib is None:
         return harness.native_env()
+    mode, sensitive, own_release = LIBRARY_ARMS[arm]
     extra = {}
+    if mode is None:   # no scheduler: a socket nobody listens on, so the library runs ungated
+        sock = Path(tempfile.gettempdir()) / "nvs-inference-no-scheduler.sock"
     if role == "server":
         extra["NVSHARE_PRIORITY"] = SERVER_PRIORITY
-        extra["NVSHARE_IDLE_RELEASE_MS"] = idle_release_ms
-        if LIBRARY_ARMS[arm][1]:
+        extra["NVSHARE_IDLE_RELEASE_MS"] = idle_release_ms if own_release is None else own_release
+        if sensitive:
             extra["NVSHARE_LATENCY_SENSITIVE"] = 1
+        if trace:
+            extra["NVSHARE_DEBUG"] = 1
     return harness.library_env(lib, sock, gpu_memory=GPU_MEMORY, **extra)
 
 
-def run_arm(arm: str, cfg: dict, python: str, lib: Path | None, dry_run: bool) -> dict:
-    """One arm: its scheduler (library arms), its programs, their RESULTs."""
+def run_arm(arm: str, cfg: dict, python: str, lib: Path | None, dry_run: bool,
+            trace: Path | None = None) -> dict:
+    """One arm: its scheduler (library arms), its programs, their RESULTs. trace: a file for the
+    scheduler's stamped lines, the programs' stderr and the server's result."""
     work = Path(tempfile.mkdtemp(prefix="nvs-inf-"))
     roles = {"server_alone": ["server"], "training_alone": ["trainer"]}.get(arm, ["server", "trainer"])
     sched = None
-    progs = {}
+    progs, runs = {}, {}
     try:
-        if arm in LIBRARY_ARMS:
+        if arm in LIBRARY_ARMS and LIBRARY_ARMS[arm][0] is not None:
             sched = harness.Scheduler(mode=LIBRARY_ARMS[arm][0], tq=TQ,
                                       extra_args=("--no-nvml",) if dry_run else ())
         for role in roles:
             conf = {**cfg, "dir": str(work)}
             progs[role] = harness.Program([python, str(WORKER), role, json.dumps(conf)],
                                           _env(arm, role, lib, sched and sched.socket,
-                                               cfg["idle_release_ms"]))
+                                               cfg["idle_release_ms"], trace is not None))
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not all((work / f"ready-{r}").exists() for r in roles):
             if time.monotonic() > deadline or any(p.proc.poll() is not None for p in progs.values()):
@@ -124,12 +142,19 @@ def run_arm(arm: str, cfg: dict, python: str, lib: Path | None, dry_run: bool) -
         (work / "start.tmp").rename(work / "start")
         out = {}
         if "server" in progs:
-            out["server"] = progs["server"].wait(cfg["timeout_s"]).check().result
+            runs["server"] = progs["server"].wait(cfg["timeout_s"]).check()
+            out["server"] = runs["server"].result
         else:  # training alone: as long as the server's schedule
             time.sleep(cfg["duration_s"])
         if "trainer" in progs:
             (work / "stop").touch()
-            out["trainer"] = progs["trainer"].wait(60).check().result
+            runs["trainer"] = progs["trainer"].wait(60).check()
+            out["trainer"] = runs["trainer"].result
+        if trace is not None:
+            trace.write_text(json.dumps({
+                "arm": arm, "server": out.get("server"),
+                "scheduler_lines": list(sched.lines) if sched else [],
+                "stderr": {role: run.stderr for role, run in runs.items()}}))
         return out
     finally:
         for p in progs.values():
@@ -178,6 +203,7 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
         if all("server" in r for r in reps):
             lat = latency_summary([v for r in reps for v in r["server"]["latency_s"]])
             row["latency_ms"] = lat
+            row["submit_ms"] = latency_summary([v for r in reps for v in r["server"].get("submit_s", [])])
             row["p99_vs_alone"] = stats.ratio(lat["p99"], alone_p99)
             row["identical"] = reference is not None and all(r["server"]["hashes"] == reference
                                                              for r in reps)
@@ -203,7 +229,7 @@ def table(config: dict, arms: dict) -> str:
         return "-" if v is None else format(v, spec)
     lines = [f"layers {config['layers']}, one request every {config['mean_ms']:g} ms (mean)",
              f"{'arm':<{ARM_WIDTH}} p50 ms  p99 ms  p99.9 ms  p99/alone  train/alone  gaps/alone  identical"]
-    for arm in ARMS:
+    for arm in ALL_ARMS:
         r = arms.get(arm)
         if r is None:
             continue
@@ -238,7 +264,9 @@ def run(args) -> dict:
         for rep, arm in arm_order(args.reps, args.arms):
             say(PREFIX, f"layers {config['layers']}, mean {config['mean_ms']:g} ms: {arm} "
                         f"(repetition {rep + 1}/{args.reps}, ~{duration:.0f} s)")
-            runs.setdefault(arm, []).append(run_arm(arm, cfg, python, lib, args.dry_run))
+            trace = args.trace / f"{arm}-{config['layers']}-{config['mean_ms']:g}-{rep}.json" \
+                if args.trace else None
+            runs.setdefault(arm, []).append(run_arm(arm, cfg, python, lib, args.dry_run, trace))
         arms = summarise(runs)
         print(table(config, arms), flush=True)
         out["configs"].append({**config, "arms": arms,
@@ -258,9 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mean-ms", type=positive(float), help="one mean gap instead of 20 and 100 ms")
     p.add_argument("--seed", type=int, default=32)
     p.add_argument("--arms", type=arm_list, default=ARMS,
-                   help=f"a comma list of arms to run (the baselines always run); default all: {', '.join(ARMS)}")
+                   help=f"a comma list of arms to run (the baselines always run); default: {', '.join(ARMS)};"
+                        f" diagnostic: {', '.join(DIAGNOSTIC_ARMS)}")
     p.add_argument("--server-idle-release-ms", type=int, default=SERVER_IDLE_RELEASE_MS,
                    help=f"the server's NVSHARE_IDLE_RELEASE_MS under the library ({SERVER_IDLE_RELEASE_MS})")
+    p.add_argument("--trace", type=Path, metavar="DIR",
+                   help="keep each arm's scheduler lines, the server's debug lines and request times here")
     p.add_argument("--dry-run", action="store_true",
                    help="no GPU: stand-in programs (sleeps), no library: checks the plumbing")
     p.add_argument("--json", type=Path, help=f"write the results here (default {RESULTS.relative_to(REPO)})")
@@ -269,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.trace:
+        args.trace.mkdir(parents=True, exist_ok=True)
     args.requests = args.requests or (1000 if args.quick else 2000)
     args.reps = args.reps or (1 if args.quick else 2)
     result = run(args)

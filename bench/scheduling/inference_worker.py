@@ -9,7 +9,8 @@ measurement warm and at one moment.
 - server: a fp16 transformer encoder (d_model 512, 8 heads, `layers` layers, batch 1, seq 128),
   answering `requests` requests whose arrivals are a seeded Poisson process (exponential gaps of
   mean `mean_ms`) after the start: open loop, so a late answer does not delay later arrivals. A
-  request's latency runs from its arrival to the end of its synchronised forward pass. Inputs are
+  request's latency runs from its arrival to the end of its synchronised forward pass; its submit
+  time, from its arrival to the return of the pass's last launch. Inputs are
   a seeded pool of INPUTS tensors, request i takes input i % INPUTS; the SHA-256 of each input's
   output is reported, to be compared across arms (bit-identical answers).
 - trainer: an fp32 MLP (width 4096, depth 4, batch 512) trained with SGD until `<dir>/stop` exists;
@@ -72,18 +73,20 @@ def _server_model(cfg: dict):
     gen = torch.Generator().manual_seed(cfg["seed"] + 1)
     inputs = [torch.randn(1, SEQ, D_MODEL, generator=gen).half().cuda() for _ in range(INPUTS)]
 
-    def answer(i: int) -> str:
+    def answer(i: int) -> tuple[str, float]:
         with torch.inference_mode():
             y = model(inputs[i % INPUTS])
+        submitted = time.monotonic()  # every kernel of the pass launched (the gate let them by)
         torch.cuda.synchronize()
-        return hashlib.sha256(y.cpu().numpy().tobytes()).hexdigest()
+        return hashlib.sha256(y.cpu().numpy().tobytes()).hexdigest(), submitted
     return answer
 
 
 def _stand_in_server(cfg: dict):
-    def answer(i: int) -> str:
+    def answer(i: int) -> tuple[str, float]:
+        submitted = time.monotonic()
         time.sleep(cfg["stand_in_ms"] / 1000)
-        return hashlib.sha256(str(i % INPUTS).encode()).hexdigest()
+        return hashlib.sha256(str(i % INPUTS).encode()).hexdigest(), submitted
     return answer
 
 
@@ -93,21 +96,25 @@ def serve(cfg: dict) -> dict:
         answer(i)
     start = _wait_start(cfg, "server")
     hashes: dict[int, str] = {}
-    latency, ends = [], []
+    latency, ends, submits = [], [], []
     for i, at in enumerate(arrivals(cfg["requests"], cfg["mean_ms"], cfg["seed"])):
         arrival = start + at
         while (now := time.monotonic()) < arrival:
             time.sleep(min(0.0005, arrival - now) if arrival - now > 0.001 else 0)
-        digest = answer(i)
+        digest, submitted = answer(i)
         end = time.monotonic()
         latency.append(end - arrival)
         ends.append(end)
+        submits.append(submitted - arrival)
         if hashes.setdefault(i % INPUTS, digest) != digest:
             hashes[i % INPUTS] = "differs-within-run"
     # The idle gaps: from an answer to the next arrival (none when the next one came already).
     gaps = [(ends[i], start + a) for i, a in enumerate(arrivals(cfg["requests"], cfg["mean_ms"],
                                                                  cfg["seed"])[1:]) if start + a > ends[i]]
-    return {"latency_s": latency, "hashes": {str(k): v for k, v in sorted(hashes.items())},
+    # submit_s: arrival to the last launch's return (the CPU side, the gate's waits included); the
+    # rest of a latency is the GPU finishing the pass.
+    return {"latency_s": latency, "submit_s": submits,
+            "hashes": {str(k): v for k, v in sorted(hashes.items())},
             "start": start, "end": ends[-1] if ends else start, "gaps": gaps}
 
 
