@@ -204,15 +204,22 @@ void nvs_busy_tag(nvs_ctxrec *rec, int slot)
 }
 
 /* ring_mu held. The completed checkpoint of ring slot h is retired; prev_ms: the span from the
- * previous checkpoint (< 0: none). Counts what its tag says. */
-void nvs_busy_retired(nvs_ctxrec *rec, int h, float prev_ms)
+ * previous checkpoint (< 0: none). Counts what its tag says, and returns it: the GPU time of the
+ * work queued before this checkpoint, without the idle time before an idle point (< 0: none known),
+ * which is also what the in-flight bound adapts to (gate.c). */
+float nvs_busy_retired(nvs_ctxrec *rec, int h, float prev_ms)
 {
     float ms = 0;
-    if (rec->busy.ring_from[h] == NVS_SPAN_PREV && prev_ms >= 0)
+    if (rec->busy.ring_from[h] == NVS_SPAN_PREV && prev_ms >= 0) {
         add_busy(rec, prev_ms);
-    else if (rec->busy.ring_from[h] == NVS_SPAN_START && rec->busy.ring_start[h] &&
-             nvs_drv.cuEventElapsedTime(&ms, rec->busy.ring_start[h], rec->ring[h]) == CUDA_SUCCESS)
+        return prev_ms;
+    }
+    if (rec->busy.ring_from[h] == NVS_SPAN_START && rec->busy.ring_start[h] &&
+        nvs_drv.cuEventElapsedTime(&ms, rec->busy.ring_start[h], rec->ring[h]) == CUDA_SUCCESS) {
         add_busy(rec, ms);
+        return ms;
+    }
+    return -1;
 }
 
 /* COLD: the first stream launch after an idle point (busy_idle set), before the real call. Never

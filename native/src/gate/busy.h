@@ -15,7 +15,7 @@
 int nvs_busy_measured(void) NVS_HIDDEN;
 void nvs_busy_mark_idle(nvs_ctxrec *rec) NVS_HIDDEN;
 void nvs_busy_tag(nvs_ctxrec *rec, int slot) NVS_HIDDEN;
-void nvs_busy_retired(nvs_ctxrec *rec, int h, float prev_ms) NVS_HIDDEN;
+float nvs_busy_retired(nvs_ctxrec *rec, int h, float prev_ms) NVS_HIDDEN;
 void nvs_busy_start(nvs_ctxrec *rec, CUstream s, int per_thread) NVS_HIDDEN;
 /* Before a synchronisation (stream, or NVS_NOSTREAM: the context): the current context's
  * record, with a checkpoint ending its open busy span; NULL when busy time is not measured. */

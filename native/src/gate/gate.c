@@ -88,14 +88,15 @@ static int timed_checkpoints(void)
     return nvs_cfg.drain_target_ms != 0;
 }
 
-/* ring_mu held. `ms`: the GPU time between two consecutive completed checkpoints of the context,
- * i.e. what the work queued between them took; `ival`: the interval the later one was recorded at
- * (0: it cut a span short). A full ring holds NVS_RING such spans, and a drain has at most that to
- * finish: keep each span near NVSHARE_DRAIN_TARGET_MS / NVS_RING by halving the interval when a
- * span is longer (or at once to the interval that fits, when that is smaller still), doubling it
- * (up to nvs_ckpt_interval, the launch-count bound) when one is under a quarter of it. A span
- * that includes idle GPU time only makes checkpoints more frequent while they are already far
- * apart in time, so their cost stays small.
+/* ring_mu held. `ms`: what the work queued between two consecutive completed checkpoints of the
+ * context took on the GPU, from the first launch after an idle point when the span holds one
+ * (busy.c: the time the host stayed away after a synchronisation is not queued work); `ival`: the
+ * interval the later one was recorded at (0: it cut a span short). A full ring holds NVS_RING such
+ * spans, and a drain has at most that to finish: keep each span near NVSHARE_DRAIN_TARGET_MS /
+ * NVS_RING by halving the interval when a span is longer (or at once to the interval that fits,
+ * when that is smaller still), doubling it (up to nvs_ckpt_interval, the launch-count bound) when
+ * one is under a quarter of it. Time the GPU gave other processes' contexts meanwhile counts: a
+ * drain waits for it too.
  * Spans retire a ring behind the interval that is current, so the two directions differ. Only a
  * span recorded at the current interval may double it: judging every retired span by the current
  * interval doubled it once per span while the ring still held short ones (100 us kernels went from
@@ -141,8 +142,12 @@ static void retire_oldest(nvs_ctxrec *rec, CUresult q)
         float ms = 0;
         int span = rec->spare_valid &&
                    nvs_drv.cuEventElapsedTime(&ms, rec->spare, ev) == CUDA_SUCCESS;
-        if (span) adapt_interval(rec, ms, rec->ring_ival[h]);
-        nvs_busy_retired(rec, h, span ? ms : -1);
+        /* The interval adapts to the work's own time: a span from the checkpoint before an idle
+         * point (a synchronisation) holds the idle time too, as long as the host stayed away, and
+         * judged by it a server that sleeps between requests would come back to a checkpoint
+         * every launch and a full ring: its requests would wait for their own kernels. */
+        float own = nvs_busy_retired(rec, h, span ? ms : -1);
+        if (own >= 0) adapt_interval(rec, own, rec->ring_ival[h]);
         rec->ring[rec->head] = rec->spare;
         rec->spare = ev;
         rec->spare_valid = 1;
