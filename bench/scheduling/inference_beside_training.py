@@ -125,8 +125,10 @@ def run_arm(arm: str, cfg: dict, python: str, lib: Path | None, dry_run: bool,
     progs, runs = {}, {}
     try:
         if arm in LIBRARY_ARMS and LIBRARY_ARMS[arm][0] is not None:
-            sched = harness.Scheduler(mode=LIBRARY_ARMS[arm][0], tq=TQ,
-                                      extra_args=("--no-nvml",) if dry_run else ())
+            extra = ("--no-nvml",) if dry_run else ()
+            if cfg.get("latency_queue_ms") is not None:
+                extra += ("--latency-queue-ms", f"{cfg['latency_queue_ms']:g}")
+            sched = harness.Scheduler(mode=LIBRARY_ARMS[arm][0], tq=TQ, extra_args=extra)
         for role in roles:
             conf = {**cfg, "dir": str(work)}
             progs[role] = harness.Program([python, str(WORKER), role, json.dumps(conf)],
@@ -251,14 +253,15 @@ def run(args) -> dict:
         python, lib = torch_python(), harness.library_path()
     out = {"params": {"requests": args.requests, "reps": args.reps, "server_priority": SERVER_PRIORITY,
                       "tq": TQ, "gpu_memory": GPU_MEMORY,
-                      "server_idle_release_ms": args.server_idle_release_ms, "dry_run": args.dry_run,
+                      "server_idle_release_ms": args.server_idle_release_ms,
+                      "latency_queue_ms": args.latency_queue_ms, "dry_run": args.dry_run,
                       "arms": list(args.arms)},
            "configs": []}
     for config in plan(args):
         from bench.scheduling.inference_worker import arrivals
         duration = arrivals(args.requests, config["mean_ms"], args.seed)[-1]
         cfg = {**config, "requests": args.requests, "seed": args.seed, "stand_in": args.dry_run,
-               "idle_release_ms": args.server_idle_release_ms,
+               "idle_release_ms": args.server_idle_release_ms, "latency_queue_ms": args.latency_queue_ms,
                "stand_in_ms": 2.0, "duration_s": duration, "timeout_s": 120 + 20 * duration}
         runs: dict[str, list[dict]] = {}
         for rep, arm in arm_order(args.reps, args.arms):
@@ -290,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f" diagnostic: {', '.join(DIAGNOSTIC_ARMS)}")
     p.add_argument("--server-idle-release-ms", type=int, default=SERVER_IDLE_RELEASE_MS,
                    help=f"the server's NVSHARE_IDLE_RELEASE_MS under the library ({SERVER_IDLE_RELEASE_MS})")
+    p.add_argument("--latency-queue-ms", type=positive(float), metavar="MS",
+                   help="the schedulers' --latency-queue-ms (their default when left out)")
     p.add_argument("--trace", type=Path, metavar="DIR",
                    help="keep each arm's scheduler lines, the server's debug lines and request times here")
     p.add_argument("--dry-run", action="store_true",
