@@ -97,9 +97,12 @@ def arm_list(text: str) -> tuple[str, ...]:
     return tuple(a for a in ALL_ARMS if a in chosen or a in BASELINES)
 
 
-def _env(arm: str, role: str, lib: Path | None, sock: Path | None,
-         idle_release_ms: int = SERVER_IDLE_RELEASE_MS, trace: bool = False) -> dict:
-    if arm not in LIBRARY_ARMS or lib is None:
+def _env(arm: str, role: str, lib: Path | None, sock: Path | None, cfg: dict,
+         trace: bool = False) -> dict:
+    """The role's environment in the arm. cfg: "idle_release_ms" (the server's), "lib_env" (role ->
+    extra variables in library arms, --lib-env), "native_roles" (roles run without the library in
+    library arms, --native-role)."""
+    if arm not in LIBRARY_ARMS or lib is None or role in cfg.get("native_roles", ()):
         return harness.native_env()
     mode, sensitive, own_release = LIBRARY_ARMS[arm]
     extra = {}
@@ -107,12 +110,27 @@ def _env(arm: str, role: str, lib: Path | None, sock: Path | None,
         sock = Path(tempfile.gettempdir()) / "nvs-inference-no-scheduler.sock"
     if role == "server":
         extra["NVSHARE_PRIORITY"] = SERVER_PRIORITY
-        extra["NVSHARE_IDLE_RELEASE_MS"] = idle_release_ms if own_release is None else own_release
+        extra["NVSHARE_IDLE_RELEASE_MS"] = cfg["idle_release_ms"] if own_release is None else own_release
         if sensitive:
             extra["NVSHARE_LATENCY_SENSITIVE"] = 1
         if trace:
             extra["NVSHARE_DEBUG"] = 1
+    extra.update(cfg.get("lib_env", {}).get(role, {}))
     return harness.library_env(lib, sock, gpu_memory=GPU_MEMORY, **extra)
+
+
+def lib_env_item(text: str) -> tuple[tuple[str, ...], str, str]:
+    """--lib-env [server:|trainer:]KEY=VALUE -> (roles, key, value)."""
+    roles: tuple[str, ...] = ("server", "trainer")
+    head, sep, value = text.partition("=")
+    if ":" in head:
+        who, head = head.split(":", 1)
+        if who not in roles:
+            raise argparse.ArgumentTypeError(f"not server: or trainer: {who!r}")
+        roles = (who,)
+    if not sep or not head.isidentifier():
+        raise argparse.ArgumentTypeError(f"not [server:|trainer:]KEY=VALUE: {text!r}")
+    return roles, head, value
 
 
 def run_arm(arm: str, cfg: dict, python: str, lib: Path | None, dry_run: bool,
@@ -132,8 +150,8 @@ def run_arm(arm: str, cfg: dict, python: str, lib: Path | None, dry_run: bool,
         for role in roles:
             conf = {**cfg, "dir": str(work)}
             progs[role] = harness.Program([python, str(WORKER), role, json.dumps(conf)],
-                                          _env(arm, role, lib, sched and sched.socket,
-                                               cfg["idle_release_ms"], trace is not None))
+                                          _env(arm, role, lib, sched and sched.socket, cfg,
+                                               trace is not None))
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not all((work / f"ready-{r}").exists() for r in roles):
             if time.monotonic() > deadline or any(p.proc.poll() is not None for p in progs.values()):
@@ -257,11 +275,17 @@ def run(args) -> dict:
                       "latency_queue_ms": args.latency_queue_ms, "dry_run": args.dry_run,
                       "arms": list(args.arms)},
            "configs": []}
+    lib_env: dict[str, dict[str, str]] = {}
+    for roles, key, value in args.lib_env or []:
+        for role in roles:
+            lib_env.setdefault(role, {})[key] = value
+    out["params"].update(lib_env=lib_env, native_roles=args.native_role or [])
     for config in plan(args):
         from bench.scheduling.inference_worker import arrivals
         duration = arrivals(args.requests, config["mean_ms"], args.seed)[-1]
         cfg = {**config, "requests": args.requests, "seed": args.seed, "stand_in": args.dry_run,
                "idle_release_ms": args.server_idle_release_ms, "latency_queue_ms": args.latency_queue_ms,
+               "lib_env": lib_env, "native_roles": args.native_role or [],
                "stand_in_ms": 2.0, "duration_s": duration, "timeout_s": 120 + 20 * duration}
         runs: dict[str, list[dict]] = {}
         for rep, arm in arm_order(args.reps, args.arms):
@@ -295,6 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the server's NVSHARE_IDLE_RELEASE_MS under the library ({SERVER_IDLE_RELEASE_MS})")
     p.add_argument("--latency-queue-ms", type=positive(float), metavar="MS",
                    help="the schedulers' --latency-queue-ms (their default when left out)")
+    p.add_argument("--lib-env", type=lib_env_item, action="append", metavar="[ROLE:]KEY=VALUE",
+                   help="an extra variable for the programs under the library (server: or trainer: only)")
+    p.add_argument("--native-role", choices=("server", "trainer"), action="append",
+                   help="run this program without the library in the library arms too")
     p.add_argument("--trace", type=Path, metavar="DIR",
                    help="keep each arm's scheduler lines, the server's debug lines and request times here")
     p.add_argument("--dry-run", action="store_true",

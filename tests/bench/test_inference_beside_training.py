@@ -69,3 +69,21 @@ def test_arms_chosen_with_the_baselines_always(tmp_path):
                                                         "serial_latency_sensitive")
     with pytest.raises(SystemExit):
         inf.main(["--dry-run", "--arms", "serial,bogus", "--json", str(tmp_path / "r.json")])
+
+
+def test_library_settings_reach_only_the_roles_and_arms_named(tmp_path):
+    roles, key, value = inf.lib_env_item("trainer:NVSHARE_MAX_INFLIGHT=0")
+    assert (roles, key, value) == (("trainer",), "NVSHARE_MAX_INFLIGHT", "0")
+    assert inf.lib_env_item("NVSHARE_BACKING=managed")[0] == ("server", "trainer")
+    for bad in ("nobody:X=1", "X", "=1", "server:bad key=1"):
+        with pytest.raises(Exception):
+            inf.lib_env_item(bad)
+    lib, sock = tmp_path / "libnvshare.so", tmp_path / "s.sock"
+    cfg = {"idle_release_ms": 10, "lib_env": {"trainer": {"NVSHARE_MAX_INFLIGHT": "0"}},
+           "native_roles": ["server"]}
+    trainer = inf._env("auto", "trainer", lib, sock, cfg)
+    assert trainer["NVSHARE_MAX_INFLIGHT"] == "0" and str(lib) in trainer["LD_PRELOAD"]
+    assert "libnvshare" not in inf._env("auto", "server", lib, sock, cfg).get("LD_PRELOAD", "")
+    assert "NVSHARE_MAX_INFLIGHT" not in inf._env("native", "trainer", lib, sock, cfg)
+    ungated = inf._env("ungated", "trainer", lib, sock, {"idle_release_ms": 10})
+    assert ungated["NVSHARE_SOCK_PATH"] != str(sock)  # nobody listens there: the library runs ungated
