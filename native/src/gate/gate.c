@@ -91,12 +91,16 @@ static int timed_checkpoints(void)
 /* ring_mu held. `ms`: what the work queued between two consecutive completed checkpoints of the
  * context took on the GPU, from the first launch after an idle point when the span holds one
  * (busy.c: the time the host stayed away after a synchronisation is not queued work); `ival`: the
- * interval the later one was recorded at (0: it cut a span short). A full ring holds NVS_RING such
- * spans, and a drain has at most that to finish: keep each span near NVSHARE_DRAIN_TARGET_MS /
- * NVS_RING by halving the interval when a span is longer (or at once to the interval that fits,
- * when that is smaller still), doubling it (up to nvs_ckpt_interval, the launch-count bound) when
- * one is under a quarter of it. Time the GPU gave other processes' contexts meanwhile counts: a
- * drain waits for it too.
+ * interval the later one was recorded at (0: it cut a span short); `depth`: the checkpoints still
+ * queued as it is retired, itself included (how much a drain would have to finish if it came now,
+ * in spans), or more (judged_depth). Keep each span near NVSHARE_DRAIN_TARGET_MS / depth by halving the interval when a
+ * span is longer (or at once to the interval that fits, when that is smaller still), doubling it
+ * (up to nvs_ckpt_interval, the launch-count bound) when one is under a quarter of it. A program
+ * that keeps the ring full is held to target / NVS_RING per span; one whose host is never far
+ * ahead (a server's short requests, a host-bound stream) has one or two spans queued and may make
+ * them as long as the target allows. Judged by target / NVS_RING alone, a server's requests beside
+ * another process (whose time slices its spans also hold: a drain waits for them too) came down to
+ * a checkpoint every few launches, and each request waited for its own kernels on a full ring.
  * Spans retire a ring behind the interval that is current, so the two directions differ. Only a
  * span recorded at the current interval may double it: judging every retired span by the current
  * interval doubled it once per span while the ring still held short ones (100 us kernels went from
@@ -107,7 +111,7 @@ static int timed_checkpoints(void)
  * about 1 s queued a second in. A queue longer than the target delays a drain and, under a compute
  * limit, becomes debt (a limit set live on a program queued at 128 launches a checkpoint paused it
  * for seconds when halving waited for spans at the new interval). */
-static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival)
+static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival, unsigned depth)
 {
     /* With a compute limit, what runs past a closed gate (and what is charged late) stays near
      * QUOTA_QUEUE_MS of GPU time (quota.c). */
@@ -116,13 +120,14 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival)
     /* A latency-sensitive client shares the GPU: its requests wait at most this for our queue. */
     uint32_t bound_us = atomic_load_explicit(&rec->dev->queue_bound_us, memory_order_relaxed);
     if (bound_us && target > bound_us / 1000.0f) target = bound_us / 1000.0f;
+    float share = target / (float)(depth ? depth : 1); /* this span's part of the target */
     unsigned cur = atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed), next = cur;
-    if (ms > target / NVS_RING) {
+    if (ms > share) {
         unsigned base = ival && ival < cur ? ival : cur;
-        double fit = (double)base * (target / NVS_RING) / (double)ms; /* the interval that fits */
+        double fit = (double)base * share / (double)ms; /* the interval that fits */
         next = base > 1 ? base / 2 : 1;
         if (fit < next) next = fit >= 1 ? (unsigned)fit : 1;
-    } else if (ms < target / (4 * NVS_RING) && ival == cur) {
+    } else if (ms < share / 4 && ival == cur) {
         next = cur >= nvs_ckpt_interval / 2 ? nvs_ckpt_interval : cur * 2;
     }
     if (next == cur) return;
@@ -134,7 +139,7 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival)
 /* ring_mu held. The oldest checkpoint is done (q == CUDA_SUCCESS) or broken: take it out of the
  * ring. A done one ends a span that began at the previous one (rec->spare) and begins the next:
  * it becomes the spare, and the old spare's event object takes its slot for a later record. */
-static void retire_oldest(nvs_ctxrec *rec, CUresult q)
+static void retire_oldest(nvs_ctxrec *rec, CUresult q, unsigned depth)
 {
     int h = rec->head;
     CUevent ev = rec->ring[h];
@@ -147,7 +152,7 @@ static void retire_oldest(nvs_ctxrec *rec, CUresult q)
          * judged by it a server that sleeps between requests would come back to a checkpoint
          * every launch and a full ring: its requests would wait for their own kernels. */
         float own = nvs_busy_retired(rec, h, span ? ms : -1);
-        if (own >= 0) adapt_interval(rec, own, rec->ring_ival[h]);
+        if (own >= 0) adapt_interval(rec, own, rec->ring_ival[h], depth);
         rec->ring[rec->head] = rec->spare;
         rec->spare = ev;
         rec->spare_valid = 1;
@@ -158,13 +163,33 @@ static void retire_oldest(nvs_ctxrec *rec, CUresult q)
     rec->count--;
 }
 
+/* ring_mu held. The depth the spans retired now are judged at: what is queued when we look, or
+ * the deepest this host's queue has been lately, whichever is more. A host that fills the ring now
+ * and then (a training loop that launches a step ahead) is held to target / NVS_RING all along:
+ * judged by the depth of the moment, its spans grew while the host fell behind for a while, and
+ * when it got ahead again the ring filled with them (2.7 times the bound, on a loaded machine).
+ * The peak comes down by one every DEPTH_DECAY retirement passes spent below it. */
+#define DEPTH_DECAY (4 * NVS_RING)
+static unsigned judged_depth(nvs_ctxrec *rec, unsigned now_queued)
+{
+    if (now_queued >= rec->peak_depth) {
+        rec->peak_depth = now_queued;
+        rec->below_peak = 0;
+    } else if (++rec->below_peak >= DEPTH_DECAY) {
+        rec->peak_depth--;
+        rec->below_peak = 0;
+    }
+    return rec->peak_depth;
+}
+
 /* ring_mu held. Retire the checkpoints that completed, oldest first. */
 void nvs_retire_done(nvs_ctxrec *rec)
 {
+    unsigned depth = judged_depth(rec, (unsigned)rec->count);
     while (rec->count > 0) {
         CUresult q = nvs_drv.cuEventQuery(rec->ring[rec->head]);
         if (q == CUDA_ERROR_NOT_READY) break;
-        retire_oldest(rec, q);
+        retire_oldest(rec, q, depth);
     }
 }
 
@@ -201,7 +226,7 @@ static void wait_for_room(nvs_ctxrec *rec)
         CUresult r = nvs_drv.cuEventSynchronize(oldest);
         pthread_mutex_lock(&rec->ring_mu);
         if (r != CUDA_SUCCESS && rec->count == NVS_RING && rec->ring[rec->head] == oldest)
-            retire_oldest(rec, r); /* broken: out of the ring, as a failed query would take it */
+            retire_oldest(rec, r, NVS_RING); /* broken: out of the ring, as a failed query would take it */
         nvs_retire_done(rec);
     }
 }
@@ -270,7 +295,9 @@ static int wait_checkpoints(nvs_ctxrec *rec)
     pthread_mutex_lock(&rec->ring_mu);
     int n = rec->count;
     CUstreamCaptureMode old = nvs_relaxed_begin();
-    for (int k = 0; k < n; k++) retire_oldest(rec, nvs_drv.cuEventSynchronize(rec->ring[rec->head]));
+    unsigned depth = judged_depth(rec, (unsigned)n);
+    for (int k = 0; k < n; k++)
+        retire_oldest(rec, nvs_drv.cuEventSynchronize(rec->ring[rec->head]), depth);
     nvs_relaxed_end(old);
     rec->spare_valid = 0; /* the next span would include the time the GPU was given up */
     nvs_busy_mark_idle(rec);
@@ -284,7 +311,8 @@ static int wait_checkpoints(nvs_ctxrec *rec)
 static void forget_checkpoints(nvs_ctxrec *rec)
 {
     pthread_mutex_lock(&rec->ring_mu);
-    while (rec->count > 0) retire_oldest(rec, CUDA_SUCCESS);
+    unsigned depth = judged_depth(rec, (unsigned)rec->count);
+    while (rec->count > 0) retire_oldest(rec, CUDA_SUCCESS, depth);
     rec->spare_valid = 0;
     nvs_busy_mark_idle(rec);
     pthread_mutex_unlock(&rec->ring_mu);
