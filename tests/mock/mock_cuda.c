@@ -32,8 +32,8 @@
  *                          migration is modelled as done by the call itself
  *   MOCK_CUDA_PIN_US       every cuMemHostAlloc and cuMemHostRegister sleeps this long (default 0):
  *                          pinning is slow on a real host, so a test can see it overlap the copies
- *   MOCK_CUDA_PIN_FAIL_AT  the N-th pinning call of the process (cuMemHostAlloc or
- *                          cuMemHostRegister, counted from 1) fails with CUDA_ERROR_OUT_OF_MEMORY
+ *   MOCK_CUDA_PIN_FAIL_AT  N or N-M: the N-th (to M-th) pinning call of the process (cuMemHostAlloc
+ *                          or cuMemHostRegister, counted from 1) fails with CUDA_ERROR_OUT_OF_MEMORY
  *   MOCK_CUDA_HOST_REGISTER  0: cuMemHostRegister fails with CUDA_ERROR_NOT_SUPPORTED (counted)
  *   MOCK_CUDA_EVENT_SPAN_MS   what cuEventElapsedTime(_v2) returns (float ms); default: the host
  *                          time between the two events' records (every operation completes at once)
@@ -183,7 +183,7 @@ static long g_sync_us = 0;
 static long g_kernel_us = 0;           /* MOCK_CUDA_KERNEL_US: the modelled GPU, 0 = off */
 static long g_prefetch_us = 0;
 static long g_pin_us = 0;
-static long g_pin_fail_at = 0;
+static long g_pin_fail_at = 0, g_pin_fail_to = 0;
 static int g_host_register = 1;
 static double g_event_span_ms = -1; /* < 0: the host time between the records */
 static char g_event_span_file[512];
@@ -327,7 +327,11 @@ static void init_once(void)
     if ((s = getenv("MOCK_CUDA_KERNEL_US")) && *s) g_kernel_us = atol(s);
     if ((s = getenv("MOCK_CUDA_PREFETCH_US")) && *s) g_prefetch_us = atol(s);
     if ((s = getenv("MOCK_CUDA_PIN_US")) && *s) g_pin_us = atol(s);
-    if ((s = getenv("MOCK_CUDA_PIN_FAIL_AT")) && *s) g_pin_fail_at = atol(s);
+    if ((s = getenv("MOCK_CUDA_PIN_FAIL_AT")) && *s) {
+        char *end;
+        g_pin_fail_at = g_pin_fail_to = strtol(s, &end, 10);
+        if (*end == '-') g_pin_fail_to = atol(end + 1);
+    }
     if ((s = getenv("MOCK_CUDA_HOST_REGISTER")) && *s) g_host_register = atoi(s) != 0;
     if ((s = getenv("MOCK_CUDA_EVENT_SPAN_MS")) && *s) g_event_span_ms = atof(s);
     if ((s = getenv("MOCK_CUDA_EVENT_SPAN_FILE")) && *s)
@@ -1510,7 +1514,7 @@ static CUresult pin_range(void *p, size_t n, int registered)
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&g_pin_mu);
     long call = ++g_pin_calls;
-    if (call != g_pin_fail_at) {
+    if (call < g_pin_fail_at || call > g_pin_fail_to) {
         int free_slot = -1;
         r = CUDA_SUCCESS;
         for (int i = 0; i < MAX_PINNED; i++) {
