@@ -12,9 +12,10 @@
  * - register (the default): the host copy is one anonymous mapping of ours, 2 MiB aligned, with
  *   huge pages asked for (MADV_HUGEPAGE: the kernel zeroes and the driver pins 2 MiB pages, not
  *   4 KiB ones) and kept out of fork children (MADV_DONTFORK: a child's copy-on-write would leave
- *   the parent's pinned pages the child's); a piece is touched, then cuMemHostRegister'ed. A piece
- *   the driver does not register goes back to the kernel (MADV_DONTNEED) and is cuMemHostAlloc'd
- *   instead; a driver without cuMemHostRegister, or no mapping to be had: alloc.
+ *   the parent's pinned pages the child's); a piece is populated (MADV_POPULATE_WRITE, or written
+ *   a byte per page), then cuMemHostRegister'ed. A piece the driver does not register goes back
+ *   to the kernel (MADV_DONTNEED) and is cuMemHostAlloc'd instead; a driver without
+ *   cuMemHostRegister, or no mapping to be had: alloc.
  * - alloc: each piece is a cuMemHostAlloc.
  * Either way PORTABLE: the copy is usable from every context of the process.
  */
@@ -26,6 +27,9 @@
 #include "swap/swap.h"
 
 #define PAGE 4096u
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older headers lack it, older kernels say EINVAL */
+#endif
 enum { NOT_PINNED = 0, REGISTERED, ALLOCATED };
 
 static uint64_t piece_len(const nvs_hostcopy *h, uint32_t i)
@@ -84,7 +88,10 @@ nvs_hostcopy *nvs_hostcopy_new(uint64_t size)
 static int pin_registered(nvs_hostcopy *h, uint32_t i, uint64_t len)
 {
     volatile char *p = h->map + (uint64_t)i * h->piece;
-    for (uint64_t off = 0; off < len; off += PAGE) p[off] = 0; /* faulted in here, in parallel */
+    /* faulted in here, on this thread (the pinners run in parallel), rather than one page at a
+     * time inside the driver's pinning; kernels before 5.14 lack MADV_POPULATE_WRITE: written */
+    if (madvise((void *)p, (size_t)len, MADV_POPULATE_WRITE) != 0)
+        for (uint64_t off = 0; off < len; off += PAGE) p[off] = 0;
     if (nvs_drv.cuMemHostRegister((void *)p, (size_t)len, CU_MEMHOSTREGISTER_PORTABLE) !=
         CUDA_SUCCESS) {
         madvise((void *)p, (size_t)len, MADV_DONTNEED); /* not kept twice: alloc's below */
