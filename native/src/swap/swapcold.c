@@ -101,6 +101,13 @@ static job_t *plan(nvs_want *w, size_t n, nvs_host_budget *budget, size_t *njobs
     }
     job_t *jobs = total ? malloc(total * sizeof(*jobs)) : NULL;
     *njobs = 0;
+    for (size_t i = 0; i < n && total && !jobs; i++) { /* no memory for the jobs: nothing moves */
+        if (!w[i].host) continue;
+        nvs_host_release(w[i].host);
+        w[i].host = NULL;
+        w[i].refused = 1;
+        budget->why = "the process's memory";
+    }
     for (size_t i = 0; i < n && jobs; i++)
         for (uint32_t p = 0; w[i].host && p < w[i].host->n; p++)
             jobs[(*njobs)++] = (job_t){(uint32_t)i, p, PENDING};

@@ -268,7 +268,7 @@ void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
         /* The host copy holds these bytes already when the sum of the range is the one of what was
          * copied out last time; the new sum is that of what the host copy holds after this one. */
         const summed_t *now = sum_of(sums, nsums, e);
-        int clean = now && e->sum_valid && !memcmp(now->sum, e->sum, sizeof(e->sum));
+        int clean = !e->filled && now && e->sum_valid && !memcmp(now->sum, e->sum, sizeof(e->sum));
         e->sum_valid = now != NULL;
         if (now) memcpy(e->sum, now->sum, sizeof(e->sum));
         /* Out from the first chunk on: a range half moved is restored whole. */
