@@ -9,6 +9,8 @@ pieces of --piece-mib (default 256, the library's NVSHARE_SWAP_PIN_PIECE):
                        piece populated (MADV_POPULATE_WRITE, else a write per 4 KiB page) then
                        cuMemHostRegister'ed, on T threads: what the library does (swappin.c)
   register-lazy-T      the same without populating first (the driver's pinning faults the pages in)
+  populate-T           the mapping populated only, nothing registered: the kernel's share of
+                       register-T (faulting in and zeroing huge pages)
   pipeline-M-T         the library's cold swap-out (swapcold.c): T threads pin the pieces (method M:
                        register or hostalloc) while this thread copies each pinned piece from a
                        device buffer of S (cuMemAlloc) on a stream as soon as it is pinned, in order;
@@ -58,7 +60,7 @@ def variant_names() -> list[tuple[str, int]]:
     out = [("hostalloc-one", 1)]
     out += [(f"hostalloc-{t}", t) for t in THREADS]
     out += [(f"register-{t}", t) for t in THREADS]
-    out += [("register-lazy-8", 8)]
+    out += [("register-lazy-8", 8), ("populate-8", 8)]
     out += [(f"pipeline-{m}-{t}", t) for m in ("register", "hostalloc") for t in (4, 8)]
     return out
 
@@ -90,7 +92,7 @@ class Host:
         self.n = (size + piece - 1) // piece
         self.at = [None] * self.n
         self.base = None
-        if method == "register":
+        if method in ("register", "populate"):
             over = size + STEP
             m = libc.mmap(None, C.c_size_t(over), 3, 0x22, -1, C.c_long(0))  # RW, PRIVATE|ANONYMOUS
             if m in (None, C.c_void_p(-1).value):
@@ -118,8 +120,9 @@ class Host:
         at = self.base + i * self.piece
         if self.populate and self.libc.madvise(C.c_void_p(at), C.c_size_t(n), MADV_POPULATE_WRITE) != 0:
             C.memset(at, 0, n)  # kernels before 5.14: written instead
-        self.ck(self.cu.cuMemHostRegister_v2(C.c_void_p(at), C.c_size_t(n), 1), "cuMemHostRegister")
-        self.at[i] = at
+        if self.method == "register":
+            self.ck(self.cu.cuMemHostRegister_v2(C.c_void_p(at), C.c_size_t(n), 1), "cuMemHostRegister")
+            self.at[i] = at
 
     def free(self) -> None:
         for a in self.at:
@@ -191,7 +194,7 @@ def run_gpu(a: argparse.Namespace) -> dict:
     ref = min(d2h_ms() for _ in range(3))
 
     def once(name: str, threads: int) -> tuple[float, float]:
-        method = "hostalloc" if "hostalloc" in name else "register"
+        method = next(m for m in ("hostalloc", "populate", "register") if m in name)
         if name == "hostalloc-one":
             h, t = C.c_void_p(), time.perf_counter()
             ck(cu.cuMemHostAlloc(C.byref(h), C.c_size_t(size), 1), "cuMemHostAlloc")
