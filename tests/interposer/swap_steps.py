@@ -1,5 +1,6 @@
-"""What the swap tests share (test_swap_store.py, test_swap_vmm.py, test_alloc_vmm.py): whose
-driver calls a log entry is, a drop with EVICT through the fake scheduler, the RESIDENCY reports."""
+"""What the swap tests share (test_swap_store.py, test_swap_vmm.py, test_alloc_vmm.py,
+test_swap_cold.py): whose driver calls a log entry is, the pieces of host copies the library pinned
+and let go, a drop with EVICT through the fake scheduler, the RESIDENCY reports."""
 
 from __future__ import annotations
 
@@ -36,3 +37,20 @@ def drop(recorder, n: int) -> None:
 
 def residency(recorder) -> list:
     return [r.msg for r in recorder.messages(MessageType.RESIDENCY)]
+
+
+PIN_CALLS = ("cuMemHostRegister", "cuMemHostAlloc")  # NVSHARE_SWAP_PIN=register, its fallback
+UNPIN_CALLS = ("cuMemHostUnregister", "cuMemFreeHost")
+
+
+def pins(log, app, ok: bool = True) -> list[dict]:
+    """The pieces of host copies the library pinned itself (ok: only those the driver accepted),
+    in the order the calls began."""
+    found = [e for fn in PIN_CALLS for e in ours(log, app, fn) if not ok or e["ret"] == 0]
+    return sorted(found, key=lambda e: e["t0"])
+
+
+def unpins(log, app) -> list[dict]:
+    """Every successful release of pinned host memory in the process (any thread)."""
+    found = [e for fn in UNPIN_CALLS for e in log.entries(app.pid, fn) if e["ret"] == 0]
+    return sorted(found, key=lambda e: e["t0"])

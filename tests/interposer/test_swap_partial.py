@@ -14,6 +14,7 @@ from xpushare.wire.protocol import DROP_EVICT, FEATURE_SWAP, MessageType
 
 from testkit.waiting import poll
 
+from .swap_steps import pins
 from .test_swap_store import HOST, MIB, _env, _ours, _prefetches, _residency
 
 # Managed memory's paths (the backing kept for oversubscription); device memory of the library's
@@ -69,7 +70,7 @@ def test_a_drop_moves_the_allocations_that_make_the_room_asked(world, recorder, 
 def test_with_host_copies_only_the_picked_ranges_are_copied_and_discarded(world, recorder):
     app = _app(world, recorder, "launch", 1, "pause", "check", 7)
     _drop(recorder, 1, 0)                  # everything out, and the host copies pinned meanwhile
-    poll(lambda: len(_ours(world.log, app, "cuMemHostAlloc")) == len(SIZES),
+    poll(lambda: len(pins(world.log, app)) == len(SIZES),
          what="the three host copies")
     app.resume()
     app.paused(nth=2)

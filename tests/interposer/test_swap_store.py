@@ -20,7 +20,7 @@ from xpushare.wire.protocol import (
 from testkit.waiting import poll
 
 from .harness import build_mock_variant
-from .swap_steps import drop, idle_env, ours, residency
+from .swap_steps import drop, idle_env, ours, pins, residency, unpins
 
 # Managed memory's paths (the backing kept for oversubscription); device memory of the library's
 # own is tests/interposer/test_swap_vmm.py's.
@@ -41,7 +41,7 @@ def _prefetches(log, pid, loc_type) -> list[tuple[int, int]]:
 def _pinned(world, app, size) -> dict:
     """The pinned host copy of `size` bytes our own thread made (waited for: it pins in the
     background)."""
-    found = poll(lambda: [e for e in _ours(world.log, app, "cuMemHostAlloc") if e["size"] == size],
+    found = poll(lambda: [e for e in pins(world.log, app) if e["size"] == size],
                  what=lambda: f"a host copy of {size} bytes (log: {world.log.entries(app.pid)[-5:]})")
     return found[0]
 
@@ -191,7 +191,7 @@ def test_past_the_host_swap_limit_the_memory_stays_and_the_scheduler_hears_refus
     assert (answer.resident_bytes, answer.host_bytes) == (3 * MIB, MIB), "the 1M fits, the 3M not"
     assert [size for _, size in _prefetches(world.log, app.pid, HOST)] == [MIB]
     _pinned(world, app, MIB)
-    assert [e["size"] for e in _ours(world.log, app, "cuMemHostAlloc")] == [MIB], "never the 3M"
+    assert [e["size"] for e in pins(world.log, app)] == [MIB], "never the 3M"
     app.resume()
     assert app.finish() == 0
     assert app.steps("check")[0]["ok"] == 1
@@ -217,9 +217,8 @@ def test_a_free_while_swapped_out_lets_the_host_copy_go_and_nothing_comes_back(w
     app.resume()
     assert app.finish() == 0
     log = world.log
-    (pinned,) = _ours(log, app, "cuMemHostAlloc")
-    freed = [e for e in log.entries(app.pid, "cuMemFreeHost") if e["ptr"] == pinned["ptr"]]
-    assert len(freed) == 1 and freed[0]["ret"] == 0
+    (pinned,) = pins(log, app)
+    assert [e["ptr"] for e in unpins(log, app)] == [pinned["ptr"]]
     assert _ours(log, app, "cuMemcpyHtoDAsync_v2") == [], "a freed range is not swapped in"
     footprints = [r.footprint for r in recorder.messages(MessageType.MEM_UPDATE)]
     assert footprints[-1] == (2 * MIB, 0), "the scheduler hears the smaller footprint"
@@ -232,7 +231,7 @@ def test_swap_off_moves_converted_memory_with_the_drivers_prefetch(world, record
     assert app.steps("check")[0]["ok"] == 1
     log = world.log
     assert log.entries(app.pid, "cuMemDiscardBatchAsync") == []
-    assert _ours(log, app, "cuMemHostAlloc") == []
+    assert pins(log, app) == []
     to_host = [e for e in log.entries(app.pid, "cuMemPrefetchAsync_v2") if e["loc_type"] == HOST]
     assert len(to_host) == 4, "both ranges at both drops, by the driver's migration"
 
@@ -278,7 +277,7 @@ def test_a_driver_without_discard_falls_back_to_the_prefetch(world, recorder, no
     app.resume()
     assert app.finish() == 0
     assert app.steps("check")[0]["ok"] == 1
-    assert _ours(world.log, app, "cuMemHostAlloc") == []
+    assert pins(world.log, app) == []
 
 
 def test_ranges_that_fit_one_by_one_do_not_pass_the_limit_together(world, recorder):
@@ -295,7 +294,7 @@ def test_ranges_that_fit_one_by_one_do_not_pass_the_limit_together(world, record
     assert answer.flags == RESIDENCY_ANSWER | RESIDENCY_REFUSED
     assert (answer.resident_bytes, answer.host_bytes) == (MIB, 2 * MIB)
     _pinned(world, app, MIB)
-    poll(lambda: len(_ours(world.log, app, "cuMemHostAlloc")) >= 2, what="two host copies")
+    poll(lambda: len(pins(world.log, app)) >= 2, what="two host copies")
     app.resume()
     assert app.finish() == 0
-    assert [e["size"] for e in _ours(world.log, app, "cuMemHostAlloc")] == [MIB, MIB]
+    assert [e["size"] for e in pins(world.log, app)] == [MIB, MIB]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from xpushare.wire.protocol import FEATURE_SWAP, MessageType
 
-from .swap_steps import drop, idle_env, ours, residency, theirs
+from .swap_steps import drop, idle_env, ours, pins, residency, theirs, unpins
 
 MIB = 1 << 20
 TOTAL = 16 << 30  # the mock's memory per device
@@ -44,7 +44,7 @@ def test_a_drop_gives_the_memory_back_and_a_grant_maps_it_back_at_the_same_addre
 
     # out: each range copied into a host copy pinned for it, then unmapped and released
     for ptr, size in ((big[0], 4 * MIB), (chunk[0], 2 * MIB)):
-        (pinned,) = [e for e in _ours(log, app, "cuMemHostAlloc") if e["size"] == size]
+        (pinned,) = [e for e in pins(log, app) if e["size"] == size]
         (out,) = [e for e in _ours(log, app, "cuMemcpyDtoHAsync_v2") if e["bytes"] == size]
         (unmap,) = [e for e in log.entries(app.pid, "cuMemUnmap") if e["ptr"] == ptr]
         (release,) = [e for e in log.entries(app.pid, "cuMemRelease") if e["handle"] == maps[ptr]["handle"]]
@@ -99,8 +99,8 @@ def test_a_free_while_swapped_out_gives_everything_back_and_nothing_returns(worl
     assert app.finish() == 0
     log = world.log
     (alloc,) = app.steps("alloc")
-    (pinned,) = _ours(log, app, "cuMemHostAlloc")
-    assert [e["ret"] for e in log.entries(app.pid, "cuMemFreeHost") if e["ptr"] == pinned["ptr"]] == [0]
+    (pinned,) = pins(log, app)
+    assert [e["ptr"] for e in unpins(log, app)] == [pinned["ptr"]]
     assert [e["ret"] for e in log.entries(app.pid, "cuMemAddressFree") if e["ptr"] == alloc["ptr"]] == [0]
     assert len([e for e in log.entries(app.pid, "cuMemMap") if e["ptr"] == alloc["ptr"]]) == 1
     assert _theirs(log, app, "cuMemFree_v2") == [], "the driver never sees a free of our memory"

@@ -39,6 +39,8 @@
  *   fill SEED / check SEED    HtoD a pattern made from SEED into the last allocation / DtoH it and
  *                             compare with that pattern ("ok"), as separate steps (a swap may come
  *                             between)
+ *   fillall SEED / checkall SEED   the same over every byte of the last allocation (the pattern
+ *                             changes with the offset, so a piece restored at the wrong place shows)
  *   streamsync / ctxsync      cuStreamSynchronize(current) / cuCtxSynchronize
  *   collective N K            N training steps on the current stream, as one rank of a job: K
  *                             kernels, one collective (MOCK_COLLECTIVE_FUNCTION: it ends when every
@@ -905,6 +907,28 @@ static int run_steps(char **av, int i, int to)
             o_int(&o, "ret", r);
             o_int(&o, "ok", ok);
             o_u64(&o, "bytes", n);
+            o_end(&o);
+            i += 2;
+        } else if (strcmp(st, "fillall") == 0 || strcmp(st, "checkall") == 0) {
+            ARGS(1);
+            int seed = atoi(av[i + 1]);
+            size_t size;
+            CUdeviceptr d = last_ptr(&size);
+            unsigned char *want = malloc(size ? size : 1), *back = calloc(1, size ? size : 1);
+            for (size_t k = 0; k < size; k++) want[k] = (unsigned char)(k * 13 + (k >> 12) + seed);
+            int ok = want && back;
+            if (st[0] == 'f') {
+                r = ok ? F(MemcpyHtoD, CUdeviceptr, const void *, size_t)(d, want, size) : 1;
+            } else {
+                r = ok ? F(MemcpyDtoH, void *, CUdeviceptr, size_t)(back, d, size) : 1;
+                ok = !r && memcmp(back, want, size) == 0;
+            }
+            free(want);
+            free(back);
+            o_begin(&o, st);
+            o_int(&o, "ret", r);
+            o_int(&o, "ok", ok);
+            o_u64(&o, "bytes", size);
             o_end(&o);
             i += 2;
         } else if (strcmp(st, "collective") == 0) {

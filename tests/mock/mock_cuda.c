@@ -30,6 +30,11 @@
  *                          mock_timeline.c
  *   MOCK_CUDA_PREFETCH_US  every accepted cuMemPrefetchAsync(_v2) sleeps this long (default 0): the
  *                          migration is modelled as done by the call itself
+ *   MOCK_CUDA_PIN_US       every cuMemHostAlloc and cuMemHostRegister sleeps this long (default 0):
+ *                          pinning is slow on a real host, so a test can see it overlap the copies
+ *   MOCK_CUDA_PIN_FAIL_AT  N or N-M: the N-th (to M-th) pinning call of the process (cuMemHostAlloc
+ *                          or cuMemHostRegister, counted from 1) fails with CUDA_ERROR_OUT_OF_MEMORY
+ *   MOCK_CUDA_HOST_REGISTER  0: cuMemHostRegister fails with CUDA_ERROR_NOT_SUPPORTED (counted)
  *   MOCK_CUDA_EVENT_SPAN_MS   what cuEventElapsedTime(_v2) returns (float ms); default: the host
  *                          time between the two events' records (every operation completes at once)
  *   MOCK_CUDA_EVENT_SPAN_FILE a file holding that number, read at every call (a test changes it
@@ -142,6 +147,8 @@ enum {
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
+    CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_ILLEGAL_STATE = 401,
     CUDA_ERROR_NOT_FOUND = 500,
@@ -175,6 +182,9 @@ static long g_work_us = 0;
 static long g_sync_us = 0;
 static long g_kernel_us = 0;           /* MOCK_CUDA_KERNEL_US: the modelled GPU, 0 = off */
 static long g_prefetch_us = 0;
+static long g_pin_us = 0;
+static long g_pin_fail_at = 0, g_pin_fail_to = 0;
+static int g_host_register = 1;
 static double g_event_span_ms = -1; /* < 0: the host time between the records */
 static char g_event_span_file[512];
 static long g_pitch_align = 32;
@@ -316,6 +326,13 @@ static void init_once(void)
     if ((s = getenv("MOCK_CUDA_SYNC_US")) && *s) g_sync_us = atol(s);
     if ((s = getenv("MOCK_CUDA_KERNEL_US")) && *s) g_kernel_us = atol(s);
     if ((s = getenv("MOCK_CUDA_PREFETCH_US")) && *s) g_prefetch_us = atol(s);
+    if ((s = getenv("MOCK_CUDA_PIN_US")) && *s) g_pin_us = atol(s);
+    if ((s = getenv("MOCK_CUDA_PIN_FAIL_AT")) && *s) {
+        char *end;
+        g_pin_fail_at = g_pin_fail_to = strtol(s, &end, 10);
+        if (*end == '-') g_pin_fail_to = atol(end + 1);
+    }
+    if ((s = getenv("MOCK_CUDA_HOST_REGISTER")) && *s) g_host_register = atoi(s) != 0;
     if ((s = getenv("MOCK_CUDA_EVENT_SPAN_MS")) && *s) g_event_span_ms = atof(s);
     if ((s = getenv("MOCK_CUDA_EVENT_SPAN_FILE")) && *s)
         snprintf(g_event_span_file, sizeof g_event_span_file, "%s", s);
@@ -744,6 +761,8 @@ static const char *error_name(CUresult e)
     case 401: return "CUDA_ERROR_ILLEGAL_STATE";
     case 500: return "CUDA_ERROR_NOT_FOUND";
     case 600: return "CUDA_ERROR_NOT_READY";
+    case 712: return "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED";
+    case 713: return "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED";
     case 801: return "CUDA_ERROR_NOT_SUPPORTED";
     case 900: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
     case 901: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
@@ -1467,6 +1486,66 @@ static CUresult do_prefetch(const char *fn, CUdeviceptr p, size_t n, int loc_typ
 
 static int valid_event(CUevent e); /* events: below */
 
+/* Pinned host ranges (cuMemHostAlloc'd or registered), so that a copy can say whether its host
+ * side lies within one ("pinned" in the copies' log lines) and a registration can be refused when
+ * it overlaps one. */
+#define MAX_PINNED 4096
+static struct { uintptr_t p; size_t n; int registered; } g_pinned[MAX_PINNED];
+static pthread_mutex_t g_pin_mu = PTHREAD_MUTEX_INITIALIZER;
+static long g_pin_calls;
+
+static int pinned_span(const void *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p;
+    int in = 0;
+    pthread_mutex_lock(&g_pin_mu);
+    for (int i = 0; i < MAX_PINNED && !in; i++)
+        in = g_pinned[i].n && a >= g_pinned[i].p && a + n <= g_pinned[i].p + g_pinned[i].n;
+    pthread_mutex_unlock(&g_pin_mu);
+    return in;
+}
+
+/* One pinning call: slept for (MOCK_CUDA_PIN_US), counted, refused at MOCK_CUDA_PIN_FAIL_AT or when
+ * it overlaps a pinned range; else remembered. */
+static CUresult pin_range(void *p, size_t n, int registered)
+{
+    if (g_pin_us > 0) usleep((useconds_t)g_pin_us);
+    uintptr_t a = (uintptr_t)p;
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&g_pin_mu);
+    long call = ++g_pin_calls;
+    if (call < g_pin_fail_at || call > g_pin_fail_to) {
+        int free_slot = -1;
+        r = CUDA_SUCCESS;
+        for (int i = 0; i < MAX_PINNED; i++) {
+            if (!g_pinned[i].n) {
+                if (free_slot < 0) free_slot = i;
+            } else if (a < g_pinned[i].p + g_pinned[i].n && g_pinned[i].p < a + n) {
+                r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+            }
+        }
+        if (!r && free_slot < 0) r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (!r) g_pinned[free_slot].p = a, g_pinned[free_slot].n = n,
+                g_pinned[free_slot].registered = registered;
+    }
+    pthread_mutex_unlock(&g_pin_mu);
+    return r;
+}
+
+/* Forget the pinned range starting at p of the kind asked for; 0 when there was one. */
+static int unpin_range(void *p, int registered)
+{
+    int found = 0;
+    pthread_mutex_lock(&g_pin_mu);
+    for (int i = 0; i < MAX_PINNED && !found; i++)
+        if (g_pinned[i].n && g_pinned[i].p == (uintptr_t)p && g_pinned[i].registered == registered) {
+            g_pinned[i].n = 0;
+            found = 1;
+        }
+    pthread_mutex_unlock(&g_pin_mu);
+    return found ? 0 : -1;
+}
+
 CUresult cuMemHostAlloc(void **pp, size_t n, unsigned int flags)
 {
     long long t0 = now_ns();
@@ -1478,6 +1557,9 @@ CUresult cuMemHostAlloc(void **pp, size_t n, unsigned int flags)
         if (m == MAP_FAILED) {
             m = NULL;
             r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else if ((r = pin_range(m, n, 0)) != CUDA_SUCCESS) {
+            munmap(m, n);
+            m = NULL;
         } else {
             *pp = m;
         }
@@ -1487,15 +1569,48 @@ CUresult cuMemHostAlloc(void **pp, size_t n, unsigned int flags)
     return r;
 }
 
-/* The mock does not remember host allocations' sizes: a page is enough to catch a use after free
- * of the start (munmap of the rest would need the size; tests check the log's pairs instead). */
+/* The mock does not unmap the rest of a host allocation (tests check the log's pairs instead): a
+ * page is enough to catch a use after free of the start. */
 CUresult cuMemFreeHost(void *p)
 {
     long long t0 = now_ns();
     CUresult r = need_init();
-    if (!r && !p) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && (!p || unpin_range(p, 0) != 0)) r = CUDA_ERROR_INVALID_VALUE;
     if (!r) munmap(p, 4096);
     log_line("cuMemFreeHost", t0, now_ns(), cur_dev(), r, ",\"ptr\":%llu",
+             (unsigned long long)(uintptr_t)p);
+    return r;
+}
+
+/* Registered memory stays the caller's: only remembered as pinned (counted like cuMemHostAlloc). */
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags)
+{
+    long long t0 = now_ns();
+    CUresult r = need_ctx();
+    if (!r && (!p || !n)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && !g_host_register) {
+        pthread_mutex_lock(&g_pin_mu);
+        g_pin_calls++;
+        pthread_mutex_unlock(&g_pin_mu);
+        r = CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (!r) r = pin_range(p, n, 1);
+    log_line("cuMemHostRegister", t0, now_ns(), cur_dev(), r, ",\"ptr\":%llu,\"size\":%zu,\"flags\":%u",
+             (unsigned long long)(uintptr_t)p, n, flags);
+    return r;
+}
+
+CUresult cuMemHostRegister(void *p, size_t n, unsigned int flags)
+{
+    return cuMemHostRegister_v2(p, n, flags);
+}
+
+CUresult cuMemHostUnregister(void *p)
+{
+    long long t0 = now_ns();
+    CUresult r = need_init();
+    if (!r && (!p || unpin_range(p, 1) != 0)) r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    log_line("cuMemHostUnregister", t0, now_ns(), cur_dev(), r, ",\"ptr\":%llu",
              (unsigned long long)(uintptr_t)p);
     return r;
 }
@@ -1698,6 +1813,7 @@ DEF_HOSTFUNC(cuLaunchHostFunc_ptsz, 1)
 /* gated: copies                                                                               */
 
 enum { CHK_NONE = 0, CHK_DST = 1, CHK_SRC = 2 };
+static int pinned_span(const void *p, size_t n); /* pinned host memory: below */
 
 static CUresult op_copy(const char *fn, CUstream s, int pt, void *dst, const void *src, size_t n, int chk)
 {
@@ -1707,7 +1823,9 @@ static CUresult op_copy(const char *fn, CUstream s, int pt, void *dst, const voi
     if ((chk & CHK_DST) && !is_mock_range(dst, n)) r = CUDA_ERROR_INVALID_VALUE;
     if ((chk & CHK_SRC) && !is_mock_range(src, n)) r = CUDA_ERROR_INVALID_VALUE;
     if (!r && !g.captured && n) memmove(dst, src, n);
-    return gate_end(&g, r, ",\"bytes\":%zu", n);
+    return gate_end(&g, r, ",\"bytes\":%zu,\"dst\":%llu,\"src\":%llu,\"pinned\":%d", n,
+                    (unsigned long long)(uintptr_t)dst, (unsigned long long)(uintptr_t)src,
+                    pinned_span(dst, n) || pinned_span(src, n));
 }
 
 /* copies involving CUarray: arrays are not modelled, only gated and logged */
@@ -2441,6 +2559,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     X(cuEventCreate) X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize)  \
     X(cuEventDestroy) X(cuEventDestroy_v2) X(cuEventElapsedTime) X(cuEventElapsedTime_v2)          \
     X(cuMemHostAlloc) X(cuMemFreeHost) X(cuStreamWaitEvent) X(cuModuleLoadData)                   \
+    X(cuMemHostRegister) X(cuMemHostRegister_v2) X(cuMemHostUnregister)                            \
     X(cuModuleGetFunction)                                                                         \
     MOCK_PREFETCH_EXPORTS(X) MOCK_DISCARD_EXPORTS(X)
 

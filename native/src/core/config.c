@@ -36,6 +36,12 @@
  *                                                 swap store (pinned host copies, swapstore.c);
  *                                                 off: through the driver's prefetch only
  * NVSHARE_HOST_SWAP_LIMIT       none              pinned host memory the swap store may take (size)
+ * NVSHARE_SWAP_PIN              register          how host copies are pinned (swappin.c): register
+ *                                                 (memory of ours, huge pages, cuMemHostRegister) or
+ *                                                 alloc (cuMemHostAlloc); register falls back to alloc
+ * NVSHARE_SWAP_PIN_PIECE        256MiB            a host copy is pinned this much at a time, copied
+ *                                                 as each piece is pinned (size; 2 MiB steps)
+ * NVSHARE_SWAP_PIN_THREADS      4                 threads pinning a first swap-out's pieces, 1..16
  * NVSHARE_BACKING               vmm               what converted allocations are: vmm (device memory
  *                                                 the library maps itself, vmm.c) or managed
  *                                                 (unified memory, demand-paged); managed whenever
@@ -251,6 +257,23 @@ static int env_backing(void)
     return NVS_BACKING_VMM;
 }
 
+/* NVSHARE_SWAP_PIN, _PIECE (whole 2 MiB steps) and _THREADS: how the swap store pins host copies. */
+static void env_swap_pin(nvs_config *c)
+{
+    const char *v = getenv("NVSHARE_SWAP_PIN");
+    c->swap_pin = NVS_PIN_REGISTER;
+    if (v && *v && !strcasecmp(v, "alloc")) c->swap_pin = NVS_PIN_ALLOC;
+    else if (v && *v && strcasecmp(v, "register"))
+        nvs_warn("ignoring NVSHARE_SWAP_PIN=\"%s\": expected register or alloc; using register", v);
+    c->swap_pin_piece = NVS_PIN_PIECE;
+    uint64_t n;
+    if (env_size("NVSHARE_SWAP_PIN_PIECE", &n)) {
+        if (n >= NVS_PIN_STEP && n <= (64ull << 30)) c->swap_pin_piece = n / NVS_PIN_STEP * NVS_PIN_STEP;
+        else nvs_warn("ignoring NVSHARE_SWAP_PIN_PIECE: expected 2MiB to 64GiB; using 256MiB");
+    }
+    c->swap_pin_threads = (unsigned)env_long("NVSHARE_SWAP_PIN_THREADS", 4, 1, 16);
+}
+
 static int env_on_off(const char *name, int def)
 {
     const char *v = getenv(name);
@@ -310,6 +333,7 @@ void nvs_config_load(void)
     c->evict = env_evict();
     c->swap = env_on_off("NVSHARE_SWAP", 1);
     if (env_size("NVSHARE_HOST_SWAP_LIMIT", &v)) c->host_swap_limit = v;
+    env_swap_pin(c);
     /* Memory that must be demand-paged past the GPU's size cannot be device memory. */
     c->backing = c->single_oversub ? NVS_BACKING_MANAGED : env_backing();
     c->alloc_wait_ms = (unsigned)env_long("NVSHARE_ALLOC_WAIT_MS", 5000, 0, 3600000);

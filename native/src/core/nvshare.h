@@ -54,6 +54,10 @@ enum { NVS_PREFETCH_WAIT = 0, NVS_PREFETCH_OVERLAP, NVS_PREFETCH_OFF };
 enum { NVS_EVICT_BACKGROUND = 0, NVS_EVICT_WAIT };
 /* NVSHARE_BACKING: what converted allocations are (vmm.c, alloc.c). */
 enum { NVS_BACKING_VMM = 0, NVS_BACKING_MANAGED };
+/* NVSHARE_SWAP_PIN: host copies are mappings of ours registered piece by piece, or cuMemHostAlloc'd */
+enum { NVS_PIN_REGISTER = 0, NVS_PIN_ALLOC };
+#define NVS_PIN_STEP (2ull << 20)   /* pieces are whole huge pages */
+#define NVS_PIN_PIECE (256ull << 20) /* NVSHARE_SWAP_PIN_PIECE's default */
 
 typedef struct nvs_config {
     int debug;             /* NVSHARE_DEBUG: 0 off, 1 decisions, 2 more */
@@ -75,6 +79,9 @@ typedef struct nvs_config {
     int evict;                /* NVSHARE_EVICT: NVS_EVICT_* */
     int swap;                 /* NVSHARE_SWAP: the swap store moves converted memory (swapstore.c) */
     uint64_t host_swap_limit; /* NVSHARE_HOST_SWAP_LIMIT: pinned host copies at most, 0 = none */
+    int swap_pin;             /* NVSHARE_SWAP_PIN: NVS_PIN_* (swappin.c) */
+    uint64_t swap_pin_piece;  /* NVSHARE_SWAP_PIN_PIECE: bytes a host copy is pinned in at a time */
+    unsigned swap_pin_threads; /* NVSHARE_SWAP_PIN_THREADS: threads pinning a cold swap-out's pieces */
     int backing;              /* NVSHARE_BACKING: NVS_BACKING_* */
     unsigned alloc_wait_ms;   /* NVSHARE_ALLOC_WAIT_MS: how long an allocation waits for room */
     char cuda_library[512];   /* NVSHARE_CUDA_LIBRARY */

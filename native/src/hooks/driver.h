@@ -58,6 +58,10 @@ X(cuMemPrefetchAsync, ("cuMemPrefetchAsync"), \
  * prefetch moves the memory (switch.c). */ \
 X(cuMemHostAlloc, ("cuMemHostAlloc"), (void **pp, size_t bytesize, unsigned int flags), NONE) \
 X(cuMemFreeHost, ("cuMemFreeHost"), (void *p), NONE) \
+/* Host copies pinned in place (swappin.c, NVSHARE_SWAP_PIN=register): missing, cuMemHostAlloc. */ \
+X(cuMemHostRegister, ("cuMemHostRegister_v2", "cuMemHostRegister"), \
+  (void *p, size_t bytesize, unsigned int flags), NONE) \
+X(cuMemHostUnregister, ("cuMemHostUnregister"), (void *p), NONE) \
 X(cuStreamWaitEvent, ("cuStreamWaitEvent"), (CUstream hStream, CUevent hEvent, unsigned int flags), \
   NONE) \
 X(cuMemDiscardBatchAsync, ("cuMemDiscardBatchAsync"), \

@@ -58,7 +58,7 @@ int nvs_ptrtab_put(nvs_ptrtab *t, uint64_t key, uint64_t size, int dev, int kind
         if (e->state == 2) t->dead--;
         t->used++;
         e->out = 0;
-        e->sum_valid = e->discard_due = e->cold = e->pin_refused = 0;
+        e->sum_valid = e->discard_due = e->cold = e->pin_refused = e->filled = 0;
         e->host = NULL;
     }
     e->key = key;

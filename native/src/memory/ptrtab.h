@@ -22,9 +22,10 @@ typedef struct {
     uint8_t cold;        /* swapstore.c: no host copy yet: this swap-out moves it by prefetch */
     uint8_t pin_refused; /* swapstore.c: no host copy within the bounds: it stays on the GPU */
     uint8_t vmm;         /* vmm.c: device memory the library mapped at key itself (not managed) */
+    uint8_t filled;      /* swapcold.c: this swap-out copied the range while pinning its host copy */
     uint64_t handle; /* vmm.c: the physical allocation mapped at key (0: none, the range is out);
                       * a packed small allocation (nvs_small): the key of its chunk */
-    void *host;    /* swapstore.c: the pinned host copy of the range, NULL when none */
+    struct nvs_hostcopy *host; /* swappin.c: the pinned host copy of the range, NULL when none */
     uint64_t sum[2]; /* swapsum.c's checksum of what was last copied out */
 } nvs_ptr_entry;
 

@@ -67,10 +67,66 @@ size_t nvs_swap_pick(int dev, uint64_t at_least, int swap, uint64_t **keys) NVS_
  * (marked cold) within the host memory bounds, the rest stays on the GPU (io->refused), and the
  * pinner thread is asked to make their host copies. */
 void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
-/* swaphost.c: host copies for d's picked ranges of ours (vmm.c) that lack one, pinned now: the
- * driver cannot move those ranges for us; one past the host memory bounds stays on the GPU. */
-void nvs_swap_pin_ours(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
 uint64_t nvs_swap_host_total(void) NVS_HIDDEN; /* pinned host copies, bytes */
+
+/* swappin.c: a host copy, pinned in pieces of nvs_cfg.swap_pin_piece bytes (the last may be
+ * shorter), each on its own (any thread, one piece per thread at a time), so that pinning can
+ * overlap the copies; a copy never crosses a piece (nvs_hostcopy_at). */
+typedef struct nvs_hostcopy {
+    uint64_t size, piece;
+    uint32_t n;     /* pieces */
+    char *map;      /* NVSHARE_SWAP_PIN=register: the mapping of ours the pieces live in */
+    size_t map_len;
+    void **at;      /* piece i's first byte once pinned, else NULL */
+    uint8_t *how;   /* piece i: 0 not pinned, 1 registered in map, 2 cuMemHostAlloc'd */
+} nvs_hostcopy;
+nvs_hostcopy *nvs_hostcopy_new(uint64_t size) NVS_HIDDEN; /* no piece pinned; NULL: no memory */
+int nvs_hostcopy_pin(nvs_hostcopy *h, uint32_t i) NVS_HIDDEN; /* 0: piece i pinned; -1: refused */
+int nvs_hostcopy_pin_all(nvs_hostcopy *h) NVS_HIDDEN;        /* 0, or -1 (some pieces may be) */
+void nvs_hostcopy_free(nvs_hostcopy *h) NVS_HIDDEN;          /* its pinned pieces, then itself */
+/* The host copy's byte at offset lo of the range, and in *n the bytes from it to its piece's end. */
+static inline void *nvs_hostcopy_at(const nvs_hostcopy *h, uint64_t lo, size_t *n)
+{
+    uint32_t i = (uint32_t)(lo / h->piece);
+    uint64_t start = (uint64_t)i * h->piece;
+    uint64_t end = start + h->piece < h->size ? start + h->piece : h->size;
+    *n = (size_t)(end - lo);
+    return (char *)h->at[i] + (lo - start);
+}
+
+/* swaphost.c: the host memory bounds (NVSHARE_HOST_SWAP_LIMIT, MemAvailable less a floor), read
+ * once per pass and taken from as ranges are admitted. */
+typedef struct {
+    uint64_t limit_left; /* under NVSHARE_HOST_SWAP_LIMIT (UINT64_MAX: none) */
+    uint64_t avail_left; /* under MemAvailable less the floor (UINT64_MAX: unknown) */
+    const char *why;     /* the bound the last refusal met */
+} nvs_host_budget;
+nvs_host_budget nvs_host_budget_now(void) NVS_HIDDEN;
+/* Whether `size` more bytes of host copies fit b; if so taken from b and counted as held (a
+ * range refused later gives them back with nvs_host_release). */
+int nvs_host_admit(nvs_host_budget *b, uint64_t size) NVS_HIDDEN;
+void nvs_host_release(nvs_hostcopy *h) NVS_HIDDEN; /* frees h (NULL: nothing), uncounts its bytes */
+void nvs_swap_say_refused(int dev, uint64_t bytes, const char *why) NVS_HIDDEN;
+/* A range wanting a host copy, as listed outside nvs_amu and given its copy back under it. */
+typedef struct {
+    CUdeviceptr ptr;
+    uint64_t size;
+    nvs_hostcopy *host;
+    uint8_t refused; /* past the bounds, or the pinning failed */
+    uint8_t filled;  /* the host copy holds the range's bytes already (swapcold.c copied them) */
+} nvs_want;
+/* The picked ranges of ours (vmm.c) of io without a host copy (io NULL: the pinner's: managed
+ * ones that may still get one); nvs_amu taken here. */
+size_t nvs_swap_wanting(int dev, const nvs_swap_io *io, nvs_want **out) NVS_HIDDEN;
+/* Under nvs_amu: each still allocated range gets its host copy (w[i].host NULL then), or is
+ * marked pin_refused (counted in io->refused). Returns how many host copies were left over (their
+ * ranges freed meanwhile): the caller releases them once no copy uses them. */
+size_t nvs_swap_attach(int dev, nvs_swap_io *io, nvs_want *w, size_t n) NVS_HIDDEN;
+/* swapcold.c: host copies for d's picked ranges of ours that lack one: the driver cannot move
+ * those ranges for us. Pinned in pieces by worker threads while the client thread copies each
+ * pinned piece out on io->a; such a range is marked filled (nvs_swap_out only marks it out). One
+ * past the host memory bounds, or a piece refused, stays on the GPU with everything released. */
+void nvs_swap_pin_ours(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
 /* swapsum.c: the checksum kernel of rec's context (loaded once; 0 when it cannot be), and one
  * launch of it over [data, data + size) adding into the two u64 at out (device memory). */
 int nvs_swapsum_ready(nvs_ctxrec *rec) NVS_HIDDEN;

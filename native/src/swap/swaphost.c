@@ -11,7 +11,8 @@
  * pinner, makes its host copy meanwhile, with a context of its device current, outside nvs_amu; it
  * attaches the copy to the allocation's entry under nvs_amu if the allocation still exists, and
  * frees it otherwise. The driver cannot move device memory of ours (vmm.c) for us: its first
- * swap-out pins its host copy first (nvs_swap_pin_ours), on the client thread.
+ * swap-out pins its host copy in pieces while it copies the pieces pinned (swapcold.c). A host
+ * copy is swappin.c's (pieces); its bytes are counted as held from its admission on.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,16 +33,20 @@ uint64_t nvs_swap_host_total(void)
     return atomic_load(&host_total);
 }
 
-void nvs_swap_forget(int dev, uint64_t size, int out, void *host)
+void nvs_swap_forget(int dev, uint64_t size, int out, nvs_hostcopy *host)
 {
     if (out) {
         atomic_fetch_sub(&nvs_g.dev[dev].swap.swapped_bytes, size);
         atomic_fetch_sub(&nvs_g.dev[dev].swap.swapped_out, 1);
     }
-    if (!host) return;
-    CUstreamCaptureMode old = nvs_relaxed_begin();
-    nvs_drv.cuMemFreeHost(host);
-    nvs_relaxed_end(old);
+    nvs_host_release(host);
+}
+
+void nvs_host_release(nvs_hostcopy *h)
+{
+    if (!h) return;
+    uint64_t size = h->size;
+    nvs_hostcopy_free(h);
     atomic_fetch_sub(&host_total, size);
 }
 
@@ -61,17 +66,9 @@ static void host_memory(uint64_t *avail, uint64_t *total)
     fclose(f);
 }
 
-/* The room left for host copies in one pass over the ranges: read once (/proc/meminfo), then
- * taken from as ranges are admitted, so that ranges that fit one by one cannot pass it together. */
-typedef struct {
-    uint64_t limit_left; /* under NVSHARE_HOST_SWAP_LIMIT (UINT64_MAX: none) */
-    uint64_t avail_left; /* under MemAvailable less the floor (UINT64_MAX: unknown) */
-    const char *why;     /* the bound the last refusal met */
-} host_budget;
-
-static host_budget host_budget_now(void)
+nvs_host_budget nvs_host_budget_now(void)
 {
-    host_budget b = {UINT64_MAX, UINT64_MAX, NULL};
+    nvs_host_budget b = {UINT64_MAX, UINT64_MAX, NULL};
     uint64_t have = atomic_load(&host_total);
     if (nvs_cfg.host_swap_limit)
         b.limit_left = nvs_cfg.host_swap_limit > have ? nvs_cfg.host_swap_limit - have : 0;
@@ -83,7 +80,7 @@ static host_budget host_budget_now(void)
 }
 
 /* Whether `size` more bytes of host copies stay within the bounds (taken from b if so). */
-static int host_room(host_budget *b, uint64_t size)
+static int host_room(nvs_host_budget *b, uint64_t size)
 {
     if (size > b->limit_left) {
         b->why = "NVSHARE_HOST_SWAP_LIMIT";
@@ -98,15 +95,14 @@ static int host_room(host_budget *b, uint64_t size)
     return 1;
 }
 
+int nvs_host_admit(nvs_host_budget *b, uint64_t size)
+{
+    if (!host_room(b, size)) return 0;
+    atomic_fetch_add(&host_total, size);
+    return 1;
+}
+
 /* ------------------------------------------------------------------ host copies */
-typedef struct {
-    CUdeviceptr ptr;
-    uint64_t size;
-    void *host;
-    int refused; /* past the bounds, or the pinning failed */
-} want_t;
-
-
 /* nvs_amu held. Whether a range wants a host copy: with io, the picked ranges of ours (vmm.c) of
  * this swap-out, refused before or not (there may be room now); without, the pinner's: managed
  * ones that may still get one. */
@@ -117,28 +113,50 @@ static int wanting(const nvs_ptr_entry *e, int dev, const nvs_swap_io *io)
     return !e->vmm && !e->pin_refused;
 }
 
-/* The converted ranges of dev without a host copy that may get one (nvs_amu taken here). */
-static size_t list_wanting(int dev, const nvs_swap_io *io, want_t **out)
+size_t nvs_swap_wanting(int dev, const nvs_swap_io *io, nvs_want **out)
 {
     size_t n = 0, cap = 0;
-    want_t *w = NULL;
+    nvs_want *w = NULL;
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
     for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&nvs_ptrs, &pos));) {
         if (!wanting(e, dev, io)) continue;
         if (n == cap) {
-            want_t *g = realloc(w, (cap = cap ? cap * 2 : 16) * sizeof(*w));
+            nvs_want *g = realloc(w, (cap = cap ? cap * 2 : 16) * sizeof(*w));
             if (!g) break;
             w = g;
         }
-        w[n++] = (want_t){(CUdeviceptr)e->key, e->size, NULL, 0};
+        w[n++] = (nvs_want){.ptr = (CUdeviceptr)e->key, .size = e->size};
     }
     pthread_mutex_unlock(&nvs_amu);
     *out = w;
     return n;
 }
 
-static void say_refused(int dev, uint64_t bytes, const char *why)
+size_t nvs_swap_attach(int dev, nvs_swap_io *io, nvs_want *w, size_t n)
+{
+    size_t left = 0;
+    pthread_mutex_lock(&nvs_amu);
+    for (size_t i = 0; i < n; i++) {
+        nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_ptrs, w[i].ptr);
+        if (e && e->size == w[i].size && !e->host && nvs_swap_movable(e, dev)) {
+            if (w[i].refused) {
+                e->pin_refused = 1;
+                if (io) io->refused += e->size;
+            } else if (w[i].host) {
+                e->pin_refused = 0;
+                e->host = w[i].host;
+                e->filled = w[i].filled;
+                w[i].host = NULL;
+            }
+        }
+        left += w[i].host != NULL;
+    }
+    pthread_mutex_unlock(&nvs_amu);
+    return left;
+}
+
+void nvs_swap_say_refused(int dev, uint64_t bytes, const char *why)
 {
     nvs_warn("device %d: %llu MiB of its memory could not be swapped out to host memory "
              "(limit: %s, %llu MiB of host copies held); it stays on the GPU",
@@ -146,50 +164,35 @@ static void say_refused(int dev, uint64_t bytes, const char *why)
              (unsigned long long)(nvs_swap_host_total() >> 20));
 }
 
-/* Pin a host copy for every range of dev that lacks one (with io: the picked ranges of ours of
- * that swap-out, counted in io->refused when refused), within the bounds (outside nvs_amu:
- * pinning is far slower than the bus). A range past the bounds is marked pin_refused: it stays on
- * the GPU. The pinner thread's work, and a swap-out's for ranges of ours. */
-static void give_host_copies(nvs_dev *d, nvs_swap_io *io)
+/* The pinner thread's work: a host copy for every managed range of dev that lacks one, within
+ * the bounds, pinned here piece by piece (outside nvs_amu: pinning is far slower than the bus).
+ * A range past the bounds, or refused by the driver, is marked pin_refused: it stays on the GPU. */
+static void give_host_copies(nvs_dev *d)
 {
-    want_t *w;
-    size_t n = list_wanting(d->ordinal, io, &w);
-    if (!n) {
-        free(w);
-        return;
-    }
-    host_budget budget = host_budget_now();
+    nvs_want *w;
+    size_t n = nvs_swap_wanting(d->ordinal, NULL, &w);
+    nvs_host_budget budget = nvs_host_budget_now();
     uint64_t refused = 0;
     for (size_t i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
-        int room = host_room(&budget, w[i].size);
-        if (!room || nvs_drv.cuMemHostAlloc(&w[i].host, (size_t)w[i].size,
-                                            CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) {
-            if (room) budget.why = "cuMemHostAlloc";
+        if (!(w[i].host = nvs_hostcopy_new(w[i].size))) {
+            budget.why = "the process's memory";
+            w[i].refused = 1;
+        } else if (!nvs_host_admit(&budget, w[i].size)) {
+            nvs_hostcopy_free(w[i].host); /* nothing pinned yet, nothing counted */
             w[i].host = NULL;
             w[i].refused = 1;
-            refused += w[i].size;
-            continue;
-        }
-        atomic_fetch_add(&host_total, w[i].size);
-    }
-    pthread_mutex_lock(&nvs_amu);
-    for (size_t i = 0; i < n; i++) {
-        nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_ptrs, w[i].ptr);
-        if (!e || e->size != w[i].size || e->host || !nvs_swap_movable(e, d->ordinal)) continue;
-        if (w[i].refused) {
-            e->pin_refused = 1;
-            if (io) io->refused += e->size;
-        } else if (w[i].host) {
-            e->pin_refused = 0;
-            e->host = w[i].host;
+        } else if (nvs_hostcopy_pin_all(w[i].host) != 0) {
+            nvs_host_release(w[i].host);
             w[i].host = NULL;
+            budget.why = "the driver's pinning";
+            w[i].refused = 1;
         }
+        refused += w[i].refused ? w[i].size : 0;
     }
-    pthread_mutex_unlock(&nvs_amu);
-    for (size_t i = 0; i < n; i++) /* freed meanwhile */
-        if (w[i].host) nvs_swap_forget(d->ordinal, w[i].size, 0, w[i].host);
+    if (nvs_swap_attach(d->ordinal, NULL, w, n))
+        for (size_t i = 0; i < n; i++) nvs_host_release(w[i].host); /* freed meanwhile */
     free(w);
-    if (refused) say_refused(d->ordinal, refused, budget.why);
+    if (refused) nvs_swap_say_refused(d->ordinal, refused, budget.why);
     NVS_DEBUG("device %d: host copies pinned (%llu MiB held)", d->ordinal,
               (unsigned long long)(nvs_swap_host_total() >> 20));
 }
@@ -217,7 +220,7 @@ static void *pinner_main(void *arg)
             if (!(devs >> i & 1) || !rec ||
                 nvs_drv.cuCtxSetCurrent(rec->ctx) != CUDA_SUCCESS)
                 continue;
-            give_host_copies(&nvs_g.dev[i], NULL);
+            give_host_copies(&nvs_g.dev[i]);
         }
     }
     return NULL;
@@ -251,16 +254,11 @@ static void pinner_want(nvs_dev *d)
     pthread_mutex_unlock(&pin_mu);
 }
 
-void nvs_swap_pin_ours(nvs_dev *d, nvs_swap_io *io)
-{
-    give_host_copies(d, io);
-}
-
 /* Ranges of dev without a host copy: this swap-out leaves them to the driver's prefetch (marked
  * cold) within the host memory bounds, the rest stays on the GPU; the pinner makes the copies. */
 void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io)
 {
-    host_budget budget = host_budget_now(); /* read before nvs_amu: no file I/O under it */
+    nvs_host_budget budget = nvs_host_budget_now(); /* before nvs_amu: no file I/O under it */
     int want = 0;
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
@@ -282,6 +280,6 @@ void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io)
     }
     pthread_mutex_unlock(&nvs_amu);
     if (want) pinner_want(d);
-    if (newly) say_refused(d->ordinal, newly, budget.why);
+    if (newly) nvs_swap_say_refused(d->ordinal, newly, budget.why);
 }
 

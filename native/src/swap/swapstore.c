@@ -17,9 +17,11 @@
  * The program's own cuMemAllocManaged memory may be read by host code at any time: it moves with
  * the driver's prefetch (switch.c), never through here.
  *
- * An allocation's first swap-out has no host copy to use: it moves with the driver's prefetch, and
- * the pinner thread makes its host copy meanwhile, within the host memory bounds (swaphost.c), so
- * the next swap-out copies at the speed of the bus. A host copy stays after the swap-in: it is the
+ * An allocation's first swap-out has no host copy to use. A managed one moves with the driver's
+ * prefetch, and the pinner thread makes its host copy meanwhile, within the host memory bounds
+ * (swaphost.c), so the next swap-out copies at the speed of the bus; one of ours (vmm.c), which the
+ * driver cannot move for us, has its host copy pinned piece by piece while the pieces already
+ * pinned are copied (swapcold.c). A host copy is made of pieces (swappin.c): no copy crosses one. A host copy stays after the swap-in: it is the
  * allocation's swap space, reused at its next swap-out, and freed with the allocation. While it
  * holds what the range holds (the application did not write the range since it came back:
  * swapsum.c's checksum says so), a swap-out copies nothing: the range is out at once, and its
@@ -106,7 +108,7 @@ static int pair(nvs_swap_io *io, CUstream x, CUstream y, CUresult r1)
 typedef struct {
     CUdeviceptr ptr;
     uint64_t size;
-    void *host;
+    const nvs_hostcopy *host;
     uint64_t sum[2];
 } summed_t;
 
@@ -181,20 +183,31 @@ static const summed_t *sum_of(const summed_t *s, size_t n, const nvs_ptr_entry *
     return NULL;
 }
 
+/* The next chunk of a move at offset lo of e's range, never across a piece of its host copy
+ * (swappin.c), and for managed memory at most CHUNK (a range of ours has no discard to pair each
+ * copy with); *host: the host copy's bytes there. */
+static size_t chunk_at(const nvs_ptr_entry *e, uint64_t lo, void **host)
+{
+    size_t n;
+    *host = nvs_hostcopy_at(e->host, lo, &n);
+    return e->vmm || n < CHUNK ? n : (size_t)CHUNK;
+}
+
 /* nvs_amu held. Copy the range into its host copy and discard it, chunk by chunk. A range of
- * ours (vmm.c) is only copied: its physical memory goes back once the copies finished
- * (nvs_swap_release_out). */
+ * ours (vmm.c) is only copied, a piece of its host copy per call: its physical memory goes back
+ * once the copies finished (nvs_swap_release_out). */
 static int queue_out(nvs_swap_io *io, nvs_ptr_entry *e)
 {
     nvs_fn_cuMemcpyDtoHAsync_v2 copy = NVS_REAL(cuMemcpyDtoHAsync_v2, NVS_IDX_cuMemcpyDtoHAsync_v2);
-    if (e->vmm)
-        return copy(e->host, (CUdeviceptr)e->key, (size_t)e->size, io->a) == CUDA_SUCCESS ? 0 : -1;
-    for (uint64_t lo = 0; lo < e->size; lo += CHUNK) {
-        size_t n = (size_t)(e->size - lo < CHUNK ? e->size - lo : CHUNK);
+    for (uint64_t lo = 0; lo < e->size;) {
+        void *h;
+        size_t n = chunk_at(e, lo, &h);
         CUdeviceptr p = (CUdeviceptr)e->key + lo;
-        if (pair(io, io->a, io->b, copy((char *)e->host + lo, p, n, io->a)) != 0 ||
-            discard(p, n, io->b) != CUDA_SUCCESS)
+        if (e->vmm ? copy(h, p, n, io->a) != CUDA_SUCCESS
+                   : pair(io, io->a, io->b, copy(h, p, n, io->a)) != 0 ||
+                         discard(p, n, io->b) != CUDA_SUCCESS)
             return -1;
+        lo += n;
     }
     return 0;
 }
@@ -209,14 +222,16 @@ static int queue_in(nvs_swap_io *io, nvs_ptr_entry *e)
                                : nvs_vmm_map(io->dev, (CUdeviceptr)e->key, e->size, &e->handle);
         if (r == CUDA_ERROR_OUT_OF_MEMORY) return 1;
         if (r != CUDA_SUCCESS) return -1;
-        return copy((CUdeviceptr)e->key, e->host, (size_t)e->size, io->a) == CUDA_SUCCESS ? 0 : -1;
     }
-    for (uint64_t lo = 0; lo < e->size; lo += CHUNK) {
-        size_t n = (size_t)(e->size - lo < CHUNK ? e->size - lo : CHUNK);
+    for (uint64_t lo = 0; lo < e->size;) {
+        void *h;
+        size_t n = chunk_at(e, lo, &h);
         CUdeviceptr p = (CUdeviceptr)e->key + lo;
-        if (pair(io, io->b, io->a, nvs_prefetch_range(p, n, 0, io->dev, io->b)) != 0 ||
-            copy(p, (char *)e->host + lo, n, io->a) != CUDA_SUCCESS)
+        if (e->vmm ? copy(p, h, n, io->a) != CUDA_SUCCESS
+                   : pair(io, io->b, io->a, nvs_prefetch_range(p, n, 0, io->dev, io->b)) != 0 ||
+                         copy(p, h, n, io->a) != CUDA_SUCCESS)
             return -1;
+        lo += n;
     }
     return 0;
 }
@@ -253,7 +268,7 @@ void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
         /* The host copy holds these bytes already when the sum of the range is the one of what was
          * copied out last time; the new sum is that of what the host copy holds after this one. */
         const summed_t *now = sum_of(sums, nsums, e);
-        int clean = now && e->sum_valid && !memcmp(now->sum, e->sum, sizeof(e->sum));
+        int clean = !e->filled && now && e->sum_valid && !memcmp(now->sum, e->sum, sizeof(e->sum));
         e->sum_valid = now != NULL;
         if (now) memcpy(e->sum, now->sum, sizeof(e->sum));
         /* Out from the first chunk on: a range half moved is restored whole. */
@@ -264,6 +279,8 @@ void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
             /* nvs_swap_discard_due, once the scheduler heard; ours: released with the rest */
             e->discard_due = !e->vmm;
             io->clean += e->size;
+        } else if (e->filled) {
+            e->filled = 0; /* swapcold.c copied it while pinning its host copy */
         } else if (queue_out(io, e) != 0) {
             e->sum_valid = 0;
             io->errors++;

@@ -14,7 +14,8 @@ int nvs_swap_usable(void) NVS_HIDDEN; /* NVSHARE_SWAP and the driver has every c
  * for a move in progress and for the device's last discards; after a successful free: releases its
  * host copy and uncounts what was out. */
 void nvs_swap_fence(int dev) NVS_HIDDEN;
-void nvs_swap_forget(int dev, uint64_t size, int out, void *host) NVS_HIDDEN;
+struct nvs_hostcopy; /* swappin.c's */
+void nvs_swap_forget(int dev, uint64_t size, int out, struct nvs_hostcopy *host) NVS_HIDDEN;
 
 /* ---------------------------------------------------------------- switch.c */
 /* Fast context switches, client thread only, never under nvs_g.mu. */
