@@ -86,7 +86,7 @@ def test_a_non_admin_sees_others_without_command_line_or_pod_and_itself_in_full(
     (mine,) = st["clients"]  # other users' clients are counted, not listed
     assert mine["client_id"] == my_id and st["other_users_clients"] >= 1
     assert "xpushare.cli.ctl" not in mine["command"] and mine["command"]  # its own: in full
-    assert "of other users, not listed" in cli and json.loads(top)["other_users_clients"] >= 1
+    assert "of other users or pods, not listed" in cli and json.loads(top)["other_users_clients"] >= 1
     for text in (str(st), cli, top):
         assert "hunter2" not in text and "secret-pod" not in text
     (seen,) = [c for c in full["clients"] if c["uid"] == 0]  # an admin sees everything

@@ -7,9 +7,9 @@ are read and answered between two slices whatever the number of requests. Each p
 from them at the end (a copy of at most MAX_CTL_REPLY bytes).
 
 What a requester sees is access.Viewer's: an admin every client; anyone else only the clients of
-its own uid, and other users' clients counted (`other_users_clients`, in the reply and per GPU
-with the bytes they told: `other_users_bytes`), as a container's nvidia-smi shows only its own
-processes. So a non-admin's reply grows with its own clients, not with everyone's: twenty users
+its own uid in its own pod (or in no pod, as it is), and every other client counted
+(`other_users_clients`, in the reply and per GPU with the bytes they told: `other_users_bytes`),
+as a container's nvidia-smi shows only its own processes. So a non-admin's reply grows with its own clients, not with everyone's: twenty users
 asking for status cannot each make the scheduler build, and themselves parse, the whole node.
 
 A reply is one frame, so what it lists is bounded: with very many clients their command lines are
@@ -36,7 +36,7 @@ from .status import COMMAND_MAX, client_status, gpu_status, job_shown, job_statu
 COMMAND_SHORT = 32  # characters of a command line when the reply would not fit otherwise
 REPLY_MAX = MAX_CTL_REPLY - 256  # what status fills of a frame, below it: the counts added last
 JOIN_CLIENTS = 16  # client entries joined into the reply's bytes in one step
-OTHERS_STEP = 16   # other users' clients counted in one step
+OTHERS_STEP = 16   # other tenants' clients counted in one step
 
 Steps = Generator[None, None, bytes]
 
