@@ -84,7 +84,11 @@ def steps(state: SchedulerState, viewer: Viewer) -> Steps:
 
     if size() > REPLY_MAX:
         client_t = yield from _clients(state, shown, now, viewer, COMMAND_SHORT)
-    if size() > REPLY_MAX:  # rare (hundreds of client-made GPUs): their entries as dicts again
+    # Rare (hundreds of client-made GPUs): the entries as dicts again, to leave out the GPUs that
+    # do not fit. Only then: dicts held over hundreds of steps are promoted to the collector's
+    # oldest generation and set off full collections of the daemon's state, and a node of NVML's
+    # GPUs too large for a frame (255 clients on 20 GPUs) has no GPU to leave out.
+    if size() > REPLY_MAX and any(g.index is None for g in gpus):
         gpu_d = []
         for g in gpus:
             gpu_d.append(gpu_entry(g))
