@@ -13,6 +13,12 @@ the stack seen most often in it, and how long the thread ran and how long it wai
 (/proc/self/task/TID/schedstat: a loop held by a busy machine, not by the scheduler, waited).
 gc.callbacks time each collection. Lines go to stderr, which
 bench/core/daemon.py keeps in the daemon's log, starting with "loopwatch:".
+
+LOOPWATCH_CALLBACKS=1: instead of sampling, every callback the loop runs is timed (asyncio's
+Handle._run), and each of at least LOOPWATCH_MS is reported with what it was (for a socket's read,
+the peer's client id, pid and uid), its wall time and its thread's CPU time in it. Sampling can
+only see the loop's thread where it lets the interpreter lock go (a send, a poll), so it names
+the system call after a stretch of Python code; timing the callbacks names the callback.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import time
 import traceback
 
 THRESHOLD_S = float(os.environ.get("LOOPWATCH_MS", "5")) / 1e3
+CALLBACKS = os.environ.get("LOOPWATCH_CALLBACKS") == "1"
 _stamp = [time.perf_counter()]
 
 
@@ -87,6 +94,34 @@ def _watcher(loop_thread: int, native_id: int) -> None:
             held_since, stacks = None, collections.Counter()
 
 
+def _what(handle) -> str:
+    """A callback, and for a transport's the connection it serves."""
+    cb = getattr(handle, "_callback", None)
+    name = getattr(cb, "__qualname__", repr(cb))
+    conn = getattr(getattr(getattr(cb, "__self__", None), "_protocol", None), "conn", None)
+    if conn is not None:
+        name += f" of client {conn.id} pid {conn.pid} uid {conn.uid}"
+    return name
+
+
+def _time_callbacks() -> None:
+    """Every callback of THRESHOLD_S or more, reported (LOOPWATCH_CALLBACKS)."""
+    from asyncio import events
+
+    run = events.Handle._run
+
+    def timed(self):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return run(self)
+        finally:
+            took = time.perf_counter() - t0
+            if took >= THRESHOLD_S:
+                _say(f"callback took {took * 1e3:.1f} ms (ran {(time.thread_time() - c0) * 1e3:.1f}"
+                     f" ms on a CPU): {_what(self)}")
+    events.Handle._run = timed
+
+
 def _beat(loop) -> None:
     _stamp[0] = time.perf_counter()
     loop.call_later(0.001, _beat, loop)
@@ -104,6 +139,10 @@ def main() -> None:
     async def watched_startup(self) -> None:
         import asyncio
         await startup(self)
+        if CALLBACKS:
+            _time_callbacks()
+            _say(f"timing the loop's callbacks of {THRESHOLD_S * 1e3:g} ms or more")
+            return
         _beat(asyncio.get_running_loop())
         threading.Thread(target=_watcher, args=(threading.get_ident(), threading.get_native_id()),
                          daemon=True).start()
