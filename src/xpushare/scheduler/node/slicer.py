@@ -17,6 +17,7 @@ until its reply is sent):
 The next slice is a timer due at once, not a call_soon: asyncio's loop appends the I/O callbacks
 of a turn to its ready queue before the timers due, so a lock request read in the same poll is
 handled (and granted) before the slice, where a call_soon made in the turn before ran first.
+(uvloop makes a timer due at once a call_soon, which it runs after its poll: the same order.)
 """
 
 from __future__ import annotations
