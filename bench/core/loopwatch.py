@@ -13,6 +13,15 @@ the stack seen most often in it, and how long the thread ran and how long it wai
 (/proc/self/task/TID/schedstat: a loop held by a busy machine, not by the scheduler, waited).
 gc.callbacks time each collection. Lines go to stderr, which
 bench/core/daemon.py keeps in the daemon's log, starting with "loopwatch:".
+
+LOOPWATCH_CALLBACKS=1: instead of sampling, every callback the loop runs is timed (asyncio's
+Handle._run), and each of at least LOOPWATCH_MS is reported with what it was (for a socket's read,
+the peer's client id, pid and uid), its wall time and its thread's CPU time in it. Sampling can
+only see the loop's thread where it lets the interpreter lock go (a send, a poll), so it names
+the system call after a stretch of Python code; timing the callbacks names the callback. The steps
+of the slicer's jobs (node/slicer.py) are timed too: each of at least LOOPWATCH_STEP_MS (default 1)
+is reported with where the job's generator stopped (its innermost function and line), and so is
+each job's done callback (the reply's send) of that long.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ import time
 import traceback
 
 THRESHOLD_S = float(os.environ.get("LOOPWATCH_MS", "5")) / 1e3
+CALLBACKS = os.environ.get("LOOPWATCH_CALLBACKS") == "1"
+STEP_S = float(os.environ.get("LOOPWATCH_STEP_MS", "1")) / 1e3
 _stamp = [time.perf_counter()]
 
 
@@ -87,6 +98,78 @@ def _watcher(loop_thread: int, native_id: int) -> None:
             held_since, stacks = None, collections.Counter()
 
 
+def _what(handle) -> str:
+    """A callback, and for a transport's the connection it serves."""
+    cb = getattr(handle, "_callback", None)
+    name = getattr(cb, "__qualname__", repr(cb))
+    conn = getattr(getattr(getattr(cb, "__self__", None), "_protocol", None), "conn", None)
+    if conn is not None:
+        name += f" of client {conn.id} pid {conn.pid} uid {conn.uid}"
+    return name
+
+
+def _time_callbacks() -> None:
+    """Every callback of THRESHOLD_S or more, reported (LOOPWATCH_CALLBACKS)."""
+    from asyncio import events
+
+    run = events.Handle._run
+
+    def timed(self):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return run(self)
+        finally:
+            took = time.perf_counter() - t0
+            if took >= THRESHOLD_S:
+                _say(f"callback took {took * 1e3:.1f} ms (ran {(time.thread_time() - c0) * 1e3:.1f}"
+                     f" ms on a CPU): {_what(self)}")
+    events.Handle._run = timed
+    _time_steps()
+
+
+def _where(gen) -> str:
+    """Where a generator, and the ones it delegates to (yield from), stopped."""
+    while getattr(gen, "gi_yieldfrom", None) is not None:
+        gen = gen.gi_yieldfrom
+    frame = getattr(gen, "gi_frame", None)
+    return f"{gen.gi_code.co_name}:{frame.f_lineno if frame is not None else 'end'}"
+
+
+def _time_steps() -> None:
+    """Every step of a sliced job, and every job's done callback, of STEP_S or more."""
+    from xpushare.scheduler.node import slicer
+
+    def timed_steps(gen):
+        while True:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                next(gen)
+            except StopIteration as finished:
+                _step_took(t0, c0, f"{gen.gi_code.co_name}'s last step")
+                return finished.value
+            _step_took(t0, c0, f"a step to {_where(gen)}")
+            yield
+
+    def timed_done(done):
+        def call(result):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            done(result)
+            _step_took(t0, c0, f"a job's done callback ({len(result or b'')} bytes)")
+        return call
+
+    submit = slicer.Slicer.submit
+
+    def timed_submit(self, loop, gen, done, urgent=False):
+        return submit(self, loop, timed_steps(gen), timed_done(done), urgent)
+    slicer.Slicer.submit = timed_submit
+
+
+def _step_took(t0: float, c0: float, what: str) -> None:
+    took = time.perf_counter() - t0
+    if took >= STEP_S:
+        _say(f"slicer: {what} took {took * 1e3:.2f} ms (ran {(time.thread_time() - c0) * 1e3:.2f} ms)")
+
+
 def _beat(loop) -> None:
     _stamp[0] = time.perf_counter()
     loop.call_later(0.001, _beat, loop)
@@ -104,6 +187,10 @@ def main() -> None:
     async def watched_startup(self) -> None:
         import asyncio
         await startup(self)
+        if CALLBACKS:
+            _time_callbacks()
+            _say(f"timing the loop's callbacks of {THRESHOLD_S * 1e3:g} ms or more")
+            return
         _beat(asyncio.get_running_loop())
         threading.Thread(target=_watcher, args=(threading.get_ident(), threading.get_native_id()),
                          daemon=True).start()

@@ -14,8 +14,13 @@ on), one connection each, asking again as soon as they have their answer (each u
 some, the rest are refused at once), while the N connections stay registered and silent; root asks
 for status every 0.25 s too, and how long root's replies took is reported (root_status_ms).
 
+--watch DIR: each daemon runs under bench/core/loopwatch.py, its log kept as DIR/<tree>-<round>.log;
+each round says how often the loop was held 5 ms or more, the longest hold, and how much of the
+holds its thread ran against waited for a CPU (a loop held by a busy machine, not by the scheduler,
+waited).
+
     python3 -m bench.scheduling.status_load [--conns 255] [--gpus 20] [--seconds 5] [--rounds 2]
-                                 [--uids U] [--tree NAME=PATH ...] [--json out.json]
+                                 [--uids U] [--tree NAME=PATH ...] [--json out.json] [--watch DIR]
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import selectors
 import socket
 import sys
@@ -39,6 +45,10 @@ from bench.core.stats import percentile  # noqa: E402
 from xpushare.wire.protocol import HEADER, Attach, Hello, MessageType, encode, encode_json  # noqa: E402
 
 REPO = BENCH.parent
+LOOPWATCH = (str(BENCH / "core" / "loopwatch.py"),)
+HOLD = re.compile(r"loopwatch: loop held ([\d.]+) ms \(from the hold's first sample: its thread ran "
+                  r"([\d.]+) ms, waited for a CPU ([\d.]+) ms\)")
+SLOW_MS = 5.0  # with --watch, where the time of round trips longer than this went
 STATUS = encode_json(MessageType.CTL_REQUEST, {"op": "status"})
 
 
@@ -132,9 +142,10 @@ def _root_status(path: str, stop, out) -> None:
     out.put(times)
 
 
-def one_round_uids(src: Path, conns: int, gpus: int, seconds: float, uids: int) -> dict:
+def one_round_uids(src: Path, conns: int, gpus: int, seconds: float, uids: int,
+                   watch: bool = False) -> dict:
     nvml = [{"uuid": uuid(i), "name": "bench GPU", "memory": 16 * GIB} for i in range(gpus)]
-    with Daemon("auto", src=src, nvml=nvml) as d:
+    with Daemon("auto", src=src, nvml=nvml, python_args=LOOPWATCH if watch else ()) as d:
         os.chmod(d.dir, 0o755)  # other uids reach the socket
         with ProtoClient(d.socket) as victim:
             victim.attach(uuid(0))
@@ -152,7 +163,8 @@ def one_round_uids(src: Path, conns: int, gpus: int, seconds: float, uids: int) 
             root = ctx.Process(target=_root_status, args=(str(d.socket), root_stop, root_out))
             time.sleep(0.2)
             root.start()
-            loaded = _cycles(victim, seconds)
+            slow = [] if watch else None
+            loaded = _cycles(victim, seconds, slow, d.pid)
             root_stop.set()
             root_ms = root_out.get(timeout=60)
             root.join(30)
@@ -162,22 +174,55 @@ def one_round_uids(src: Path, conns: int, gpus: int, seconds: float, uids: int) 
                 a.join(30)
     return {"quiet_ms": quiet, "loaded_ms": loaded,
             "status_per_s": sum(a[0] for a in answers) / seconds,
-            "refused_per_s": sum(a[1] for a in answers) / seconds, "root_status_ms": root_ms}
+            "refused_per_s": sum(a[1] for a in answers) / seconds, "root_status_ms": root_ms,
+            **_watched(d, watch, slow)}
 
 
-def _cycles(victim: ProtoClient, seconds: float) -> list[float]:
+def _watched(d: Daemon, watch: bool, slow: list | None) -> dict:
+    """With --watch: the loop's holds of 5 ms or more (held, ran, waited ms), the victim's slow
+    round trips (_cycles), and the log."""
+    if not watch:
+        return {}
+    log = d.log()
+    return {"holds": [tuple(map(float, m.groups())) for m in HOLD.finditer(log)], "slow": slow,
+            "gc_pauses": log.count("loopwatch: gc generation"), "daemon_log": log}
+
+
+def _cycles(victim: ProtoClient, seconds: float, slow: list | None = None,
+            daemon_pid: int | None = None) -> list[float]:
+    """The victim's round trips (ms). slow: where the time of those over SLOW_MS went, appended as
+    (round trip, the daemon's thread ran, it waited for a CPU, the victim waited for one), in ms,
+    from the kernel's schedstat read before and after each cycle."""
     rtts, end = [], time.perf_counter() + seconds
+    clocks = None
+    if slow is not None:
+        clocks = [os.open("/proc/thread-self/schedstat", os.O_RDONLY),
+                  os.open(f"/proc/{daemon_pid}/task/{daemon_pid}/schedstat", os.O_RDONLY)]
     while time.perf_counter() < end:
+        before = clocks and [_schedstat(fd) for fd in clocks]
         t0 = time.perf_counter()
         victim.lock(timeout=30)
-        rtts.append((time.perf_counter() - t0) * 1e3)
+        rtt = (time.perf_counter() - t0) * 1e3
+        rtts.append(rtt)
+        if clocks and rtt > SLOW_MS:
+            (_, mine_waited), (ran, waited) = ((b - a for a, b in zip(x, y))
+                                               for x, y in zip(before, map(_schedstat, clocks)))
+            slow.append((round(rtt, 2), ran / 1e6, waited / 1e6, mine_waited / 1e6))
         victim.release()
+    for fd in clocks or ():
+        os.close(fd)
     return rtts
 
 
-def one_round(src: Path, conns: int, gpus: int, seconds: float) -> dict:
+def _schedstat(fd: int) -> tuple[int, int]:
+    """(ns on a CPU, ns waiting runnable for one) of a thread, from its open schedstat."""
+    ran, waited = os.pread(fd, 64, 0).split()[:2]
+    return int(ran), int(waited)
+
+
+def one_round(src: Path, conns: int, gpus: int, seconds: float, watch: bool = False) -> dict:
     nvml = [{"uuid": uuid(i), "name": "bench GPU", "memory": 16 * GIB} for i in range(gpus)]
-    with Daemon("auto", src=src, nvml=nvml) as d:
+    with Daemon("auto", src=src, nvml=nvml, python_args=LOOPWATCH if watch else ()) as d:
         with ProtoClient(d.socket) as victim:
             victim.attach(uuid(0))
             quiet = _cycles(victim, min(2.0, seconds))
@@ -187,11 +232,12 @@ def one_round(src: Path, conns: int, gpus: int, seconds: float) -> dict:
             p.start()
             ready.wait(120)
             time.sleep(0.2)
-            loaded = _cycles(victim, seconds)
+            slow = [] if watch else None
+            loaded = _cycles(victim, seconds, slow, d.pid)
             stop.set()
             rate = out.get(timeout=60)
             p.join(30)
-    return {"quiet_ms": quiet, "loaded_ms": loaded, "status_per_s": rate}
+    return {"quiet_ms": quiet, "loaded_ms": loaded, "status_per_s": rate, **_watched(d, watch, slow)}
 
 
 def _summary(rounds: list[dict]) -> dict:
@@ -201,6 +247,20 @@ def _summary(rounds: list[dict]) -> dict:
                 "max": round(max(v), 2), "cycles": len(v)}
     out = {"quiet_ms": pct("quiet_ms"), "loaded_ms": pct("loaded_ms"),
            "status_per_s": [round(r["status_per_s"], 1) for r in rounds]}
+    if "holds" in rounds[0]:
+        holds = [h for r in rounds for h in r["holds"]]
+        out["holds"] = {"count": len(holds), "longest": max((h[0] for h in holds), default=0.0),
+                        "ran_ms": round(sum(h[1] for h in holds), 1),
+                        "waited_ms": round(sum(h[2] for h in holds), 1),
+                        "gc_pauses": sum(r["gc_pauses"] for r in rounds)}
+        slow = [c for r in rounds for c in r["slow"]]
+        total = sum(c[0] for c in slow) or 1.0
+        out["slow_cycles"] = {  # over SLOW_MS: what share of their time went where
+            "count": len(slow), "ms": round(total, 1),
+            "daemon_ran": round(sum(c[1] for c in slow) / total, 3),
+            "daemon_waited_for_cpu": round(sum(c[2] for c in slow) / total, 3),
+            "victim_waited_for_cpu": round(sum(c[3] for c in slow) / total, 3),
+            "worst": sorted(slow, reverse=True)[:5]}
     if "root_status_ms" in rounds[0]:
         out["root_status_ms"] = pct("root_status_ms")
         out["refused_per_s"] = [round(r["refused_per_s"], 1) for r in rounds]
@@ -216,19 +276,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--uids", type=int, default=0, help="status from this many other uids (root only)")
     p.add_argument("--tree", action="append", default=[], metavar="NAME=PATH")
     p.add_argument("--json", type=Path)
+    p.add_argument("--watch", type=Path, metavar="DIR",
+                   help="run each daemon under bench/core/loopwatch.py, its log in DIR/<tree>-<round>.log")
     a = p.parse_args(argv)
+    if a.watch:
+        a.watch.mkdir(parents=True, exist_ok=True)
     raise_nofile()
     trees = checkouts(a.tree) + [("this", REPO / "src")]
     results: dict[str, list] = {name: [] for name, _ in trees}
     for r, (name, src) in alternating_rounds(trees, a.rounds):
-        results[name].append(one_round_uids(src, a.conns, a.gpus, a.seconds, a.uids) if a.uids
-                             else one_round(src, a.conns, a.gpus, a.seconds))
+        results[name].append(one_round_uids(src, a.conns, a.gpus, a.seconds, a.uids, bool(a.watch))
+                             if a.uids else one_round(src, a.conns, a.gpus, a.seconds, bool(a.watch)))
+        if a.watch:
+            (a.watch / f"{name}-{r}.log").write_text(results[name][-1].pop("daemon_log"))
         s = _summary(results[name][-1:])
         print(f"round {r} {name}: loaded p99 {s['loaded_ms']['p99']} ms, max "
               f"{s['loaded_ms']['max']} ms, quiet p99 {s['quiet_ms']['p99']} ms, "
               f"{s['status_per_s'][0]} status/s"
               + (f", root's status p50 {s['root_status_ms']['p50']} max {s['root_status_ms']['max']}"
-                 f" ms, {s['refused_per_s'][0]} refused/s" if a.uids else ""), flush=True)
+                 f" ms, {s['refused_per_s'][0]} refused/s" if a.uids else "")
+              + (f"; loop held >= 5 ms {s['holds']['count']} times, longest {s['holds']['longest']} ms,"
+                 f" ran {s['holds']['ran_ms']} ms, waited for a CPU {s['holds']['waited_ms']} ms,"
+                 f" {s['holds']['gc_pauses']} gc pauses; victim's cycles over {SLOW_MS:g} ms:"
+                 f" {s['slow_cycles']}" if a.watch else ""), flush=True)
     out = {"conns": a.conns, "gpus": a.gpus, "seconds": a.seconds, "uids": a.uids,
            "trees": {name: _summary(rs) for name, rs in results.items()}}
     return report_trees(out, a.json)

@@ -230,7 +230,7 @@ def test_status_says_how_many_clients_of_other_users_it_does_not_list():
     render_status(_non_admin_status(), file=out, width=200)
     text = out.getvalue()
     assert "4242" in text
-    assert "7 client(s) of other users, not listed (GPU 0: 7); an admin sees them all" in text, text
+    assert "7 client(s) of other users or pods, not listed (GPU 0: 7); an admin sees them all" in text, text
     empty = {**_non_admin_status(), "clients": [], "gpus": []}
     out = io.StringIO()
     render_status(empty, file=out, width=200)
@@ -247,7 +247,7 @@ def test_top_counts_other_users_clients_and_their_memory():
     out = io.StringIO()
     Console(file=out, width=200).print(render_frame(_non_admin_status(), Tracker(), 200, None, 0.0))
     text = out.getvalue()
-    assert "1 clients: 0 holding, 0 waiting, 1 idle; 7 of other users" in text, text
+    assert "1 clients: 0 holding, 0 waiting, 1 idle; 7 of other users or pods" in text, text
     assert "clients 7GiB of 80GiB" in text, text  # its own 1 GiB and the others' 6
     frame = json_frame(_non_admin_status())
     assert frame["other_users_clients"] == 7

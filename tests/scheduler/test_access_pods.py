@@ -27,6 +27,21 @@ def test_root_in_another_pod_is_no_admin():
     assert not access.viewer(state, in_pod).sees(other)
 
 
+def test_root_in_a_pod_sees_its_own_pods_root_not_another_pods():
+    """The same uid in another pod is another tenant: not listed, nor its pod's name as a job's
+    label; a non-admin on the node sees its uid's processes on the node, not those in pods."""
+    state = _state(own_pod=SimpleNamespace(uid="sched-pod"))
+    pod_a, pod_b = SimpleNamespace(uid="pod-a"), SimpleNamespace(uid="pod-b")
+    in_a = access.viewer(state, _conn(pod=pod_a))
+    assert in_a.sees(_conn(pod=SimpleNamespace(uid="pod-a")))
+    assert not in_a.sees(_conn(pod=pod_b)) and not in_a.sees(_conn())
+    job_of_b = SimpleNamespace(key=("pod", "pod-b"), label="ml/trainer-b", members=[_conn(pod=pod_b)])
+    assert in_a.job_label(job_of_b) is None
+    assert access.viewer(state, _conn(pod=pod_b)).job_label(job_of_b) == "ml/trainer-b"
+    on_node = access.viewer(state, _conn(uid=2001))
+    assert on_node.sees(_conn(uid=2001)) and not on_node.sees(_conn(uid=2001, pod=pod_a))
+
+
 def test_root_on_the_node_or_in_the_schedulers_own_pod_is_admin():
     state = _state(own_pod=SimpleNamespace(uid="sched-pod"))
     assert access.is_admin(state, _conn())

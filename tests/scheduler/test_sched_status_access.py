@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-from sched_harness import FakeClient, as_user, child_env, registered, uuid
+from sched_harness import ConnectedAs, FakeClient, as_user, child_env, registered, uuid
 from xpushare.cli import ctl, ctl_render, ctl_top  # noqa: F401  (imported while the stdlib is readable)
 from xpushare.wire.protocol import MessageType, encode_json
 from xpushare.scheduler.node.access import REQUESTS_BURST
@@ -86,7 +86,7 @@ def test_a_non_admin_sees_others_without_command_line_or_pod_and_itself_in_full(
     (mine,) = st["clients"]  # other users' clients are counted, not listed
     assert mine["client_id"] == my_id and st["other_users_clients"] >= 1
     assert "xpushare.cli.ctl" not in mine["command"] and mine["command"]  # its own: in full
-    assert "of other users, not listed" in cli and json.loads(top)["other_users_clients"] >= 1
+    assert "of other users or pods, not listed" in cli and json.loads(top)["other_users_clients"] >= 1
     for text in (str(st), cli, top):
         assert "hunter2" not in text and "secret-pod" not in text
     (seen,) = [c for c in full["clients"] if c["uid"] == 0]  # an admin sees everything
@@ -156,6 +156,40 @@ def test_a_lock_request_is_granted_while_a_large_status_is_being_built(start_sch
             first = _first_to_arrive(asker, waiter)
             assert asker.expect(MessageType.CTL_REPLY, timeout=30)["ok"]
         assert first == "grant"
+    finally:
+        for c in clients:
+            c.close()
+
+
+@needs_root
+def test_an_admins_status_requests_back_to_back_do_not_hold_another_users_reply(start_scheduler):
+    """Root sends eight status requests at once (each read when the one before is answered) of a
+    node whose full view takes hundreds of slices; another user asks once meanwhile. Its reply
+    comes before root's second: the slicer gives an admin's request every other slice, not all of
+    them (it did: the user's reply came after all eight)."""
+    s = start_scheduler("--no-nvml", "--mode", "serial")
+    clients = [registered(s.sock, devices=()) for _ in range(100)]
+    try:
+        for c in clients:
+            for dev in range(16):
+                c.attach(dev, uuid(dev))
+        with ConnectedAs(NOBODY, NOBODY, s.sock) as (user,), FakeClient(s.sock) as root, \
+                FakeClient(s.sock) as marker:
+            root.send_raw(STATUS * 8)
+            # The marker's reply comes after a turn of the loop that read root's first request
+            # (written before it): root's reply is in the making when the user asks.
+            assert marker.ctl("ping")["ok"]
+            user.send_raw(STATUS)
+            before = 0
+            while True:
+                ready, _, _ = select.select([user.sock, root.sock], [], [], 30)
+                assert ready, "no reply came"
+                if user.sock in ready:
+                    assert user.expect(MessageType.CTL_REPLY, timeout=30)["ok"]
+                    break
+                assert root.expect(MessageType.CTL_REPLY, timeout=30)["ok"]
+                before += 1
+        assert before <= 1, f"the user's reply came after {before} of root's"
     finally:
         for c in clients:
             c.close()

@@ -357,7 +357,7 @@ def render_status(status: dict, file=None, width: int | None = None) -> None:
     if others:  # a non-admin's status counts other users' clients, listing only its own
         per_gpu = ", ".join(f"{gpu_title(g)}: {g['other_users_clients']}" for g in gpus
                             if g.get("other_users_clients"))
-        console.print(Text(f"{others} client(s) of other users, not listed ({per_gpu}); "
+        console.print(Text(f"{others} client(s) of other users or pods, not listed ({per_gpu}); "
                            "an admin sees them all", overflow="fold"))
     jobs = status.get("jobs")  # only jobs of more than one member or GPU, or of a known size
     if jobs:

@@ -223,7 +223,7 @@ def _summary(status: dict, clients: list[dict], width: int, now: float) -> Text:
     others = status.get("other_users_clients")
     tail = (f"{time.strftime('%H:%M:%S', time.localtime(now))}  {len(clients)} clients: "
             f"{counts['holding']} holding, {counts['waiting']} waiting, {counts['idle']} idle"
-            + (f"; {others} of other users" if others else ""))
+            + (f"; {others} of other users or pods" if others else ""))
     head = f"nvshare-scheduler {sched.get('version', '?')} (pid {sched.get('pid', '?')})  "
     return Text(tail if len(head) + len(tail) > width else head + tail, overflow="fold")
 

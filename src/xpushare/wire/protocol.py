@@ -49,12 +49,17 @@ def encode_frame(msg_type: MessageType | int,
     header: a large reply is copied one time, not two)."""
     if isinstance(payload, _Payload):
         payload = payload.pack()
-    pieces = payload if isinstance(payload, list) else [payload]
+    return b"".join(frame_pieces(msg_type, payload if isinstance(payload, list) else [payload]))
+
+
+def frame_pieces(msg_type: MessageType | int, pieces: list[bytes]) -> list[bytes]:
+    """A frame as its header and the payload's pieces, not joined: a large reply written a piece
+    at a time is never copied whole (Conn.send_pieces)."""
     size = sum(map(len, pieces))
     limit = MAX_CTL_REPLY if msg_type == MessageType.CTL_REPLY else MAX_PAYLOAD
     if size > limit:
         raise ProtocolError(f"payload of {size} bytes exceeds {limit}")
-    return b"".join([HEADER.pack(MAGIC, VERSION, int(msg_type), size), *pieces])
+    return [HEADER.pack(MAGIC, VERSION, int(msg_type), size), *pieces]
 
 
 def encode(msg: _Payload, msg_type: MessageType | None = None) -> bytes:

@@ -13,11 +13,13 @@ directory, never that one). The socket it came through is the kernel's fact, not
 The same pod rule decides who is exempt from the per-uid caps and the log-line budget
 (node_privileged): root or the scheduler's uid, on the node.
 
-Everyone may read status and top, but a non-admin sees only its own processes (the same uid), in
-full; other users' are counted, not listed (control/statusreply.py): their command lines (an
-argument may be a password) and pods are not its business, and listing every client of the node to
-every user who asks made each reply cost the node's size. Nor does it see another user's pod's
-name where that is the label of a job.
+Everyone may read status and top, but a non-admin sees only its own processes in full: those of
+its uid in its own pod (or, outside any pod, those of its uid outside any pod). Every other client
+is counted, not listed (control/statusreply.py): their command lines (an argument may be a
+password) and pods are not its business, and listing every client of the node to every user who
+asks made each reply cost the node's size. The pod counts as much as the uid: pods run as root
+unless told otherwise, so uid 0 in one GPU pod is not the same tenant as uid 0 in another. Nor does
+a non-admin see another tenant's pod's name where that is the label of a job.
 
 Control requests of a non-admin uid (status builds cost the loop time) are taken from a token
 bucket per uid: REQUESTS_PER_S on average, REQUESTS_BURST at once. An admin is not limited: the
@@ -50,24 +52,27 @@ def is_admin(state: SchedulerState, conn: Conn) -> bool:
     return conn.admin
 
 
-class Viewer:
-    """What one requester may see of the clients (status, top)."""
+def pod_key(pod) -> str | None:
+    """What tells one pod from another: its UID from the kernel's cgroup (None: in no pod)."""
+    return getattr(pod, "uid", None) if pod is not None else None
 
-    def __init__(self, uid: int, admin: bool):
-        self.uid, self.admin = uid, admin
+
+class Viewer:
+    """What one requester may see of the clients (status, top): an admin all; anyone else its own
+    tenant's, same uid and same pod (pod: the requester's, None when in no pod)."""
+
+    def __init__(self, uid: int, admin: bool, pod=None):
+        self.uid, self.admin, self.pod = uid, admin, pod_key(pod)
 
     def sees(self, client: Conn) -> bool:
-        """Whether the client is listed (in full): its own, or any to an admin."""
-        return self.admin or client.uid == self.uid
+        """Whether the client is listed (in full): its own tenant's, or any to an admin."""
+        return self.admin or (client.uid == self.uid and pod_key(client.pod) == self.pod)
 
     def job_label(self, job) -> str | None:
-        """The job's label, unless it is another user's pod's name."""
-        if job.key[0] != "pod" or self.admin or any(m.uid == self.uid for m in job.members):
+        """The job's label, unless it is another tenant's pod's name."""
+        if job.key[0] != "pod" or self.admin or any(map(self.sees, job.members)):
             return job.label
         return None
-
-
-EVERYTHING = Viewer(0, admin=True)
 
 
 def on_the_node(state: SchedulerState, pod) -> bool:
@@ -99,7 +104,7 @@ def may_run(state: SchedulerState, conn: Conn, claims_op: bool) -> bool:
 
 
 def viewer(state: SchedulerState, conn: Conn) -> Viewer:
-    return Viewer(conn.uid, is_admin(state, conn))
+    return Viewer(conn.uid, is_admin(state, conn), conn.pod)
 
 
 class RequestBudget:

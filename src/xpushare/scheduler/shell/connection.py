@@ -19,6 +19,7 @@ socket, so a dead pid is never shown as a holder and a reused pid never inherits
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import os
@@ -82,6 +83,9 @@ class Conn:
         self.suspend = SuspendRecord()            # suspended whole (suspend.py)
         self.corked: list[bytes] | None = None    # its output held while one read is handled
         self.corked_bytes = 0
+        self.pieces: collections.deque | None = None  # a frame being written a piece a step
+        self.after_pieces: list[bytes] = []       # frames sent to it meanwhile, written after
+        self.pieces_bytes = 0                     # ... both, not yet written
 
     def ordinal(self, gpu: Gpu) -> int:
         for dev, g in self.devices.items():  # a loop, not next(genexpr): it is on every grant
@@ -99,18 +103,47 @@ class Conn:
         transport = self.transport
         if transport.is_closing():
             return
-        queued = transport.get_write_buffer_size() + self.corked_bytes
-        if queued + len(data) > limits.MAX_QUEUED:
-            log.warning("pid=%d uid=%d client=%d does not read what it is sent: %d bytes queued "
-                        "for it (at most %d); closing its connection", self.pid, self.uid, self.id,
-                        queued, limits.MAX_QUEUED)
-            self.close()
+        if not self._room_for(len(data)):
+            return
+        if self.pieces is not None:
+            self.after_pieces.append(data)
+            self.pieces_bytes += len(data)
             return
         if self.corked is not None:
             self.corked.append(data)
             self.corked_bytes += len(data)
             return
         transport.write(data)
+
+    def _room_for(self, size: int) -> bool:
+        """Whether `size` more bytes may be queued for the peer; if not, it is disconnected."""
+        queued = self.transport.get_write_buffer_size() + self.corked_bytes + self.pieces_bytes
+        if queued + size <= limits.MAX_QUEUED:
+            return True
+        log.warning("pid=%d uid=%d client=%d does not read what it is sent: %d bytes queued "
+                    "for it (at most %d); closing its connection", self.pid, self.uid, self.id,
+                    queued, limits.MAX_QUEUED)
+        self.close()
+        return False
+
+    def send_pieces(self, pieces: list[bytes]):
+        """Write one frame given as its pieces (wire.protocol.frame_pieces), a piece a step: a
+        slicer job, so that a reply of megabytes is neither joined nor written in one turn of
+        the loop. Whatever is sent to this connection meanwhile is written after the frame."""
+        if self.transport.is_closing() or not self._room_for(sum(map(len, pieces))):
+            return
+        self.pieces = collections.deque(pieces)
+        self.pieces_bytes = sum(map(len, pieces))
+        try:
+            while self.pieces and not self.transport.is_closing():
+                piece = self.pieces.popleft()
+                self.pieces_bytes -= len(piece)
+                self.transport.write(piece)
+                yield
+        finally:
+            after, self.pieces, self.after_pieces, self.pieces_bytes = self.after_pieces, None, [], 0
+            for data in after:
+                self.send(data)
 
     def cork(self) -> None:
         """Hold this connection's frames until uncork(): one read that carries several requests
@@ -122,7 +155,10 @@ class Conn:
 
     def uncork(self) -> None:
         corked, self.corked, self.corked_bytes = self.corked, None, 0
-        if corked and not self.transport.is_closing():
+        if corked and self.pieces is not None:  # after the frame being written
+            self.after_pieces.extend(corked)
+            self.pieces_bytes += sum(map(len, corked))
+        elif corked and not self.transport.is_closing():
             self.transport.write(corked[0] if len(corked) == 1 else b"".join(corked))
 
     def close(self) -> None:

@@ -238,25 +238,34 @@ def on_resume_req(state: SchedulerState, conn: Conn, msg: ResumeRequest) -> None
 
 
 def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:
-    """A reply built in steps (status) is built a slice at a time (slicer.Slicer); until it
-    is sent, nothing more is read from this connection, so its replies keep the order of its
-    requests and one connection has at most one reply in the making."""
+    """A reply built in steps (status) is built a slice at a time (slicer.Slicer), then written a
+    piece a step (Conn.send_pieces); until it is written, nothing more is read from this
+    connection, so its replies keep the order of its requests and one connection has at most one
+    reply in the making."""
     conn.ctl = conn.hello is None
     reply = ops.start(state, conn, msg)
     if isinstance(reply, bytes):
         conn.send(reply)
         return
     conn.awaiting = True
+    loop = asyncio.get_running_loop()
+    urgent = bool(conn.admin)  # an admin's the more turns (conn.admin: ops.start asked is_admin)
 
-    def done(frame: bytes | None) -> None:
+    def written(_=None) -> None:
         conn.awaiting = False
+        if not conn.closed:
+            conn.resume()
+
+    def built(pieces: list[bytes] | None) -> None:
         if conn.closed:
+            conn.awaiting = False
             return
-        conn.send(frame if frame is not None else
-                  encode_json(MessageType.CTL_REPLY, {"ok": False, "error": "internal error"}))
-        conn.resume()
-    # An admin's reply first (conn.admin: ops.start asked is_admin)
-    state.slicer.submit(asyncio.get_running_loop(), reply, done, urgent=bool(conn.admin))
+        if pieces is None:
+            conn.send(encode_json(MessageType.CTL_REPLY, {"ok": False, "error": "internal error"}))
+            written()
+            return
+        state.slicer.submit(loop, conn.send_pieces(pieces), written, urgent=urgent)
+    state.slicer.submit(loop, reply, built, urgent=urgent)
 
 
 HANDLERS = {
