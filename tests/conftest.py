@@ -7,6 +7,7 @@
 - Native: libnvshare.so is built from native/ once per run (testkit.build; the xdist workers find
   it built) and named in NVSHARE_LIBRARY, which the library's users read (NVSHARE_LIBRARY set
   beforehand wins: the GPU machine tests its installed package).
+- Bytecode: compiled once here, before the workers start, for every process after (testkit.bytecode).
 """
 
 import fcntl
@@ -15,6 +16,7 @@ import os
 import pytest
 
 from testkit.build import BUILD, BuildError, native_library
+from testkit.bytecode import compile_tree, write_assert_rewrites
 
 EXCLUSIVE_LOCK = BUILD / ".exclusive"
 TURNSTILE = BUILD / ".turnstile"
@@ -29,6 +31,9 @@ def pytest_configure(config):
         os.environ["NVSHARE_LIBRARY"] = str(native_library())
     except BuildError as e:
         raise pytest.UsageError(f"libnvshare.so could not be built for the tests: {e}") from e
+    if not hasattr(config, "workerinput"):  # the main process, before any xdist worker starts
+        compile_tree()
+        write_assert_rewrites(config)
 
 
 def pytest_sessionstart(session):
