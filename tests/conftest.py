@@ -47,6 +47,15 @@ def _is_exclusive(item) -> bool:
     return item is not None and item.get_closest_marker("exclusive") is not None
 
 
+def pytest_collection_modifyitems(session, config, items):
+    # The exclusive tests first, in their order: pytest-xdist hands each worker its first chunk of
+    # consecutive tests (a quarter of its share), so one worker runs them all back to back at the
+    # start, and the machine is drained for them once, while nothing long runs yet; scattered
+    # through the run they were drained for several times, each drain waiting out the longest
+    # test then running on the other workers.
+    items[:] = [i for i in items if _is_exclusive(i)] + [i for i in items if not _is_exclusive(i)]
+
+
 # The turnstile and the lock, while this worker runs exclusive tests back to back: pytest-xdist
 # hands a worker tests in chunks in collection order, so a module of exclusive tests mostly runs
 # on one worker, and the machine is drained for it once, not once per test (each drain left up
