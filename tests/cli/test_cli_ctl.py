@@ -4,12 +4,13 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from sched_harness import GiB, as_user, child_env, registered, uuid
+from sched_harness import GiB, SchedulerProcess, as_user, child_env, make_socket_dir, registered, uuid
 from xpushare import __version__
 # Imported here, not in the child as_user forks: another uid may not be able to read the
 # interpreter's own modules (rich imports pickle).
@@ -18,8 +19,31 @@ from xpushare.wire.protocol import MessageType
 
 
 def ctl(*args, sock=None, env=None):
-    argv = [sys.executable, "-m", "xpushare.cli.ctl", *(["--socket", str(sock)] if sock else []), *args]
-    return subprocess.run(argv, env=child_env(env), capture_output=True, text=True, timeout=60)
+    """nvsharectl ARGS: its main() in this process (a start of the interpreter costs more CPU than
+    the whole command; tests/cli/test_cli_usage.py runs the module as a process), or a process of
+    its own when env names variables for it."""
+    argv = [*(["--socket", str(sock)] if sock else []), *args]
+    if env is None:
+        return _ctl_as_a_call(argv)
+    return subprocess.run([sys.executable, "-m", "xpushare.cli.ctl", *argv], env=child_env(env),
+                          capture_output=True, text=True, timeout=60)
+
+
+def _ctl_as_a_call(argv):
+    """What the process would give: exit status (argparse's SystemExit too), stdout and stderr, in
+    the environment a child gets (child_env: no NVSHARE_SOCK_PATH)."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = os.environ.pop("NVSHARE_SOCK_PATH", None)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = ctl_mod.main(list(argv))
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        if saved is not None:
+            os.environ["NVSHARE_SOCK_PATH"] = saved
+    return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture
@@ -183,6 +207,17 @@ def test_set_tq_to_the_largest_quantum(busy):
     assert waiter.expect(MessageType.LOCK_OK).quantum_ms == 4_294_967_000
 
 
+@pytest.fixture(scope="module")
+def untouched_scheduler():
+    """One serial scheduler (TQ 30 s) for the bad values: each is refused before anything is sent,
+    which each test checks (the quantum still 30 s), so none sees another's changes."""
+    d = make_socket_dir()
+    s = SchedulerProcess(d / "s.sock", ["--no-nvml", "--mode", "serial", "--tq", "30"]).start()
+    yield s
+    s.stop()
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.mark.parametrize("args", [["-T", "0"], ["-T", "-3"], ["-T", "abc"], ["-T", "1.5"],
                                   ["-T", "4294968"], ["-T", "5000000"],
                                   ["-S", "maybe"], ["--set-gpu-memory", "lots", "--gpu", "0"],
@@ -201,7 +236,8 @@ def test_set_tq_to_the_largest_quantum(busy):
                                   ["--set-memory-limit", "1GiB"],
                                   ["--set-compute-share", "2", "--pod", "web"],
                                   ["--set-priority", "2", "--pod", "ns/web"]])
-def test_bad_values_exit_2_with_usage(scheduler, args):
+def test_bad_values_exit_2_with_usage(untouched_scheduler, args):
+    scheduler = untouched_scheduler
     r = ctl(*args, sock=scheduler.sock)
     assert r.returncode == 2, (args, r.stderr)
     assert "usage: nvsharectl" in r.stderr
@@ -215,7 +251,7 @@ def test_scheduler_refusal_of_a_value_exits_2(busy):
 
 
 def test_no_arguments_prints_help():
-    r = ctl()
+    r = ctl(env={})  # a process: the help's width is a pipe's
     assert r.returncode == 0
     for flag in ("-T N|auto, --set-tq N|auto", "-S {on,off}, --anti-thrash {on,off}",
                  "--mode {auto,serial,off}", "--set-priority N", "status"):
