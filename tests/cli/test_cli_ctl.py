@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from ctl_call import ctl_call
 from sched_harness import GiB, SchedulerProcess, as_user, child_env, make_socket_dir, registered, uuid
 from xpushare import __version__
 # Imported here, not in the child as_user forks: another uid may not be able to read the
@@ -19,31 +20,13 @@ from xpushare.wire.protocol import MessageType
 
 
 def ctl(*args, sock=None, env=None):
-    """nvsharectl ARGS: its main() in this process (a start of the interpreter costs more CPU than
-    the whole command; tests/cli/test_cli_usage.py runs the module as a process), or a process of
-    its own when env names variables for it."""
+    """nvsharectl ARGS: its main() in this process (ctl_call), or a process of its own when env
+    names variables for it."""
     argv = [*(["--socket", str(sock)] if sock else []), *args]
     if env is None:
-        return _ctl_as_a_call(argv)
+        return ctl_call(argv)
     return subprocess.run([sys.executable, "-m", "xpushare.cli.ctl", *argv], env=child_env(env),
                           capture_output=True, text=True, timeout=60)
-
-
-def _ctl_as_a_call(argv):
-    """What the process would give: exit status (argparse's SystemExit too), stdout and stderr, in
-    the environment a child gets (child_env: no NVSHARE_SOCK_PATH)."""
-    out, err = io.StringIO(), io.StringIO()
-    saved = os.environ.pop("NVSHARE_SOCK_PATH", None)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                rc = ctl_mod.main(list(argv))
-            except SystemExit as e:
-                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        if saved is not None:
-            os.environ["NVSHARE_SOCK_PATH"] = saved
-    return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture
