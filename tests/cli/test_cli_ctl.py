@@ -4,14 +4,13 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from ctl_call import ctl_call
-from sched_harness import GiB, SchedulerProcess, as_user, child_env, make_socket_dir, registered, uuid
+from sched_harness import GiB, as_user, child_env, registered, uuid
 from xpushare import __version__
 # Imported here, not in the child as_user forks: another uid may not be able to read the
 # interpreter's own modules (rich imports pickle).
@@ -188,17 +187,6 @@ def test_set_tq_to_the_largest_quantum(busy):
     assert ctl("-T", "4294967", sock=s.sock).returncode == 0
     holder.release()
     assert waiter.expect(MessageType.LOCK_OK).quantum_ms == 4_294_967_000
-
-
-@pytest.fixture(scope="module")
-def untouched_scheduler():
-    """One serial scheduler (TQ 30 s) for the bad values: each is refused before anything is sent,
-    which each test checks (the quantum still 30 s), so none sees another's changes."""
-    d = make_socket_dir()
-    s = SchedulerProcess(d / "s.sock", ["--no-nvml", "--mode", "serial", "--tq", "30"]).start()
-    yield s
-    s.stop()
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.parametrize("args", [["-T", "0"], ["-T", "-3"], ["-T", "abc"], ["-T", "1.5"],

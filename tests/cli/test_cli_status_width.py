@@ -24,17 +24,29 @@ def ctl(sock, *args, env=None):
                           env=child_env(env), capture_output=True, text=True, timeout=60)
 
 
-@pytest.fixture(scope="module")
-def live():
-    """One scheduler and its three client processes for the module: its tests only read status.
-    A quantum no test outlasts (the holder never answers a drop)."""
-    d = make_socket_dir()
-    s = SchedulerProcess(d / "s.sock", ["--mode", "serial", "--tq", "600"], nvml=TWO_GPUS).start()
+def live_scheduler(start_scheduler):
+    """A scheduler knowing two GPUs, with its three client processes (live_clients)."""
+    s = start_scheduler("--mode", "serial", "--tq", "30", nvml=TWO_GPUS)
     clients = start_clients(s.sock)
     yield s, clients
     for c in clients:
         c.close()
-    s.stop()
+
+
+@pytest.fixture(scope="module")
+def live():
+    """live_scheduler once for a module whose tests only read status (one that stops the
+    scheduler takes its own): they take seconds, well within the holder's 30 s quantum."""
+    d = make_socket_dir()
+    procs = []
+
+    def start(*args, nvml=None):
+        procs.append(SchedulerProcess(d / "s.sock", args, nvml=nvml))
+        return procs[-1].start()
+
+    yield from live_scheduler(start)
+    for p in procs:
+        p.stop()
     shutil.rmtree(d, ignore_errors=True)
 
 
