@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from ctl_call import ctl_call
 from sched_harness import GiB, as_user, child_env, registered, uuid
 from xpushare import __version__
 # Imported here, not in the child as_user forks: another uid may not be able to read the
@@ -18,8 +19,13 @@ from xpushare.wire.protocol import MessageType
 
 
 def ctl(*args, sock=None, env=None):
-    argv = [sys.executable, "-m", "xpushare.cli.ctl", *(["--socket", str(sock)] if sock else []), *args]
-    return subprocess.run(argv, env=child_env(env), capture_output=True, text=True, timeout=60)
+    """nvsharectl ARGS: its main() in this process (ctl_call), or a process of its own when env
+    names variables for it."""
+    argv = [*(["--socket", str(sock)] if sock else []), *args]
+    if env is None:
+        return ctl_call(argv)
+    return subprocess.run([sys.executable, "-m", "xpushare.cli.ctl", *argv], env=child_env(env),
+                          capture_output=True, text=True, timeout=60)
 
 
 @pytest.fixture
@@ -201,7 +207,8 @@ def test_set_tq_to_the_largest_quantum(busy):
                                   ["--set-memory-limit", "1GiB"],
                                   ["--set-compute-share", "2", "--pod", "web"],
                                   ["--set-priority", "2", "--pod", "ns/web"]])
-def test_bad_values_exit_2_with_usage(scheduler, args):
+def test_bad_values_exit_2_with_usage(untouched_scheduler, args):
+    scheduler = untouched_scheduler
     r = ctl(*args, sock=scheduler.sock)
     assert r.returncode == 2, (args, r.stderr)
     assert "usage: nvsharectl" in r.stderr
@@ -215,7 +222,7 @@ def test_scheduler_refusal_of_a_value_exits_2(busy):
 
 
 def test_no_arguments_prints_help():
-    r = ctl()
+    r = ctl(env={})  # a process: the help's width is a pipe's
     assert r.returncode == 0
     for flag in ("-T N|auto, --set-tq N|auto", "-S {on,off}, --anti-thrash {on,off}",
                  "--mode {auto,serial,off}", "--set-priority N", "status"):

@@ -2,30 +2,52 @@
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 from rich.cells import cell_len
 
+from ctl_call import ctl_call
 from live_clients import TWO_GPUS, start_clients
-from sched_harness import child_env
+from sched_harness import SchedulerProcess, child_env, make_socket_dir
 
 WIDTHS = (80, 100, 120, 200)
 
 
 def ctl(sock, *args, env=None):
+    """nvsharectl in this process (ctl_call), or a process of its own where env names variables."""
+    if env is None:
+        return ctl_call(["--socket", sock, *args])
     return subprocess.run([sys.executable, "-m", "xpushare.cli.ctl", "--socket", str(sock), *args],
                           env=child_env(env), capture_output=True, text=True, timeout=60)
 
 
-@pytest.fixture
-def live(start_scheduler):
+def live_scheduler(start_scheduler):
+    """A scheduler knowing two GPUs, with its three client processes (live_clients)."""
     s = start_scheduler("--mode", "serial", "--tq", "30", nvml=TWO_GPUS)
     clients = start_clients(s.sock)
     yield s, clients
     for c in clients:
         c.close()
+
+
+@pytest.fixture(scope="module")
+def live():
+    """live_scheduler once for a module whose tests only read status (one that stops the
+    scheduler takes its own): they take seconds, well within the holder's 30 s quantum."""
+    d = make_socket_dir()
+    procs = []
+
+    def start(*args, nvml=None):
+        procs.append(SchedulerProcess(d / "s.sock", args, nvml=nvml))
+        return procs[-1].start()
+
+    yield from live_scheduler(start)
+    for p in procs:
+        p.stop()
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def table_rows(text: str, title: str) -> tuple[list[str], list[list[str]]]:

@@ -9,7 +9,7 @@ import pytest
 from rich.cells import cell_len
 
 from sched_harness import child_env, registered, uuid
-from test_cli_status_width import check_fits, ctl, live, table_rows  # noqa: F401 (live: a fixture)
+from test_cli_status_width import check_fits, ctl, live, live_scheduler, table_rows  # noqa: F401 (live: a fixture)
 
 
 @pytest.mark.parametrize("width", [80, 100, 200])
@@ -79,16 +79,16 @@ def test_json_frame(live):
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "abc", "nan", "inf", "0.01", "5000"])
-def test_bad_interval_is_a_usage_error(scheduler, bad):
-    r = ctl(scheduler.sock, "top", "--once", "--interval", bad)
+def test_bad_interval_is_a_usage_error(untouched_scheduler, bad):
+    r = ctl(untouched_scheduler.sock, "top", "--once", "--interval", bad)
     assert r.returncode == 2, r.stderr
     assert "usage: nvsharectl" in r.stderr and "invalid interval" in r.stderr
 
 
 @pytest.mark.parametrize("args", [["top", "--once", "--json"], ["top", "--width", "0"],
                                   ["top", "--height", "x"]])
-def test_bad_flags_are_usage_errors(scheduler, args):
-    r = ctl(scheduler.sock, *args)
+def test_bad_flags_are_usage_errors(untouched_scheduler, args):
+    r = ctl(untouched_scheduler.sock, *args)
     assert r.returncode == 2 and "usage: nvsharectl" in r.stderr
 
 
@@ -252,12 +252,18 @@ def test_memory_bar():
     assert cell_len(memory_bar(7, 7, 3, 12)) == 14
 
 
-def test_live_view_into_a_pipe_writes_frames_and_exits_1_when_the_scheduler_goes(live):
+@pytest.fixture
+def own_live(start_scheduler):
+    """live's scheduler and clients for a test that stops the scheduler."""
+    yield from live_scheduler(start_scheduler)
+
+
+def test_live_view_into_a_pipe_writes_frames_and_exits_1_when_the_scheduler_goes(own_live):
     """Without a terminal the frames follow one another (as top -b writes them); the scheduler
     going away ends the view as it ends any nvsharectl command: a message and exit 1."""
     import time
 
-    s, _ = live
+    s, _ = own_live
     p = subprocess.Popen([sys.executable, "-m", "xpushare.cli.ctl", "--socket", str(s.sock), "top",
                           "--interval", "0.2", "--width", "100"], stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), text=True)

@@ -1,20 +1,33 @@
-"""Fixtures for the interposer suite: build the mock driver and test program once per session,
+"""Fixtures for the interposer suite: build the mock driver and test program once per run,
 locate (or build) libnvshare.so, and give each test a private World (socket, logs, processes)."""
 
+import fcntl
+import hashlib
 import os
 import shutil
 
 import pytest
 
 from .fake_scheduler import RecordingScheduler
-from testkit.build import BuildError, native_library
+from testkit.build import BUILD, BuildError, native_library
 
-from .harness import build_artifacts, new_world
+from .harness import MOCK_SRC, artifacts_in, build_artifacts, new_world
 
 
 @pytest.fixture(scope="session")
-def artifacts(tmp_path_factory):
-    return build_artifacts(tmp_path_factory.mktemp("mock"))
+def artifacts():
+    """Built once per run for every xdist worker (the first builds, the others find it): in
+    build/tests-native/mock-<digest of the mock's sources>, so an edit to them builds afresh."""
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes()
+                                     for p in sorted(MOCK_SRC.iterdir()) if p.is_file())).hexdigest()
+    out = BUILD / f"mock-{digest[:16]}"
+    with open(BUILD / ".mock.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / ".built").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            build_artifacts(out)
+            (out / ".built").touch()
+    return artifacts_in(out)
 
 
 @pytest.fixture(scope="session")

@@ -113,6 +113,12 @@ def build_artifacts(out: Path, *flags: str) -> Artifacts:
     return Artifacts(out, libcuda, app, probe, libnvml, nvml_app)
 
 
+def artifacts_in(out: Path) -> Artifacts:
+    """What build_artifacts(out) made, found again (the names it gives them)."""
+    return Artifacts(out, out / "libcuda.so.1", out / "cuda_app", out / "librtldnext.so",
+                     out / "libnvidia-ml.so.1", out / "nvml_app")
+
+
 def build_mock_variant(out: Path, *defines: str) -> Path:
     """The mock driver built with compile-time switches (e.g. MOCK_CUDA_NO_PREFETCH_V2) into `out`;
     returns the directory to put first on LD_LIBRARY_PATH (cuda_app finds libcuda.so.1 there)."""

@@ -19,7 +19,9 @@ from xpushare.wire.protocol import FEATURE_QUOTAS, Limits, MessageType
 
 from .harness import GIB, poll
 
-pytestmark = pytest.mark.exclusive  # the mock GPU's kernels take wall-clock time
+# The tests of compute limits and of the lock's pauses judge the mock GPU's wall-clock time; those of
+# settings and memory limits check messages and allocations only and share the machine.
+timed = pytest.mark.exclusive
 
 KERNEL_US = 1000
 TOLERANCE = 0.04  # points of the GPU's time
@@ -66,6 +68,7 @@ def _saturate(world, limit: str | None, seconds: float, env=None):
     return got, app
 
 
+@timed
 @pytest.mark.parametrize("limit", ["25", "50", "75"])
 def test_a_saturating_program_gets_its_limit(world, limit):
     world.scheduler(mode="auto")
@@ -73,6 +76,7 @@ def test_a_saturating_program_gets_its_limit(world, limit):
     assert got == pytest.approx(int(limit) / 100, abs=TOLERANCE)
 
 
+@timed
 @pytest.mark.parametrize("how", ["ungated", "serial", "off"])
 def test_the_limit_holds_in_every_mode_and_ungated(world, how):
     if how != "ungated":
@@ -111,6 +115,7 @@ def _worst_excess_ms(iv, frac: float) -> float:
     return worst
 
 
+@timed
 @pytest.mark.parametrize("limit,kernel_us", [(25, KERNEL_US), (50, KERNEL_US), (25, 100)])
 def test_no_window_holds_more_than_the_limit_plus_one_burst(world, limit, kernel_us):
     """The token bucket's bound: any window of W holds at most L x W of GPU time plus the bucket
@@ -128,12 +133,14 @@ def test_no_window_holds_more_than_the_limit_plus_one_burst(world, limit, kernel
     assert excess <= limit * BUCKET_MS_PER_POINT + QUEUE_MS + SLACK_MS
 
 
+@timed
 def test_without_a_limit_the_program_saturates_the_gpu(world):
     world.scheduler(mode="auto")
     got, _ = _saturate(world, None, 0.8)
     assert got > 0.97
 
 
+@timed
 def test_short_pauses_keep_the_lock(world, recorder):
     """At 25% each pause is a few tens of ms, well under NVSHARE_IDLE_RELEASE_MS (250): the
     holder keeps the lock (no release and re-request at every pause)."""
@@ -143,6 +150,7 @@ def test_short_pauses_keep_the_lock(world, recorder):
     assert not recorder.messages(MessageType.LOCK_RELEASED)
 
 
+@timed
 def test_a_long_pause_gives_the_lock_up_and_asks_again_after_it(world, recorder):
     """At 2% a pause lasts about a second: the holder releases the lock (idle) for others and asks
     for it again only when its pause is over, not at once. Read from the client thread's own
@@ -169,6 +177,7 @@ def _limits_seen(app, n: int):
          what=f"{n} LIMITS applied")
 
 
+@timed
 def test_limits_change_the_compute_limit_live(world, recorder):
     """LIMITS sets a compute limit on a running program, and 0 takes it away. The work queued
     before it (up to NVSHARE_DRAIN_TARGET_MS, 100 ms) is charged when it retires: the window
