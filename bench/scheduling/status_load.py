@@ -142,8 +142,17 @@ def _root_status(path: str, stop, out) -> None:
     out.put(times)
 
 
+def _niced(nice: int, target, *args) -> None:
+    """A load process at a lower CPU priority (--load-nice): on a machine with fewer cores than
+    load processes they otherwise take the CPUs from the victim and the scheduler alike, and the
+    victim's round trips then time the machine, not the scheduler."""
+    if nice:
+        os.nice(nice)
+    target(*args)
+
+
 def one_round_uids(src: Path, conns: int, gpus: int, seconds: float, uids: int,
-                   watch: bool = False) -> dict:
+                   watch: bool = False, nice: int = 0) -> dict:
     nvml = [{"uuid": uuid(i), "name": "bench GPU", "memory": 16 * GIB} for i in range(gpus)]
     with Daemon("auto", src=src, nvml=nvml, python_args=LOOPWATCH if watch else ()) as d:
         os.chmod(d.dir, 0o755)  # other uids reach the socket
@@ -152,15 +161,16 @@ def one_round_uids(src: Path, conns: int, gpus: int, seconds: float, uids: int,
             quiet = _cycles(victim, min(2.0, seconds))
             ctx = multiprocessing.get_context("fork")
             ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
-            holder = ctx.Process(target=_held, args=(str(d.socket), conns, gpus, ready, stop))
+            holder = ctx.Process(target=_niced, args=(nice, _held, str(d.socket), conns, gpus, ready, stop))
             holder.start()
             ready.wait(120)
-            askers = [ctx.Process(target=_uid_status_loop, args=(str(d.socket), 60001 + i, stop, out))
+            askers = [ctx.Process(target=_niced,
+                                  args=(nice, _uid_status_loop, str(d.socket), 60001 + i, stop, out))
                       for i in range(uids)]
             for a in askers:
                 a.start()
             root_stop, root_out = ctx.Event(), ctx.Queue()
-            root = ctx.Process(target=_root_status, args=(str(d.socket), root_stop, root_out))
+            root = ctx.Process(target=_niced, args=(nice, _root_status, str(d.socket), root_stop, root_out))
             time.sleep(0.2)
             root.start()
             slow = [] if watch else None
@@ -275,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--uids", type=int, default=0, help="status from this many other uids (root only)")
     p.add_argument("--tree", action="append", default=[], metavar="NAME=PATH")
+    p.add_argument("--load-nice", type=int, default=0, metavar="N",
+                   help="with --uids: the load's processes at this nice value (the victim and the "
+                        "scheduler stay at 0): what is left is the scheduler's, not the machine's")
     p.add_argument("--json", type=Path)
     p.add_argument("--watch", type=Path, metavar="DIR",
                    help="run each daemon under bench/core/loopwatch.py, its log in DIR/<tree>-<round>.log")
@@ -285,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     trees = checkouts(a.tree) + [("this", REPO / "src")]
     results: dict[str, list] = {name: [] for name, _ in trees}
     for r, (name, src) in alternating_rounds(trees, a.rounds):
-        results[name].append(one_round_uids(src, a.conns, a.gpus, a.seconds, a.uids, bool(a.watch))
+        results[name].append(one_round_uids(src, a.conns, a.gpus, a.seconds, a.uids, bool(a.watch),
+                                            a.load_nice)
                              if a.uids else one_round(src, a.conns, a.gpus, a.seconds, bool(a.watch)))
         if a.watch:
             (a.watch / f"{name}-{r}.log").write_text(results[name][-1].pop("daemon_log"))
@@ -300,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                  f" {s['holds']['gc_pauses']} gc pauses; victim's cycles over {SLOW_MS:g} ms:"
                  f" {s['slow_cycles']}" if a.watch else ""), flush=True)
     out = {"conns": a.conns, "gpus": a.gpus, "seconds": a.seconds, "uids": a.uids,
+           "load_nice": a.load_nice,
            "trees": {name: _summary(rs) for name, rs in results.items()}}
     return report_trees(out, a.json)
 
