@@ -93,9 +93,10 @@ static int timed_checkpoints(void)
  * (busy.c: the time the host stayed away after a synchronisation is not queued work); `ival`: the
  * interval the later one was recorded at (0: it cut a span short); `depth`: the checkpoints still
  * queued as it is retired, itself included (how much a drain would have to finish if it came now,
- * in spans), or more (judged_depth). Keep each span near NVSHARE_DRAIN_TARGET_MS / depth by halving the interval when a
- * span is longer (or at once to the interval that fits, when that is smaller still), doubling it
- * (up to nvs_ckpt_interval, the launch-count bound) when one is under a quarter of it. A program
+ * in spans), or more (judged_depth). Keep each span near NVSHARE_DRAIN_TARGET_MS / depth by
+ * halving the interval when a span is longer (or at once to the interval that fits, when that is
+ * smaller still), doubling it (up to nvs_ckpt_interval, the launch-count bound) when one is under
+ * a quarter of it. A program
  * that keeps the ring full is held to target / NVS_RING per span; one whose host is never far
  * ahead (a server's short requests, a host-bound stream) has one or two spans queued and may make
  * them as long as the target allows. Judged by target / NVS_RING alone, a server's requests beside
@@ -226,7 +227,7 @@ static void wait_for_room(nvs_ctxrec *rec)
         CUresult r = nvs_drv.cuEventSynchronize(oldest);
         pthread_mutex_lock(&rec->ring_mu);
         if (r != CUDA_SUCCESS && rec->count == NVS_RING && rec->ring[rec->head] == oldest)
-            retire_oldest(rec, r, NVS_RING); /* broken: out of the ring, as a failed query would take it */
+            retire_oldest(rec, r, NVS_RING); /* broken: out, as a failed query would take it */
         nvs_retire_done(rec);
     }
 }
