@@ -184,8 +184,10 @@ def test_busy_spans_say_when_each_burst_kept_the_gpu_busy(world, recorder):
     for (start, end, busy), (first, synced) in zip(spans, bursts):
         assert busy / 1e9 == pytest.approx(0.1, rel=TOLERANCE)
         # opened by the first launch, closed when the synchronisation returned (the lines are
-        # written around the calls: allow their printing)
-        assert first - 5e6 <= start <= first + 5e6 and synced - 5e6 <= end <= synced + 5e6
+        # written around the calls: allow their printing, and a moment's loss of the CPU on a
+        # loaded two-core machine, which once took 8 ms; the sleeps, 300 ms, are far outside)
+        slack = 30e6
+        assert first - slack <= start <= first + slack and synced - slack <= end <= synced + slack
     assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))  # the sleeps are in none
     app.resume()
     assert app.finish(30) == 0
