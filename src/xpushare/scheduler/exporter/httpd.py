@@ -34,7 +34,7 @@ import logging
 from prometheus_client.exposition import choose_encoder
 
 from .exposition import Expositions
-from .metrics_collect import NvmlReader
+from .nvml_reader import NvmlReader
 
 log = logging.getLogger("nvshare.scheduler")
 

@@ -9,13 +9,12 @@ milliseconds in prometheus_client, which no lock round trip should wait for. Cli
 from the clients connected at the scrape, so a client's series go when it leaves.
 
 Needs prometheus_client (pip install 'xpushare[kubernetes]'); the daemon imports this module only
-when --metrics-port is given. (long: a row's fields and the families that read them stay in one
-file; split, each new series would be written in two places that must agree.)
+when --metrics-port is given. A row's fields and the families that read them stay in one file, so
+that a new series is written in one place; NVML's readings are nvml_reader.py's.
 """
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,7 +32,6 @@ from ..node.metrics import PHASES
 from .metrics_jobs import JOB_FAMILIES, JobRow, take_jobs
 from ..policy import DEFAULT_SHARE
 
-log = logging.getLogger("nvshare.scheduler")
 
 # Samples formatted in one step of the slicer (exposition.py): prometheus_client takes some 5-10 us
 # a sample of a client family (seven labels), so that a step stays within the slicer's 0.5 ms.
@@ -389,43 +387,3 @@ _CLIENT_FAMILIES = (  # (make a family of some clients' samples, samples per cli
     (_counter("xpushare_client_suspends", "Times the client was suspended whole.",
               lambda r: r.suspends), 1),
 )
-
-
-class NvmlReader:
-    """Memory in use and utilization of NVML's GPUs, read at scrape time: a driver call each, some
-    microseconds. NVML is initialised when the exporter starts (open), since a first nvmlInit can
-    take long enough to be felt by clients. An error there, or in reading memory, ends NVML series
-    for good (one log line): an exporter that fails each scrape helps nobody. Utilization is left
-    out alone where NVML does not offer it (MIG devices)."""
-
-    def __init__(self):
-        self._nvml = None
-        self._handles: dict[int, object] = {}
-
-    def open(self) -> None:
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-        except Exception as e:  # pynvml.NVMLError, a missing library or module
-            log.info("metrics: NVML unavailable (%s); no NVML series", e)
-            return
-        self._nvml = pynvml
-
-    def read(self, index: int) -> tuple[int, float | None] | None:
-        nvml = self._nvml
-        if nvml is None:
-            return None
-        try:
-            handle = self._handles.get(index)
-            if handle is None:
-                handle = self._handles[index] = nvml.nvmlDeviceGetHandleByIndex(index)
-            used = int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
-        except Exception as e:  # pynvml.NVMLError: the GPU is gone, the driver unloaded
-            log.warning("metrics: NVML cannot be read (%s); no NVML series from now on", e)
-            self._nvml = None
-            return None
-        try:
-            utilization = nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100
-        except Exception:
-            utilization = None
-        return used, utilization
