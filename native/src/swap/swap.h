@@ -102,9 +102,6 @@ typedef struct {
     const char *why;     /* the bound the last refusal met */
 } nvs_host_budget;
 nvs_host_budget nvs_host_budget_now(void) NVS_HIDDEN;
-/* Whether `size` more bytes of host copies fit b; if so taken from b and counted as held (a
- * range refused later gives them back with nvs_host_release). */
-int nvs_host_admit(nvs_host_budget *b, uint64_t size) NVS_HIDDEN;
 void nvs_host_release(nvs_hostcopy *h) NVS_HIDDEN; /* frees h (NULL: nothing), uncounts its bytes */
 void nvs_swap_say_refused(int dev, uint64_t bytes, const char *why) NVS_HIDDEN;
 /* A range wanting a host copy, as listed outside nvs_amu and given its copy back under it. */
@@ -115,6 +112,10 @@ typedef struct {
     uint8_t refused; /* past the bounds, or the pinning failed */
     uint8_t filled;  /* the host copy holds the range's bytes already (swapcold.c copied them) */
 } nvs_want;
+/* Gives w an unpinned host copy if its size fits b: taken from b and counted as held (a range
+ * refused later gives them back with nvs_host_release). Returns 0, w refused and b->why said,
+ * where it does not fit or there is no memory for the copy's record. */
+int nvs_want_admit(nvs_host_budget *b, nvs_want *w) NVS_HIDDEN;
 /* The picked ranges of ours (vmm.c) of io without a host copy (io NULL: the pinner's: managed
  * ones that may still get one); nvs_amu taken here. */
 size_t nvs_swap_wanting(int dev, const nvs_swap_io *io, nvs_want **out) NVS_HIDDEN;

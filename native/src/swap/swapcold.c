@@ -87,18 +87,8 @@ static void *pinner(void *arg)
 static job_t *plan(nvs_want *w, size_t n, nvs_host_budget *budget, size_t *njobs)
 {
     size_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!(w[i].host = nvs_hostcopy_new(w[i].size))) {
-            budget->why = "the process's memory";
-            w[i].refused = 1;
-        } else if (!nvs_host_admit(budget, w[i].size)) {
-            nvs_hostcopy_free(w[i].host); /* nothing pinned yet, nothing counted */
-            w[i].host = NULL;
-            w[i].refused = 1;
-        } else {
-            total += w[i].host->n;
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        if (nvs_want_admit(budget, &w[i])) total += w[i].host->n;
     job_t *jobs = total ? malloc(total * sizeof(*jobs)) : NULL;
     *njobs = 0;
     for (size_t i = 0; i < n && total && !jobs; i++) { /* no memory for the jobs: nothing moves */

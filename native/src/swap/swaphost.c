@@ -95,11 +95,19 @@ static int host_room(nvs_host_budget *b, uint64_t size)
     return 1;
 }
 
-int nvs_host_admit(nvs_host_budget *b, uint64_t size)
+int nvs_want_admit(nvs_host_budget *b, nvs_want *w)
 {
-    if (!host_room(b, size)) return 0;
-    atomic_fetch_add(&host_total, size);
-    return 1;
+    if (!(w->host = nvs_hostcopy_new(w->size))) {
+        b->why = "the process's memory";
+    } else if (!host_room(b, w->size)) {
+        nvs_hostcopy_free(w->host); /* nothing pinned yet, nothing counted */
+        w->host = NULL;
+    } else {
+        atomic_fetch_add(&host_total, w->size);
+        return 1;
+    }
+    w->refused = 1;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ host copies */
@@ -174,14 +182,7 @@ static void give_host_copies(nvs_dev *d)
     nvs_host_budget budget = nvs_host_budget_now();
     uint64_t refused = 0;
     for (size_t i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
-        if (!(w[i].host = nvs_hostcopy_new(w[i].size))) {
-            budget.why = "the process's memory";
-            w[i].refused = 1;
-        } else if (!nvs_host_admit(&budget, w[i].size)) {
-            nvs_hostcopy_free(w[i].host); /* nothing pinned yet, nothing counted */
-            w[i].host = NULL;
-            w[i].refused = 1;
-        } else if (nvs_hostcopy_pin_all(w[i].host) != 0) {
+        if (nvs_want_admit(&budget, &w[i]) && nvs_hostcopy_pin_all(w[i].host) != 0) {
             nvs_host_release(w[i].host);
             w[i].host = NULL;
             budget.why = "the driver's pinning";
