@@ -168,7 +168,7 @@ static void retire_oldest(nvs_ctxrec *rec, CUresult q, unsigned depth)
  * the deepest this host's queue has been lately, whichever is more. A host that fills the ring now
  * and then (a training loop that launches a step ahead) is held to target / NVS_RING all along:
  * judged by the depth of the moment, its spans grew while the host fell behind for a while, and
- * when it got ahead again the ring filled with them (2.7 times the bound, on a loaded machine).
+ * when it got ahead again the ring filled with them (up to the sum of target / k, k = 1..8).
  * The peak comes down by one every DEPTH_DECAY retirement passes spent below it. */
 #define DEPTH_DECAY (4 * NVS_RING)
 static unsigned judged_depth(nvs_ctxrec *rec, unsigned now_queued)
