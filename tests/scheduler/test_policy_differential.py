@@ -106,8 +106,8 @@ def _median_low(averages: dict, enough: int = product.SWITCH_REPORTERS):
     return statistics.median_low(averages.values()) if len(averages) >= enough else None
 
 GiB = 2**30
-CHUNKS = 24
-SEQUENCES_PER_CHUNK = 50    # 1200 sequences in all
+CHUNKS = 16
+SEQUENCES_PER_CHUNK = 50    # 800 sequences in all
 EVENTS = 120
 # The actions are compared after every event, the whole state (snapshot, records, order, every
 # client's state: two thirds of the test's time) after every STATE_EVERY-th and at the end. What
