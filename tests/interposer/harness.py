@@ -43,7 +43,7 @@ _SCRUB_PREFIXES = ("NVSHARE_", "MOCK_CUDA_", "MOCK_NVML_", "RTLD_NEXT_PROBE")
 _SCRUB = {"LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
           "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"}
 
-# Entry points whose calls are GPU work: the GATE lines of native/src/hooks/hooks.h, every variant.
+# Entry points whose calls are GPU work: the GATE and LAUNCH lines of native/src/hooks/hooks.h, every variant.
 GATED = gated_names()
 
 

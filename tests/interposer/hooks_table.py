@@ -20,6 +20,7 @@ NATIVE_INCLUDE = REPO / "native" / "include"
 APP_C = REPO / "tests" / "mock" / "cuda_app.c"
 
 TWIN = {"NONE": None, "PTSZ": "_ptsz", "PTDS": "_ptds"}
+GATED_KINDS = ("GATE", "LAUNCH")  # both take the device lock; a LAUNCH also opens busy spans
 _LINE = re.compile(r"X\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\d+)\s*,\s*(\w+)\s*,")
 
 
@@ -59,13 +60,13 @@ def hooks(path: Path = HOOKS_H) -> list[Hook]:
     rows = [Hook(kind, name, base, int(ver), variants)
             for kind, name, base, ver, variants in _LINE.findall(body)]
     assert len(rows) == len(re.findall(r"\bX\(", body)), "a NVS_HOOKS line this reader does not parse"
-    assert all(h.kind in ("GATE", "CUSTOM", "SYNC") and h.variants in TWIN for h in rows), rows
+    assert all(h.kind in ("GATE", "LAUNCH", "CUSTOM", "SYNC") and h.variants in TWIN for h in rows), rows
     return rows
 
 
 def gated_names(path: Path = HOOKS_H) -> frozenset[str]:
     """The exported names (every variant) of the gated entry points."""
-    return frozenset(n for h in hooks(path) if h.kind == "GATE" for n in h.exported)
+    return frozenset(n for h in hooks(path) if h.kind in GATED_KINDS for n in h.exported)
 
 
 def app_gated_table(path: Path = APP_C) -> list[tuple[str, str, str]]:

@@ -27,11 +27,15 @@
  *     returned, the completed checkpoints are retired and the context is marked idle;
  *   - a drain (the lock given up): the same around its cuCtxSynchronize;
  *   - a new context.
- * After an idle point, the first gated launch on a stream records a start event on that stream
- * before the real call (busy_idle, one relaxed load on the hot path; the record happens once per
- * idle point, never in the common case), and the next checkpoint's span begins there
- * (NVS_SPAN_START) instead of at the previous checkpoint; a checkpoint after an idle point with no
+ * After an idle point, the first kernel launch (a LAUNCH entry of hooks.h: kernels and graphs) on a
+ * stream records a start event on that stream before the real call (busy_idle, one relaxed load on
+ * the hot path; the record happens once per idle point, never in the common case), and the next
+ * checkpoint's span begins there (NVS_SPAN_START) instead of at the previous checkpoint; a checkpoint after an idle point with no
  * start event counts nothing (NVS_SPAN_NONE); the others count the whole span (NVS_SPAN_PREV).
+ * Copies, memsets and the other GATE calls never open a span (gate.h says why: a timing event
+ * before a copy on an idle stream made the copy wait for another process's time slice); a copy
+ * after a kernel, before the next idle point, falls inside its span and counts. Busy time is thus
+ * the time from a burst's first kernel, as NVML's utilisation counts kernels.
  * Checkpoint spans are retired (and counted) at checkpoints, at synchronisations, at drains, and by
  * the client thread about once a second (nvs_busy_poll), so a client that holds the lock for long
  * (mode off, or concurrent) reports as it goes. Ungated work goes through the same path.
@@ -48,7 +52,7 @@ enum { NVS_SPAN_PREV = 0, NVS_SPAN_START = 1, NVS_SPAN_NONE = 2 };
 
 /*
  * Host spans (BUSY_SPANS): the same idle points, on the host's clock. A device's span opens at the
- * first launch after an idle point and closes at the next idle point (or is cut at a report and
+ * first kernel launch after an idle point and closes at the next idle point (or is cut at a report and
  * goes on); its GPU time is what the checkpoints retired meanwhile added. The scheduler needs no
  * more to share out the time of processes that ran at the same time: where their spans overlap,
  * each one's checkpoints also timed the others' slices (docs/metrics.md).
@@ -178,7 +182,7 @@ static void add_busy(nvs_ctxrec *rec, float ms)
                                   memory_order_relaxed);
 }
 
-/* ring_mu held. An idle point: the next span begins at the next stream launch's start event. */
+/* ring_mu held. An idle point: the next span begins at the next kernel launch's start event. */
 void nvs_busy_mark_idle(nvs_ctxrec *rec)
 {
     if (!nvs_busy_measured()) return;
@@ -222,7 +226,7 @@ float nvs_busy_retired(nvs_ctxrec *rec, int h, float prev_ms)
     return -1;
 }
 
-/* COLD: the first stream launch after an idle point (busy_idle set), before the real call. Never
+/* COLD: the first kernel launch after an idle point (busy_idle set), before the real call. Never
  * on a capturing stream (the record would become part of the graph: a later launch does it), and
  * never waiting for ring_mu (the caller is counted in flight, and a thread may hold ring_mu while
  * it waits for a full ring: this launch's start is then simply not recorded, a later one is). */

@@ -29,8 +29,8 @@ typedef struct nvs_busy_dev {
     _Atomic uint64_t ns;     /* cumulative, since the process (or the fork child) started */
     uint64_t sent, sent_ns;  /* what the last BUSY_UPDATE said, and when */
     pthread_mutex_t span_mu; /* zero is its initial state (glibc), as for the whole record */
-    uint64_t open_ns;        /* the open span's start (0: none), from the first launch after an
-                              * idle point to the next idle point or report */
+    uint64_t open_ns;        /* the open span's start (0: none), from the first kernel launch
+                              * after an idle point to the next idle point or report */
     uint64_t open_busy;      /* `ns` when it opened */
     uint64_t last_end;       /* where the last span ended: the next opens no earlier */
     int nclosed;

@@ -89,7 +89,7 @@ static int timed_checkpoints(void)
 }
 
 /* ring_mu held. `ms`: what the work queued between two consecutive completed checkpoints of the
- * context took on the GPU, from the first launch after an idle point when the span holds one
+ * context took on the GPU, from the first kernel launch after an idle point when the span holds one
  * (busy.c: the time the host stayed away after a synchronisation is not queued work); `ival`: the
  * interval the later one was recorded at (0: it cut a span short); `depth`: the checkpoints still
  * queued as it is retired, itself included (how much a drain would have to finish if it came now,

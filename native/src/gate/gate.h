@@ -5,8 +5,8 @@
  * HOT PATH. Per gated call, when the device may run (lock held, or ungated):
  *   a relaxed load of nvs_suspended (suspend.c), real cuCtxGetCurrent + a thread-local {ctx -> record} compare, one seq_cst fetch_add on the
  *   device's in-flight counter, one load of may_run, a read (and rarely a write) of `active`,
- *   a relaxed load of the context record's busy_idle (set only at idle points: the first stream
- *   launch after one records a start event, gate.c "Busy time"), the real call, one fetch_sub
+ *   for a kernel launch, a relaxed load of the context record's busy_idle (set only at idle points:
+ *   the first kernel launch after one records a start event, busy.c), the real call, one fetch_sub
  *   and a thread-local counter compared with the context record's checkpoint interval (a
  *   relaxed load; the checkpoints adapt it, gate.c).
  *   No syscalls, getenv, allocation or mutex.
@@ -27,7 +27,7 @@ int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread) NVS_HIDDEN; /* 1 = pas
  * ends a span early (a synchronisation, a drain, a throttle), never a reason to space them out. */
 void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int full) NVS_HIDDEN;
 uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
-/* Busy time: a start event before the first stream launch after an idle point (the hot path
+/* Busy time: a start event before the first kernel launch after an idle point (the hot path
  * calls it when rec->busy_idle is set); the synchronisation hooks around the driver's own;
  * the client thread's periodic retirement of completed checkpoints (context switched inside). */
 void nvs_retire_done(nvs_ctxrec *rec) NVS_HIDDEN; /* ring_mu held: completed ones */
@@ -42,8 +42,15 @@ typedef struct nvs_gate {
     nvs_ctxrec *rec;
 } nvs_gate;
 
+/* opens_span: a LAUNCH (hooks.h), work for the SMs; the first one after an idle point records the
+ * busy span's start event. Never a copy or another GATE call: a timing event recorded on an idle
+ * stream is executed by the context's compute channel, and with another process's context holding
+ * the GPU's time slice, a copy queued behind it waited for that slice to end (about 2 ms on the
+ * H200 beside a training job; bench/probes/timed_events.py, docs/benchmarks.md), where the copy
+ * alone would have run at once on a copy engine. A kernel waits for the slice anyway. */
 static inline __attribute__((always_inline)) void *nvs_gate_begin(nvs_gate *g, int idx,
-                                                                   CUstream s, int per_thread)
+                                                                   CUstream s, int per_thread,
+                                                                   int opens_span)
 {
     nvs_ensure_init();
     nvs_suspend_check(); /* one relaxed load: suspended, the driver would block this call */
@@ -61,7 +68,8 @@ static inline __attribute__((always_inline)) void *nvs_gate_begin(nvs_gate *g, i
                 atomic_store_explicit(&d->active, 1, memory_order_relaxed);
             g->dev = d;
             g->rec = rec;
-            if (NVS_UNLIKELY(atomic_load_explicit(&rec->busy_idle, memory_order_relaxed)) &&
+            if (opens_span &&
+                NVS_UNLIKELY(atomic_load_explicit(&rec->busy_idle, memory_order_relaxed)) &&
                 s != NVS_NOSTREAM)
                 nvs_busy_start(rec, s, per_thread);
             return nvs_real[idx];

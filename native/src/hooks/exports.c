@@ -3,7 +3,8 @@
  *
  * For every exported variant <sym> there is a hidden nvs_w_<sym> and an exported alias <sym>
  * (so that our own table holds our addresses, whatever else a process defines).
- *   GATE entries:   nvs_gate_begin (fast path) -> real variant -> nvs_gate_end.
+ *   GATE and LAUNCH entries: nvs_gate_begin (fast path) -> real variant -> nvs_gate_end; a
+ *                   LAUNCH after an idle point also opens a busy span (gate.h).
  *   SYNC entries:   nvs_busy_sync_begin -> real variant -> nvs_busy_after_sync on success (the
  *                   application waited for the GPU: an idle point of busy time, gate.c).
  * Every wrapper first waits while the process is suspended (nvs_suspend_check, suspend.c).
@@ -20,12 +21,13 @@
 #define NVS_EXPORT_ALIAS(ext, internal) \
     extern __typeof__(internal) ext __attribute__((alias(#internal), visibility("default")));
 
-#define NVS_WRAP_GATE(sfx, pt, name, params, args, stream)                                     \
+#define NVS_WRAP_GATED_(opens_span, sfx, pt, name, params, args, stream)                       \
     CUresult nvs_w_##name##sfx params                                                          \
     {                                                                                          \
         nvs_gate g_;                                                                           \
         CUstream s_ = (stream);                                                                \
-        nvs_fn_##name real_ = (nvs_fn_##name)nvs_gate_begin(&g_, NVS_IDX_##name##sfx, s_, pt); \
+        nvs_fn_##name real_ =                                                                  \
+            (nvs_fn_##name)nvs_gate_begin(&g_, NVS_IDX_##name##sfx, s_, pt, opens_span);       \
         if (NVS_UNLIKELY(!real_)) {                                                            \
             nvs_gate_end(&g_, CUDA_ERROR_NOT_FOUND, s_, pt);                                   \
             return nvs_missing(NVS_IDX_##name##sfx);                                           \
@@ -35,6 +37,8 @@
         return r_;                                                                             \
     }                                                                                          \
     NVS_EXPORT_ALIAS(name##sfx, nvs_w_##name##sfx)
+#define NVS_WRAP_GATE(...) NVS_WRAP_GATED_(0, __VA_ARGS__)
+#define NVS_WRAP_LAUNCH(...) NVS_WRAP_GATED_(1, __VA_ARGS__)
 
 #define NVS_WRAP_SYNC(sfx, pt, name, params, args, stream)                                     \
     CUresult nvs_w_##name##sfx params                                                          \

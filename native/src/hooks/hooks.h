@@ -11,7 +11,10 @@
  *
  * One line per entry point:
  *   X(kind, name, base, ver, variants, (params), (args), stream)
- *     kind      GATE: work submission; the generated wrapper takes the device lock (gate.h).
+ *     kind      LAUNCH: work for the SMs (kernels, graphs); the generated wrapper takes the device
+ *               lock (gate.h), and the first one after an idle point opens a busy span (busy.c).
+ *               GATE: other work submission (copies, memsets, stream memory operations, host
+ *               functions): the same, except that it never opens a busy span.
  *               CUSTOM: the wrapper calls nvs_h_<name>(idx, per_thread, args...) written by hand.
  *               SYNC: a synchronisation the application waits in: not gated; the generated
  *               wrapper tells busy-time measurement (gate.c) before and after the real call.
@@ -22,7 +25,7 @@
  *     variants  NONE | PTSZ | PTDS: which per-thread-default-stream twin is also exported
  *               (name##_ptsz / name##_ptds); the twin shares the line's signature.
  *     params    the C parameter list; args: the same names, for the call.
- *     stream    for GATE: expression naming the stream the call is queued on, or NVS_NOSTREAM;
+ *     stream    for GATE and LAUNCH: expression naming the stream the call is queued on, or NVS_NOSTREAM;
  *               for SYNC: the stream waited for, or NVS_NOSTREAM for the whole context.
  *
  * Adding an API is one line here (plus, for CUSTOM, its handler).
@@ -87,22 +90,22 @@ X(SYNC, cuCtxSynchronize, cuCtxSynchronize, 0, NONE, (void), (), NVS_NOSTREAM) \
 X(SYNC, cuCtxSynchronize_v2, cuCtxSynchronize, 13000, NONE, (CUcontext ctx), (ctx), NVS_NOSTREAM) \
 X(SYNC, cuStreamSynchronize, cuStreamSynchronize, 0, PTSZ, (CUstream hStream), (hStream), hStream) \
 /* ---- kernel and graph launches ----------------------------------------------------------- */ \
-X(GATE, cuLaunchKernel, cuLaunchKernel, 0, PTSZ, \
+X(LAUNCH, cuLaunchKernel, cuLaunchKernel, 0, PTSZ, \
   (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, \
    unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, \
    unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra), \
   (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, \
    kernelParams, extra), hStream) \
-X(GATE, cuLaunchKernelEx, cuLaunchKernelEx, 0, PTSZ, \
+X(LAUNCH, cuLaunchKernelEx, cuLaunchKernelEx, 0, PTSZ, \
   (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra), \
   (config, f, kernelParams, extra), (config ? config->hStream : (CUstream)0)) \
-X(GATE, cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 0, PTSZ, \
+X(LAUNCH, cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 0, PTSZ, \
   (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, \
    unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, \
    unsigned int sharedMemBytes, CUstream hStream, void **kernelParams), \
   (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, \
    kernelParams), hStream) \
-X(GATE, cuGraphLaunch, cuGraphLaunch, 0, PTSZ, \
+X(LAUNCH, cuGraphLaunch, cuGraphLaunch, 0, PTSZ, \
   (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream), hStream) \
 X(GATE, cuLaunchHostFunc, cuLaunchHostFunc, 0, PTSZ, \
   (CUstream hStream, CUhostFn fn, void *userData), (hStream, fn, userData), hStream) \
@@ -251,6 +254,7 @@ NVS_HOOKS(NVS_FNTYPE_)
 #define NVS_HANDLER_PROTO_CUSTOM(name, params) \
     CUresult nvs_h_##name(int idx, int per_thread, NVS_UNPAREN params);
 #define NVS_HANDLER_PROTO_GATE(name, params)
+#define NVS_HANDLER_PROTO_LAUNCH(name, params)
 #define NVS_HANDLER_PROTO_SYNC(name, params)
 #define NVS_HANDLER_PROTO_(kind, name, base, ver, variants, params, args, stream) \
     NVS_HANDLER_PROTO_##kind(name, params)
