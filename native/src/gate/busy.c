@@ -30,8 +30,9 @@
  * After an idle point, the first kernel launch (a LAUNCH entry of hooks.h: kernels and graphs) on a
  * stream records a start event on that stream before the real call (busy_idle, one relaxed load on
  * the hot path; the record happens once per idle point, never in the common case), and the next
- * checkpoint's span begins there (NVS_SPAN_START) instead of at the previous checkpoint; a checkpoint after an idle point with no
- * start event counts nothing (NVS_SPAN_NONE); the others count the whole span (NVS_SPAN_PREV).
+ * checkpoint's span begins there (NVS_SPAN_START) instead of at the previous checkpoint; a
+ * checkpoint after an idle point with no start event counts nothing (NVS_SPAN_NONE); the others
+ * count the whole span (NVS_SPAN_PREV).
  * Copies, memsets and the other GATE calls never open a span (gate.h says why: a timing event
  * before a copy on an idle stream made the copy wait for another process's time slice); a copy
  * after a kernel, before the next idle point, falls inside its span and counts. Busy time is thus
@@ -52,8 +53,8 @@ enum { NVS_SPAN_PREV = 0, NVS_SPAN_START = 1, NVS_SPAN_NONE = 2 };
 
 /*
  * Host spans (BUSY_SPANS): the same idle points, on the host's clock. A device's span opens at the
- * first kernel launch after an idle point and closes at the next idle point (or is cut at a report and
- * goes on); its GPU time is what the checkpoints retired meanwhile added. The scheduler needs no
+ * first kernel launch after an idle point and closes at the next idle point (or is cut at a report
+ * and goes on); its GPU time is what the checkpoints retired meanwhile added. The scheduler needs no
  * more to share out the time of processes that ran at the same time: where their spans overlap,
  * each one's checkpoints also timed the others' slices (docs/metrics.md).
  */

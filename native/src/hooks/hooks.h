@@ -25,7 +25,8 @@
  *     variants  NONE | PTSZ | PTDS: which per-thread-default-stream twin is also exported
  *               (name##_ptsz / name##_ptds); the twin shares the line's signature.
  *     params    the C parameter list; args: the same names, for the call.
- *     stream    for GATE and LAUNCH: expression naming the stream the call is queued on, or NVS_NOSTREAM;
+ *     stream    for GATE and LAUNCH: expression naming the stream the call is queued on, or
+ *               NVS_NOSTREAM;
  *               for SYNC: the stream waited for, or NVS_NOSTREAM for the whole context.
  *
  * Adding an API is one line here (plus, for CUSTOM, its handler).
