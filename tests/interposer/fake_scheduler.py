@@ -16,6 +16,8 @@ from xpushare.wire.protocol import (
     DropReason,
     Evict,
     QueueBound,
+    Bursts,
+    Hold,
     EVICT_ROOM,
     FrameDecoder,
     Grant,
@@ -32,7 +34,7 @@ from .harness import poll
 # Messages that name a device (their payload starts with `u32 device`).
 _DEVICE_TYPES = (MessageType.ATTACH, MessageType.ATTACHED, MessageType.REQ_LOCK, MessageType.LOCK_OK,
                  MessageType.DROP_LOCK, MessageType.LOCK_RELEASED, MessageType.MEM_UPDATE,
-                 MessageType.EVICT, MessageType.RESIDENCY)
+                 MessageType.EVICT, MessageType.RESIDENCY, MessageType.BURST)
 
 
 @dataclass
@@ -151,12 +153,16 @@ class RecordingScheduler:
             n = conn if conn >= 0 else len(self._conns) + conn
         self._send(c, n, DropLock(device=device, reason=reason, flags=flags, evict_mib=evict_mib))
 
-    def queue_bound(self, device: int, queue_us: int, conn: int = -1):
-        """Send QUEUE_BOUND (0 lifts it)."""
+    def send_to(self, msg, conn: int = -1):
+        """Send one message (QueueBound, Hold, Bursts ...) on a connection."""
         with self._mu:
             c = self._conns[conn]
             n = conn if conn >= 0 else len(self._conns) + conn
-        self._send(c, n, QueueBound(device=device, queue_us=queue_us))
+        self._send(c, n, msg)
+
+    def queue_bound(self, device: int, queue_us: int, conn: int = -1):
+        """Send QUEUE_BOUND (0 lifts it)."""
+        self.send_to(QueueBound(device=device, queue_us=queue_us), conn)
 
     def evict(self, device: int, conn: int = -1):
         """Ask an idle client to move its memory on the device to host (it answers RESIDENCY)."""
@@ -206,4 +212,5 @@ class RecordingScheduler:
 def _type_of(msg) -> MessageType:
     return {Welcome: MessageType.WELCOME, Attached: MessageType.ATTACHED, Grant: MessageType.LOCK_OK,
             DropLock: MessageType.DROP_LOCK, Limits: MessageType.LIMITS,
-            Evict: MessageType.EVICT, QueueBound: MessageType.QUEUE_BOUND}[type(msg)]
+            Evict: MessageType.EVICT, QueueBound: MessageType.QUEUE_BOUND, Hold: MessageType.HOLD,
+            Bursts: MessageType.BURSTS}[type(msg)]

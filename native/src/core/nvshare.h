@@ -10,10 +10,10 @@
  *     grant or for ATTACHED; alloc.c and free.c share a mutex for their tables (memory/alloc.h).
  * nvs_dev and nvs_ctxrec, with the hot-line layout their comments explain. A room that owns a part
  * of each record declares it, with its locking rule, in a header that holds data only and is
- * included here (gate/busydev.h, gate/quotadev.h, memory/footprint.h, swap/swapdev.h,
+ * included here (gate/busydev.h, gate/holddev.h, gate/quotadev.h, memory/footprint.h, swap/swapdev.h,
  * swap/switchdev.h); the intercepted entry points are hooks/hooks.h's, the driver calls
  * hooks/driver.h's. What a room offers is in its own header, included by the files that use it:
- * gate/gate.h, gate/busy.h, gate/quota.h, gate/capture.h, hooks/dispatch.h, memory/memory.h,
+ * gate/gate.h, gate/busy.h, gate/hold.h, gate/quota.h, gate/capture.h, hooks/dispatch.h, memory/memory.h,
  * swap/switch.h, session/session.h, session/suspend.h.
  */
 #ifndef NVSHARE_INTERNAL_H
@@ -42,6 +42,7 @@ typedef struct nvs_ctxrec nvs_ctxrec;
 
 /* The rooms' parts of each device and context record: data and locking rules only. */
 #include "gate/busydev.h"
+#include "gate/holddev.h"
 #include "gate/quotadev.h"
 #include "memory/footprint.h"
 #include "swap/swapdev.h"
@@ -173,6 +174,7 @@ struct nvs_dev {
     nvs_swap_dev swap;     /* swapdev.h */
     nvs_busy_dev busy;   /* busy.h */
     nvs_quota_dev quota; /* quota.h */
+    nvs_hold_dev hold;   /* hold.h */
 };
 
 struct nvs_ctxrec {

@@ -8,6 +8,7 @@
 #include "gate/busy.h"
 #include "gate/capture.h"
 #include "gate/gate.h"
+#include "gate/hold.h"
 #include "session/client.h"
 #include "session/protocol.h"
 #include "session/session.h"
@@ -188,6 +189,7 @@ void nvs_busy_mark_idle(nvs_ctxrec *rec)
 {
     if (!nvs_busy_measured()) return;
     span_close(rec->dev);
+    nvs_hold_burst_edge(rec->dev, 0);
     rec->busy.after_idle = 1;
     rec->busy.start_open = 0;
     atomic_store_explicit(&rec->busy_idle, 1, memory_order_relaxed);
@@ -237,6 +239,7 @@ NVS_COLD void nvs_busy_start(nvs_ctxrec *rec, CUstream s, int per_thread)
     int quiet = nvs_nocap_enter();
     if (!quiet && nvs_stream_capturing(s, 0)) return;
     span_open(rec->dev);
+    nvs_hold_burst_edge(rec->dev, 1);
     if (pthread_mutex_trylock(&rec->ring_mu) == 0) {
         if (atomic_load_explicit(&rec->busy_idle, memory_order_relaxed)) {
             CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();

@@ -107,7 +107,8 @@ void nvs_quota_set(uint32_t compute, uint64_t memory)
 void nvs_dev_set_run(nvs_dev *d, int run)
 {
     d->quota.lock_run = run;
-    atomic_store_explicit(&d->may_run, run && !d->quota.throttled, memory_order_seq_cst);
+    atomic_store_explicit(&d->may_run, run && !d->quota.throttled && !d->hold.until_ns,
+                          memory_order_seq_cst);
 }
 
 static int64_t bucket_cap(uint32_t pm)
@@ -160,7 +161,7 @@ static void throttle(nvs_dev *d)
 static void reopen(nvs_dev *d)
 {
     d->quota.throttled = 0;
-    if (d->quota.lock_run) {
+    if (d->quota.lock_run && !d->hold.until_ns) { /* a hold reopens it when it ends (hold.c) */
         d->want = 0; /* the waiters run now: nothing to ask the scheduler for */
         atomic_store_explicit(&d->may_run, 1, memory_order_seq_cst);
         pthread_cond_broadcast(&nvs_g.cv);

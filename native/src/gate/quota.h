@@ -22,7 +22,8 @@ static inline uint32_t nvs_compute_limit_now(void)
 {
     return atomic_load_explicit(&nvs_compute_limit, memory_order_relaxed);
 }
-/* nvs_g.mu held: what the lock allows (run); may_run follows it unless the device is throttled. */
+/* nvs_g.mu held: what the lock allows (run); may_run follows it unless the device is throttled
+ * or held (hold.c). */
 void nvs_dev_set_run(nvs_dev *d, int run) NVS_HIDDEN;
 /* Client thread, each round, without nvs_g.mu: charge the measured GPU time, throttle or reopen. */
 void nvs_quota_round(uint64_t now) NVS_HIDDEN;

@@ -2,7 +2,7 @@
  * quotadev.h - quota.c's part of each device record (the compute limit's GPU-time bucket).
  * Included by nvshare.h; what quota.c offers is quota.h's.
  *
- * Locking: may_run = lock_run && !throttled. `lock_run` (what the lock, or running ungated, allows)
+ * Locking: may_run = lock_run && !throttled && !held (hold.c). `lock_run` (what the lock, or running ungated, allows)
  * and `throttled` (the bucket is overdrawn) are read and written under nvs_g.mu, by the client
  * thread; `wake` is atomic (any thread that records a checkpoint sets it); the rest of the bucket
  * belongs to the client thread.

@@ -10,6 +10,8 @@
  *   DROP_LOCK: a drain is due (session.c runs it); LIMITS: the process's limits (quota.c)
  *   EVICT: the device's memory is to leave the GPU while the process does not hold it (session.c)
  *   QUEUE_BOUND: the GPU time this process queues on the device stays within it (gate.c)
+ *   HOLD: no new work on the device for at most that long (0: now again); BURSTS: report this
+ *     process's bursts on the device (BURST), or stop (hold.c)
  *
  * A device with ranges swapped out (swapstore.c) never runs before they are back: a grant swaps
  * in first whatever NVSHARE_PREFETCH says, and running ungated (the scheduler gone) waits for the
@@ -21,6 +23,7 @@
 #include "core/nvshare.h"
 #include "gate/busy.h"
 #include "gate/gate.h"
+#include "gate/hold.h"
 #include "gate/quota.h"
 #include "session/client.h"
 #include "session/protocol.h"
@@ -39,6 +42,7 @@ static void reset_device(nvs_dev *d, int run)
     d->sw.evict_mib = 0;
     d->mem.sent_valid = 0;
     atomic_store_explicit(&d->queue_bound_us, 0, memory_order_relaxed); /* a new one is resent */
+    nvs_hold_reset(d);
     d->swap.restore_pending = run && atomic_load(&d->swap.swapped_out) > 0;
     nvs_dev_set_run(d, run && !d->swap.restore_pending);
 }
@@ -242,6 +246,23 @@ static void on_queue_bound(nvs_dev *d, const unsigned char *p, uint32_t len, uin
               (b.queue_us ? b.queue_us : was) / 1000.0);
 }
 
+static void on_hold(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)len;
+    struct nvs_hold h;
+    memcpy(&h, p, sizeof(h));
+    nvs_hold_set(d, h.hold_us, now);
+}
+
+static void on_bursts(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)len;
+    (void)now;
+    struct nvs_bursts b;
+    memcpy(&b, p, sizeof(b));
+    nvs_hold_report(d, b.on != 0);
+}
+
 #define ANY_SIZE UINT32_MAX
 static const struct handler {
     uint16_t type;
@@ -259,6 +280,8 @@ static const struct handler {
     {NVS_SUSPEND, sizeof(struct nvs_suspend), 0, on_suspend},
     {NVS_RESUMED, sizeof(struct nvs_resumed), 0, on_resumed},
     {NVS_QUEUE_BOUND, sizeof(struct nvs_queue_bound), 1, on_queue_bound},
+    {NVS_HOLD, sizeof(struct nvs_hold), 1, on_hold},
+    {NVS_BURSTS, sizeof(struct nvs_bursts), 1, on_bursts},
 };
 
 static const struct handler *find_handler(uint16_t type)

@@ -189,6 +189,24 @@ struct nvs_queue_bound {
     uint32_t queue_us;
 } __attribute__((packed));
 
+/* HOLD: submit no new work on the device for at most hold_us (0: reopen now) */
+struct nvs_hold {
+    uint32_t device;
+    uint32_t hold_us;
+} __attribute__((packed));
+
+/* BURSTS: report (on = 1) or stop reporting when this process's work on the device begins and ends */
+struct nvs_bursts {
+    uint32_t device;
+    uint32_t on;
+} __attribute__((packed));
+
+/* BURST: this process's work on the device began (active = 1) or ended (0) */
+struct nvs_burst {
+    uint32_t device;
+    uint32_t active;
+} __attribute__((packed));
+
 NVS_CONTRACT_LAYOUT_CHECKS;
 
 #endif /* NVSHARE_PROTOCOL_H */

@@ -15,6 +15,7 @@
  *     WELCOME offers NVS_FEATURE_SWAP
  *   swapped out and running ungated (no scheduler) -> swap in first, then run
  *   footprint changes -> MEM_UPDATE (at most one per device per 100 ms)
+ *   BURSTS on: each burst's beginning and end -> BURST; HOLD: the gate closed meanwhile (hold.c)
  *   GPU busy time (gate.c) -> BUSY_UPDATE before every LOCK_RELEASED and, while it grows, about
  *     once a second (only to a scheduler whose WELCOME offers NVS_FEATURE_BUSY)
  *
@@ -29,6 +30,7 @@
 #include "core/nvshare.h"
 #include "gate/capture.h"
 #include "gate/gate.h"
+#include "gate/hold.h"
 #include "gate/quota.h"
 #include "memory/memory.h"
 #include "session/client.h"
@@ -142,9 +144,10 @@ static void plan_held(nvs_dev *d, uint64_t now, round_plan *pl)
         /* Mid-capture counts as busy: the application is building a graph, and a drain could
          * not finish its work anyway (no cuCtxSynchronize during a capture). */
         /* A throttle pause (compute limit, quota.c) that ends within the idle time is not
-         * idleness: the holder keeps the lock; a longer one is, and the lock goes to others. */
+         * idleness: the holder keeps the lock; a longer one is, and the lock goes to others.
+         * Nor is a hold (hold.c): another process's burst, over in milliseconds. */
         if (atomic_exchange_explicit(&d->active, 0, memory_order_relaxed) ||
-            atomic_load(&d->inflight) > 0 || nvs_capture_any() ||
+            atomic_load(&d->inflight) > 0 || nvs_capture_any() || d->hold.until_ns ||
             (d->quota.throttled &&
              nvs_quota_pause_left(d, now) < (uint64_t)nvs_cfg.idle_release_ms * NVS_MS)) {
             d->last_active_ns = now;
@@ -169,6 +172,7 @@ static int collect(uint64_t now, round_plan *pl)
         if (!d->attach_sent) put_attach(d);
         put_request_or_footprint(d, now);
         nvs_busy_put_if_due(&out, d, now);
+        nvs_hold_round(&out, d, now);
         if (d->lock_state == NVS_LOCK_HELD) plan_held(d, now, pl);
         if (d->swap.reclaim_pending) {
             d->swap.reclaim_pending = 0;
@@ -352,6 +356,7 @@ void nvs_session_deadlines(uint64_t now, uint64_t *t)
             if (atomic_load(&d->mem.dirty))
                 nvs_deadline_min(t, now, d->mem.sent_ns + MEM_UPDATE_PERIOD);
             nvs_busy_deadline(d, now, t);
+            nvs_hold_deadline(d, now, t);
         }
     }
     if (nvs_alloc_pending())

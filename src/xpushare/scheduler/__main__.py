@@ -110,6 +110,16 @@ def _log_limit(text: str) -> tuple[int, float]:
             f"not LINES/SECONDS (e.g. 100/30): {text!r}") from None
 
 
+def _hold_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value == 0 or 0.1 <= value <= 1000):
+        raise argparse.ArgumentTypeError(f"not 0 or a number of milliseconds from 0.1 to 1000: {text!r}")
+    return value
+
+
 def _latency_ms(text: str) -> float:
     try:
         value = float(text)
@@ -167,6 +177,11 @@ def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
                    help="while a latency-sensitive client is attached to a GPU, the GPU time of "
                         "work each other client of that GPU may have queued (a number from 0.1 "
                         f"to 1000; default: {latency.QUEUE_MS:g})")
+    p.add_argument("--latency-hold-ms", type=_hold_ms, default=latency.HOLD_MS, metavar="MS",
+                   help="while a latency-sensitive client's work runs (from its first kernel after "
+                        "an idle point to its next synchronisation), the other clients of its GPU "
+                        "submit nothing new, for at most this long each time (0: never held; up to "
+                        f"1000; default: {latency.HOLD_MS:g})")
     p.add_argument("--client-log-limit", type=_log_limit,
                    default=(clientlog.LINES, clientlog.INTERVAL), metavar="LINES/SECONDS",
                    help="log lines one user's clients may cause (requests, connections, errors) "
@@ -292,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                     nvml=not args.no_nvml, client_log_limit=args.client_log_limit,
                     suspend_idle=0.0 if args.no_suspend else args.suspend_idle,
                     cuda_library=args.cuda_library, suspend=not args.no_suspend,
-                    latency_queue_ms=args.latency_queue_ms)
+                    latency_queue_ms=args.latency_queue_ms, latency_hold_ms=args.latency_hold_ms)
     if args.reserve[1] is not None:
         config.reserve_fraction = args.reserve[1]
     for sel, size in args.gpu_memory:

@@ -53,6 +53,9 @@ class MessageType(IntEnum):
     RESUMED = 22      # only to a client that answered SUSPEND
     RESUME_REQ = 23   # from a client that was suspended: its application wants to run
     QUEUE_BOUND = 24  # only to a client whose HELLO has HELLO_QUEUE_BOUND
+    HOLD = 25         # only to a client whose HELLO has HELLO_HOLD
+    BURSTS = 26       # only to a client whose HELLO has HELLO_HOLD
+    BURST = 27        # only from a client that was sent BURSTS
 
 
 class DropReason(IntEnum):
@@ -76,6 +79,7 @@ HELLO_SUSPEND = 4            # hello.flags bit 2: the client answers SUSPEND (su
 HELLO_LATENCY_SENSITIVE = 8  # hello.flags bit 3: NVSHARE_LATENCY_SENSITIVE=1 (counts as the
                              # priority does: a raise only an admin's own process may declare)
 HELLO_QUEUE_BOUND = 16       # hello.flags bit 4: the client applies QUEUE_BOUND
+HELLO_HOLD = 32              # hello.flags bit 5: the client applies HOLD and reports BURST when asked
 GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
 DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
 DROP_GANG = 2                # drop.flags bit 1: dropped with the rest of its job, so the drain
@@ -411,6 +415,33 @@ class QueueBound(_Payload):
     queue_us: int = 0
 
 
+@dataclass
+class Hold(_Payload):
+    """HOLD: a latency-sensitive client of this device is in a burst: submit no new work for at
+    most hold_us (the client reopens by itself after that); 0 reopens the gate now."""
+    FIELDS = (("device", "I"), ("hold_us", "I"))
+    device: int = 0
+    hold_us: int = 0
+
+
+@dataclass
+class Bursts(_Payload):
+    """BURSTS: report (on = 1) or stop reporting (0) when your work on this device begins and
+    ends (BURST): you are latency-sensitive and others share the device."""
+    FIELDS = (("device", "I"), ("on", "I"))
+    device: int = 0
+    on: int = 0
+
+
+@dataclass
+class Burst(_Payload):
+    """BURST: this client's work on the device began (active = 1: the first kernel launch after
+    an idle point) or ended (0: an idle point, its work done)."""
+    FIELDS = (("device", "I"), ("active", "I"))
+    device: int = 0
+    active: int = 0
+
+
 # The payload class of every fixed-size type; the others are variable (JSON or text).
 PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.HELLO: Hello,
@@ -434,4 +465,7 @@ PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.RESUMED: Resumed,
     MessageType.RESUME_REQ: ResumeRequest,
     MessageType.QUEUE_BOUND: QueueBound,
+    MessageType.HOLD: Hold,
+    MessageType.BURSTS: Bursts,
+    MessageType.BURST: Burst,
 }

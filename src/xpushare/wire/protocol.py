@@ -19,7 +19,8 @@ from .messages import (  # noqa: F401  (re-exported: the protocol's names live i
     RESIDENCY_REFUSED, VERSION, Attach, Attached, BusySpans, BusyUpdate, DropLock, DropReason, Evict, Grant,
     Hello, Job, Limits, LockRequest, MemUpdate, MessageType, ProtocolError, Released,
     ReleaseReason, Residency, Settings, Welcome, _Payload, field_layout,
-    FEATURE_SUSPEND, HELLO_SUSPEND, HELLO_LATENCY_SENSITIVE, HELLO_QUEUE_BOUND, QueueBound, ResumeRequest, Resumed, Suspend, SuspendReady, SuspendStatus,
+    FEATURE_SUSPEND, HELLO_SUSPEND, HELLO_LATENCY_SENSITIVE, HELLO_QUEUE_BOUND, QueueBound, ResumeRequest,
+    HELLO_HOLD, Burst, Bursts, Hold, Resumed, Suspend, SuspendReady, SuspendStatus,
 )
 
 _TYPE_OF = {cls: t for t, cls in PAYLOADS.items()}

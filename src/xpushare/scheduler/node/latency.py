@@ -9,6 +9,15 @@ waits for at most about that much work ahead of it, whether the two run together
 the other is preempted (its drain finishes that much). When the last latency-sensitive client of the
 GPU leaves (or stops being one), the others are sent QUEUE_BOUND 0: their queues may grow again.
 
+The bound shortens what is queued; the hold keeps anything new from joining it while a request
+runs. A latency-sensitive client that offered HELLO_HOLD is sent BURSTS on for each of its GPUs and
+reports the edges of its bursts (BURST: its first kernel launch after an idle point, and its next
+idle point). While any latency-sensitive client of a GPU is in a burst, every other client of that
+GPU that offered HELLO_HOLD is held: HOLD --latency-hold-ms closes its gate (it keeps the lock; no
+drain, no switch) and HOLD 0 at the burst's end reopens it. The client reopens by itself when the
+hold runs out, so a burst that never ends holds the others for at most that long each time, and a
+client that is not latency-sensitive (by its effective quota) holds nobody: its BURST is ignored.
+
 Only changes are sent: a client is told once per GPU per change, never on the lock round trip.
 """
 
@@ -16,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...wire.protocol import HELLO_QUEUE_BOUND, QueueBound, encode
+from ...wire.protocol import HELLO_HOLD, HELLO_QUEUE_BOUND, Bursts, Hold, QueueBound, encode
 
 if TYPE_CHECKING:
     from ..shell.connection import Conn
@@ -31,6 +40,10 @@ if TYPE_CHECKING:
 # longer than the span's share of it (2 ms / 8) already fills a span, and the bound is met by the
 # one-launch interval whatever its value.
 QUEUE_MS = 2.0
+# The default of --latency-hold-ms: the longest one burst holds the others. A small model's request
+# takes a few milliseconds; a long one (or a client that never goes idle) holds the others for this
+# long, then they run beside it until its next burst.
+HOLD_MS = 50.0
 
 
 def sensitive(conn: Conn) -> bool:
@@ -43,6 +56,7 @@ def attached(state: SchedulerState, conn: Conn, gpu: Gpu) -> None:
     if sensitive(conn):
         state.latency.setdefault(gpu, set()).add(conn)
         _tell_all(state, gpu)
+        _bursts(state, conn, gpu, True)
     elif gpu in state.latency:
         _tell(state, conn, gpu)
 
@@ -52,12 +66,72 @@ def changed(state: SchedulerState, conn: Conn) -> None:
     for gpu in conn.gpus():
         _mark(state, gpu, conn, sensitive(conn))
         _tell_all(state, gpu)
+        _bursts(state, conn, gpu, sensitive(conn))
+        if not sensitive(conn):
+            _burst_edge(state, conn, gpu, False)
 
 
 def disconnected(state: SchedulerState, conn: Conn) -> None:
     for gpu in [g for g, who in state.latency.items() if conn in who]:
         _mark(state, gpu, conn, False)
         _tell_all(state, gpu)
+    for gpu in [g for g, who in state.bursting.items() if conn in who]:
+        _burst_edge(state, conn, gpu, False)
+    for who in state.held.values():
+        who.discard(conn)
+
+
+def burst(state: SchedulerState, conn: Conn, gpu: Gpu, active: bool) -> None:
+    """BURST from conn on gpu: a latency-sensitive client's burst began or ended."""
+    if not sensitive(conn):
+        conn.warnings.warning(("burst", gpu.uuid), "pid=%d gpu=%s reported a burst but is not "
+                              "latency-sensitive; ignored", conn.pid, gpu.label)
+        return
+    _burst_edge(state, conn, gpu, active)
+
+
+def _burst_edge(state: SchedulerState, conn: Conn, gpu: Gpu, active: bool) -> None:
+    who = state.bursting.setdefault(gpu, set())
+    was = bool(who)
+    if active:
+        who.add(conn)
+    else:
+        who.discard(conn)
+    if not who:
+        del state.bursting[gpu]
+    if bool(who) == was:
+        return
+    if who:
+        hold_us = round(state.config.latency_hold_ms * 1000)
+        if not hold_us:
+            return
+        held = state.held.setdefault(gpu, set())
+        for other in state.conns:
+            if (other.hello is not None and not other.closed and other.hello.flags & HELLO_HOLD
+                    and not sensitive(other) and gpu in other.devices.values()):
+                _send_per_device(other, gpu, lambda dev: Hold(dev, hold_us))
+                held.add(other)
+    else:
+        for other in state.held.pop(gpu, ()):
+            if not other.closed:
+                _send_per_device(other, gpu, lambda dev: Hold(dev, 0))
+
+
+def _bursts(state: SchedulerState, conn: Conn, gpu: Gpu, on: bool) -> None:
+    """BURSTS to a latency-sensitive client that offered HELLO_HOLD (only changes)."""
+    if conn.closed or not conn.hello.flags & HELLO_HOLD or (gpu in conn.bursts_on) == on:
+        return
+    if on:
+        conn.bursts_on.add(gpu)
+    else:
+        conn.bursts_on.discard(gpu)
+    _send_per_device(conn, gpu, lambda dev: Bursts(dev, int(on)))
+
+
+def _send_per_device(conn: Conn, gpu: Gpu, message) -> None:
+    for dev, g in conn.devices.items():
+        if g is gpu:
+            conn.send(encode(message(dev)))
 
 
 def _mark(state: SchedulerState, gpu: Gpu, conn: Conn, on: bool) -> None:
@@ -92,8 +166,6 @@ def _tell(state: SchedulerState, conn: Conn, gpu: Gpu) -> None:
         conn.queue_bound[gpu] = want
     else:
         conn.queue_bound.pop(gpu, None)
-    for dev, g in conn.devices.items():
-        if g is gpu:
-            conn.send(encode(QueueBound(dev, want)))
+    _send_per_device(conn, gpu, lambda dev: QueueBound(dev, want))
     state.client_log.info(conn, "queue bound pid=%d client=%d gpu=%s %s", conn.pid, conn.id,
                           gpu.label, f"{want} us" if want else "lifted")

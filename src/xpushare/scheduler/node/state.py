@@ -50,6 +50,7 @@ class Config:
     cuda_library: str = "libcuda.so.1"                    # --cuda-library: the checkpoint worker's driver
     suspend: bool = True                                  # not --no-suspend
     latency_queue_ms: float = latency.QUEUE_MS            # --latency-queue-ms
+    latency_hold_ms: float = latency.HOLD_MS              # --latency-hold-ms; 0 = no holds
 
 
 class SchedulerState:
@@ -58,6 +59,8 @@ class SchedulerState:
         self.registry = GpuRegistry(config)
         self.conns: set[Conn] = set()
         self.latency: dict[Gpu, set[Conn]] = {}           # its latency-sensitive clients (latency.py)
+        self.bursting: dict[Gpu, set[Conn]] = {}          # those of them in a burst now (latency.py)
+        self.held: dict[Gpu, set[Conn]] = {}              # the clients their burst holds (latency.py)
         self.uid_conns: Counter[int] = Counter()          # uid -> open connections
         self.fd_limit = 0                                 # the open-file limit, set when serving
         self.conn_room = 1 << 62                          # connections before the fd reserve

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ...wire.protocol import (
     FEATURE_BUSY, FEATURE_BUSY_SPANS, FEATURE_JOBS, FEATURE_QUOTAS, FEATURE_SUSPEND, FEATURE_SWAP,
     HELLO_LATENCY_SENSITIVE, HELLO_SWAP, ResumeRequest, SuspendReady,
-    PRIORITY_LIMIT, VERSION, Attach, Attached, BusySpans, BusyUpdate, Hello, Job, LockRequest,
+    PRIORITY_LIMIT, VERSION, Attach, Attached, Burst, BusySpans, BusyUpdate, Hello, Job, LockRequest,
     MemUpdate, MessageType, ProtocolError, Released, ReleaseReason, Residency, Settings, Welcome,
     encode, encode_error, encode_json,
 )
@@ -227,6 +227,13 @@ def on_job(state: SchedulerState, conn: Conn, msg: Job) -> None:
     state.client_log.info(conn, "job pid=%d client=%d %s", conn.pid, conn.id, info.describe())
 
 
+def on_burst(state: SchedulerState, conn: Conn, msg: Burst) -> None:
+    """A latency-sensitive client's burst began or ended: the GPU's others are held meanwhile."""
+    _require_hello(conn)
+    if gpu := _attached_gpu(conn, msg.device):
+        latency.burst(state, conn, gpu, bool(msg.active))
+
+
 def on_suspend_ready(state: SchedulerState, conn: Conn, msg: SuspendReady) -> None:
     _require_hello(conn)
     suspend.on_ready(state, conn, msg.status)
@@ -279,6 +286,7 @@ HANDLERS = {
     MessageType.RESIDENCY: on_residency,
     MessageType.SUSPEND_READY: on_suspend_ready,
     MessageType.RESUME_REQ: on_resume_req,
+    MessageType.BURST: on_burst,
     MessageType.SETTINGS: on_settings,
     MessageType.JOB: on_job,
     MessageType.CTL_REQUEST: on_ctl,
