@@ -16,6 +16,7 @@ OUTSIDE = {"nvshare_cuda.h", "nvshare_nvml.h", "nvs_contract.h"}
 # What core/nvshare.h may include: the tables of entry points and driver calls, and the rooms'
 # parts of the device and context records (data and locking rules, no functions of theirs).
 CORE_MAY_INCLUDE = {"core/glibc_compat.h", "hooks/hooks.h", "hooks/driver.h", "gate/busydev.h",
+                    "gate/holddev.h",
                     "gate/quotadev.h", "memory/footprint.h", "swap/swapdev.h", "swap/switchdev.h"}
 
 
