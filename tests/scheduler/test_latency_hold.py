@@ -51,6 +51,8 @@ def test_a_burst_holds_the_other_clients_of_its_gpu_until_it_ends(start_schedule
     assert _next(training, Hold) == Hold(0, 7500)
     server.close()
     assert _next(training, Hold) == Hold(0, 0)
+    mine = next(c for c in training.ctl("status")["clients"] if c["client_id"] == training.client_id)
+    assert mine["held"]["count"] == 2 and 0 < mine["held"]["seconds"] <= 2 * 0.0075
 
 
 def test_two_latency_sensitive_clients_hold_the_others_while_either_is_in_a_burst(start_scheduler):
@@ -102,3 +104,10 @@ def test_a_bad_latency_hold_flag_is_refused(tmp_path):
                           "--socket", str(tmp_path / "s.sock")], capture_output=True, text=True,
                          env=child_env(), timeout=30)
     assert run.returncode == 2 and "0 or a number of milliseconds" in run.stderr
+
+
+def test_nvsharectl_status_shows_how_often_a_client_was_held():
+    from xpushare.cli.ctl_render import quota_cell
+    assert quota_cell({"quota": {}, "held": {"count": 12, "seconds": 0.0341}, "gpus": []}) == \
+        "held 12x 0.0341s"
+    assert quota_cell({"quota": {}, "held": {"count": 0, "seconds": 0.0}, "gpus": []}) == "-"

@@ -269,7 +269,8 @@ def queueing_cell(q: dict | None) -> str:
 
 def quota_cell(c: dict) -> str:
     """A client's quota (status's `quota`): "limit 50%", "share 2.5", "mem 4GiB" for what is set
-    ("mem 4GiB over" when it holds more on a GPU), "-" for none."""
+    ("mem 4GiB over" when it holds more on a GPU), "held 12x 0.034s" when latency-sensitive
+    clients' bursts held it, "-" for none."""
     q = c.get("quota") or {}
     parts = []
     if q.get("compute_limit") is not None:
@@ -278,6 +279,9 @@ def quota_cell(c: dict) -> str:
         parts.append(f"share {q['compute_share']:g}")
     if q.get("latency_sensitive"):
         parts.append("latency-sensitive")
+    held = c.get("held") or {}
+    if held.get("count"):
+        parts.append(f"held {held['count']}x {held.get('seconds', 0):.3g}s")
     if q.get("memory_limit") is not None:
         over = any(d.get("over_memory_limit") for d in c.get("gpus", []))
         parts.append(f"mem {format_size(q['memory_limit'])}" + (" over" if over else ""))

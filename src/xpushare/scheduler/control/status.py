@@ -74,6 +74,8 @@ def client_status(state: SchedulerState, c: Conn, now: float, viewer: Viewer,
         "priority": c.priority,
         "latency_sensitive": bool(quota.latency_sensitive),
         "declared_latency_sensitive": bool(c.hello.flags & HELLO_LATENCY_SENSITIVE),
+        # held by latency-sensitive clients' bursts: how often, and for how long in all
+        "held": {"count": c.held[0], "seconds": round(c.held[1], 6)},
         "state": c.suspend.phase and ("suspended" if c.suspend.phase == "suspended" else "suspending"
                                       if c.suspend.phase in ("moving", "checkpointing") else "resuming")
                  or next((s for s in ("holding", "waiting") if s in states.values()), "idle"),

@@ -106,13 +106,20 @@ def _burst_edge(state: SchedulerState, conn: Conn, gpu: Gpu, active: bool) -> No
         if not hold_us:
             return
         held = state.held.setdefault(gpu, set())
+        state.hold_began[gpu] = state.registry.now()
         for other in state.conns:
             if (other.hello is not None and not other.closed and other.hello.flags & HELLO_HOLD
                     and not sensitive(other) and gpu in other.devices.values()):
                 _send_per_device(other, gpu, lambda dev: Hold(dev, hold_us))
                 held.add(other)
+                other.held[0] += 1
     else:
+        # what it held them for, as status shows it: at most the hold, which they end by themselves
+        began = state.hold_began.pop(gpu, None)
+        took = 0.0 if began is None else min(state.registry.now() - began,
+                                              state.config.latency_hold_ms / 1000)
         for other in state.held.pop(gpu, ()):
+            other.held[1] += took
             if not other.closed:
                 _send_per_device(other, gpu, lambda dev: Hold(dev, 0))
 
