@@ -147,8 +147,12 @@ def test_the_others_of_the_gpu_are_bounded_while_a_latency_sensitive_client_is_a
     assert late.nothing_sent()
 
 
-def test_a_bad_latency_queue_flag_is_refused(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "xpushare.scheduler", "--latency-queue-ms", "0",
+@pytest.mark.parametrize("flag, value, said", [
+    ("--latency-queue-ms", "0", "0.1 to 1000"),
+    ("--latency-hold-ms", "0.01", "0 or a number of milliseconds"),
+])
+def test_a_bad_latency_flag_is_refused(tmp_path, flag, value, said):
+    run = subprocess.run([sys.executable, "-m", "xpushare.scheduler", flag, value,
                           "--socket", str(tmp_path / "s.sock")], capture_output=True, text=True,
                          env=child_env(), timeout=30)
-    assert run.returncode == 2 and "0.1 to 1000" in run.stderr
+    assert run.returncode == 2 and said in run.stderr

@@ -64,7 +64,7 @@ def attached(state: SchedulerState, conn: Conn, gpu: Gpu) -> None:
 def changed(state: SchedulerState, conn: Conn) -> None:
     """The client became latency-sensitive or stopped being: its GPUs' bounds follow."""
     for gpu in conn.gpus():
-        _mark(state, gpu, conn, sensitive(conn))
+        _mark(state.latency, gpu, conn, sensitive(conn))
         _tell_all(state, gpu)
         _bursts(state, conn, gpu, sensitive(conn))
         if not sensitive(conn):
@@ -73,11 +73,11 @@ def changed(state: SchedulerState, conn: Conn) -> None:
 
 def disconnected(state: SchedulerState, conn: Conn) -> None:
     for gpu in [g for g, who in state.latency.items() if conn in who]:
-        _mark(state, gpu, conn, False)
+        _mark(state.latency, gpu, conn, False)
         _tell_all(state, gpu)
     for gpu in [g for g, who in state.bursting.items() if conn in who]:
         _burst_edge(state, conn, gpu, False)
-    for who in state.held.values():
+    for _, who in state.held.values():
         who.discard(conn)
 
 
@@ -91,22 +91,15 @@ def burst(state: SchedulerState, conn: Conn, gpu: Gpu, active: bool) -> None:
 
 
 def _burst_edge(state: SchedulerState, conn: Conn, gpu: Gpu, active: bool) -> None:
-    who = state.bursting.setdefault(gpu, set())
-    was = bool(who)
-    if active:
-        who.add(conn)
-    else:
-        who.discard(conn)
-    if not who:
-        del state.bursting[gpu]
-    if bool(who) == was:
+    was = gpu in state.bursting
+    _mark(state.bursting, gpu, conn, active)
+    if (gpu in state.bursting) == was:
         return
-    if who:
+    if gpu in state.bursting:
         hold_us = round(state.config.latency_hold_ms * 1000)
         if not hold_us:
             return
-        held = state.held.setdefault(gpu, set())
-        state.hold_began[gpu] = state.registry.now()
+        began, held = state.held.setdefault(gpu, (state.registry.now(), set()))
         for other in state.conns:
             if (other.hello is not None and not other.closed and other.hello.flags & HELLO_HOLD
                     and not sensitive(other) and gpu in other.devices.values()):
@@ -115,10 +108,10 @@ def _burst_edge(state: SchedulerState, conn: Conn, gpu: Gpu, active: bool) -> No
                 other.held[0] += 1
     else:
         # what it held them for, as status shows it: at most the hold, which they end by themselves
-        began = state.hold_began.pop(gpu, None)
+        began, held = state.held.pop(gpu, (None, ()))
         took = 0.0 if began is None else min(state.registry.now() - began,
                                               state.config.latency_hold_ms / 1000)
-        for other in state.held.pop(gpu, ()):
+        for other in held:
             other.held[1] += took
             if not other.closed:
                 _send_per_device(other, gpu, lambda dev: Hold(dev, 0))
@@ -141,14 +134,15 @@ def _send_per_device(conn: Conn, gpu: Gpu, message) -> None:
             conn.send(encode(message(dev)))
 
 
-def _mark(state: SchedulerState, gpu: Gpu, conn: Conn, on: bool) -> None:
-    who = state.latency.setdefault(gpu, set())
+def _mark(table: dict, gpu: Gpu, conn: Conn, on: bool) -> None:
+    """conn in or out of table[gpu] (state.latency, state.bursting); a GPU with nobody leaves it."""
+    who = table.setdefault(gpu, set())
     if on:
         who.add(conn)
     else:
         who.discard(conn)
     if not who:
-        del state.latency[gpu]
+        del table[gpu]
 
 
 def bound_us(state: SchedulerState) -> int:

@@ -60,8 +60,7 @@ class SchedulerState:
         self.conns: set[Conn] = set()
         self.latency: dict[Gpu, set[Conn]] = {}           # its latency-sensitive clients (latency.py)
         self.bursting: dict[Gpu, set[Conn]] = {}          # those of them in a burst now (latency.py)
-        self.held: dict[Gpu, set[Conn]] = {}              # the clients their burst holds (latency.py)
-        self.hold_began: dict[Gpu, float] = {}            # when that hold began (latency.py)
+        self.held: dict[Gpu, tuple[float, set[Conn]]] = {}  # when their burst's hold began, whom (latency.py)
         self.uid_conns: Counter[int] = Counter()          # uid -> open connections
         self.fd_limit = 0                                 # the open-file limit, set when serving
         self.conn_room = 1 << 62                          # connections before the fd reserve
