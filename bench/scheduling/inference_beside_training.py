@@ -16,8 +16,11 @@ Programs: bench/scheduling/inference_worker.py (a fp16 transformer encoder serve
 - diagnostic arms (not run by default, --arms): auto_keep_lock, as auto with the server never
   giving the lock up (NVSHARE_IDLE_RELEASE_MS=0: no handoff per request); ungated, both under the
   library with no scheduler (the interposer's own cost while the two run together).
---trace DIR keeps, per library arm, the scheduler's --log-locks lines stamped on arrival, the
-server's NVSHARE_DEBUG=1 lines and every request's arrival, submit and end times (one JSON each).
+--pin runs the server and the trainer each on a physical core of its own (bench/core/cpus.py), the
+rest elsewhere. --trace DIR keeps, per library arm, the scheduler's --log-locks lines stamped on
+arrival, the server's NVSHARE_DEBUG=1 lines, every request's times and the training's step ends.
+Besides the latency, each arm reports the server's service time (an answer's own time, without
+waiting for the earlier ones) and the share of its launches' wall time spent on the CPU.
 The arms run in an order rotated every repetition (--reps), each with its own scheduler. Per arm:
 p50/p99/p99.9 of request latency and their ratio to server_alone's; the training's steps per second
 against training_alone's, over the whole arm and over the server's idle gaps (steps ending in a gap,
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -48,6 +52,7 @@ from pathlib import Path
 from bench.core import stats
 from bench.core.argtypes import positive
 from bench.core.common import REPO, harness, require_safe_gpu, say, torch_python
+from bench.core.cpus import set_apart
 
 PREFIX = "inference"
 WORKER = Path(__file__).resolve().parent / "inference_worker.py"
@@ -172,7 +177,7 @@ def run_arm(arm: str, cfg: dict, python: str, lib: Path | None, dry_run: bool,
             out["trainer"] = runs["trainer"].result
         if trace is not None:
             trace.write_text(json.dumps({
-                "arm": arm, "server": out.get("server"),
+                "arm": arm, "server": out.get("server"), "trainer": out.get("trainer"),
                 "scheduler_lines": list(sched.lines) if sched else [],
                 "stderr": {role: run.stderr for role, run in runs.items()}}))
         return out
@@ -224,6 +229,9 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
             lat = latency_summary([v for r in reps for v in r["server"]["latency_s"]])
             row["latency_ms"] = lat
             row["submit_ms"] = latency_summary([v for r in reps for v in r["server"].get("submit_s", [])])
+            row["service_ms"] = latency_summary([v for r in reps for v in r["server"].get("service_s", [])])
+            cpu = [c for r in reps for c in r["server"].get("launch_cpu_s", [])]
+            row["launch_cpu_share"] = stats.ratio(sum(c for c, _ in cpu), sum(w for _, w in cpu))
             row["p99_vs_alone"] = stats.ratio(lat["p99"], alone_p99)
             row["identical"] = reference is not None and all(r["server"]["hashes"] == reference
                                                              for r in reps)
@@ -248,15 +256,17 @@ def table(config: dict, arms: dict) -> str:
     def f(v, spec=".2f"):
         return "-" if v is None else format(v, spec)
     lines = [f"layers {config['layers']}, one request every {config['mean_ms']:g} ms (mean)",
-             f"{'arm':<{ARM_WIDTH}} p50 ms  p99 ms  p99.9 ms  p99/alone  train/alone  gaps/alone  identical"]
+             f"{'arm':<{ARM_WIDTH}} p50 ms  p99 ms  p99.9 ms  p99/alone  train/alone  gaps/alone  identical"
+             f"  service p50/p99  launch cpu"]
     for arm in ALL_ARMS:
         r = arms.get(arm)
         if r is None:
             continue
-        lat = r.get("latency_ms", {})
+        lat, svc = r.get("latency_ms", {}), r.get("service_ms", {})
         lines.append(f"{arm:<{ARM_WIDTH}} {f(lat.get('p50')):>7} {f(lat.get('p99')):>7} {f(lat.get('p99.9')):>9}"
                      f" {f(r.get('p99_vs_alone'), '.3f'):>10} {f(r.get('train_vs_alone'), '.3f'):>12}"
-                     f" {f(r.get('train_in_gaps_vs_alone'), '.3f'):>11} {str(r.get('identical', '-')):>10}")
+                     f" {f(r.get('train_in_gaps_vs_alone'), '.3f'):>11} {str(r.get('identical', '-')):>10}"
+                     f" {f(svc.get('p50')):>8}/{f(svc.get('p99')):<7} {f(r.get('launch_cpu_share')):>10}")
     return "\n".join(lines)
 
 
@@ -280,12 +290,20 @@ def run(args) -> dict:
         for role in roles:
             lib_env.setdefault(role, {})[key] = value
     out["params"].update(lib_env=lib_env, native_roles=args.native_role or [])
+    cpus = None
+    if args.pin:
+        cpus = set_apart(["server", "trainer"])
+        if cpus is None:
+            say(PREFIX, "--pin: too few physical cores to set two apart; the programs are not pinned")
+        else:  # the schedulers (and anything else this starts) inherit the rest
+            os.sched_setaffinity(0, cpus["rest"])
+    out["params"]["cpus"] = cpus
     for config in plan(args):
         from bench.scheduling.inference_worker import arrivals
         duration = arrivals(args.requests, config["mean_ms"], args.seed)[-1]
         cfg = {**config, "requests": args.requests, "seed": args.seed, "stand_in": args.dry_run,
                "idle_release_ms": args.server_idle_release_ms, "latency_queue_ms": args.latency_queue_ms,
-               "lib_env": lib_env, "native_roles": args.native_role or [],
+               "lib_env": lib_env, "native_roles": args.native_role or [], "cpus": cpus or {},
                "stand_in_ms": 2.0, "duration_s": duration, "timeout_s": 120 + 20 * duration}
         runs: dict[str, list[dict]] = {}
         for rep, arm in arm_order(args.reps, args.arms):
@@ -323,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an extra variable for the programs under the library (server: or trainer: only)")
     p.add_argument("--native-role", choices=("server", "trainer"), action="append",
                    help="run this program without the library in the library arms too")
+    p.add_argument("--pin", action="store_true",
+                   help="the server and the trainer each on a physical core of its own, the rest elsewhere")
     p.add_argument("--trace", type=Path, metavar="DIR",
                    help="keep each arm's scheduler lines, the server's debug lines and request times here")
     p.add_argument("--dry-run", action="store_true",

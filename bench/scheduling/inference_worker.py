@@ -73,20 +73,22 @@ def _server_model(cfg: dict):
     gen = torch.Generator().manual_seed(cfg["seed"] + 1)
     inputs = [torch.randn(1, SEQ, D_MODEL, generator=gen).half().cuda() for _ in range(INPUTS)]
 
-    def answer(i: int) -> tuple[str, float]:
+    def answer(i: int) -> tuple[str, float, float]:
+        cpu = time.thread_time()
         with torch.inference_mode():
             y = model(inputs[i % INPUTS])
         submitted = time.monotonic()  # every kernel of the pass launched (the gate let them by)
+        cpu = time.thread_time() - cpu  # of the launches: below their wall time where they waited
         torch.cuda.synchronize()
-        return hashlib.sha256(y.cpu().numpy().tobytes()).hexdigest(), submitted
+        return hashlib.sha256(y.cpu().numpy().tobytes()).hexdigest(), submitted, cpu
     return answer
 
 
 def _stand_in_server(cfg: dict):
-    def answer(i: int) -> tuple[str, float]:
+    def answer(i: int) -> tuple[str, float, float]:
         submitted = time.monotonic()
         time.sleep(cfg["stand_in_ms"] / 1000)
-        return hashlib.sha256(str(i % INPUTS).encode()).hexdigest(), submitted
+        return hashlib.sha256(str(i % INPUTS).encode()).hexdigest(), submitted, 0.0
     return answer
 
 
@@ -96,16 +98,19 @@ def serve(cfg: dict) -> dict:
         answer(i)
     start = _wait_start(cfg, "server")
     hashes: dict[int, str] = {}
-    latency, ends, submits = [], [], []
+    latency, ends, submits, services, launch_cpu = [], [], [], [], []
     for i, at in enumerate(arrivals(cfg["requests"], cfg["mean_ms"], cfg["seed"])):
         arrival = start + at
         while (now := time.monotonic()) < arrival:
             time.sleep(min(0.0005, arrival - now) if arrival - now > 0.001 else 0)
-        digest, submitted = answer(i)
+        began = time.monotonic()  # later than the arrival where the last answer was late
+        digest, submitted, cpu = answer(i)
         end = time.monotonic()
         latency.append(end - arrival)
         ends.append(end)
         submits.append(submitted - arrival)
+        services.append(end - began)
+        launch_cpu.append((cpu, submitted - began))
         if hashes.setdefault(i % INPUTS, digest) != digest:
             hashes[i % INPUTS] = "differs-within-run"
     # The idle gaps: from an answer to the next arrival (none when the next one came already).
@@ -113,7 +118,11 @@ def serve(cfg: dict) -> dict:
                                                                  cfg["seed"])[1:]) if start + a > ends[i]]
     # submit_s: arrival to the last launch's return (the CPU side, the gate's waits included); the
     # rest of a latency is the GPU finishing the pass.
-    return {"latency_s": latency, "submit_s": submits,
+    # service_s: the answer's own time, without the wait for earlier answers (open loop: a slower
+    # answer delays the next ones, and the latency's tail grows faster than the service's);
+    # launch_cpu_s: (CPU time, wall time) of each pass's launches.
+    return {"latency_s": latency, "submit_s": submits, "service_s": services,
+            "launch_cpu_s": launch_cpu,
             "hashes": {str(k): v for k, v in sorted(hashes.items())},
             "start": start, "end": ends[-1] if ends else start, "gaps": gaps}
 
@@ -152,12 +161,20 @@ def train(cfg: dict) -> dict:
     return {"start": start, "step_ends": ends}
 
 
+def pin(cfg: dict, role: str) -> None:
+    """cfg["cpus"][role]: the CPUs this program (and every thread it starts) may run on."""
+    cpus = cfg.get("cpus", {}).get(role)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("server", "trainer"):
         print("usage: inference_worker.py server|trainer CONFIG_JSON\n\n" + __doc__.split("\n\n")[0],
               file=sys.stderr if argv[:1] != ["--help"] else sys.stdout)
         return 0 if argv[:1] == ["--help"] else 2
     role, cfg = argv[0], json.loads(argv[1])
+    pin(cfg, role)
     result = serve(cfg) if role == "server" else train(cfg)
     print("RESULT " + json.dumps(result), flush=True)
     return 0

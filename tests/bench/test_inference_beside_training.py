@@ -49,6 +49,14 @@ def test_the_summary_compares_each_arm_with_the_alone_arms():
     assert native["met"] is False
 
 
+def test_the_service_time_leaves_out_the_wait_for_earlier_answers():
+    server = {**_server([0.004, 0.008]), "service_s": [0.004, 0.004],
+              "launch_cpu_s": [(0.001, 0.004), (0.003, 0.004)]}
+    row = inf.summarise({"server_alone": [{"server": server}]})["server_alone"]
+    assert row["service_ms"]["p99"] == 4.0 and row["latency_ms"]["p99"] > 7.9
+    assert row["launch_cpu_share"] == 0.5
+
+
 def test_a_dry_run_end_to_end(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert inf.main(["--dry-run", "--quick", "--requests", "25", "--json", str(out)]) == 0
