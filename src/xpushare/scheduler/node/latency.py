@@ -23,9 +23,11 @@ Only changes are sent: a client is told once per GPU per change, never on the lo
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ...wire.protocol import HELLO_HOLD, HELLO_QUEUE_BOUND, Bursts, Hold, QueueBound, encode
+from .registry import lock_log
 
 if TYPE_CHECKING:
     from ..shell.connection import Conn
@@ -95,6 +97,8 @@ def _burst_edge(state: SchedulerState, conn: Conn, gpu: Gpu, active: bool) -> No
     _mark(state.bursting, gpu, conn, active)
     if (gpu in state.bursting) == was:
         return
+    if lock_log.isEnabledFor(logging.INFO):  # --log-locks: when the GPU's others were held
+        lock_log.info("burst pid=%d gpu=%s %s", conn.pid, gpu.label, "on" if active else "off")
     if gpu in state.bursting:
         hold_us = round(state.config.latency_hold_ms * 1000)
         if not hold_us:
