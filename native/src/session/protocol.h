@@ -207,6 +207,13 @@ struct nvs_burst {
     uint32_t active;
 } __attribute__((packed));
 
+/* PREPARE_SWAP: a swap-out of this process's memory on the device is likely soon (on = 1): pin its
+ * host copies ahead, in the background; 0: no longer likely */
+struct nvs_prepare_swap {
+    uint32_t device;
+    uint32_t on;
+} __attribute__((packed));
+
 NVS_CONTRACT_LAYOUT_CHECKS;
 
 #endif /* NVSHARE_PROTOCOL_H */

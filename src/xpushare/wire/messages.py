@@ -56,6 +56,7 @@ class MessageType(IntEnum):
     HOLD = 25         # only to a client whose HELLO has HELLO_HOLD
     BURSTS = 26       # only to a client whose HELLO has HELLO_HOLD
     BURST = 27        # only from a client that was sent BURSTS
+    PREPARE_SWAP = 28  # only to a client whose HELLO has HELLO_PIN_AHEAD
 
 
 class DropReason(IntEnum):
@@ -80,6 +81,7 @@ HELLO_LATENCY_SENSITIVE = 8  # hello.flags bit 3: NVSHARE_LATENCY_SENSITIVE=1 (c
                              # priority does: a raise only an admin's own process may declare)
 HELLO_QUEUE_BOUND = 16       # hello.flags bit 4: the client applies QUEUE_BOUND
 HELLO_HOLD = 32              # hello.flags bit 5: the client applies HOLD and reports BURST when asked
+HELLO_PIN_AHEAD = 64         # hello.flags bit 6: the client pins host copies ahead on PREPARE_SWAP
 GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
 DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
 DROP_GANG = 2                # drop.flags bit 1: dropped with the rest of its job, so the drain
@@ -442,6 +444,16 @@ class Burst(_Payload):
     active: int = 0
 
 
+@dataclass
+class PrepareSwap(_Payload):
+    """PREPARE_SWAP: a swap-out of your memory on this device is likely soon (on = 1): make its
+    host copies now, in the background, so that the swap-out copies at the speed of the bus; 0:
+    no longer likely (what was made may be kept)."""
+    FIELDS = (("device", "I"), ("on", "I"))
+    device: int = 0
+    on: int = 0
+
+
 # The payload class of every fixed-size type; the others are variable (JSON or text).
 PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.HELLO: Hello,
@@ -468,4 +480,5 @@ PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.HOLD: Hold,
     MessageType.BURSTS: Bursts,
     MessageType.BURST: Burst,
+    MessageType.PREPARE_SWAP: PrepareSwap,
 }
