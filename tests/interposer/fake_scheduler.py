@@ -23,6 +23,7 @@ from xpushare.wire.protocol import (
     Grant,
     Limits,
     MessageType,
+    PrepareSwap,
     ProtocolError,
     Welcome,
     encode,
@@ -154,7 +155,7 @@ class RecordingScheduler:
         self._send(c, n, DropLock(device=device, reason=reason, flags=flags, evict_mib=evict_mib))
 
     def send_to(self, msg, conn: int = -1):
-        """Send one message (QueueBound, Hold, Bursts ...) on a connection."""
+        """Send one message (QueueBound, Hold, Bursts, PrepareSwap ...) on a connection."""
         with self._mu:
             c = self._conns[conn]
             n = conn if conn >= 0 else len(self._conns) + conn
@@ -213,4 +214,4 @@ def _type_of(msg) -> MessageType:
     return {Welcome: MessageType.WELCOME, Attached: MessageType.ATTACHED, Grant: MessageType.LOCK_OK,
             DropLock: MessageType.DROP_LOCK, Limits: MessageType.LIMITS,
             Evict: MessageType.EVICT, QueueBound: MessageType.QUEUE_BOUND, Hold: MessageType.HOLD,
-            Bursts: MessageType.BURSTS}[type(msg)]
+            Bursts: MessageType.BURSTS, PrepareSwap: MessageType.PREPARE_SWAP}[type(msg)]

@@ -12,6 +12,8 @@
  *   QUEUE_BOUND: the GPU time this process queues on the device stays within it (gate.c)
  *   HOLD: no new work on the device for at most that long (0: now again); BURSTS: report this
  *     process's bursts on the device (BURST), or stop (hold.c)
+ *   PREPARE_SWAP: a swap-out of the device's memory is likely soon (or no longer): the pinner
+ *     thread makes its host copies ahead (swaphost.c)
  *
  * A device with ranges swapped out (swapstore.c) never runs before they are back: a grant swaps
  * in first whatever NVSHARE_PREFETCH says, and running ungated (the scheduler gone) waits for the
@@ -27,6 +29,7 @@
 #include "gate/quota.h"
 #include "session/client.h"
 #include "session/protocol.h"
+#include "swap/switch.h"
 
 int nvs_settings_due; /* nvs_g.mu: SETTINGS goes out before anything else this round */
 
@@ -42,6 +45,7 @@ static void reset_device(nvs_dev *d, int run)
     d->sw.evict_mib = 0;
     d->mem.sent_valid = 0;
     atomic_store_explicit(&d->queue_bound_us, 0, memory_order_relaxed); /* a new one is resent */
+    atomic_store(&d->swap.pin_ahead, 0); /* likewise PREPARE_SWAP; what was pinned stays */
     nvs_hold_reset(d);
     d->swap.restore_pending = run && atomic_load(&d->swap.swapped_out) > 0;
     nvs_dev_set_run(d, run && !d->swap.restore_pending);
@@ -263,6 +267,15 @@ static void on_bursts(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t
     nvs_hold_report(d, b.on != 0);
 }
 
+static void on_prepare_swap(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)len;
+    (void)now;
+    struct nvs_prepare_swap m;
+    memcpy(&m, p, sizeof(m));
+    nvs_swap_prepare(d, m.on != 0);
+}
+
 #define ANY_SIZE UINT32_MAX
 static const struct handler {
     uint16_t type;
@@ -282,6 +295,7 @@ static const struct handler {
     {NVS_QUEUE_BOUND, sizeof(struct nvs_queue_bound), 1, on_queue_bound},
     {NVS_HOLD, sizeof(struct nvs_hold), 1, on_hold},
     {NVS_BURSTS, sizeof(struct nvs_bursts), 1, on_bursts},
+    {NVS_PREPARE_SWAP, sizeof(struct nvs_prepare_swap), 1, on_prepare_swap},
 };
 
 static const struct handler *find_handler(uint16_t type)

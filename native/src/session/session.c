@@ -88,6 +88,7 @@ static void put_mem_update(nvs_dev *d, uint64_t now)
     d->mem.sent_other = m.other_bytes;
     d->mem.sent_ns = now;
     d->mem.sent_valid = 1;
+    nvs_swap_prepare_grown(d); /* what it allocated since gets its host copy ahead too */
     NVS_TRACE("mem update device %d: managed %llu other %llu", d->ordinal,
               (unsigned long long)m.managed_bytes, (unsigned long long)m.other_bytes);
 }

@@ -27,6 +27,7 @@
 #include "session/client.h"
 #include "session/protocol.h"
 #include "session/session.h"
+#include "swap/switch.h"
 
 #define HANDSHAKE_TIMEOUT (5000 * NVS_MS)
 #define BACKOFF_MIN_MS 1000u
@@ -192,9 +193,11 @@ static void try_connect(void)
     struct nvs_hello hello;
     memset(&hello, 0, sizeof(hello));
     /* SWAP: an idle device's memory moves to host when the scheduler asks (EVICT), through the
-     * swap store or, without it, the driver's prefetch (switch.c) */
+     * swap store or, without it, the driver's prefetch (switch.c); PIN_AHEAD: the swap store's
+     * host copies are made ahead when it says a swap-out is likely (PREPARE_SWAP) */
     hello.flags = (nvs_cfg.require_scheduler ? NVS_HELLO_REQUIRE_SCHEDULER : 0) | NVS_HELLO_SWAP |
                   NVS_HELLO_SUSPEND | NVS_HELLO_QUEUE_BOUND | NVS_HELLO_HOLD |
+                  (nvs_swap_usable() ? NVS_HELLO_PIN_AHEAD : 0) |
                   (nvs_cfg.latency_sensitive ? NVS_HELLO_LATENCY_SENSITIVE : 0);
     hello.priority = nvs_cfg.priority;
     nvs_copy_field(hello.pod_name, sizeof(hello.pod_name), nvs_cfg.pod_name);
@@ -216,7 +219,7 @@ static const char *bad_header(const struct nvs_header *h)
     if (h->magic != NVS_MAGIC) return "bad magic";
     if (h->version != NVS_VERSION) return "unsupported protocol version";
     if (h->length > NVS_MAX_PAYLOAD) return "payload over the limit";
-    if (h->type < NVS_HELLO || h->type > NVS_BURSTS) return "unknown message type";
+    if (h->type < NVS_HELLO || h->type > NVS_PREPARE_SWAP) return "unknown message type";
     return NULL;
 }
 

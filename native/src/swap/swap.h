@@ -111,17 +111,19 @@ typedef struct {
     nvs_hostcopy *host;
     uint8_t refused; /* past the bounds, or the pinning failed */
     uint8_t filled;  /* the host copy holds the range's bytes already (swapcold.c copied them) */
+    uint8_t ahead;   /* the pinner's: a range of ours, listed because PREPARE_SWAP is on */
 } nvs_want;
 /* Gives w an unpinned host copy if its size fits b: taken from b and counted as held (a range
  * refused later gives them back with nvs_host_release). Returns 0, w refused and b->why said,
  * where it does not fit or there is no memory for the copy's record. */
 int nvs_want_admit(nvs_host_budget *b, nvs_want *w) NVS_HIDDEN;
 /* The picked ranges of ours (vmm.c) of io without a host copy (io NULL: the pinner's: managed
- * ones that may still get one); nvs_amu taken here. */
+ * ones that may still get one, and while PREPARE_SWAP is on ours too); nvs_amu taken here. */
 size_t nvs_swap_wanting(int dev, const nvs_swap_io *io, nvs_want **out) NVS_HIDDEN;
 /* Under nvs_amu: each still allocated range gets its host copy (w[i].host NULL then), or is
  * marked pin_refused (counted in io->refused). Returns how many host copies were left over (their
- * ranges freed meanwhile): the caller releases them once no copy uses them. */
+ * ranges freed meanwhile, or given a copy by another thread): the caller releases them once no
+ * copy uses them. */
 size_t nvs_swap_attach(int dev, nvs_swap_io *io, nvs_want *w, size_t n) NVS_HIDDEN;
 /* swapcold.c: host copies for d's picked ranges of ours that lack one: the driver cannot move
  * those ranges for us. Pinned in pieces by worker threads while the client thread copies each

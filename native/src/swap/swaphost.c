@@ -11,8 +11,14 @@
  * pinner, makes its host copy meanwhile, with a context of its device current, outside nvs_amu; it
  * attaches the copy to the allocation's entry under nvs_amu if the allocation still exists, and
  * frees it otherwise. The driver cannot move device memory of ours (vmm.c) for us: its first
- * swap-out pins its host copy in pieces while it copies the pieces pinned (swapcold.c). A host
- * copy is swappin.c's (pieces); its bytes are counted as held from its admission on.
+ * swap-out pins its host copy in pieces while it copies the pieces pinned (swapcold.c), which
+ * leaves it far from the bus's speed. So when the scheduler foresees a swap-out (PREPARE_SWAP on)
+ * the pinner makes those host copies too, ahead, and each range's is attached as soon as it is
+ * pinned; such a copy holds nothing yet (not filled, no valid checksum), so the swap-out copies
+ * the whole range into it, at the speed of the bus. A swap-out that comes before the pinner got
+ * to a range pins that one itself, as without the hint; of two copies made for one range the one
+ * attached second is released. A host copy is swappin.c's (pieces); its bytes are counted as held
+ * from its admission on.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,28 +119,29 @@ int nvs_want_admit(nvs_host_budget *b, nvs_want *w)
 /* ------------------------------------------------------------------ host copies */
 /* nvs_amu held. Whether a range wants a host copy: with io, the picked ranges of ours (vmm.c) of
  * this swap-out, refused before or not (there may be room now); without, the pinner's: managed
- * ones that may still get one. */
-static int wanting(const nvs_ptr_entry *e, int dev, const nvs_swap_io *io)
+ * ones that may still get one, and with `ahead` (PREPARE_SWAP on) ours too. */
+static int wanting(const nvs_ptr_entry *e, int dev, const nvs_swap_io *io, int ahead)
 {
     if (!nvs_swap_movable(e, dev) || e->host || e->out) return 0;
     if (io) return e->vmm && nvs_swap_picked(io, e->key);
-    return !e->vmm && !e->pin_refused;
+    return (!e->vmm || ahead) && !e->pin_refused;
 }
 
 size_t nvs_swap_wanting(int dev, const nvs_swap_io *io, nvs_want **out)
 {
     size_t n = 0, cap = 0;
     nvs_want *w = NULL;
+    int ahead = !io && atomic_load(&nvs_g.dev[dev].swap.pin_ahead);
     pthread_mutex_lock(&nvs_amu);
     size_t pos = 0;
     for (const nvs_ptr_entry *e; (e = nvs_ptrtab_next(&nvs_ptrs, &pos));) {
-        if (!wanting(e, dev, io)) continue;
+        if (!wanting(e, dev, io, ahead)) continue;
         if (n == cap) {
             nvs_want *g = realloc(w, (cap = cap ? cap * 2 : 16) * sizeof(*w));
             if (!g) break;
             w = g;
         }
-        w[n++] = (nvs_want){.ptr = (CUdeviceptr)e->key, .size = e->size};
+        w[n++] = (nvs_want){.ptr = (CUdeviceptr)e->key, .size = e->size, .ahead = !io && e->vmm};
     }
     pthread_mutex_unlock(&nvs_amu);
     *out = w;
@@ -155,6 +162,7 @@ size_t nvs_swap_attach(int dev, nvs_swap_io *io, nvs_want *w, size_t n)
                 e->pin_refused = 0;
                 e->host = w[i].host;
                 e->filled = w[i].filled;
+                e->sum_valid = 0; /* a new copy: no checksum is that of what it holds */
                 w[i].host = NULL;
             }
         }
@@ -172,29 +180,48 @@ void nvs_swap_say_refused(int dev, uint64_t bytes, const char *why)
              (unsigned long long)(nvs_swap_host_total() >> 20));
 }
 
-/* The pinner thread's work: a host copy for every managed range of dev that lacks one, within
- * the bounds, pinned here piece by piece (outside nvs_amu: pinning is far slower than the bus).
- * A range past the bounds, or refused by the driver, is marked pin_refused: it stays on the GPU. */
+/* A range of ours the pinner could not give a copy ahead (bounds, driver): no swap-out was asked
+ * for, so nothing stays on the GPU because of it and it is not marked refused (its swap-out admits
+ * it anew); the rest would meet the same bound, so no more are made until the next PREPARE_SWAP. */
+static void ahead_refused(nvs_dev *d, const nvs_want *w, const char *why)
+{
+    atomic_store(&d->swap.pin_ahead, 0);
+    NVS_DEBUG("device %d: no host copy ahead for %llu bytes (%s); its swap-out will pin it",
+              d->ordinal, (unsigned long long)w->size, why);
+}
+
+/* The pinner thread's work: a host copy for every managed range of dev that lacks one, and while
+ * PREPARE_SWAP is on for every range of ours too, within the bounds, pinned here piece by piece
+ * (outside nvs_amu: pinning is far slower than the bus) and attached at once, so that a swap-out
+ * meanwhile finds the copies made so far. A managed range past the bounds, or refused by the
+ * driver, is marked pin_refused: it stays on the GPU. */
 static void give_host_copies(nvs_dev *d)
 {
     nvs_want *w;
     size_t n = nvs_swap_wanting(d->ordinal, NULL, &w);
     nvs_host_budget budget = nvs_host_budget_now();
-    uint64_t refused = 0;
+    uint64_t refused = 0, ahead = 0;
     for (size_t i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
+        if (w[i].ahead && !atomic_load(&d->swap.pin_ahead)) continue; /* off meanwhile */
         if (nvs_want_admit(&budget, &w[i]) && nvs_hostcopy_pin_all(w[i].host) != 0) {
             nvs_host_release(w[i].host);
             w[i].host = NULL;
             budget.why = "the driver's pinning";
             w[i].refused = 1;
         }
+        if (w[i].refused && w[i].ahead) {
+            ahead_refused(d, &w[i], budget.why);
+            continue;
+        }
         refused += w[i].refused ? w[i].size : 0;
+        ahead += w[i].ahead ? w[i].size : 0;
+        /* left over: freed meanwhile, or its swap-out pinned one first; no copy used this one */
+        if (nvs_swap_attach(d->ordinal, NULL, &w[i], 1)) nvs_host_release(w[i].host);
     }
-    if (nvs_swap_attach(d->ordinal, NULL, w, n))
-        for (size_t i = 0; i < n; i++) nvs_host_release(w[i].host); /* freed meanwhile */
     free(w);
     if (refused) nvs_swap_say_refused(d->ordinal, refused, budget.why);
-    NVS_DEBUG("device %d: host copies pinned (%llu MiB held)", d->ordinal,
+    NVS_DEBUG("device %d: host copies pinned (%llu MiB of them ahead of a swap-out; %llu MiB held)",
+              d->ordinal, (unsigned long long)(ahead >> 20),
               (unsigned long long)(nvs_swap_host_total() >> 20));
 }
 
@@ -253,6 +280,24 @@ static void pinner_want(nvs_dev *d)
     }
     pthread_cond_signal(&pin_cv);
     pthread_mutex_unlock(&pin_mu);
+}
+
+/* Off keeps the copies made ahead, as every host copy is kept after its swap-in: off comes when a
+ * client leaves the GPU or memory fits again, and the next newcomer would want them pinned anew,
+ * at the very cost the hint is there to save; they are within the host memory bounds, and go
+ * with their allocations. */
+void nvs_swap_prepare(nvs_dev *d, int on)
+{
+    if (!nvs_swap_usable()) return;
+    atomic_store(&d->swap.pin_ahead, on != 0);
+    NVS_DEBUG("device %d: a swap-out is %s", d->ordinal,
+              on ? "likely soon: pinning host copies ahead" : "no longer likely");
+    if (on) pinner_want(d);
+}
+
+void nvs_swap_prepare_grown(nvs_dev *d)
+{
+    if (atomic_load(&d->swap.pin_ahead)) pinner_want(d);
 }
 
 /* Ranges of dev without a host copy: this swap-out leaves them to the driver's prefetch (marked

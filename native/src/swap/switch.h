@@ -16,6 +16,12 @@ int nvs_swap_usable(void) NVS_HIDDEN; /* NVSHARE_SWAP and the driver has every c
 void nvs_swap_fence(int dev) NVS_HIDDEN;
 struct nvs_hostcopy; /* swappin.c's */
 void nvs_swap_forget(int dev, uint64_t size, int out, struct nvs_hostcopy *host) NVS_HIDDEN;
+/* swaphost.c: PREPARE_SWAP (inbound.c, under nvs_g.mu): on, the pinner thread makes the host copies
+ * that d's ranges lack, ahead of a swap-out; off, it makes no more of those. Never waits for it. */
+void nvs_swap_prepare(nvs_dev *d, int on) NVS_HIDDEN;
+/* d's footprint changed (session.c, a MEM_UPDATE): while PREPARE_SWAP is on, the pinner looks for
+ * ranges without a host copy again. */
+void nvs_swap_prepare_grown(nvs_dev *d) NVS_HIDDEN;
 
 /* ---------------------------------------------------------------- switch.c */
 /* Fast context switches, client thread only, never under nvs_g.mu. */
