@@ -218,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="capacity the scheduler counts a GPU as (e.g. 16GiB), for every GPU or for "
                         "one (index or UUID); repeatable; at most 4 PiB less 1 MiB. Sent to "
                         "clients in ATTACHED.")
+    p.add_argument("--no-pin-ahead", action="store_true",
+                   help="never tell clients to pin host copies ahead of a likely swap-out (their "
+                        "first swap-out then pins while it copies)")
     p.add_argument("--no-nvml", action="store_true",
                    help="do not discover GPUs with NVML; learn them from clients")
     # Loopback unless told: the series say which processes use which GPU, and every scrape costs
@@ -307,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                     nvml=not args.no_nvml, client_log_limit=args.client_log_limit,
                     suspend_idle=0.0 if args.no_suspend else args.suspend_idle,
                     cuda_library=args.cuda_library, suspend=not args.no_suspend,
-                    latency_queue_ms=args.latency_queue_ms, latency_hold_ms=args.latency_hold_ms)
+                    latency_queue_ms=args.latency_queue_ms, latency_hold_ms=args.latency_hold_ms,
+                    pin_ahead=not args.no_pin_ahead)
     if args.reserve[1] is not None:
         config.reserve_fraction = args.reserve[1]
     for sel, size in args.gpu_memory:

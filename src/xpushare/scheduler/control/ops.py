@@ -17,7 +17,7 @@ from ...wire.protocol import (
     PRIORITY_LIMIT, Attach, Attached, MessageType, encode_json,
 )
 from . import placement, statusreply
-from ..node import suspend
+from ..node import pinahead, suspend
 from ..node.access import is_admin, may_run, viewer
 from ...wire.ctlschema import (
     Choice, Field, GpuSelector, Int, Invalid, PodName, Schema, Uid, show, unsigned_max, validate,
@@ -132,12 +132,15 @@ def op_set_tq(state: SchedulerState, msg: dict) -> None:
 
 def op_set_mode(state: SchedulerState, msg: dict) -> None:
     _per_gpu(state, msg, "default_mode", "set_mode", Mode(msg["mode"]))
+    for gpu in select_gpus(state, msg.get("gpu")):
+        pinahead.gpu_changed(state, gpu)  # mode off never swaps
 
 
 def op_set_gpu_memory(state: SchedulerState, msg: dict) -> None:
     for gpu in select_gpus(state, msg["gpu"]):
         gpu.capacity_override = msg["bytes"]
         state.registry.capacity_changed(gpu)
+        pinahead.gpu_changed(state, gpu)
 
 
 def _clients(state: SchedulerState, msg: dict) -> list[Conn]:

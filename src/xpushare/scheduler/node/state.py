@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import clientlog, latency, limits
+from . import clientlog, latency, limits, pinahead
 from .access import RequestBudget
 from .slicer import Slicer
 from .suspend import Suspender
@@ -51,6 +51,7 @@ class Config:
     suspend: bool = True                                  # not --no-suspend
     latency_queue_ms: float = latency.QUEUE_MS            # --latency-queue-ms
     latency_hold_ms: float = latency.HOLD_MS              # --latency-hold-ms; 0 = no holds
+    pin_ahead: bool = True                                # not --no-pin-ahead (pinahead.py)
 
 
 class SchedulerState:
@@ -61,6 +62,8 @@ class SchedulerState:
         self.latency: dict[Gpu, set[Conn]] = {}           # its latency-sensitive clients (latency.py)
         self.bursting: dict[Gpu, set[Conn]] = {}          # those of them in a burst now (latency.py)
         self.held: dict[Gpu, tuple[float, set[Conn]]] = {}  # when their burst's hold began, whom (latency.py)
+        self.pin_clients: dict[Gpu, set[Conn]] = {}       # its attached clients (pinahead.py)
+        self.pin_on: set[Gpu] = set()                     # a swap-out is likely soon (pinahead.py)
         self.uid_conns: Counter[int] = Counter()          # uid -> open connections
         self.fd_limit = 0                                 # the open-file limit, set when serving
         self.conn_room = 1 << 62                          # connections before the fd reserve
@@ -105,6 +108,7 @@ class SchedulerState:
             self.conns.discard(conn)
             self.quotas.forget(conn)
             latency.disconnected(self, conn)
+            pinahead.disconnected(self, conn)
             self.uid_conns[conn.uid] -= 1
             if not self.uid_conns[conn.uid]:
                 del self.uid_conns[conn.uid]

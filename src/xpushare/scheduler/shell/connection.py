@@ -62,6 +62,7 @@ class Conn:
         self.latency_env = False                  # HELLO's latency-sensitive flag, as it counts
         self.queue_bound: dict = {}               # Gpu -> the QUEUE_BOUND it was last sent (latency.py)
         self.bursts_on: set = set()               # Gpus it was sent BURSTS on for (latency.py)
+        self.pin_ahead: set = set()               # Gpus it was sent PREPARE_SWAP on for (pinahead.py)
         self.held = [0, 0.0]                      # holds it was sent, and their seconds (latency.py)
         self.ctl = False
         self.devices: dict[int, Gpu] = {}         # client ordinal -> GPU

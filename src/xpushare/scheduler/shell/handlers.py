@@ -19,7 +19,7 @@ from ...wire.protocol import (
     MemUpdate, MessageType, ProtocolError, Released, ReleaseReason, Residency, Settings, Welcome,
     encode, encode_error, encode_json,
 )
-from ..node import access, latency, metrics, suspend, swap
+from ..node import access, latency, metrics, pinahead, suspend, swap
 from ..control import ops
 from ..node.jobinfo import job_info
 from ..policy import SwitchReport, claimed_latency_sensitive, claimed_priority, raises
@@ -121,6 +121,7 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
     conn.send(encode(Attached(msg.device, 0, capacity)))
     latency.attached(state, conn, gpu)  # after ATTACHED: a QUEUE_BOUND names an attached device
+    pinahead.attached(state, conn, gpu, msg.device, old)  # likewise
     where = (msg.device, gpu.label, f" ({gpu.uuid})" if gpu.index is not None else "", capacity,
              "" if gpu.capacity else " (its own)")
     if conn.announced:
@@ -167,6 +168,7 @@ def on_mem_update(state: SchedulerState, conn: Conn, msg: MemUpdate) -> None:
             return  # the library sends one with every lock request; unchanged, it is no event
         conn.memory[gpu.uuid] = memory
         state.registry.set_footprint(conn, gpu, msg.managed_bytes + msg.other_bytes)
+        pinahead.footprint_changed(state, gpu)
 
 
 def on_busy_update(state: SchedulerState, conn: Conn, msg: BusyUpdate) -> None:
