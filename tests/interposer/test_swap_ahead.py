@@ -149,3 +149,21 @@ def test_a_swap_out_before_the_pinner_is_done_pins_its_own_and_one_copy_is_let_g
     assert app.finish() == 0
     assert app.steps("checkall")[0]["ok"] == 1
     assert len(pins(world.log, app)) == 2 * len(PIECES), "the copy kept serves the next swap-out"
+
+
+def test_off_stops_a_range_part_way_and_lets_its_pieces_go(world, recorder):
+    """Off while a range is pinned ahead: no piece after the current one, and what was pinned of
+    it is released (it is not attached: its swap-out pins it whole, as without the hint)."""
+    app = _app(world, recorder, "checkall", 3, pin_us=300_000)
+    _prepare(recorder, 1)
+    _pinned(world, app, 1)
+    _prepare(recorder, 0)
+    poll(lambda: len(unpins(world.log, app)) >= len(pins(world.log, app)), 5, what="released")
+    partial = pins(world.log, app)
+    assert 0 < len(partial) < len(PIECES)
+    assert sorted(e["ptr"] for e in unpins(world.log, app)) == sorted(e["ptr"] for e in partial)
+    drop(recorder, 1)
+    assert len(pins(world.log, app)) == len(partial) + len(PIECES), "the swap-out pinned it whole"
+    app.resume()
+    assert app.finish() == 0
+    assert app.steps("checkall")[0]["ok"] == 1

@@ -52,6 +52,9 @@ void nvs_suspend_wait(void)
 void nvs_suspend_on_request(void)
 {
     suspend_pending = 1;
+    /* the swap-out that comes first pins what the pinner has not; after it the pinner would only
+     * call the driver while it checkpoints the process */
+    NVS_FOR_EACH_DEV(d) nvs_swap_prepare(d, 0);
 }
 
 void nvs_suspend_on_resumed(void)

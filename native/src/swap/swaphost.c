@@ -202,10 +202,12 @@ static void give_host_copies(nvs_dev *d)
     nvs_host_budget budget = nvs_host_budget_now();
     uint64_t refused = 0, ahead = 0;
     for (size_t i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
-        if (w[i].ahead && !atomic_load(&d->swap.pin_ahead)) continue; /* off meanwhile */
-        if (nvs_want_admit(&budget, &w[i]) && nvs_hostcopy_pin_all(w[i].host) != 0) {
+        _Atomic int *go = w[i].ahead ? &d->swap.pin_ahead : NULL; /* off: stop, piece by piece */
+        if (go && !atomic_load(go)) continue;
+        if (nvs_want_admit(&budget, &w[i]) && nvs_hostcopy_pin_all(w[i].host, go) != 0) {
             nvs_host_release(w[i].host);
             w[i].host = NULL;
+            if (go && !atomic_load(go)) continue; /* withdrawn meanwhile: nothing refused */
             budget.why = "the driver's pinning";
             w[i].refused = 1;
         }
@@ -285,13 +287,15 @@ static void pinner_want(nvs_dev *d)
 /* Off keeps the copies made ahead, as every host copy is kept after its swap-in: off comes when a
  * client leaves the GPU or memory fits again, and the next newcomer would want them pinned anew,
  * at the very cost the hint is there to save; they are within the host memory bounds, and go
- * with their allocations. */
+ * with their allocations. Off stops a range being pinned after its current piece (its pieces
+ * pinned so far are released): suspend.c turns it off at a SUSPEND, so that the pinner makes no
+ * driver call into the process's checkpoint. */
 void nvs_swap_prepare(nvs_dev *d, int on)
 {
     if (!nvs_swap_usable()) return;
-    atomic_store(&d->swap.pin_ahead, on != 0);
-    NVS_DEBUG("device %d: a swap-out is %s", d->ordinal,
-              on ? "likely soon: pinning host copies ahead" : "no longer likely");
+    if (atomic_exchange(&d->swap.pin_ahead, on != 0) != (on != 0))
+        NVS_DEBUG("device %d: a swap-out is %s", d->ordinal,
+                  on ? "likely soon: pinning host copies ahead" : "no longer likely");
     if (on) pinner_want(d);
 }
 

@@ -122,10 +122,11 @@ int nvs_hostcopy_pin(nvs_hostcopy *h, uint32_t i)
     return r;
 }
 
-int nvs_hostcopy_pin_all(nvs_hostcopy *h)
+int nvs_hostcopy_pin_all(nvs_hostcopy *h, _Atomic int *go)
 {
-    for (uint32_t i = 0; i < h->n && !atomic_load(&nvs_exiting); i++)
-        if (nvs_hostcopy_pin(h, i) != 0) return -1;
+    for (uint32_t i = 0; i < h->n; i++)
+        if (atomic_load(&nvs_exiting) || (go && !atomic_load(go)) || nvs_hostcopy_pin(h, i) != 0)
+            return -1;
     return atomic_load(&nvs_exiting) ? -1 : 0;
 }
 
