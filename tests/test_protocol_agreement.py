@@ -118,5 +118,5 @@ def test_documented_sizes():
         "nvs_evict": 16, "nvs_residency": 32, "nvs_span": 24,
         "nvs_busy_spans": 400, "nvs_suspend": 8, "nvs_suspend_ready": 8, "nvs_resumed": 8,
         "nvs_resume_req": 8, "nvs_queue_bound": 8,
-        "nvs_hold": 8, "nvs_bursts": 8, "nvs_burst": 8}
+        "nvs_hold": 8, "nvs_bursts": 8, "nvs_burst": 8, "nvs_waiters": 8}
     assert P.MAGIC.to_bytes(4, "little") == b"NVSH"

@@ -12,6 +12,7 @@
  *   QUEUE_BOUND: the GPU time this process queues on the device stays within it (gate.c)
  *   HOLD: no new work on the device for at most that long (0: now again); BURSTS: report this
  *     process's bursts on the device (BURST), or stop (hold.c)
+ *   WAITERS: whether another client waits for the device (an idle lock is kept while none does)
  *
  * A device with ranges swapped out (swapstore.c) never runs before they are back: a grant swaps
  * in first whatever NVSHARE_PREFETCH says, and running ungated (the scheduler gone) waits for the
@@ -43,6 +44,7 @@ static void reset_device(nvs_dev *d, int run)
     d->mem.sent_valid = 0;
     atomic_store_explicit(&d->queue_bound_us, 0, memory_order_relaxed); /* a new one is resent */
     nvs_hold_reset(d);
+    d->nobody_waits = 0; /* until this connection's scheduler says so */
     d->swap.restore_pending = run && atomic_load(&d->swap.swapped_out) > 0;
     nvs_dev_set_run(d, run && !d->swap.restore_pending);
 }
@@ -263,6 +265,19 @@ static void on_bursts(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t
     nvs_hold_report(d, b.on != 0);
 }
 
+/* Whether anyone waits for the device: told 0, an idle lock is kept (session.c's plan_held); told
+ * 1, an idle lock goes as NVSHARE_IDLE_RELEASE_MS says, in this very round if it has been idle
+ * that long already (the round after this message checks). */
+static void on_waiters(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)len;
+    (void)now;
+    struct nvs_waiters w;
+    memcpy(&w, p, sizeof(w));
+    d->nobody_waits = !w.waiting;
+    NVS_DEBUG("device %d: %s", d->ordinal, w.waiting ? "others wait for it" : "nobody waits for it");
+}
+
 #define ANY_SIZE UINT32_MAX
 static const struct handler {
     uint16_t type;
@@ -282,6 +297,7 @@ static const struct handler {
     {NVS_QUEUE_BOUND, sizeof(struct nvs_queue_bound), 1, on_queue_bound},
     {NVS_HOLD, sizeof(struct nvs_hold), 1, on_hold},
     {NVS_BURSTS, sizeof(struct nvs_bursts), 1, on_bursts},
+    {NVS_WAITERS, sizeof(struct nvs_waiters), 1, on_waiters},
 };
 
 static const struct handler *find_handler(uint16_t type)

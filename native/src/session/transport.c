@@ -194,7 +194,7 @@ static void try_connect(void)
     /* SWAP: an idle device's memory moves to host when the scheduler asks (EVICT), through the
      * swap store or, without it, the driver's prefetch (switch.c) */
     hello.flags = (nvs_cfg.require_scheduler ? NVS_HELLO_REQUIRE_SCHEDULER : 0) | NVS_HELLO_SWAP |
-                  NVS_HELLO_SUSPEND | NVS_HELLO_QUEUE_BOUND | NVS_HELLO_HOLD |
+                  NVS_HELLO_SUSPEND | NVS_HELLO_QUEUE_BOUND | NVS_HELLO_HOLD | NVS_HELLO_WAITERS |
                   (nvs_cfg.latency_sensitive ? NVS_HELLO_LATENCY_SENSITIVE : 0);
     hello.priority = nvs_cfg.priority;
     nvs_copy_field(hello.pod_name, sizeof(hello.pod_name), nvs_cfg.pod_name);
@@ -216,7 +216,7 @@ static const char *bad_header(const struct nvs_header *h)
     if (h->magic != NVS_MAGIC) return "bad magic";
     if (h->version != NVS_VERSION) return "unsupported protocol version";
     if (h->length > NVS_MAX_PAYLOAD) return "payload over the limit";
-    if (h->type < NVS_HELLO || h->type > NVS_BURSTS) return "unknown message type";
+    if (h->type < NVS_HELLO || h->type > NVS_MSG_TYPE_MAX) return "unknown message type";
     return NULL;
 }
 

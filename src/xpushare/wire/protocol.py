@@ -21,6 +21,7 @@ from .messages import (  # noqa: F401  (re-exported: the protocol's names live i
     ReleaseReason, Residency, Settings, Welcome, _Payload, field_layout,
     FEATURE_SUSPEND, HELLO_SUSPEND, HELLO_LATENCY_SENSITIVE, HELLO_QUEUE_BOUND, QueueBound, ResumeRequest,
     HELLO_HOLD, Burst, Bursts, Hold, Resumed, Suspend, SuspendReady, SuspendStatus,
+    HELLO_WAITERS, Waiters,
 )
 
 _TYPE_OF = {cls: t for t, cls in PAYLOADS.items()}

@@ -63,6 +63,7 @@ class Conn:
         self.queue_bound: dict = {}               # Gpu -> the QUEUE_BOUND it was last sent (latency.py)
         self.bursts_on: set = set()               # Gpus it was sent BURSTS on for (latency.py)
         self.held = [0, 0.0]                      # holds it was sent, and their seconds (latency.py)
+        self.waiters_told: dict = {}              # Gpu -> the WAITERS it was last sent (waiters.py)
         self.ctl = False
         self.devices: dict[int, Gpu] = {}         # client ordinal -> GPU
         self.memory: dict[str, tuple[int, int]] = {}  # uuid -> (managed_bytes, other_bytes)
