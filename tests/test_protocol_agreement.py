@@ -119,5 +119,5 @@ def test_documented_sizes():
         "nvs_busy_spans": 400, "nvs_suspend": 8, "nvs_suspend_ready": 8, "nvs_resumed": 8,
         "nvs_resume_req": 8, "nvs_queue_bound": 8,
         "nvs_hold": 8, "nvs_bursts": 8, "nvs_burst": 8,
-        "nvs_prepare_swap": 8}
+        "nvs_prepare_swap": 8, "nvs_waiters": 8}
     assert P.MAGIC.to_bytes(4, "little") == b"NVSH"

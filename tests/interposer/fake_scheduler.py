@@ -16,14 +16,12 @@ from xpushare.wire.protocol import (
     DropReason,
     Evict,
     QueueBound,
-    Bursts,
-    Hold,
     EVICT_ROOM,
+    PAYLOADS,
     FrameDecoder,
     Grant,
     Limits,
     MessageType,
-    PrepareSwap,
     ProtocolError,
     Welcome,
     encode,
@@ -66,6 +64,7 @@ class RecordingScheduler:
     def __init__(self, path):
         self.grant_flags = 0  # grant.flags of the next LOCK_OKs (GRANT_PREFETCH)
         self.grant_quantum_ms = 0  # grant.quantum_ms of the next LOCK_OKs (0: none)
+        self.after_grant = None  # device -> a message sent right after each LOCK_OK (WAITERS)
         self.welcome_features = 0  # welcome.features of the next WELCOMEs (FEATURE_BUSY, FEATURE_QUOTAS)
         # the LIMITS that answers a SETTINGS (None: the settings' own compute and memory limits)
         self.limits_reply: Limits | None = None
@@ -134,6 +133,8 @@ class RecordingScheduler:
         elif mtype == MessageType.REQ_LOCK:
             self._send(conn, n, Grant(device=msg.device, quantum_ms=self.grant_quantum_ms,
                                       flags=self.grant_flags))
+            if self.after_grant is not None:
+                self._send(conn, n, self.after_grant(msg.device))
         elif mtype == MessageType.SETTINGS:
             reply = self.limits_reply or Limits(compute_limit=msg.compute_limit, memory_limit=msg.memory_limit)
             self._send(conn, n, reply)
@@ -211,7 +212,7 @@ class RecordingScheduler:
 
 
 def _type_of(msg) -> MessageType:
-    return {Welcome: MessageType.WELCOME, Attached: MessageType.ATTACHED, Grant: MessageType.LOCK_OK,
-            DropLock: MessageType.DROP_LOCK, Limits: MessageType.LIMITS,
-            Evict: MessageType.EVICT, QueueBound: MessageType.QUEUE_BOUND, Hold: MessageType.HOLD,
-            Bursts: MessageType.BURSTS, PrepareSwap: MessageType.PREPARE_SWAP}[type(msg)]
+    return _TYPE_OF[type(msg)]
+
+
+_TYPE_OF = {cls: t for t, cls in PAYLOADS.items()}

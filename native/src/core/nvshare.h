@@ -161,6 +161,7 @@ struct nvs_dev {
     int lock_state;          /* NVS_LOCK_* (client thread writes) */
     int want;                /* an app thread waits for the lock */
     int drain_reason;        /* -1 or the LOCK_RELEASED reason of a pending drain */
+    int nobody_waits;        /* WAITERS 0: an idle lock is kept (client thread; 0 until told) */
     _Atomic int pitch_align; /* cached texture pitch alignment, 0 = unknown */
     /* QUEUE_BOUND: the GPU time queued past the gate stays within this (us; 0 = none): a
      * latency-sensitive client shares the GPU. Read by the checkpoints (relaxed), never the

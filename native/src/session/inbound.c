@@ -14,6 +14,7 @@
  *     process's bursts on the device (BURST), or stop (hold.c)
  *   PREPARE_SWAP: a swap-out of the device's memory is likely soon (or no longer): the pinner
  *     thread makes its host copies ahead (swaphost.c)
+ *   WAITERS: whether another client waits for the device (an idle lock is kept while none does)
  *
  * A device with ranges swapped out (swapstore.c) never runs before they are back: a grant swaps
  * in first whatever NVSHARE_PREFETCH says, and running ungated (the scheduler gone) waits for the
@@ -47,6 +48,7 @@ static void reset_device(nvs_dev *d, int run)
     atomic_store_explicit(&d->queue_bound_us, 0, memory_order_relaxed); /* a new one is resent */
     atomic_store(&d->swap.pin_ahead, 0); /* likewise PREPARE_SWAP; what was pinned stays */
     nvs_hold_reset(d);
+    d->nobody_waits = 0; /* until this connection's scheduler says so */
     d->swap.restore_pending = run && atomic_load(&d->swap.swapped_out) > 0;
     nvs_dev_set_run(d, run && !d->swap.restore_pending);
 }
@@ -276,6 +278,19 @@ static void on_prepare_swap(nvs_dev *d, const unsigned char *p, uint32_t len, ui
     nvs_swap_prepare(d, m.on != 0);
 }
 
+/* Whether anyone waits for the device: told 0, an idle lock is kept (session.c's plan_held); told
+ * 1, an idle lock goes as NVSHARE_IDLE_RELEASE_MS says, in this very round if it has been idle
+ * that long already (the round after this message checks). */
+static void on_waiters(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t now)
+{
+    (void)len;
+    (void)now;
+    struct nvs_waiters w;
+    memcpy(&w, p, sizeof(w));
+    d->nobody_waits = !w.waiting;
+    NVS_DEBUG("device %d: %s", d->ordinal, w.waiting ? "others wait for it" : "nobody waits for it");
+}
+
 #define ANY_SIZE UINT32_MAX
 static const struct handler {
     uint16_t type;
@@ -296,6 +311,7 @@ static const struct handler {
     {NVS_HOLD, sizeof(struct nvs_hold), 1, on_hold},
     {NVS_BURSTS, sizeof(struct nvs_bursts), 1, on_bursts},
     {NVS_PREPARE_SWAP, sizeof(struct nvs_prepare_swap), 1, on_prepare_swap},
+    {NVS_WAITERS, sizeof(struct nvs_waiters), 1, on_waiters},
 };
 
 static const struct handler *find_handler(uint16_t type)

@@ -214,6 +214,13 @@ struct nvs_prepare_swap {
     uint32_t on;
 } __attribute__((packed));
 
+/* WAITERS: whether another client waits for the device (1) or none does (0): an idle holder
+ * told 0 keeps its lock */
+struct nvs_waiters {
+    uint32_t device;
+    uint32_t waiting;
+} __attribute__((packed));
+
 NVS_CONTRACT_LAYOUT_CHECKS;
 
 #endif /* NVSHARE_PROTOCOL_H */

@@ -147,12 +147,16 @@ static void plan_held(nvs_dev *d, uint64_t now, round_plan *pl)
         /* A throttle pause (compute limit, quota.c) that ends within the idle time is not
          * idleness: the holder keeps the lock; a longer one is, and the lock goes to others.
          * Nor is a hold (hold.c): another process's burst, over in milliseconds. */
+        /* Where nobody waits (WAITERS 0) the idle lock is kept: a release would only cost the
+         * next burst a round trip. The idle time is still measured, so that a waiter's arrival
+         * releases a lock that was idle long enough at once. */
         if (atomic_exchange_explicit(&d->active, 0, memory_order_relaxed) ||
             atomic_load(&d->inflight) > 0 || nvs_capture_any() || d->hold.until_ns ||
             (d->quota.throttled &&
              nvs_quota_pause_left(d, now) < (uint64_t)nvs_cfg.idle_release_ms * NVS_MS)) {
             d->last_active_ns = now;
-        } else if (now - d->last_active_ns >= (uint64_t)nvs_cfg.idle_release_ms * NVS_MS) {
+        } else if (!d->nobody_waits &&
+                   now - d->last_active_ns >= (uint64_t)nvs_cfg.idle_release_ms * NVS_MS) {
             d->drain_reason = NVS_RELEASE_IDLE;
             pl->drains[pl->nd++] = d;
         }
@@ -350,7 +354,7 @@ void nvs_session_deadlines(uint64_t now, uint64_t *t)
     nvs_quota_deadline(now, t);
     if (nvs_g.client_state == NVS_CLIENT_READY) {
         NVS_FOR_EACH_DEV(d) {
-            if (d->lock_state == NVS_LOCK_HELD && nvs_cfg.idle_release_ms) {
+            if (d->lock_state == NVS_LOCK_HELD && nvs_cfg.idle_release_ms && !d->nobody_waits) {
                 uint64_t tick = (uint64_t)nvs_cfg.idle_release_ms * NVS_MS / 4;
                 nvs_deadline_min(t, now, now + (tick < NVS_MS ? NVS_MS : tick));
             }

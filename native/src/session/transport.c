@@ -196,7 +196,7 @@ static void try_connect(void)
      * swap store or, without it, the driver's prefetch (switch.c); PIN_AHEAD: the swap store's
      * host copies are made ahead when it says a swap-out is likely (PREPARE_SWAP) */
     hello.flags = (nvs_cfg.require_scheduler ? NVS_HELLO_REQUIRE_SCHEDULER : 0) | NVS_HELLO_SWAP |
-                  NVS_HELLO_SUSPEND | NVS_HELLO_QUEUE_BOUND | NVS_HELLO_HOLD |
+                  NVS_HELLO_SUSPEND | NVS_HELLO_QUEUE_BOUND | NVS_HELLO_HOLD | NVS_HELLO_WAITERS |
                   (nvs_swap_usable() ? NVS_HELLO_PIN_AHEAD : 0) |
                   (nvs_cfg.latency_sensitive ? NVS_HELLO_LATENCY_SENSITIVE : 0);
     hello.priority = nvs_cfg.priority;
@@ -219,7 +219,7 @@ static const char *bad_header(const struct nvs_header *h)
     if (h->magic != NVS_MAGIC) return "bad magic";
     if (h->version != NVS_VERSION) return "unsupported protocol version";
     if (h->length > NVS_MAX_PAYLOAD) return "payload over the limit";
-    if (h->type < NVS_HELLO || h->type > NVS_PREPARE_SWAP) return "unknown message type";
+    if (h->type < NVS_HELLO || h->type > NVS_MSG_TYPE_MAX) return "unknown message type";
     return NULL;
 }
 

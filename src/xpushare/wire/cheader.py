@@ -23,6 +23,7 @@ CONSTANTS = (
     "MAGIC", "VERSION", "MAX_PAYLOAD", "PRIORITY_LIMIT",
     "HELLO_REQUIRE_SCHEDULER", "HELLO_SWAP", "HELLO_SUSPEND", "HELLO_LATENCY_SENSITIVE", "HELLO_QUEUE_BOUND",
     "HELLO_HOLD", "HELLO_PIN_AHEAD",
+    "HELLO_HOLD", "HELLO_WAITERS",
     "GRANT_PREFETCH", "DROP_EVICT", "DROP_GANG",
     "FEATURE_BUSY", "FEATURE_QUOTAS", "FEATURE_JOBS", "FEATURE_SWAP", "FEATURE_BUSY_SPANS",
     "FEATURE_SUSPEND",
@@ -49,6 +50,7 @@ STRUCTS = {  # C struct: its Python fields
     "nvs_resume_req": m.ResumeRequest.FIELDS, "nvs_queue_bound": m.QueueBound.FIELDS,
     "nvs_hold": m.Hold.FIELDS, "nvs_bursts": m.Bursts.FIELDS, "nvs_burst": m.Burst.FIELDS,
     "nvs_prepare_swap": m.PrepareSwap.FIELDS,
+    "nvs_waiters": m.Waiters.FIELDS,
 }
 
 
@@ -93,7 +95,7 @@ def header() -> str:
              "#ifndef NVS_CONTRACT_H", "#define NVS_CONTRACT_H", "", "#include <stddef.h>", "",
              "enum nvs_msg_type {"]
     lines += [f"    NVS_{t.name} = {int(t)}," for t in m.MessageType]
-    lines += ["};", ""]
+    lines += ["};", f"#define NVS_MSG_TYPE_MAX {max(m.MessageType)}  /* the highest type known */", ""]
     lines += [f"#define {name} {_literal(name, value)}" for name, value in constants().items()]
     lines += [f"#define NVS_{name} {_c_string(text)}" for name, text in STRINGS.items()]
     lines += ["", "/* in protocol.h, after its structs: each payload as messages.py lays it out */",

@@ -57,6 +57,7 @@ class MessageType(IntEnum):
     BURSTS = 26       # only to a client whose HELLO has HELLO_HOLD
     BURST = 27        # only from a client that was sent BURSTS
     PREPARE_SWAP = 28  # only to a client whose HELLO has HELLO_PIN_AHEAD
+    WAITERS = 29      # only to a client whose HELLO has HELLO_WAITERS
 
 
 class DropReason(IntEnum):
@@ -82,6 +83,7 @@ HELLO_LATENCY_SENSITIVE = 8  # hello.flags bit 3: NVSHARE_LATENCY_SENSITIVE=1 (c
 HELLO_QUEUE_BOUND = 16       # hello.flags bit 4: the client applies QUEUE_BOUND
 HELLO_HOLD = 32              # hello.flags bit 5: the client applies HOLD and reports BURST when asked
 HELLO_PIN_AHEAD = 64         # hello.flags bit 6: the client pins host copies ahead on PREPARE_SWAP
+HELLO_WAITERS = 128          # hello.flags bit 7: the client keeps an idle lock while WAITERS says 0
 GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
 DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
 DROP_GANG = 2                # drop.flags bit 1: dropped with the rest of its job, so the drain
@@ -454,6 +456,16 @@ class PrepareSwap(_Payload):
     on: int = 0
 
 
+@dataclass
+class Waiters(_Payload):
+    """WAITERS: whether any other client waits for this device (waiting = 1) or none does (0).
+    A holder told 0 keeps its lock while idle (giving it up would only cost its next request a
+    round trip); told 1, or never told, it gives an idle lock up as NVSHARE_IDLE_RELEASE_MS says."""
+    FIELDS = (("device", "I"), ("waiting", "I"))
+    device: int = 0
+    waiting: int = 0
+
+
 # The payload class of every fixed-size type; the others are variable (JSON or text).
 PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.HELLO: Hello,
@@ -478,6 +490,7 @@ PAYLOADS: dict[MessageType, type[_Payload]] = {
     MessageType.RESUME_REQ: ResumeRequest,
     MessageType.QUEUE_BOUND: QueueBound,
     MessageType.HOLD: Hold,
+    MessageType.WAITERS: Waiters,
     MessageType.BURSTS: Bursts,
     MessageType.BURST: Burst,
     MessageType.PREPARE_SWAP: PrepareSwap,

@@ -27,6 +27,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ...wire.protocol import HELLO_HOLD, HELLO_QUEUE_BOUND, Bursts, Hold, QueueBound, encode
+from . import waiters
 from .registry import lock_log
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ def changed(state: SchedulerState, conn: Conn) -> None:
         _bursts(state, conn, gpu, sensitive(conn))
         if not sensitive(conn):
             _burst_edge(state, conn, gpu, False)
+        waiters.tell_holders(gpu, state.config)  # it keeps idle locks only while sensitive
 
 
 def disconnected(state: SchedulerState, conn: Conn) -> None:

@@ -28,7 +28,7 @@ from ...wire.protocol import (
 )
 from ...wire.protocol import Evict as EvictFrame  # the EVICT message; policy.Evict closes a connection
 from .. import policy
-from . import limits, metrics, swap
+from . import limits, metrics, swap, waiters
 from .gpus import uuid_key, valid_uuid
 from .jobs import identify
 from ..policy import Arbiter, Mode, check_tq
@@ -262,6 +262,7 @@ class GpuRegistry:
             for gpu in outcome.gpus:
                 if self.gpus.get(uuid_key(gpu.uuid)) is gpu:
                     self._arm(gpu)
+                    waiters.tell_holders(gpu, self.config)
             self._arm_gangs()
 
     def _arm_gangs(self) -> None:

@@ -64,6 +64,7 @@ class Conn:
         self.bursts_on: set = set()               # Gpus it was sent BURSTS on for (latency.py)
         self.pin_ahead: set = set()               # Gpus it was sent PREPARE_SWAP on for (pinahead.py)
         self.held = [0, 0.0]                      # holds it was sent, and their seconds (latency.py)
+        self.waiters_told: dict = {}              # Gpu -> the WAITERS it was last sent (waiters.py)
         self.ctl = False
         self.devices: dict[int, Gpu] = {}         # client ordinal -> GPU
         self.memory: dict[str, tuple[int, int]] = {}  # uuid -> (managed_bytes, other_bytes)
