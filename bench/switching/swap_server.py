@@ -9,6 +9,9 @@ the next swap-out finds nothing still valid on the host and copies it all, and t
 alternate between two values (even and odd requests of the server).
 
 Protocol (stdin/stdout, one line each):
+  -> ATTACHED                                with --wait-before-load: its CUDA context made (the
+  <- load                                    library attached), nothing of its own allocated; it
+                                             loads its weights at `load` (a newcomer's start-up)
   -> READY <load_ms>                         once the weights are on the GPU
   <- req <id>            -> done <id> <ms> <sha256>   ms: request received -> result on the host
   <- quit
@@ -51,9 +54,16 @@ def reference(gib: float, reps: int = 3) -> None:
     print(f"REFERENCE {min(times['h2d']):.6f} {min(times['d2h']):.6f}", flush=True)
 
 
-def serve(gib: int, seed: int, rewrite: bool) -> None:
+def serve(gib: int, seed: int, rewrite: bool, wait_before_load: bool = False) -> None:
     import torch
 
+    if wait_before_load:
+        torch.empty(1, device="cuda")  # the context, and with it the library's ATTACH
+        torch.cuda.synchronize()
+        print("ATTACHED", flush=True)
+        line = sys.stdin.readline().split()
+        if line[:1] != ["load"]:
+            return  # quit or end of input before the load
     t0 = time.perf_counter()
     gen = torch.Generator(device="cuda").manual_seed(seed)
     weights = [torch.randn(ROWS, COLS, generator=gen, device="cuda", dtype=torch.float16) * 0.01
@@ -81,12 +91,14 @@ def main() -> None:
     ap.add_argument("--gib", type=int, help="weights, GiB (whole 1 GiB matrices)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rewrite", action="store_true", help="negate the weights after each request")
+    ap.add_argument("--wait-before-load", action="store_true",
+                    help="make the CUDA context, print ATTACHED and load the weights at a `load` line")
     ap.add_argument("--reference", type=float, metavar="GIB", help="only time pinned copies of GIB")
     args = ap.parse_args()
     if args.reference:
         reference(args.reference)
     elif args.gib:
-        serve(args.gib, args.seed, args.rewrite)
+        serve(args.gib, args.seed, args.rewrite, args.wait_before_load)
     else:
         ap.error("--gib or --reference is required")
 
