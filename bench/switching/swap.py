@@ -29,12 +29,20 @@ than its context. Allowed only because the servers' memory is device memory the 
 (an allocation that finds no room fails, never faults): the run stops if a server says its
 allocations are managed memory.
 
+With --pin-ahead-arms each run of the swap store is made twice, with the scheduler's pinning ahead
+(PREPARE_SWAP, its default) and with --no-pin-ahead, in an order that alternates by pair and by
+repetition (--repeats); in both arms the second server is a newcomer that makes its context first
+and loads its weights --load-after seconds (3 s) later, the same fixed delay in both arms
+(swap_arms.py says why). What differs is each server's first (cold) eviction: its time and its
+ratio to a pinned device->host copy of the bytes it copied, a table of its own per run and arm; the
+later switches are the main table's rows, marked "--no-pin-ahead" in the off arm.
+
 GPU safety: refuses to start with less than 48 GiB free; the two servers of the largest size take
 at most 2 x S GiB (S <= 18 keeps that under half of an 80 GiB card), every process under the library
 has a virtual capacity, and everything is ended on exit.
 
     python3 -m bench.switching.swap [--sizes 2,8,18] [--requests 8] [--gap 0.5] [--compare-off] [--real]
-                                    [--json F]
+                                    [--pin-ahead-arms [--repeats N] [--load-after S]] [--json F]
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from pathlib import Path
 from bench.core import common
 from bench.core.common import harness
 from bench.core.gpu_memory import scheduler_status
+from bench.switching import swap_arms
 from bench.switching.swap_procs import (EVICTED, SERVER, SWAPPED_IN, Filler, Server,  # noqa: F401
                                         gpu_memory_now, reference)
 
@@ -68,18 +77,23 @@ def resident_bytes(sock: Path) -> tuple[int | None, int]:
 
 
 def run_size(gib: int, requests: int, gap: float, swap: bool, rewrite: bool, lib: Path, seed: int,
-             logs: Path | None = None, real: bool = False) -> dict:
+             logs: Path | None = None, real: bool = False, pin_ahead: bool | None = None,
+             load_after: float | None = None, rep: int | None = None) -> dict:
+    """One size's sequence. pin_ahead False: the scheduler with --no-pin-ahead (None: its default,
+    as True, outside the arms); load_after: the second server starts with only its context and loads
+    that many seconds after it attached (swap_arms.py)."""
     h2d_s, d2h_s = reference(gib)
     size = gib * GIB
     rate_in, rate_out = size / h2d_s, size / d2h_s
     cap = capacity_for(gib)
     filler = Filler(cap) if real else None
-    sched = harness.Scheduler(mode="auto", extra_args=("--gpu-memory", str(cap)))
+    sched = harness.Scheduler(mode="auto", extra_args=("--gpu-memory", str(cap),
+                                                       *(["--no-pin-ahead"] if pin_ahead is False else [])))
     env = harness.library_env(lib, sched.socket, gpu_memory=str(cap), NVSHARE_IDLE_RELEASE_MS=100,
                               NVSHARE_DEBUG=1, NVSHARE_SWAP="on" if swap else "off")
     servers: list[Server] = []
     result: dict = {"gib": gib, "swap_store": swap, "rewrite": rewrite, "capacity": cap, "real": real,
-                    "free_after_filler": filler.free_after if filler else None,
+                    "pin_ahead": pin_ahead, "rep": rep, "free_after_filler": filler.free_after if filler else None,
                     "reference_ms": {"h2d": h2d_s * 1e3, "d2h": d2h_s * 1e3}}
     try:
         resident: list[float] = []
@@ -87,14 +101,15 @@ def run_size(gib: int, requests: int, gap: float, swap: bool, rewrite: bool, lib
         resident += [servers[0].request(i)[0] for i in range(6)]
         if real and "converted allocations are managed memory" in servers[0].err_path.read_text():
             raise RuntimeError("the server's allocations are managed memory: no real memory pressure")
-        servers.append(Server("b", gib, env, seed + 1, rewrite))
+        servers.append(Server("b", gib, env, seed + 1, rewrite, wait_before_load=load_after is not None))
+        if load_after is not None:
+            result["newcomer"] = swap_arms.hold_newcomer(servers[0], servers[1], sched, load_after)
         resident += [servers[1].request(i)[0] for i in range(6)]
         # one request to each: the first swap-out of each server moves by the driver's prefetch
         # ("cold") while its host copies are pinned in the background; measured once they are
         for s in servers:
             s.request(50)
-        cold = [s.moves()[0][:1] for s in servers]
-        cold = [m for first in cold for m in first]
+        cold = [(s.name, m) for s in servers for m in s.moves()[0][:1]]
         for s in servers if swap else ():
             s.wait_pinned()
         res_p50 = statistics.median(resident[1:6] + resident[7:])  # the first of each warms up
@@ -123,13 +138,17 @@ def run_size(gib: int, requests: int, gap: float, swap: bool, rewrite: bool, lib
                          "resident_after": res, "capacity": capacity,
                          "repeat": who == last})
             last = who
-        result.update(summarise(rows, resident, res_p50, cold, rate_in, rate_out))
+        result.update(summarise(rows, resident, res_p50, [m for _, m in cold], rate_in, rate_out))
+        for entry, (name, _) in zip(result["cold_evictions"], cold):
+            entry["server"] = name
     finally:
         for s in servers:
             s.stop()
         result["scheduler_log_tail"] = sched.log()[-3000:]
+        result["prepare_swap_lines"] = sched.log().count("prepare-swap")
         if logs:
             tag = f"{gib}g-{'swap' if swap else 'off'}-{'rw' if rewrite else 'ro'}"
+            tag += "" if pin_ahead is None else f"-pin{'on' if pin_ahead else 'off'}-r{rep}"
             (logs / f"{tag}-scheduler.log").write_text(sched.log())
             for s in servers:
                 (logs / f"{tag}-{s.name}.log").write_text(s.err_path.read_text(errors="replace"))
@@ -174,7 +193,8 @@ def summarise(rows, resident, res_p50, cold, rate_in, rate_out) -> dict:
         "latency_over_bound_max": max((r["ms"] / r["bound_ms"] for r in swapped), default=None),
         "evict_ratio": {"p50": _pct(evict_ratio, 0.5), "min": min(evict_ratio, default=None)},
         "swapin_ratio": {"p50": _pct(swapin_ratio, 0.5), "min": min(swapin_ratio, default=None)},
-        "cold_evictions": [{"bytes": b, "ms": t, "ratio": (c / (t / 1e3)) / rate_out if t else None}
+        "cold_evictions": [{"bytes": b, "ms": t, "pinned_ms": c / rate_out * 1e3,
+                            "ratio": (c / (t / 1e3)) / rate_out if t else None}
                            for b, c, t in cold],
         "clean_evict_ms": {"p50": _pct(clean_ms, 0.5), "n": len(clean_ms)},
         "stretch_ratio": {"p50": _pct(stretch, 0.5), "max": max(stretch, default=None), "n": len(stretch)},
@@ -207,8 +227,10 @@ def report(results: list[dict]) -> str:
     for r in results:
         f = lambda v, d=1: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
         cold = ", ".join(f(c["ratio"], 2) for c in r["cold_evictions"]) or "-"
+        path = ("swap store" + (", --no-pin-ahead" if r.get("pin_ahead") is False else "")
+                if r["swap_store"] else "driver prefetch")
         lines.append(
-            f"| {r['gib']} | {'swap store' if r['swap_store'] else 'driver prefetch'} | "
+            f"| {r['gib']} | {path} | "
             f"{'rewritten' if r['rewrite'] else 'not written'} | {f(r['resident_ms']['p50'])} | "
             f"{f(r['swapped_ms']['p50'])} / {f(r['swapped_ms']['p99'])} | {f(r['bound_ms_p50'])} | "
             f"{f(r['latency_over_bound_max'], 2)} | {f(r['evict_ratio']['p50'], 2)} (min {f(r['evict_ratio']['min'], 2)}) | "
@@ -227,7 +249,12 @@ def report(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def render(results: list[dict]) -> str:
+    """The main table, and the arms' own where there are arms."""
+    return "\n\n".join(filter(None, [report(results), swap_arms.report(results)]))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="2,8,18")
     ap.add_argument("--requests", type=int, default=8, help="alternating requests, then as many random")
@@ -235,34 +262,59 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--compare-off", action="store_true", help="S = 8 again with NVSHARE_SWAP=off")
     ap.add_argument("--real", action="store_true", help="a filler outside the library makes the capacity real")
+    ap.add_argument("--pin-ahead-arms", action="store_true",
+                    help="each run with the scheduler's pinning ahead and with --no-pin-ahead (swap_arms.py)")
+    ap.add_argument("--repeats", type=int, default=1, help="with --pin-ahead-arms: pairs of arms per run")
+    ap.add_argument("--load-after", type=float, metavar="S",
+                    help="the second server starts with only its context and loads S seconds after it "
+                         f"attached (default with --pin-ahead-arms: {swap_arms.LOAD_AFTER_S:g})")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--logs", type=Path, help="keep the scheduler's and the servers' logs here")
     ap.add_argument("--render", type=Path, metavar="JSON", help="only print the table of an earlier run")
-    args = ap.parse_args()
-    if args.render:
-        print(report(rerender(args.render)))
-        return
-    sizes = [int(s) for s in args.sizes.split(",")]
-    if max(sizes) > 18:
+    args = ap.parse_args(argv)
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    if max(args.sizes) > 18:
         ap.error("two servers of more than 18 GiB pass half of an 80 GiB card (GPU safety)")
+    if args.repeats < 1 or (args.load_after is not None and args.load_after < 0):
+        ap.error("--repeats is at least 1 and --load-after at least 0")
+    if args.load_after is None and args.pin_ahead_arms:
+        args.load_after = swap_arms.LOAD_AFTER_S
+    return args
+
+
+def plan_runs(args: argparse.Namespace) -> list[tuple]:
+    """(gib, swap_store, rewrite, pin_ahead, rep) of each run, in order."""
+    # each size twice: weights never written (their host copies stay valid after the first swap),
+    # and rewritten by every request (every swap-out copies all of it)
+    runs = [(s, True, rw) for s in args.sizes for rw in (False, True)]
+    runs += [(8, False, True)] if args.compare_off else []
+    if args.pin_ahead_arms:
+        return swap_arms.arm_plan(runs, args.repeats)
+    return [(*run, None, None) for run in runs]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.render:
+        results = rerender(args.render)
+        print(render(results))
+        return
     common.require_safe_gpu()
     lib = harness.library_path()
     t0 = time.monotonic()
     results = []
-    # each size twice: weights never written (their host copies stay valid after the first swap),
-    # and rewritten by every request (every swap-out copies all of it)
-    runs = [(s, True, rw) for s in sizes for rw in (False, True)]
-    runs += [(8, False, True)] if args.compare_off else []
-    for gib, swap, rewrite in runs:
+    for gib, swap, rewrite, pin_ahead, rep in plan_runs(args):
+        arm = "" if pin_ahead is None else f", pin ahead {'on' if pin_ahead else 'off'} (repetition {rep})"
         common.say("swap", f"S = {gib} GiB, {'swap store' if swap else 'NVSHARE_SWAP=off'}, "
-                           f"{'rewritten by each request' if rewrite else 'weights not written'}")
+                           f"{'rewritten by each request' if rewrite else 'weights not written'}{arm}")
         if args.logs:
             args.logs.mkdir(parents=True, exist_ok=True)
-        results.append(run_size(gib, args.requests, args.gap, swap, rewrite, lib, args.seed, args.logs, args.real))
-        print(report(results[-1:]), flush=True)
+        results.append(run_size(gib, args.requests, args.gap, swap, rewrite, lib, args.seed, args.logs, args.real,
+                                pin_ahead, args.load_after, rep))
+        print(render(results[-1:]), flush=True)
         if args.json:
             args.json.write_text(json.dumps({"results": results, "seconds": time.monotonic() - t0}, indent=1))
-    print(report(results))
+    print(render(results))
 
 
 if __name__ == "__main__":
