@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from bench.switching import swap
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from bench.switching import swap, swap_arms, swap_procs
 
 GIB = 1 << 30
 RATE = 50e9  # bytes/s, both directions
@@ -56,3 +62,97 @@ def test_capacity_holds_one_server_but_not_two():
         budget = int(swap.capacity_for(gib) * 0.95)
         footprint = gib * GIB + 64 * 2**20  # the weights and the little else a server allocates
         assert fits_together([footprint], budget) and not fits_together([footprint] * 2, budget)
+
+
+# --pin-ahead-arms: options, the order of the arms, and a whole run of each arm with fake servers
+
+
+def test_the_arms_options_parse_and_default_the_newcomers_wait():
+    args = swap.parse_args(["--real", "--sizes", "8", "--pin-ahead-arms", "--repeats", "2"])
+    assert args.sizes == [8] and args.pin_ahead_arms and args.repeats == 2
+    assert args.load_after == swap_arms.LOAD_AFTER_S
+    assert swap.parse_args(["--load-after", "1.5"]).load_after == 1.5
+    assert swap.parse_args([]).load_after is None  # without the arms the newcomer loads at once, as before
+    for bad in (["--repeats", "0"], ["--load-after", "-1"], ["--sizes", "20"]):
+        with pytest.raises(SystemExit):
+            swap.parse_args(bad)
+
+
+def test_each_arm_goes_first_as_often_and_the_driver_prefetch_runs_once():
+    plan = swap.plan_runs(swap.parse_args(["--sizes", "8", "--pin-ahead-arms", "--repeats", "2",
+                                           "--compare-off"]))
+    assert plan[:4] == [(8, True, False, True, 0), (8, True, False, False, 0),
+                        (8, True, True, False, 0), (8, True, True, True, 0)]
+    assert plan[4] == (8, False, True, None, None)
+    assert plan[5:] == [(8, True, False, False, 1), (8, True, False, True, 1),
+                        (8, True, True, True, 1), (8, True, True, False, 1)]
+    pairs = [plan[i:i + 2] for i in (0, 2, 5, 7)]
+    assert sum(p[0][3] for p in pairs) == 2  # the hint first in half of the pairs
+    for data in (False, True):  # and each data kind's two repetitions in both orders
+        assert {p[0][3] for p in pairs if p[0][2] is data} == {True, False}
+    assert [r[3:] for r in swap.plan_runs(swap.parse_args(["--sizes", "8"]))] == [(None, None)] * 2
+
+
+@pytest.fixture
+def fake_bench(monkeypatch, tmp_path):
+    """run_size against tests/bench/fake_swap_server.py and a real scheduler without NVML; the fake
+    servers pin ahead unless the scheduler was given --no-pin-ahead."""
+    from bench.core.common import harness
+    from bench.core.protoclient import children_can_import_xpushare
+
+    children_can_import_xpushare()
+    started = []
+
+    class Scheduler(harness.Scheduler):
+        def __init__(self, *, extra_args=(), **kw):
+            started.append(extra_args)
+            super().__init__(extra_args=("--no-nvml", *extra_args), **kw)
+
+    def library_env(lib, sock, **_):
+        shared = Path(tempfile.mkdtemp(dir=tmp_path))
+        return harness.native_env(FAKE_SWAP_DIR=shared,
+                                  FAKE_PIN_AHEAD=int("--no-pin-ahead" not in started[-1]))
+
+    monkeypatch.setattr(swap_procs, "SERVER", Path(__file__).with_name("fake_swap_server.py"))
+    monkeypatch.setattr(harness, "Scheduler", Scheduler)
+    monkeypatch.setattr(harness, "library_env", library_env)
+    return started
+
+
+def test_both_arms_report_each_servers_first_eviction_against_the_pinned_copy(fake_bench, tmp_path):
+    results = [swap.run_size(8, 2, 0.0, True, False, Path("/nonexistent.so"), 7, pin_ahead=arm,
+                             load_after=0.6, rep=0) for arm in (True, False)]
+    assert ["--no-pin-ahead" in a for a in fake_bench] == [False, True]
+    on, off = results
+    assert on["newcomer"]["pinned_before_load"] and on["newcomer"]["pinned_ahead_mib"] == 8 * 1024 + 64
+    assert 0.1 < on["newcomer"]["pinned_ahead_s"] < 0.6 and on["newcomer"]["load_after_s"] == 0.6
+    assert off["newcomer"]["pinned_ahead_s"] is None and not off["newcomer"]["pinned_before_load"]
+    for r in results:
+        assert [c["server"] for c in r["cold_evictions"]] == ["a", "b"] and r["all_identical"]
+        assert r["pin_ahead"] is (r is on) and r["swapped_ms"]["n"] >= 2
+    size = 8 * GIB + (64 << 20)
+    pinned_ms = size / (8 * GIB) * off["reference_ms"]["d2h"]  # the pinned D2H copy of those bytes
+    cold_a = {r["pin_ahead"]: r["cold_evictions"][0] for r in results}
+    assert cold_a[True]["ms"] == 200.0 and cold_a[False]["ms"] == 800.0
+    assert abs(cold_a[False]["pinned_ms"] - pinned_ms) < 1e-6
+    assert abs(cold_a[False]["ratio"] - pinned_ms / 800.0) < 1e-9
+    text = swap.render(results)
+    assert "| 8 | swap store | not written |" in text and "| 8 | swap store, --no-pin-ahead | not written |" in text
+    arms = swap_arms.report(results).splitlines()
+    assert arms[0].count("|") == arms[1].count("|") == arms[2].count("|") == arms[3].count("|")
+    assert "| 8 | not written | on | 0 | 0.6 |" in arms[2] and "/ 0.2" in arms[2] and "(8256) |" in arms[2]
+    assert "| off (--no-pin-ahead) | 0 | 0.6 | - / - (0) |" in arms[3]
+    assert f"200 ms / {pinned_ms:.0f} ms: {pinned_ms / 200:.2f}" in arms[2]
+    summary = [ln for ln in arms if ln.startswith("S = 8 GiB")]
+    assert len(summary) == 2 and "server a's" in summary[0] and "off / on time 4.00" in summary[0]
+    assert "off / on time 1.00" in summary[1]  # b's first eviction: not pinned ahead in the fake
+    # --render gives the same tables from the JSON
+    path = tmp_path / "swap.json"
+    path.write_text(json.dumps({"results": results}))
+    assert swap_arms.report(swap.rerender(path)) == swap_arms.report(results)
+
+
+def test_the_server_waits_for_load_before_it_allocates():
+    src = (swap_procs.SERVER).read_text()
+    assert "--wait-before-load" in src and '"ATTACHED"' in src
+    assert src.index('print("ATTACHED"') < src.index("torch.randn(ROWS")  # the context before the weights
