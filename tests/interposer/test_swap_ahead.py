@@ -129,26 +129,33 @@ def test_a_range_freed_after_its_copy_was_made_ahead_releases_it(world, recorder
     assert app.finish() == 0
 
 
-def test_a_swap_out_before_the_pinner_is_done_pins_its_own_and_one_copy_is_let_go(world, recorder):
-    """The hint just before the drop, the pins slow: the swap-out pins a copy of its own while the
-    pinner still pins its; the data comes back intact, and the copy attached second is released
-    whole."""
-    app = _app(world, recorder, "launch", 1, "pause", "checkall", 3, pin_us=200_000)
+def test_a_swap_out_before_the_pinner_is_done_takes_over_and_no_range_is_pinned_twice(world, recorder):
+    """The hint just before the drop, two ranges, the pins slow: the swap-out lets the pinner
+    finish the range it is pinning, then pins the other itself; every piece is pinned once, none
+    let go, each range's copies come after its last pin, and the data comes back intact."""
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "9M", "alloc", "9M", "fillall", 3, "launch", 1,
+                    "pause", "launch", 1, "pause", "checkall", 3,
+                    env=idle_env(NVSHARE_SWAP_PIN_PIECE="4M", NVSHARE_SWAP_PIN_THREADS=2,
+                                 MOCK_CUDA_PIN_US=200_000))
+    app.paused()
     _prepare(recorder, 1)
+    _pinned(world, app, 1)        # the pinner is on the first range
     drop(recorder, 1)
-    both = _pinned(world, app, 2 * len(PIECES))
-    poll(lambda: len(unpins(world.log, app)) >= len(PIECES), 10, what="the second copy released")
-    gone = {e["ptr"] for e in unpins(world.log, app)}
-    assert len(gone) == len(PIECES) and gone <= {e["ptr"] for e in both}
     (out,) = residency(recorder)
-    assert (out.resident_bytes, out.host_bytes) == (0, RANGE)
+    assert (out.resident_bytes, out.host_bytes) == (0, 2 * RANGE)
+    pinned = pins(world.log, app)
+    assert len(pinned) == 2 * len(PIECES) and not unpins(world.log, app)
+    assert len({e["ptr"] for e in pinned}) == len(pinned), "a piece pinned twice"
+    copies = [e for e in world.log.entries(app.pid, fn="cuMemcpyDtoHAsync_v2")]
+    assert copies and min(e["t0"] for e in copies) >= pinned[len(PIECES) - 1]["t1"]
     app.resume()
     app.paused(nth=2)
     drop(recorder, 2)
     app.resume()
     assert app.finish() == 0
     assert app.steps("checkall")[0]["ok"] == 1
-    assert len(pins(world.log, app)) == 2 * len(PIECES), "the copy kept serves the next swap-out"
+    assert len(pins(world.log, app)) == 2 * len(PIECES), "the copies serve the next swap-out"
 
 
 def test_off_stops_a_range_part_way_and_lets_its_pieces_go(world, recorder):

@@ -68,6 +68,11 @@ size_t nvs_swap_pick(int dev, uint64_t at_least, int swap, uint64_t **keys) NVS_
  * pinner thread is asked to make their host copies. */
 void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
 uint64_t nvs_swap_host_total(void) NVS_HIDDEN; /* pinned host copies, bytes */
+/* swaphost.c: around a swap-out's own pinning (nvs_swap_pin_ours): the pinner, pinning ahead,
+ * finishes its current range and takes no other until resumed (waits for that; never under
+ * nvs_amu), so that no range is pinned twice. */
+void nvs_swap_ahead_yield(nvs_dev *d) NVS_HIDDEN;
+void nvs_swap_ahead_resume(nvs_dev *d) NVS_HIDDEN;
 
 /* swappin.c: a host copy, pinned in pieces of nvs_cfg.swap_pin_piece bytes (the last may be
  * shorter), each on its own (any thread, one piece per thread at a time), so that pinning can
