@@ -315,7 +315,7 @@ void nvs_swap_prepare_grown(nvs_dev *d)
     if (atomic_load(&d->swap.pin_ahead)) pinner_want(d);
 }
 
-/* A swap-out came while copies are pinned ahead: the pinner finishes the range it is pinning
+/* An eviction began (switch.c) while copies are pinned ahead: the pinner finishes the range it is pinning
  * (attached as soon as it is done, so the swap-out only copies it) and takes no other, and the
  * swap-out pins the ranges left, pipelined with its copies (swapcold.c). Both pinning the same
  * ranges at once would split the host's page-filling speed between two copies of each, one of

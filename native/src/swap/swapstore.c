@@ -253,9 +253,7 @@ uint64_t nvs_swap_release_out(nvs_dev *d)
 
 void nvs_swap_out(nvs_dev *d, nvs_swap_io *io)
 {
-    nvs_swap_ahead_yield(d);
     nvs_swap_pin_ours(d, io);
-    nvs_swap_ahead_resume(d);
     nvs_swap_plan_cold(d, io);
     summed_t *sums;
     size_t nsums = sum_ranges(d, io, &sums);

@@ -166,11 +166,8 @@ static CUresult finish_out(nvs_dev *d, nvs_ctxrec *rec, int swapped)
     return r;
 }
 
-uint64_t nvs_switch_evict(nvs_dev *d, uint64_t at_least)
+static uint64_t evict_now(nvs_dev *d, uint64_t at_least, uint64_t t0)
 {
-    d->swap.refused = 0;
-    if (!may_move(d, "eviction")) return 0;
-    uint64_t t0 = nvs_now_ns();
     if (!nvs_nocap_enter()) {
         NVS_DEBUG("device %d: a stream capture is in progress: no bulk eviction (pages move by "
                   "faults)", d->ordinal);
@@ -220,6 +217,20 @@ uint64_t nvs_switch_evict(nvs_dev *d, uint64_t at_least)
               io.npick ? "the allocations picked for the room asked" : "all of them",
               (unsigned long long)io.refused, b.refused + io.errors, r);
     return took;
+}
+
+uint64_t nvs_switch_evict(nvs_dev *d, uint64_t at_least)
+{
+    d->swap.refused = 0;
+    if (!may_move(d, "eviction")) return 0;
+    uint64_t t0 = nvs_now_ns();
+    /* First of all, so that a pinner pinning ahead takes no further range while this thread's
+     * own driver calls before its pinning (its streams, the checksum kernel's module) may wait
+     * behind the registration under way. */
+    nvs_swap_ahead_yield(d);
+    uint64_t out = evict_now(d, at_least, t0);
+    nvs_swap_ahead_resume(d);
+    return out;
 }
 
 /* Overlap: a start event on our stream before the prefetches (1 when recorded). */
