@@ -129,10 +129,37 @@ def test_a_range_freed_after_its_copy_was_made_ahead_releases_it(world, recorder
     assert app.finish() == 0
 
 
+def _copied_once_pinned(world, app, pinned: list[dict]) -> None:
+    """Each swap-out copy fills one pinned piece, after that piece was pinned."""
+    piece_of = {e["ptr"]: e for e in pinned}
+    copies = [e for e in ours(world.log, app, "cuMemcpyDtoHAsync_v2") if e["dst"] in piece_of]
+    assert len(copies) == len(pinned)
+    for c in copies:
+        assert c["pinned"] == 1 and piece_of[c["dst"]]["t1"] <= c["t0"]
+
+
+def test_an_eviction_while_the_pinner_is_at_work_takes_its_range_over(world, recorder):
+    """The hint, then a drop once the pinner has pinned the first piece of the range: the pinner
+    stops after its piece, and the swap-out's own pinners pin the rest of that very range (no
+    piece twice, none let go); the data comes back intact."""
+    app = _app(world, recorder, "checkall", 3, pin_us=300_000)
+    _prepare(recorder, 1)
+    first = _pinned(world, app, 1)[0]
+    drop(recorder, 1)
+    pinned = pins(world.log, app)
+    assert len(pinned) == len(PIECES) and not unpins(world.log, app)
+    assert len({e["ptr"] for e in pinned}) == len(PIECES), "a piece pinned twice"
+    assert {e["tid"] for e in pinned[1:]} - {first["tid"]}, "the swap-out pinned none of the rest"
+    _copied_once_pinned(world, app, pinned)
+    app.resume()
+    assert app.finish() == 0
+    assert app.steps("checkall")[0]["ok"] == 1
+
+
 def test_a_swap_out_before_the_pinner_is_done_takes_over_and_no_range_is_pinned_twice(world, recorder):
-    """The hint just before the drop, two ranges, the pins slow: the swap-out lets the pinner
-    finish the range it is pinning, then pins the other itself; every piece is pinned once, none
-    let go, each range's copies come after its last pin, and the data comes back intact."""
+    """The hint just before the drop, two ranges, the pins slow: the pinner stops after the piece
+    it is pinning, the swap-out pins the rest of both ranges; every piece is pinned once, none let
+    go, each copied once pinned, and the data comes back intact."""
     recorder.welcome_features = FEATURE_SWAP
     app = world.app("init", "ctx", 0, "alloc", "9M", "alloc", "9M", "fillall", 3, "launch", 1,
                     "pause", "launch", 1, "pause", "checkall", 3,
@@ -147,8 +174,7 @@ def test_a_swap_out_before_the_pinner_is_done_takes_over_and_no_range_is_pinned_
     pinned = pins(world.log, app)
     assert len(pinned) == 2 * len(PIECES) and not unpins(world.log, app)
     assert len({e["ptr"] for e in pinned}) == len(pinned), "a piece pinned twice"
-    copies = [e for e in world.log.entries(app.pid, fn="cuMemcpyDtoHAsync_v2")]
-    assert copies and min(e["t0"] for e in copies) >= pinned[len(PIECES) - 1]["t1"]
+    _copied_once_pinned(world, app, pinned)
     app.resume()
     app.paused(nth=2)
     drop(recorder, 2)

@@ -68,9 +68,9 @@ size_t nvs_swap_pick(int dev, uint64_t at_least, int swap, uint64_t **keys) NVS_
  * pinner thread is asked to make their host copies. */
 void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
 uint64_t nvs_swap_host_total(void) NVS_HIDDEN; /* pinned host copies, bytes */
-/* swaphost.c: around a swap-out's own pinning (nvs_swap_pin_ours): the pinner, pinning ahead,
- * finishes its current range and takes no other until resumed (waits for that; never under
- * nvs_amu), so that no range is pinned twice. */
+/* swaphost.c: around an eviction (switch.c): the pinner, pinning ahead, stops after its current
+ * piece and takes nothing more until resumed (yield waits for that; never under nvs_amu), so that
+ * no range is pinned twice; a range it had begun is handed to the eviction's swap-out. */
 void nvs_swap_ahead_yield(nvs_dev *d) NVS_HIDDEN;
 void nvs_swap_ahead_resume(nvs_dev *d) NVS_HIDDEN;
 
@@ -108,7 +108,10 @@ typedef struct {
     uint64_t avail_left; /* under MemAvailable less the floor (UINT64_MAX: unknown) */
     const char *why;     /* the bound the last refusal met */
 } nvs_host_budget;
-nvs_host_budget nvs_host_budget_now(void) NVS_HIDDEN;
+nvs_host_budget nvs_host_budget_now(void) NVS_HIDDEN; /* swapbudget.c, as the rest of this block */
+/* Whether `size` more bytes of host copies stay within the bounds (taken from b if so; else
+ * b->why says which bound). */
+int nvs_host_room(nvs_host_budget *b, uint64_t size) NVS_HIDDEN;
 void nvs_host_release(nvs_hostcopy *h) NVS_HIDDEN; /* frees h (NULL: nothing), uncounts its bytes */
 void nvs_swap_say_refused(int dev, uint64_t bytes, const char *why) NVS_HIDDEN;
 /* A range wanting a host copy, as listed outside nvs_amu and given its copy back under it. */
@@ -124,6 +127,9 @@ typedef struct {
  * refused later gives them back with nvs_host_release). Returns 0, w refused and b->why said,
  * where it does not fit or there is no memory for the copy's record. */
 int nvs_want_admit(nvs_host_budget *b, nvs_want *w) NVS_HIDDEN;
+/* The copy the pinner handed over at nvs_swap_ahead_yield (admitted, some pieces pinned) goes to
+ * its range's w[i] (one without a host copy); without one among w, it is released. */
+void nvs_swap_take_handoff(nvs_dev *d, nvs_want *w, size_t n) NVS_HIDDEN;
 /* The picked ranges of ours (vmm.c) of io without a host copy (io NULL: the pinner's: managed
  * ones that may still get one, and while PREPARE_SWAP is on ours too); nvs_amu taken here. */
 size_t nvs_swap_wanting(int dev, const nvs_swap_io *io, nvs_want **out) NVS_HIDDEN;

@@ -45,6 +45,10 @@ static int take_locked(cold_t *c, size_t *k)
 {
     while (c->next < c->njobs) {
         job_t *j = &c->jobs[c->next];
+        if (j->state != PENDING) { /* pinned ahead (a copy handed over by the pinner) */
+            c->next++;
+            continue;
+        }
         if (!c->w[j->range].refused && !atomic_load(&nvs_exiting)) {
             *k = c->next++;
             return 1;
@@ -82,13 +86,14 @@ static void *pinner(void *arg)
     }
 }
 
-/* Admit each range within the bounds and give it an unpinned host copy; one job per piece of
- * each admitted range. Returns the jobs (malloc'd), NULL when there are none. */
+/* Admit each range within the bounds and give it an unpinned host copy (one handed over by the
+ * pinner is admitted already, its first pieces pinned); one job per piece of each admitted range,
+ * those pinned already done. Returns the jobs (malloc'd), NULL when there are none. */
 static job_t *plan(nvs_want *w, size_t n, nvs_host_budget *budget, size_t *njobs)
 {
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
-        if (nvs_want_admit(budget, &w[i])) total += w[i].host->n;
+        if (w[i].host || nvs_want_admit(budget, &w[i])) total += w[i].host->n;
     job_t *jobs = total ? malloc(total * sizeof(*jobs)) : NULL;
     *njobs = 0;
     for (size_t i = 0; i < n && total && !jobs; i++) { /* no memory for the jobs: nothing moves */
@@ -100,7 +105,7 @@ static job_t *plan(nvs_want *w, size_t n, nvs_host_budget *budget, size_t *njobs
     }
     for (size_t i = 0; i < n && jobs; i++)
         for (uint32_t p = 0; w[i].host && p < w[i].host->n; p++)
-            jobs[(*njobs)++] = (job_t){(uint32_t)i, p, PENDING};
+            jobs[(*njobs)++] = (job_t){(uint32_t)i, p, w[i].host->at[p] ? PINNED : PENDING};
     return jobs;
 }
 
@@ -149,6 +154,7 @@ void nvs_swap_pin_ours(nvs_dev *d, nvs_swap_io *io)
 {
     nvs_want *w;
     size_t n = nvs_swap_wanting(d->ordinal, io, &w);
+    nvs_swap_take_handoff(d, w, n);
     if (!n) {
         free(w);
         return;

@@ -1,10 +1,6 @@
 /*
- * swaphost.c - the swap store's host side: where its pinned host copies come from, and how much
- * host memory they may take.
- *
- * Bounds: NVSHARE_HOST_SWAP_LIMIT for the process's host copies, and the host's MemAvailable less
- * a floor (1 GiB or 5% of MemTotal, whichever is more). A range that would pass either stays on the
- * GPU (pin_refused: the scheduler hears REFUSED), with one warning until there is room again.
+ * swaphost.c - the swap store's host side: where its pinned host copies come from (what they may
+ * take is swapbudget.c's).
  *
  * Pinning is slower than the bus (docs/benchmarks.md, "Swapping"): a managed allocation's first
  * swap-out (plan_cold) leaves it to the driver's prefetch (switch.c), and a thread of our own, the
@@ -15,10 +11,11 @@
  * leaves it far from the bus's speed. So when the scheduler foresees a swap-out (PREPARE_SWAP on)
  * the pinner makes those host copies too, ahead, and each range's is attached as soon as it is
  * pinned; such a copy holds nothing yet (not filled, no valid checksum), so the swap-out copies
- * the whole range into it, at the speed of the bus. A swap-out that comes before the pinner got
- * to a range pins that one itself, as without the hint; of two copies made for one range the one
- * attached second is released. A host copy is swappin.c's (pieces); its bytes are counted as held
- * from its admission on.
+ * the whole range into it, at the speed of the bus. An eviction that comes while the pinner is
+ * at work stops it after its current piece and pins the rest itself, the range begun included
+ * (nvs_swap_ahead_yield); should two copies still be made for one range, the one attached second
+ * is released. A host copy is swappin.c's (pieces); its bytes are counted as held from its
+ * admission on.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,92 +26,6 @@
 #include "memory/ptrtab.h"
 #include "swap/swap.h"
 #include "swap/switch.h"
-
-#define HOST_FLOOR_MIN (1ull << 30)
-
-static _Atomic uint64_t host_total; /* pinned host copies of all devices */
-
-uint64_t nvs_swap_host_total(void)
-{
-    return atomic_load(&host_total);
-}
-
-void nvs_swap_forget(int dev, uint64_t size, int out, nvs_hostcopy *host)
-{
-    if (out) {
-        atomic_fetch_sub(&nvs_g.dev[dev].swap.swapped_bytes, size);
-        atomic_fetch_sub(&nvs_g.dev[dev].swap.swapped_out, 1);
-    }
-    nvs_host_release(host);
-}
-
-void nvs_host_release(nvs_hostcopy *h)
-{
-    if (!h) return;
-    uint64_t size = h->size;
-    nvs_hostcopy_free(h);
-    atomic_fetch_sub(&host_total, size);
-}
-
-/* ------------------------------------------------------------------ host memory */
-/* MemAvailable and MemTotal of the host (bytes); 0 when /proc/meminfo cannot be read. */
-static void host_memory(uint64_t *avail, uint64_t *total)
-{
-    *avail = *total = 0;
-    FILE *f = fopen("/proc/meminfo", "re");
-    if (!f) return;
-    char line[128];
-    unsigned long long kb;
-    while (fgets(line, sizeof(line), f)) {
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = kb << 10;
-        else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = kb << 10;
-    }
-    fclose(f);
-}
-
-nvs_host_budget nvs_host_budget_now(void)
-{
-    nvs_host_budget b = {UINT64_MAX, UINT64_MAX, NULL};
-    uint64_t have = atomic_load(&host_total);
-    if (nvs_cfg.host_swap_limit)
-        b.limit_left = nvs_cfg.host_swap_limit > have ? nvs_cfg.host_swap_limit - have : 0;
-    uint64_t avail, total;
-    host_memory(&avail, &total);
-    uint64_t floor = total / 20 > HOST_FLOOR_MIN ? total / 20 : HOST_FLOOR_MIN;
-    if (total) b.avail_left = avail > floor ? avail - floor : 0;
-    return b;
-}
-
-/* Whether `size` more bytes of host copies stay within the bounds (taken from b if so). */
-static int host_room(nvs_host_budget *b, uint64_t size)
-{
-    if (size > b->limit_left) {
-        b->why = "NVSHARE_HOST_SWAP_LIMIT";
-        return 0;
-    }
-    if (size > b->avail_left) {
-        b->why = "the host's available memory";
-        return 0;
-    }
-    b->limit_left -= size;
-    if (b->avail_left != UINT64_MAX) b->avail_left -= size;
-    return 1;
-}
-
-int nvs_want_admit(nvs_host_budget *b, nvs_want *w)
-{
-    if (!(w->host = nvs_hostcopy_new(w->size))) {
-        b->why = "the process's memory";
-    } else if (!host_room(b, w->size)) {
-        nvs_hostcopy_free(w->host); /* nothing pinned yet, nothing counted */
-        w->host = NULL;
-    } else {
-        atomic_fetch_add(&host_total, w->size);
-        return 1;
-    }
-    w->refused = 1;
-    return 0;
-}
 
 /* ------------------------------------------------------------------ host copies */
 /* nvs_amu held. Whether a range wants a host copy: with io, the picked ranges of ours (vmm.c) of
@@ -190,6 +101,37 @@ static void ahead_refused(nvs_dev *d, const nvs_want *w, const char *why)
               d->ordinal, (unsigned long long)w->size, why);
 }
 
+static pthread_mutex_t pin_mu = PTHREAD_MUTEX_INITIALIZER; /* the pinner thread's (below) */
+/* The range the pinner was pinning ahead when an eviction stopped it, its first pieces pinned:
+ * that eviction's swap-out pins only the pieces left (nvs_swap_take_handoff). pin_mu. */
+static struct {
+    CUdeviceptr ptr;
+    uint64_t size;
+    nvs_hostcopy *host;
+} handoff[NVS_MAX_DEVICES];
+
+/* A range of ours pinned ahead, piece by piece: 0 when pinned whole; 1 when an eviction began
+ * (ahead_yield) and the copy, pinned in part, was handed to it (w->host NULL then); -1 when off
+ * withdrew it, the driver refused a piece, or the process is exiting. */
+static int pin_ahead_range(nvs_dev *d, nvs_want *w)
+{
+    nvs_hostcopy *h = w->host;
+    for (uint32_t i = 0; i < h->n; i++) {
+        if (atomic_load(&nvs_exiting) || !atomic_load(&d->swap.pin_ahead)) return -1;
+        if (atomic_load(&d->swap.ahead_yield)) {
+            pthread_mutex_lock(&pin_mu);
+            handoff[d->ordinal].ptr = w->ptr;
+            handoff[d->ordinal].size = w->size;
+            handoff[d->ordinal].host = h;
+            pthread_mutex_unlock(&pin_mu);
+            w->host = NULL;
+            return 1;
+        }
+        if (nvs_hostcopy_pin(h, i) != 0) return -1;
+    }
+    return atomic_load(&nvs_exiting) ? -1 : 0;
+}
+
 /* The pinner thread's work: a host copy for every managed range of dev that lacks one, and while
  * PREPARE_SWAP is on for every range of ours too, within the bounds, pinned here piece by piece
  * (outside nvs_amu: pinning is far slower than the bus) and attached at once, so that a swap-out
@@ -205,7 +147,11 @@ static void give_host_copies(nvs_dev *d)
         _Atomic int *go = w[i].ahead ? &d->swap.pin_ahead : NULL; /* off: stop, piece by piece */
         if (atomic_load(&d->swap.ahead_yield)) break; /* a swap-out pins the rest (ahead_yield) */
         if (go && !atomic_load(go)) continue;
-        if (nvs_want_admit(&budget, &w[i]) && nvs_hostcopy_pin_all(w[i].host, go) != 0) {
+        int pinned = nvs_want_admit(&budget, &w[i])
+                         ? (go ? pin_ahead_range(d, &w[i]) : nvs_hostcopy_pin_all(w[i].host, NULL))
+                         : 0;
+        if (pinned > 0) break; /* handed to the eviction under way, which pins the rest */
+        if (pinned < 0) {
             nvs_host_release(w[i].host);
             w[i].host = NULL;
             if (go && !atomic_load(go)) continue; /* withdrawn meanwhile: nothing refused */
@@ -232,7 +178,6 @@ static void give_host_copies(nvs_dev *d)
 /* Host copies are made in the background: an allocation's first swap-out moves it with the
  * driver's prefetch (switch.c; slower than a copy, but no pinning), and meanwhile this thread pins its
  * host copy for the next one. */
-static pthread_mutex_t pin_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pin_cv = PTHREAD_COND_INITIALIZER;
 static uint64_t pin_devs; /* pin_mu: devices with ranges wanting a host copy (bit per ordinal) */
 static uint64_t pin_busy; /* pin_mu: the device the pinner is making copies for (bit per ordinal) */
@@ -272,6 +217,7 @@ static void pinner_after_fork(void) /* the child has no pinner thread */
     pthread_cond_init(&pin_cv, NULL);
     pthread_cond_init(&pin_idle_cv, NULL);
     pin_devs = pin_busy = 0;
+    for (int i = 0; i < NVS_MAX_DEVICES; i++) handoff[i].host = NULL; /* the parent's to release */
     pinner_started = 0;
 }
 
@@ -315,12 +261,12 @@ void nvs_swap_prepare_grown(nvs_dev *d)
     if (atomic_load(&d->swap.pin_ahead)) pinner_want(d);
 }
 
-/* An eviction began (switch.c) while copies are pinned ahead: the pinner finishes the range it is pinning
- * (attached as soon as it is done, so the swap-out only copies it) and takes no other, and the
- * swap-out pins the ranges left, pipelined with its copies (swapcold.c). Both pinning the same
+/* An eviction began (switch.c) while copies are pinned ahead: the pinner stops after the piece it
+ * is pinning and hands the range's copy, pinned in part, to the eviction (nvs_swap_take_handoff),
+ * whose swap-out pins the pieces and ranges left, pipelined with its copies (swapcold.c). Both pinning the same
  * ranges at once would split the host's page-filling speed between two copies of each, one of
  * which is then let go: a 9 GiB first swap-out took 1.15 s that way against 0.6 s with no hint.
- * The wait is at most the rest of one range at the pinner's speed. */
+ * The wait is at most one piece at the pinner's speed. */
 void nvs_swap_ahead_yield(nvs_dev *d)
 {
     atomic_store(&d->swap.ahead_yield, 1);
@@ -329,8 +275,26 @@ void nvs_swap_ahead_yield(nvs_dev *d)
     pthread_mutex_unlock(&pin_mu);
 }
 
+void nvs_swap_take_handoff(nvs_dev *d, nvs_want *w, size_t n)
+{
+    pthread_mutex_lock(&pin_mu);
+    nvs_hostcopy *h = handoff[d->ordinal].host;
+    CUdeviceptr ptr = handoff[d->ordinal].ptr;
+    uint64_t size = handoff[d->ordinal].size;
+    handoff[d->ordinal].host = NULL;
+    pthread_mutex_unlock(&pin_mu);
+    for (size_t i = 0; h && i < n; i++) {
+        if (w[i].ptr == ptr && w[i].size == size && !w[i].host) {
+            w[i].host = h;
+            return;
+        }
+    }
+    nvs_host_release(h); /* its range was freed meanwhile, or is not moving now */
+}
+
 void nvs_swap_ahead_resume(nvs_dev *d)
 {
+    nvs_swap_take_handoff(d, NULL, 0); /* the eviction did not pin ours: nobody took it */
     atomic_store(&d->swap.ahead_yield, 0);
     if (atomic_load(&d->swap.pin_ahead)) pinner_want(d); /* ranges allocated meanwhile */
 }
@@ -348,7 +312,7 @@ void nvs_swap_plan_cold(nvs_dev *d, nvs_swap_io *io)
         if (!nvs_swap_movable(e, d->ordinal) || e->out || e->host || e->vmm ||
             !nvs_swap_picked(io, e->key))
             continue; /* ours: nvs_swap_pin_ours, the driver cannot move them */
-        if (!host_room(&budget, e->size)) { /* said once, until there is room again */
+        if (!nvs_host_room(&budget, e->size)) { /* said once, until there is room again */
             newly += e->pin_refused ? 0 : e->size;
             e->pin_refused = 1;
             io->refused += e->size;
