@@ -40,3 +40,20 @@ def test_a_holder_never_told_gives_an_idle_lock_up_as_before(world, recorder):
     app.resume()
     assert app.finish(20) == 0, app.stderr()
     assert "nobody waits" not in app.stderr()
+
+
+def test_told_that_someone_waits_a_lock_idle_long_enough_goes_at_once(world, recorder):
+    """Idle for longer than NVSHARE_IDLE_RELEASE_MS while nobody waited: WAITERS 1 releases it in
+    the round that reads it, not an idle-release time later (the rounds went on sampling)."""
+    recorder.after_grant = lambda device: Waiters(device, 0)
+    app = world.app(*STEPS, env={**ENV, "NVSHARE_IDLE_RELEASE_MS": 1000})
+    app.paused()
+    poll(lambda: "nobody waits for it" in app.stderr(), 10, what="WAITERS 0 applied")
+    time.sleep(1.5)
+    recorder.send_to(Waiters(0, 1))
+    told = recorder.sent_messages(MessageType.WAITERS)[-1].at_ns
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1)
+    (released,) = recorder.messages(MessageType.LOCK_RELEASED)
+    app.resume()
+    assert app.finish(20) == 0, app.stderr()
+    assert released.at_ns - told < 500_000_000, "waited for another idle-release time"

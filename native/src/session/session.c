@@ -354,7 +354,9 @@ void nvs_session_deadlines(uint64_t now, uint64_t *t)
     nvs_quota_deadline(now, t);
     if (nvs_g.client_state == NVS_CLIENT_READY) {
         NVS_FOR_EACH_DEV(d) {
-            if (d->lock_state == NVS_LOCK_HELD && nvs_cfg.idle_release_ms && !d->nobody_waits) {
+            /* also while nobody waits: the rounds keep sampling activity, so that a waiter's
+             * arrival finds how long the lock has been idle */
+            if (d->lock_state == NVS_LOCK_HELD && nvs_cfg.idle_release_ms) {
                 uint64_t tick = (uint64_t)nvs_cfg.idle_release_ms * NVS_MS / 4;
                 nvs_deadline_min(t, now, now + (tick < NVS_MS ? NVS_MS : tick));
             }

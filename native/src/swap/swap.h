@@ -101,19 +101,19 @@ static inline void *nvs_hostcopy_at(const nvs_hostcopy *h, uint64_t lo, size_t *
     return (char *)h->at[i] + (lo - start);
 }
 
-/* swaphost.c: the host memory bounds (NVSHARE_HOST_SWAP_LIMIT, MemAvailable less a floor), read
+/* swapbudget.c: the host memory bounds (NVSHARE_HOST_SWAP_LIMIT, MemAvailable less a floor), read
  * once per pass and taken from as ranges are admitted. */
 typedef struct {
     uint64_t limit_left; /* under NVSHARE_HOST_SWAP_LIMIT (UINT64_MAX: none) */
     uint64_t avail_left; /* under MemAvailable less the floor (UINT64_MAX: unknown) */
     const char *why;     /* the bound the last refusal met */
 } nvs_host_budget;
-nvs_host_budget nvs_host_budget_now(void) NVS_HIDDEN; /* swapbudget.c, as the rest of this block */
+nvs_host_budget nvs_host_budget_now(void) NVS_HIDDEN;
 /* Whether `size` more bytes of host copies stay within the bounds (taken from b if so; else
  * b->why says which bound). */
 int nvs_host_room(nvs_host_budget *b, uint64_t size) NVS_HIDDEN;
 void nvs_host_release(nvs_hostcopy *h) NVS_HIDDEN; /* frees h (NULL: nothing), uncounts its bytes */
-void nvs_swap_say_refused(int dev, uint64_t bytes, const char *why) NVS_HIDDEN;
+void nvs_swap_say_refused(int dev, uint64_t bytes, const char *why) NVS_HIDDEN; /* swaphost.c */
 /* A range wanting a host copy, as listed outside nvs_amu and given its copy back under it. */
 typedef struct {
     CUdeviceptr ptr;
@@ -128,7 +128,7 @@ typedef struct {
  * where it does not fit or there is no memory for the copy's record. */
 int nvs_want_admit(nvs_host_budget *b, nvs_want *w) NVS_HIDDEN;
 /* The copy the pinner handed over at nvs_swap_ahead_yield (admitted, some pieces pinned) goes to
- * its range's w[i] (one without a host copy); without one among w, it is released. */
+ * its range's w[i] (one without a host copy); without one among w, it stays the pinner's. */
 void nvs_swap_take_handoff(nvs_dev *d, nvs_want *w, size_t n) NVS_HIDDEN;
 /* The picked ranges of ours (vmm.c) of io without a host copy (io NULL: the pinner's: managed
  * ones that may still get one, and while PREPARE_SWAP is on ours too); nvs_amu taken here. */

@@ -3,9 +3,9 @@
  * the process's memory on the device is and what the scheduler asked of it. Included by
  * nvshare.h; the swap store's functions are swap.h's.
  *
- * Locking: `swapped_bytes`, `swapped_out`, `discard_pending`, `pin_ahead` and `ahead_yield` are atomics (the swap
- * store, the pinner thread and the gate read them from any thread); `reclaim_pending` and
- * `restore_pending` are nvs_g.mu's; the rest belongs to the client thread.
+ * Locking: `swapped_bytes`, `swapped_out`, `discard_pending`, `pin_ahead`, `ahead_yield` are
+ * atomics (the swap store, the pinner thread and the gate read them from any thread);
+ * `reclaim_pending` and `restore_pending` are nvs_g.mu's; the rest belongs to the client thread.
  */
 #ifndef NVSHARE_SWAPDEV_H
 #define NVSHARE_SWAPDEV_H
@@ -24,7 +24,7 @@ typedef struct nvs_swap_dev {
     int discards_due;               /* a swap-out left discards to issue after its report */
     nvs_ctxrec *discard_rec;        /* on this record's second stream: its discard_ev follows them */
     _Atomic int pin_ahead;          /* PREPARE_SWAP on: the pinner makes host copies ahead */
-    _Atomic int ahead_yield;        /* a swap-out pins the rest: the pinner stops after its range */
+    _Atomic int ahead_yield;        /* an eviction pins the rest: the pinner stops after its piece */
 } nvs_swap_dev;
 
 /* Its part of each context record, the swap store's (client thread): a second stream, and the

@@ -110,26 +110,51 @@ static struct {
     nvs_hostcopy *host;
 } handoff[NVS_MAX_DEVICES];
 
-/* A range of ours pinned ahead, piece by piece: 0 when pinned whole; 1 when an eviction began
- * (ahead_yield) and the copy, pinned in part, was handed to it (w->host NULL then); -1 when off
- * withdrew it, the driver refused a piece, or the process is exiting. */
-static int pin_ahead_range(nvs_dev *d, nvs_want *w)
+/* The handoff slot (pin_mu held): its copy when it is the range (ptr, size)'s, else NULL. */
+static nvs_hostcopy *handoff_take(int dev, CUdeviceptr ptr, uint64_t size)
+{
+    nvs_hostcopy *h = handoff[dev].host;
+    if (!h || handoff[dev].ptr != ptr || handoff[dev].size != size) return NULL;
+    handoff[dev].host = NULL;
+    return h;
+}
+
+enum { PIN_FAILED = -1, PIN_WHOLE, PIN_HANDED, PIN_STOPPED };
+
+/* A range's host copy pinned piece by piece, those pinned already skipped: PIN_WHOLE. When an
+ * eviction begins (ahead_yield): a range of ours is handed to it, pinned in part (PIN_HANDED,
+ * w->host NULL then), a managed one is let go (PIN_STOPPED: the eviction leaves those to the
+ * driver, and the pinner is asked again after it). PIN_FAILED: off withdrew a range of ours, the
+ * driver refused a piece, or the process is exiting. */
+static int pin_range(nvs_dev *d, nvs_want *w)
 {
     nvs_hostcopy *h = w->host;
     for (uint32_t i = 0; i < h->n; i++) {
-        if (atomic_load(&nvs_exiting) || !atomic_load(&d->swap.pin_ahead)) return -1;
+        if (atomic_load(&nvs_exiting) || (w->ahead && !atomic_load(&d->swap.pin_ahead)))
+            return PIN_FAILED;
         if (atomic_load(&d->swap.ahead_yield)) {
+            if (!w->ahead) return PIN_STOPPED;
             pthread_mutex_lock(&pin_mu);
             handoff[d->ordinal].ptr = w->ptr;
             handoff[d->ordinal].size = w->size;
             handoff[d->ordinal].host = h;
             pthread_mutex_unlock(&pin_mu);
             w->host = NULL;
-            return 1;
+            return PIN_HANDED;
         }
-        if (nvs_hostcopy_pin(h, i) != 0) return -1;
+        if (!h->at[i] && nvs_hostcopy_pin(h, i) != 0) return PIN_FAILED;
     }
-    return atomic_load(&nvs_exiting) ? -1 : 0;
+    return atomic_load(&nvs_exiting) ? PIN_FAILED : PIN_WHOLE;
+}
+
+/* A copy of ours handed over and not taken (its range was not moving) goes on from its pinned
+ * pieces; w gets it, admitted already. Returns 1 then. */
+static int take_back(nvs_dev *d, nvs_want *w)
+{
+    pthread_mutex_lock(&pin_mu);
+    w->host = handoff_take(d->ordinal, w->ptr, w->size);
+    pthread_mutex_unlock(&pin_mu);
+    return w->host != NULL;
 }
 
 /* The pinner thread's work: a host copy for every managed range of dev that lacks one, and while
@@ -143,15 +168,20 @@ static void give_host_copies(nvs_dev *d)
     size_t n = nvs_swap_wanting(d->ordinal, NULL, &w);
     nvs_host_budget budget = nvs_host_budget_now();
     uint64_t refused = 0, ahead = 0;
+    int stopped = 0;
     for (size_t i = 0; i < n && !atomic_load(&nvs_exiting); i++) {
         _Atomic int *go = w[i].ahead ? &d->swap.pin_ahead : NULL; /* off: stop, piece by piece */
-        if (atomic_load(&d->swap.ahead_yield)) break; /* a swap-out pins the rest (ahead_yield) */
+        if ((stopped = atomic_load(&d->swap.ahead_yield))) break; /* an eviction (ahead_yield) */
         if (go && !atomic_load(go)) continue;
-        int pinned = nvs_want_admit(&budget, &w[i])
-                         ? (go ? pin_ahead_range(d, &w[i]) : nvs_hostcopy_pin_all(w[i].host, NULL))
-                         : 0;
-        if (pinned > 0) break; /* handed to the eviction under way, which pins the rest */
-        if (pinned < 0) {
+        int pinned = (w[i].ahead && take_back(d, &w[i])) || nvs_want_admit(&budget, &w[i])
+                         ? pin_range(d, &w[i])
+                         : PIN_WHOLE; /* refused by the bounds: w[i].refused */
+        if (pinned == PIN_HANDED || pinned == PIN_STOPPED) {
+            if (pinned == PIN_STOPPED) nvs_host_release(w[i].host);
+            stopped = 1;
+            break;
+        }
+        if (pinned == PIN_FAILED) {
             nvs_host_release(w[i].host);
             w[i].host = NULL;
             if (go && !atomic_load(go)) continue; /* withdrawn meanwhile: nothing refused */
@@ -168,6 +198,13 @@ static void give_host_copies(nvs_dev *d)
         if (nvs_swap_attach(d->ordinal, NULL, &w[i], 1)) nvs_host_release(w[i].host);
     }
     free(w);
+    if (!stopped) { /* a copy handed over that no range took back: freed, or no longer ahead */
+        pthread_mutex_lock(&pin_mu);
+        nvs_hostcopy *left = handoff[d->ordinal].host;
+        handoff[d->ordinal].host = NULL;
+        pthread_mutex_unlock(&pin_mu);
+        nvs_host_release(left);
+    }
     if (refused) nvs_swap_say_refused(d->ordinal, refused, budget.why);
     NVS_DEBUG("device %d: host copies pinned (%llu MiB of them ahead of a swap-out; %llu MiB held)",
               d->ordinal, (unsigned long long)(ahead >> 20),
@@ -217,7 +254,10 @@ static void pinner_after_fork(void) /* the child has no pinner thread */
     pthread_cond_init(&pin_cv, NULL);
     pthread_cond_init(&pin_idle_cv, NULL);
     pin_devs = pin_busy = 0;
-    for (int i = 0; i < NVS_MAX_DEVICES; i++) handoff[i].host = NULL; /* the parent's to release */
+    for (int i = 0; i < NVS_MAX_DEVICES; i++) {
+        handoff[i].host = NULL; /* the parent's to release */
+        atomic_store(&nvs_g.dev[i].swap.ahead_yield, 0); /* the parent's eviction, not ours */
+    }
     pinner_started = 0;
 }
 
@@ -228,9 +268,11 @@ static void pinner_want(nvs_dev *d)
     if (!pinner_started) {
         pthread_t t;
         pinner_started = 1;
+        static int atfork_set; /* once per process image: a child that starts its own keeps it */
         if (pthread_create(&t, NULL, pinner_main, NULL) == 0) {
             pthread_detach(t);
-            pthread_atfork(NULL, NULL, pinner_after_fork);
+            if (!atfork_set) pthread_atfork(NULL, NULL, pinner_after_fork);
+            atfork_set = 1;
         } else {
             pinner_started = 0;
             pin_devs = 0;
@@ -278,25 +320,22 @@ void nvs_swap_ahead_yield(nvs_dev *d)
 void nvs_swap_take_handoff(nvs_dev *d, nvs_want *w, size_t n)
 {
     pthread_mutex_lock(&pin_mu);
-    nvs_hostcopy *h = handoff[d->ordinal].host;
-    CUdeviceptr ptr = handoff[d->ordinal].ptr;
-    uint64_t size = handoff[d->ordinal].size;
-    handoff[d->ordinal].host = NULL;
+    for (size_t i = 0; i < n && handoff[d->ordinal].host; i++)
+        if (!w[i].host) w[i].host = handoff_take(d->ordinal, w[i].ptr, w[i].size);
     pthread_mutex_unlock(&pin_mu);
-    for (size_t i = 0; h && i < n; i++) {
-        if (w[i].ptr == ptr && w[i].size == size && !w[i].host) {
-            w[i].host = h;
-            return;
-        }
-    }
-    nvs_host_release(h); /* its range was freed meanwhile, or is not moving now */
 }
 
 void nvs_swap_ahead_resume(nvs_dev *d)
 {
-    nvs_swap_take_handoff(d, NULL, 0); /* the eviction did not pin ours: nobody took it */
     atomic_store(&d->swap.ahead_yield, 0);
-    if (atomic_load(&d->swap.pin_ahead)) pinner_want(d); /* ranges allocated meanwhile */
+    /* What the pinner stopped for the eviction, a copy handed over and not taken included (it
+     * goes on from its pieces, or is released once its range no longer wants it). */
+    pthread_mutex_lock(&pin_mu);
+    if (pinner_started) {
+        pin_devs |= 1ull << d->ordinal;
+        pthread_cond_signal(&pin_cv);
+    }
+    pthread_mutex_unlock(&pin_mu);
 }
 
 /* Ranges of dev without a host copy: this swap-out leaves them to the driver's prefetch (marked
