@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from xpushare.wire.protocol import FEATURE_SWAP, HELLO_PIN_AHEAD, MessageType, PrepareSwap
+from xpushare.wire.protocol import DROP_EVICT, FEATURE_SWAP, HELLO_PIN_AHEAD, MessageType, PrepareSwap
 
 from .harness import poll
 from .swap_steps import drop, idle_env, ours, pins, residency, unpins
@@ -182,6 +182,35 @@ def test_a_swap_out_before_the_pinner_is_done_takes_over_and_no_range_is_pinned_
     assert app.finish() == 0
     assert app.steps("checkall")[0]["ok"] == 1
     assert len(pins(world.log, app)) == 2 * len(PIECES), "the copies serve the next swap-out"
+
+
+def test_a_range_begun_that_the_eviction_does_not_move_goes_on_from_its_pieces(world, recorder):
+    """A partial eviction (evict_mib 1: the smallest range that covers it, the 1M one) while the
+    pinner is inside the 9M range: the pinner stops after its piece, the eviction leaves that
+    copy, and the pinner goes on from the pieces it had: every piece of both ranges pinned once,
+    none let go, and every byte comes back."""
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "9M", "alloc", "1M", "fillall", 3, "launch", 1,
+                    "pause", "launch", 1, "pause", "checkall", 3,
+                    env=idle_env(NVSHARE_SWAP_PIN_PIECE="4M", NVSHARE_SWAP_PIN_THREADS=2,
+                                 MOCK_CUDA_PIN_US=300_000))
+    app.paused()
+    _prepare(recorder, 1)
+    _pinned(world, app, 1)        # a piece done: the pinner is inside the 9M range (its next piece)
+    recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
+    recorder.drop(0, flags=DROP_EVICT, evict_mib=1)
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
+    everything = _pinned(world, app, len(PIECES) + 1)  # the 1M range's one piece, and the rest
+    time.sleep(0.5)               # nothing more comes: no piece is pinned again
+    assert len(pins(world.log, app)) == len(everything) and not unpins(world.log, app)
+    assert len({e["ptr"] for e in everything}) == len(everything)
+    app.resume()
+    app.paused(nth=2)
+    drop(recorder, 2)
+    app.resume()
+    assert app.finish() == 0
+    assert app.steps("checkall")[0]["ok"] == 1
+    assert len(pins(world.log, app)) == len(PIECES) + 1, "the copies serve the next swap-out"
 
 
 def test_off_stops_a_range_part_way_and_lets_its_pieces_go(world, recorder):
