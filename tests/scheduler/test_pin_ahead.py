@@ -71,6 +71,8 @@ def test_a_newcomer_beside_a_large_client_turns_it_on_for_both_and_leaving_turns
     newcomer = registered(sched.sock, flags=OFFERS)
     assert _next(newcomer) == PrepareSwap(0, 1)      # a GPU already on: told at its ATTACH
     assert first.nothing_sent()                      # told once per change
+    shown = {c["client_id"]: c["gpus"][0]["pinning_ahead"] for c in first.ctl("status")["clients"]}
+    assert shown == {first.client_id: True, newcomer.client_id: True, old_library.client_id: False}
     old_library.close()
     assert _footprint(newcomer, 1) == []             # 6 + 1 + 1.5: still above 60%
     assert first.nothing_sent()

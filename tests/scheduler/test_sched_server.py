@@ -422,6 +422,7 @@ def test_status_reports_gpus_holders_queue_and_clients(scheduler):
                                "gpu_busy_seconds": 0.0, "gpu_busy_ratio": None,
                                "queueing_delay": hc["gpus"][0]["queueing_delay"],
                                "over_memory_limit": False,
+                               "pinning_ahead": False, "keeps_idle_lock": False,
                                # a holder's memory is on the GPU; it never swapped
                                "resident_bytes": 4 * GiB, "swapped_bytes": 0,
                                "reclaiming": False, "swap_refused": False,

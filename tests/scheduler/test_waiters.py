@@ -23,6 +23,11 @@ def _told(client) -> Waiters:
     return client.expect(MessageType.WAITERS)
 
 
+def _gpu_status(admin, client) -> dict:
+    (mine,) = [c for c in admin.ctl("status")["clients"] if c["client_id"] == client.client_id]
+    return mine["gpus"][0]
+
+
 def test_holders_are_told_when_someone_waits_and_when_nobody_does(start_scheduler):
     sched = start_scheduler("--no-nvml", "--mode", "serial")
     first = registered(sched.sock, flags=SENSITIVE)
@@ -63,8 +68,10 @@ def test_a_client_that_stops_being_latency_sensitive_releases_idle_locks_again(s
     server = registered(sched.sock, flags=SENSITIVE)
     _granted(server)
     assert _told(server) == Waiters(0, 0)
+    assert _gpu_status(admin, server)["keeps_idle_lock"] is True
     assert admin.ctl("set_latency_sensitive", value="off", client_id=server.client_id)["ok"]
     assert _told(server) == Waiters(0, 1)
+    assert _gpu_status(admin, server)["keeps_idle_lock"] is False
     assert admin.ctl("set_latency_sensitive", value="on", client_id=server.client_id)["ok"]
     assert _told(server) == Waiters(0, 0)
 

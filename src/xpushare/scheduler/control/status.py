@@ -104,4 +104,6 @@ def _client_gpu(c: Conn, dev: int, g, state: str, quota, now: float) -> dict:
             "gpu_busy_seconds": round(metrics.busy_seconds(stats, now), 6) if stats else 0.0,
             "gpu_busy_ratio": None if ratio is None else round(ratio, 4),  # over metrics.BUSY_WINDOW
             "queueing_delay": metrics.queueing_delay(stats, now),
-            "over_memory_limit": limit is not None and managed + other > limit}
+            "over_memory_limit": limit is not None and managed + other > limit,
+            # told PREPARE_SWAP on (pinahead.py), told nobody waits (waiters.py)
+            "pinning_ahead": g in c.pin_ahead, "keeps_idle_lock": c.waiters_told.get(g) == 0}
