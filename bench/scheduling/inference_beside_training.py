@@ -16,8 +16,9 @@ Programs: bench/scheduling/inference_worker.py (a fp16 transformer encoder serve
 - diagnostic arms (not run by default, --arms): auto_keep_lock, as auto with the server never
   giving the lock up (NVSHARE_IDLE_RELEASE_MS=0: no handoff per request); ungated, both under the
   library with no scheduler (the interposer's own cost while the two run together).
---pin runs the server and the trainer each on a physical core of its own (bench/core/cpus.py), the
-rest elsewhere. --trace DIR keeps, per library arm, the scheduler's --log-locks lines stamped on
+--trainer small makes the training job a launch-bound MLP (inference_worker.TRAINERS), the case a
+tight --latency-queue-ms costs most. --pin runs the server and the trainer each on a physical core
+of its own (bench/core/cpus.py), the rest elsewhere. --trace DIR keeps, per library arm, the scheduler's --log-locks lines stamped on
 arrival, the server's NVSHARE_DEBUG=1 lines, every request's times and the training's step ends.
 Besides the latency, each arm reports the server's service time (an answer's own time, without
 waiting for the earlier ones) and the share of its launches' wall time spent on the CPU.
@@ -283,7 +284,7 @@ def run(args) -> dict:
                       "tq": TQ, "gpu_memory": GPU_MEMORY,
                       "server_idle_release_ms": args.server_idle_release_ms,
                       "latency_queue_ms": args.latency_queue_ms, "dry_run": args.dry_run,
-                      "arms": list(args.arms)},
+                      "arms": list(args.arms), "trainer": args.trainer},
            "configs": []}
     lib_env: dict[str, dict[str, str]] = {}
     for roles, key, value in args.lib_env or []:
@@ -304,6 +305,7 @@ def run(args) -> dict:
         cfg = {**config, "requests": args.requests, "seed": args.seed, "stand_in": args.dry_run,
                "idle_release_ms": args.server_idle_release_ms, "latency_queue_ms": args.latency_queue_ms,
                "lib_env": lib_env, "native_roles": args.native_role or [], "cpus": cpus or {},
+               "trainer": args.trainer,
                "stand_in_ms": 2.0, "duration_s": duration, "timeout_s": 120 + 20 * duration}
         runs: dict[str, list[dict]] = {}
         for rep, arm in arm_order(args.reps, args.arms):
@@ -341,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an extra variable for the programs under the library (server: or trainer: only)")
     p.add_argument("--native-role", choices=("server", "trainer"), action="append",
                    help="run this program without the library in the library arms too")
+    p.add_argument("--trainer", choices=("large", "small"), default="large",
+                   help="the training job: large kernels (default) or a launch-bound small MLP")
     p.add_argument("--pin", action="store_true",
                    help="the server and the trainer each on a physical core of its own, the rest elsewhere")
     p.add_argument("--trace", type=Path, metavar="DIR",

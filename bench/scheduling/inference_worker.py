@@ -13,8 +13,9 @@ measurement warm and at one moment.
   time, from its arrival to the return of the pass's last launch. Inputs are
   a seeded pool of INPUTS tensors, request i takes input i % INPUTS; the SHA-256 of each input's
   output is reported, to be compared across arms (bit-identical answers).
-- trainer: an fp32 MLP (width 4096, depth 4, batch 512) trained with SGD until `<dir>/stop` exists;
-  each step ends with a synchronize and its end time is reported.
+- trainer: an fp32 MLP (TRAINERS: width 4096, depth 4, batch 512; "small": 256, 8, 32, launch-bound)
+  trained with SGD until `<dir>/stop` exists; each step ends with a synchronize and its end time
+  is reported.
 
 `stand_in`: no torch and no GPU: the server's "forward pass" sleeps `stand_in_ms` and hashes its
 input index, the trainer's step sleeps 2 ms (what the dry run and its test use).
@@ -32,7 +33,11 @@ import time
 
 INPUTS = 16
 SEQ, D_MODEL, HEADS = 128, 512, 8
-TRAIN_WIDTH, TRAIN_DEPTH, TRAIN_BATCH = 4096, 4, 512
+# The training loop's MLP (width, depth, batch) by cfg["trainer"]: "large" keeps the GPU busy with
+# kernels of a few hundred microseconds; "small" is launch-bound (kernels of microseconds, the
+# host launching as fast as it can), where a tight queue bound means a checkpoint every few
+# launches.
+TRAINERS = {"large": (4096, 4, 512), "small": (256, 8, 32)}
 WARMUP = 20
 
 
@@ -132,12 +137,13 @@ def _trainer_step(cfg: dict):
         return lambda: time.sleep(0.002)
     import torch
     torch.manual_seed(cfg["seed"])
+    width, depth, batch = TRAINERS[cfg.get("trainer", "large")]
     layers = []
-    for _ in range(TRAIN_DEPTH):
-        layers += [torch.nn.Linear(TRAIN_WIDTH, TRAIN_WIDTH), torch.nn.ReLU()]
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
     model = torch.nn.Sequential(*layers).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    x = torch.randn(TRAIN_BATCH, TRAIN_WIDTH, device="cuda")
+    x = torch.randn(batch, width, device="cuda")
 
     def step():
         opt.zero_grad(set_to_none=True)

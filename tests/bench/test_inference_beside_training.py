@@ -72,6 +72,17 @@ def test_a_dry_run_end_to_end(tmp_path, capsys):
     assert "p99/alone" in capsys.readouterr().out
 
 
+def test_the_training_job_is_chosen_and_recorded(tmp_path):
+    out = tmp_path / "r.json"
+    assert inf.main(["--dry-run", "--quick", "--requests", "5", "--arms", "native",
+                     "--trainer", "small", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["params"]["trainer"] == "small"
+    from bench.scheduling.inference_worker import TRAINERS
+    assert set(TRAINERS) == {"large", "small"}
+    with pytest.raises(SystemExit):
+        inf.main(["--dry-run", "--trainer", "tiny", "--json", str(tmp_path / "x.json")])
+
+
 def test_arms_chosen_with_the_baselines_always(tmp_path):
     assert inf.arm_list("serial_latency_sensitive") == ("server_alone", "training_alone",
                                                         "serial_latency_sensitive")
