@@ -23,10 +23,11 @@ RANGE = 10 * MIB
 PIECES = [4 * MIB, 4 * MIB, 2 * MIB]
 
 
-def _app(world, recorder, *steps, pin_us=50_000, **env):
-    """9M allocated and filled, holding the lock, paused; `steps` after the resume."""
+def _app(world, recorder, *steps, pin_us=50_000, sizes=("9M",), **env):
+    """`sizes` allocated (9M) and filled, holding the lock, paused; `steps` after the resume."""
     recorder.welcome_features = FEATURE_SWAP
-    app = world.app("init", "ctx", 0, "alloc", "9M", "fillall", 3, "launch", 1, "pause", *steps,
+    allocs = [step for size in sizes for step in ("alloc", size)]
+    app = world.app("init", "ctx", 0, *allocs, "fillall", 3, "launch", 1, "pause", *steps,
                     env=idle_env(NVSHARE_SWAP_PIN_PIECE="4M", NVSHARE_SWAP_PIN_THREADS=2,
                                  MOCK_CUDA_PIN_US=pin_us, **env))
     app.paused()
@@ -138,6 +139,16 @@ def _copied_once_pinned(world, app, pinned: list[dict]) -> None:
         assert c["pinned"] == 1 and piece_of[c["dst"]]["t1"] <= c["t0"]
 
 
+def _swap_again_and_check(recorder, app) -> None:
+    """The app's second swap-out and its swap-in; then every byte checked."""
+    app.resume()
+    app.paused(nth=2)
+    drop(recorder, 2)
+    app.resume()
+    assert app.finish() == 0
+    assert app.steps("checkall")[0]["ok"] == 1
+
+
 def test_an_eviction_while_the_pinner_is_at_work_takes_its_range_over(world, recorder):
     """The hint, then a drop once the pinner has pinned the first piece of the range: the pinner
     stops after its piece, and the swap-out's own pinners pin the rest of that very range (no
@@ -160,12 +171,8 @@ def test_a_swap_out_before_the_pinner_is_done_takes_over_and_no_range_is_pinned_
     """The hint just before the drop, two ranges, the pins slow: the pinner stops after the piece
     it is pinning, the swap-out pins the rest of both ranges; every piece is pinned once, none let
     go, each copied once pinned, and the data comes back intact."""
-    recorder.welcome_features = FEATURE_SWAP
-    app = world.app("init", "ctx", 0, "alloc", "9M", "alloc", "9M", "fillall", 3, "launch", 1,
-                    "pause", "launch", 1, "pause", "checkall", 3,
-                    env=idle_env(NVSHARE_SWAP_PIN_PIECE="4M", NVSHARE_SWAP_PIN_THREADS=2,
-                                 MOCK_CUDA_PIN_US=200_000))
-    app.paused()
+    app = _app(world, recorder, "launch", 1, "pause", "checkall", 3, pin_us=200_000,
+               sizes=("9M", "9M"))
     _prepare(recorder, 1)
     _pinned(world, app, 1)        # the pinner is on the first range
     drop(recorder, 1)
@@ -175,12 +182,7 @@ def test_a_swap_out_before_the_pinner_is_done_takes_over_and_no_range_is_pinned_
     assert len(pinned) == 2 * len(PIECES) and not unpins(world.log, app)
     assert len({e["ptr"] for e in pinned}) == len(pinned), "a piece pinned twice"
     _copied_once_pinned(world, app, pinned)
-    app.resume()
-    app.paused(nth=2)
-    drop(recorder, 2)
-    app.resume()
-    assert app.finish() == 0
-    assert app.steps("checkall")[0]["ok"] == 1
+    _swap_again_and_check(recorder, app)
     assert len(pins(world.log, app)) == 2 * len(PIECES), "the copies serve the next swap-out"
 
 
@@ -189,12 +191,8 @@ def test_a_range_begun_that_the_eviction_does_not_move_goes_on_from_its_pieces(w
     pinner is inside the 9M range: the pinner stops after its piece, the eviction leaves that
     copy, and the pinner goes on from the pieces it had: every piece of both ranges pinned once,
     none let go, and every byte comes back."""
-    recorder.welcome_features = FEATURE_SWAP
-    app = world.app("init", "ctx", 0, "alloc", "9M", "alloc", "1M", "fillall", 3, "launch", 1,
-                    "pause", "launch", 1, "pause", "checkall", 3,
-                    env=idle_env(NVSHARE_SWAP_PIN_PIECE="4M", NVSHARE_SWAP_PIN_THREADS=2,
-                                 MOCK_CUDA_PIN_US=300_000))
-    app.paused()
+    app = _app(world, recorder, "launch", 1, "pause", "checkall", 3, pin_us=300_000,
+               sizes=("9M", "1M"))
     _prepare(recorder, 1)
     _pinned(world, app, 1)        # a piece done: the pinner is inside the 9M range (its next piece)
     recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
@@ -204,12 +202,7 @@ def test_a_range_begun_that_the_eviction_does_not_move_goes_on_from_its_pieces(w
     time.sleep(0.5)               # nothing more comes: no piece is pinned again
     assert len(pins(world.log, app)) == len(everything) and not unpins(world.log, app)
     assert len({e["ptr"] for e in everything}) == len(everything)
-    app.resume()
-    app.paused(nth=2)
-    drop(recorder, 2)
-    app.resume()
-    assert app.finish() == 0
-    assert app.steps("checkall")[0]["ok"] == 1
+    _swap_again_and_check(recorder, app)
     assert len(pins(world.log, app)) == len(PIECES) + 1, "the copies serve the next swap-out"
 
 

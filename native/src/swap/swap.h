@@ -87,9 +87,6 @@ typedef struct nvs_hostcopy {
 } nvs_hostcopy;
 nvs_hostcopy *nvs_hostcopy_new(uint64_t size) NVS_HIDDEN; /* no piece pinned; NULL: no memory */
 int nvs_hostcopy_pin(nvs_hostcopy *h, uint32_t i) NVS_HIDDEN; /* 0: piece i pinned; -1: refused */
-/* Every piece, in order: 0, or -1 (some pieces may be pinned): refused, the process exiting, or
- * (go not NULL) *go found 0 before a piece. */
-int nvs_hostcopy_pin_all(nvs_hostcopy *h, _Atomic int *go) NVS_HIDDEN;
 void nvs_hostcopy_free(nvs_hostcopy *h) NVS_HIDDEN;          /* its pinned pieces, then itself */
 /* The host copy's byte at offset lo of the range, and in *n the bytes from it to its piece's end. */
 static inline void *nvs_hostcopy_at(const nvs_hostcopy *h, uint64_t lo, size_t *n)

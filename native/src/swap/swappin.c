@@ -122,14 +122,6 @@ int nvs_hostcopy_pin(nvs_hostcopy *h, uint32_t i)
     return r;
 }
 
-int nvs_hostcopy_pin_all(nvs_hostcopy *h, _Atomic int *go)
-{
-    for (uint32_t i = 0; i < h->n; i++)
-        if (atomic_load(&nvs_exiting) || (go && !atomic_load(go)) || nvs_hostcopy_pin(h, i) != 0)
-            return -1;
-    return atomic_load(&nvs_exiting) ? -1 : 0;
-}
-
 void nvs_hostcopy_free(nvs_hostcopy *h)
 {
     if (!h) return;

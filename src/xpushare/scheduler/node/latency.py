@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ...wire.protocol import HELLO_HOLD, HELLO_QUEUE_BOUND, Bursts, Hold, QueueBound, encode
+from ...wire.protocol import HELLO_HOLD, HELLO_QUEUE_BOUND, Bursts, Hold, QueueBound
 from . import waiters
 from .registry import lock_log
 
@@ -109,7 +109,7 @@ def _burst_edge(state: SchedulerState, conn: Conn, gpu: Gpu, active: bool) -> No
         for other in state.conns:
             if (other.hello is not None and not other.closed and other.hello.flags & HELLO_HOLD
                     and not sensitive(other) and gpu in other.devices.values()):
-                _send_per_device(other, gpu, lambda dev: Hold(dev, hold_us))
+                other.send_per_device(gpu, lambda dev: Hold(dev, hold_us))
                 held.add(other)
                 other.held[0] += 1
     else:
@@ -120,7 +120,7 @@ def _burst_edge(state: SchedulerState, conn: Conn, gpu: Gpu, active: bool) -> No
         for other in held:
             other.held[1] += took
             if not other.closed:
-                _send_per_device(other, gpu, lambda dev: Hold(dev, 0))
+                other.send_per_device(gpu, lambda dev: Hold(dev, 0))
 
 
 def _bursts(state: SchedulerState, conn: Conn, gpu: Gpu, on: bool) -> None:
@@ -131,13 +131,7 @@ def _bursts(state: SchedulerState, conn: Conn, gpu: Gpu, on: bool) -> None:
         conn.bursts_on.add(gpu)
     else:
         conn.bursts_on.discard(gpu)
-    _send_per_device(conn, gpu, lambda dev: Bursts(dev, int(on)))
-
-
-def _send_per_device(conn: Conn, gpu: Gpu, message) -> None:
-    for dev, g in conn.devices.items():
-        if g is gpu:
-            conn.send(encode(message(dev)))
+    conn.send_per_device(gpu, lambda dev: Bursts(dev, int(on)))
 
 
 def _mark(table: dict, gpu: Gpu, conn: Conn, on: bool) -> None:
@@ -173,6 +167,6 @@ def _tell(state: SchedulerState, conn: Conn, gpu: Gpu) -> None:
         conn.queue_bound[gpu] = want
     else:
         conn.queue_bound.pop(gpu, None)
-    _send_per_device(conn, gpu, lambda dev: QueueBound(dev, want))
+    conn.send_per_device(gpu, lambda dev: QueueBound(dev, want))
     state.client_log.info(conn, "queue bound pid=%d client=%d gpu=%s %s", conn.pid, conn.id,
                           gpu.label, f"{want} us" if want else "lifted")

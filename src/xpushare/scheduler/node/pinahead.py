@@ -132,8 +132,6 @@ def _tell(conn: Conn, gpu: Gpu, on: bool) -> None:
         conn.pin_ahead.add(gpu)
     else:
         conn.pin_ahead.discard(gpu)
-    for dev, g in conn.devices.items():
-        if g is gpu:
-            conn.send(encode(PrepareSwap(dev, int(on))))
+    conn.send_per_device(gpu, lambda dev: PrepareSwap(dev, int(on)))
     if lock_log.isEnabledFor(logging.INFO):
         lock_log.info("prepare-swap pid=%d gpu=%s %s", conn.pid, gpu.label, "on" if on else "off")

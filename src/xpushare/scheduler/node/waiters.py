@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...wire.protocol import HELLO_WAITERS, Waiters, encode
+from ...wire.protocol import HELLO_WAITERS, Waiters
 from ..policy.gangmodel import Seat
 
 if TYPE_CHECKING:
@@ -56,4 +56,4 @@ def tell_holders(gpu: Gpu, config) -> None:
             want = 1
         if told != want:
             conn.waiters_told[gpu] = want
-            conn.send(encode(Waiters(conn.ordinal(gpu), want)))
+            conn.send_per_device(gpu, lambda dev: Waiters(dev, want))

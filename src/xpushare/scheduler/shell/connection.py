@@ -24,7 +24,7 @@ import functools
 import logging
 import os
 
-from ...wire.protocol import Frame, FrameDecoder, Hello, Limits, ProtocolError, encode_error
+from ...wire.protocol import Frame, FrameDecoder, Hello, Limits, ProtocolError, encode, encode_error
 from ..node import access, limits, peer
 from . import handlers
 from ..node.jobinfo import JobInfo
@@ -96,6 +96,13 @@ class Conn:
             if g is gpu:
                 return dev
         raise KeyError(gpu)
+
+    def send_per_device(self, gpu: Gpu, message) -> None:
+        """message(ordinal), encoded, for each ordinal the client attached gpu under (a per-device
+        state of the library is set per ordinal)."""
+        for dev, g in self.devices.items():
+            if g is gpu:
+                self.send(encode(message(dev)))
 
     def gpus(self) -> set[Gpu]:
         return set(self.devices.values())
