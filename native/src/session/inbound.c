@@ -77,6 +77,7 @@ static const char *drop_reason(uint32_t r)
     case NVS_DROP_PREEMPTED: return "preempted";
     case NVS_DROP_ADMIN: return "administrative";
     case NVS_DROP_MEMORY: return "memory";
+    case NVS_DROP_MOVE: return "move to another GPU";
     default: return "unspecified";
     }
 }

@@ -66,6 +66,7 @@ class DropReason(IntEnum):
     PREEMPTED = 2
     ADMIN = 3
     MEMORY = 4  # running clients no longer fit in the GPU's memory together
+    MOVE = 5    # the client is being moved to another GPU (nvsharectl move): it is suspended next
 
 
 class ReleaseReason(IntEnum):
@@ -84,6 +85,11 @@ HELLO_QUEUE_BOUND = 16       # hello.flags bit 4: the client applies QUEUE_BOUND
 HELLO_HOLD = 32              # hello.flags bit 5: the client applies HOLD and reports BURST when asked
 HELLO_PIN_AHEAD = 64         # hello.flags bit 6: the client pins host copies ahead on PREPARE_SWAP
 HELLO_WAITERS = 128          # hello.flags bit 7: the client keeps an idle lock while WAITERS says 0
+HELLO_MOVE = 256             # hello.flags bit 8: the client takes SUSPEND_MOVE and RESUMED_MOVED
+SUSPEND_MOVE = 1             # suspend.flags bit 0: for a move to another GPU; a lock request of the
+                             # client may be outstanding (the scheduler grants it only after the move)
+RESUMED_MOVED = 1            # resumed.flags bit 0: restored onto another GPU under the same ordinal:
+                             # re-read each device's identity and ATTACH it again before running
 GRANT_PREFETCH = 1           # grant.flags bit 0: bring your allocations back to the GPU in bulk
 DROP_EVICT = 1               # drop.flags bit 0: move your allocations to host memory in bulk
 DROP_GANG = 2                # drop.flags bit 1: dropped with the rest of its job, so the drain
@@ -381,7 +387,7 @@ class Suspend(_Payload):
     """SUSPEND: move all your memory out and close your gates: the scheduler checkpoints the process
     next; the client answers with SUSPEND_READY."""
     FIELDS = (("flags", "I"), ("reserved", "I"))
-    flags: int = 0
+    flags: int = 0  # SUSPEND_MOVE (only to a client whose HELLO has HELLO_MOVE)
     reserved: int = 0
 
 
@@ -398,7 +404,7 @@ class SuspendReady(_Payload):
 class Resumed(_Payload):
     """RESUMED: the process runs again (restored, or never checkpointed)."""
     FIELDS = (("flags", "I"), ("reserved", "I"))
-    flags: int = 0
+    flags: int = 0  # RESUMED_MOVED: restored onto another GPU
     reserved: int = 0
 
 

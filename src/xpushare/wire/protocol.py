@@ -22,7 +22,7 @@ from .messages import (  # noqa: F401  (re-exported: the protocol's names live i
     FEATURE_SUSPEND, HELLO_SUSPEND, HELLO_LATENCY_SENSITIVE, HELLO_QUEUE_BOUND, QueueBound, ResumeRequest,
     HELLO_HOLD, Burst, Bursts, Hold, Resumed, Suspend, SuspendReady, SuspendStatus,
     HELLO_PIN_AHEAD, PrepareSwap,
-    HELLO_WAITERS, Waiters,
+    HELLO_WAITERS, Waiters, HELLO_MOVE, SUSPEND_MOVE, RESUMED_MOVED,
 )
 
 _TYPE_OF = {cls: t for t, cls in PAYLOADS.items()}
