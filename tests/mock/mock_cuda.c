@@ -12,6 +12,10 @@
  *
  * Environment:
  *   MOCK_CUDA_DEVICES      number of physical devices (default 1)
+ *   MOCK_CUDA_DEVICE_NAMES comma list of the physical devices' names, entry p device p's (missing or
+ *                          empty entries: "Mock GPU <p>"): the chip type, which a move between GPUs
+ *                          must keep (see Process checkpoints); the devices without a name given
+ *                          are all of one type
  *   MOCK_CUDA_TOTAL_MEM    bytes per device (default 16 GiB; K/M/G/T suffixes accepted)
  *   MOCK_CUDA_WORK_US      every gated call (launch, copy, memset, ...) sleeps this long (default 0)
  *   MOCK_CUDA_SYNC_US      a cuCtxSynchronize that is allowed sleeps this long (default 0)
@@ -49,6 +53,9 @@
  *                          (another thread's allocation may already be given it), log a "mock_hold"
  *                          line and wait until this file exists (at most 60 s) before returning: a
  *                          test decides what other threads do in between
+ *   MOCK_CUDA_CHECKPOINT_DIR  a directory the checkpoint controller and its target processes share:
+ *                          a restore onto other GPUs writes there which GPUs the target moved to,
+ *                          and the target's devices follow (see Process checkpoints)
  *   CUDA_VISIBLE_DEVICES   comma list of physical indices (or UUID prefixes); ordinal k is entry k
  *
  * Log line: {"pid":..,"tid":..,"fn":"<exported name>","t0":ns,"t1":ns,"dev":ordinal,"ret":code,...}
@@ -91,6 +98,26 @@
  * "lock" or "checkpoint" (CUDA_ERROR_NOT_SUPPORTED, every time), "restore:N" (the first N restores
  * find no room: CUDA_ERROR_OUT_OF_MEMORY). The target itself is not frozen: a test checks in the
  * log that it made no call between its lock and its unlock.
+ * Moving between GPUs: a cuCheckpointProcessRestore whose CUcheckpointRestoreArgs carry gpuPairs
+ * (gpuPairsCount > 0) brings the target back on the new GPUs. It needs MOCK_CUDA_CHECKPOINT_DIR
+ * (without it: CUDA_ERROR_NOT_SUPPORTED) and refuses, with CUDA_ERROR_INVALID_VALUE and the target
+ * still checkpointed, a pair whose old or new UUID names no physical device, an old GPU named twice,
+ * an old and a new GPU of different names (MOCK_CUDA_DEVICE_NAMES: chip types) and, where the target
+ * said which GPUs it has (DIR/devices-<pid>, written at its initialisation: its visible devices'
+ * physical indices; it removes a DIR/moved-<pid> left by an earlier process of its pid then), an old
+ * GPU the target does not have now or two of its GPUs moved onto one.
+ * The log line has "moved": "<old>><new>" physical indices, comma separated (refused ones too, -1 for
+ * an unknown UUID), and "error" with the reason of a refusal. A restore that succeeds appends to
+ * DIR/moved-<pid> (replaced atomically: temp file and rename) one line "<old> <new>" per pair, then
+ * an empty line: one restore's pairs apply together (a swap is two pairs), restores one after the
+ * other (moves compose). The target (its MOCK_CUDA_CHECKPOINT_DIR the same) reads that file again
+ * whenever it changed (stat) before it answers anything that depends on a device's physical index:
+ * every visible ordinal on an old GPU is on its new one, so cuDeviceGetUuid(_v2), cuDeviceGetName and
+ * the collectives' device follow the move; cuDeviceGetPCIBusId and CU_DEVICE_ATTRIBUTE_PCI_BUS_ID keep
+ * the ordinal's first GPU's, as the real driver does (NVIDIA/cuda-checkpoint issue 48). Memory does
+ * not move: the counts are per ordinal of the process and every device has MOCK_CUDA_TOTAL_MEM, so
+ * the target's allocations and cuMemGetInfo are the same on the new GPU.
+ * cuDeviceGetPCIBusId: "0000:<bb>:00.0", bus bb = 0x10 + the physical index (hex).
  * Modules: cuModuleLoadData accepts any image and logs it ("kernels": the number of .entry in a PTX
  * text); cuModuleGetFunction hands out a handle per name. A launch of the library's checksum
  * kernel (native/src/swap/swapsum.c, "nvs_swap_sum") is carried out on the host: its own content-
@@ -130,6 +157,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -175,7 +203,10 @@ enum { PROC_ADDR_SUCCESS = 0, PROC_ADDR_SYMBOL_NOT_FOUND = 1, PROC_ADDR_VERSION_
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_physical_devices = 1;
-static int g_visible[MAX_DEVICES];   /* ordinal -> physical index */
+static int g_visible[MAX_DEVICES];   /* ordinal -> physical index (follows moves: phys_of()) */
+static int g_visible_first[MAX_DEVICES]; /* ordinal -> physical index before any move */
+static char g_device_names[MAX_DEVICES][64]; /* MOCK_CUDA_DEVICE_NAMES; "" = the default */
+static char g_ckpt_dir[512];         /* MOCK_CUDA_CHECKPOINT_DIR; "" = no moves */
 static int g_ndev = 1;               /* visible devices */
 static size_t g_total_mem = 16ull << 30;
 static long g_work_us = 0;
@@ -315,6 +346,143 @@ static void format_uuid(int phys, char *out, size_t n)
 static void log_line(const char *fn, long long t0, long long t1, int dev, CUresult ret,
                      const char *extra_fmt, ...);
 
+/* ------------------------------------------------------------------------------------------ */
+/* moves between GPUs (MOCK_CUDA_CHECKPOINT_DIR; see Process checkpoints at the top)            */
+
+/* A physical device's chip type: its MOCK_CUDA_DEVICE_NAMES name; those without one are all one. */
+static const char *chip_type(int phys)
+{
+    return phys >= 0 && phys < MAX_DEVICES && g_device_names[phys][0] ? g_device_names[phys] : NULL;
+}
+
+static void device_name(int phys, char *out, size_t n)
+{
+    if (chip_type(phys)) snprintf(out, n, "%s", chip_type(phys));
+    else snprintf(out, n, "Mock GPU %d", phys);
+}
+
+static void ckpt_path(char *out, size_t n, const char *what, int pid)
+{
+    snprintf(out, n, "%s/%s-%d", g_ckpt_dir, what, pid);
+}
+
+/* The whole file into buf (NUL-terminated; a longer file is cut); -1 if it cannot be read. */
+static int read_text(const char *path, char *buf, size_t n, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    size_t got = 0;
+    ssize_t k;
+    if (st && fstat(fd, st) != 0) memset(st, 0, sizeof *st);
+    while (got + 1 < n && (k = read(fd, buf + got, n - 1 - got)) > 0) got += (size_t)k;
+    close(fd);
+    buf[got] = 0;
+    return (int)got;
+}
+
+/* Replaces path with text at once: the other process reads the old file or the new one, never a
+ * part. 0 or -1. */
+static int write_atomically(const char *path, const char *text)
+{
+    char tmp[640];
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    size_t n = strlen(text), done = 0;
+    ssize_t k = 0;
+    while (done < n && (k = write(fd, text + done, n - done)) > 0) done += (size_t)k;
+    if (close(fd) != 0 || done < n || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* Applies the restores written in text (moved-<pid>) to map[0..n), a physical index per ordinal:
+ * a restore's pairs together (against the map before it), the restores in order. */
+static void apply_moves(const char *text, int *map, int n)
+{
+    int olds[MAX_DEVICES], news[MAX_DEVICES], pairs = 0;
+    for (const char *s = text;;) {
+        const char *eol = strchr(s, '\n');
+        int a, b;
+        if (s != eol && *s && sscanf(s, "%d %d", &a, &b) == 2 && pairs < MAX_DEVICES) {
+            olds[pairs] = a;
+            news[pairs++] = b;
+        }
+        if (!eol || eol == s) { /* the end of one restore's pairs */
+            int before[MAX_DEVICES];
+            memcpy(before, map, (size_t)n * sizeof *map);
+            for (int k = 0; k < n; k++)
+                for (int i = 0; i < pairs; i++)
+                    if (before[k] == olds[i]) map[k] = news[i];
+            pairs = 0;
+        }
+        if (!eol) break;
+        s = eol + 1;
+    }
+}
+
+/* The target's side: its visible devices, for the controller to check a move against; and no
+ * moves yet (a file left by an earlier process of the same pid is not this one's). */
+static void publish_devices(void)
+{
+    if (!g_ckpt_dir[0]) return;
+    char path[600], text[MAX_DEVICES * 4 + 2] = "";
+    ckpt_path(path, sizeof path, "moved", (int)getpid());
+    unlink(path);
+    size_t len = 0;
+    for (int k = 0; k < g_ndev; k++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s%d", k ? " " : "", g_visible[k]);
+    snprintf(text + len, sizeof text - len, "\n");
+    ckpt_path(path, sizeof path, "devices", (int)getpid());
+    write_atomically(path, text);
+}
+
+/* The last moved-<pid> applied (what stat said of it), so an unchanged file costs one stat. */
+static pthread_mutex_t g_move_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct { int seen; dev_t dev; ino_t ino; off_t size; struct timespec mtime; } g_move_seen;
+
+static int same_file(const struct stat *st)
+{
+    return g_move_seen.seen && g_move_seen.dev == st->st_dev && g_move_seen.ino == st->st_ino &&
+           g_move_seen.size == st->st_size && g_move_seen.mtime.tv_sec == st->st_mtim.tv_sec &&
+           g_move_seen.mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+/* The target's side: g_visible after the moves its controller wrote for this process. */
+static void follow_moves(void)
+{
+    if (!g_ckpt_dir[0]) return;
+    char path[600];
+    ckpt_path(path, sizeof path, "moved", (int)getpid());
+    struct stat st;
+    int have = stat(path, &st) == 0;
+    pthread_mutex_lock(&g_move_mu);
+    if (have ? !same_file(&st) : g_move_seen.seen) {
+        int map[MAX_DEVICES];
+        char text[8192];
+        memcpy(map, g_visible_first, sizeof map);
+        memset(&st, 0, sizeof st);
+        if (have && read_text(path, text, sizeof text, &st) >= 0) apply_moves(text, map, g_ndev);
+        else have = 0;
+        for (int k = 0; k < g_ndev; k++) __atomic_store_n(&g_visible[k], map[k], __ATOMIC_RELAXED);
+        g_move_seen.seen = have;
+        g_move_seen.dev = st.st_dev;
+        g_move_seen.ino = st.st_ino;
+        g_move_seen.size = st.st_size;
+        g_move_seen.mtime = st.st_mtim;
+    }
+    pthread_mutex_unlock(&g_move_mu);
+}
+
+/* The physical device of a (valid) ordinal now. */
+static int phys_of(int dev)
+{
+    follow_moves();
+    return __atomic_load_n(&g_visible[dev], __ATOMIC_RELAXED);
+}
+
 static void init_once(void)
 {
     const char *s;
@@ -340,6 +508,17 @@ static void init_once(void)
     if ((s = getenv("MOCK_CUDA_REUSE")) && *s) g_reuse = atoi(s) != 0;
     if ((s = getenv("MOCK_CUDA_HOLD_FILE")) && *s) snprintf(g_hold_file, sizeof g_hold_file, "%s", s);
     g_vmm_granularity = mock_parse_size(getenv("MOCK_CUDA_VMM_GRANULARITY"), 2ull << 20);
+    if ((s = getenv("MOCK_CUDA_DEVICE_NAMES")) && *s) {
+        for (int p = 0; p < MAX_DEVICES && s; p++) {
+            const char *end = strchr(s, ',');
+            size_t n = end ? (size_t)(end - s) : strlen(s);
+            if (n >= sizeof g_device_names[p]) n = sizeof g_device_names[p] - 1;
+            memcpy(g_device_names[p], s, n);
+            g_device_names[p][n] = 0;
+            s = end ? end + 1 : NULL;
+        }
+    }
+    if ((s = getenv("MOCK_CUDA_CHECKPOINT_DIR")) && *s) snprintf(g_ckpt_dir, sizeof g_ckpt_dir, "%s", s);
     if ((s = getenv("MOCK_CUDA_VMM")) && *s) g_vmm = atoi(s) != 0;
 
     s = getenv("CUDA_VISIBLE_DEVICES");
@@ -372,6 +551,8 @@ static void init_once(void)
             g_visible[g_ndev++] = phys;
         }
     }
+    memcpy(g_visible_first, g_visible, sizeof g_visible);
+    publish_devices();
     for (int i = 0; i < MAX_DEVICES; i++) {
         g_primary[i].magic = CTX_MAGIC;
         g_primary[i].dev = i;
@@ -529,7 +710,7 @@ static CUresult gate_end(struct gate *g, CUresult r, const char *extra_fmt, ...)
     if (!g->captured) sleep_work(g->t0);
     long k = 0;
     if (!g->captured && !r && g_kernel_us > 0 && g->stream != (CUstream)~(uintptr_t)0) {
-        if (g->collective) mock_tl_collective(g_visible[cur_dev()], cur_dev(), g_kernel_us, &k);
+        if (g->collective) mock_tl_collective(phys_of(cur_dev()), cur_dev(), g_kernel_us, &k);
         else mock_tl_queue(g_kernel_us);
     }
     char extra[256] = "";
@@ -815,7 +996,7 @@ static CUresult get_uuid(CUuuid *uuid, CUdevice dev)
     if (!uuid) return CUDA_ERROR_INVALID_VALUE;
     if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
     memset(uuid->bytes, 0, sizeof uuid->bytes);
-    uuid->bytes[15] = (char)g_visible[dev];
+    uuid->bytes[15] = (char)phys_of(dev);
     return CUDA_SUCCESS;
 }
 
@@ -828,7 +1009,18 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     if (r) return r;
     if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
     if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(name, (size_t)len, "Mock GPU %d", g_visible[dev]);
+    device_name(phys_of(dev), name, (size_t)len);
+    return CUDA_SUCCESS;
+}
+
+/* The ordinal's first GPU's bus id even after a move (the real driver's stale answer) */
+CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+    CUresult r = need_init();
+    if (r) return r;
+    if (!pciBusId || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(pciBusId, (size_t)len, "0000:%02X:00.0", 0x10 + g_visible_first[dev]);
     return CUDA_SUCCESS;
 }
 
@@ -868,7 +1060,7 @@ CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev)
     case 10: *pi = 32; break;                  /* WARP_SIZE */
     case 14: *pi = 512; break;                 /* TEXTURE_ALIGNMENT (not the pitch alignment) */
     case 16: *pi = 132; break;                 /* MULTIPROCESSOR_COUNT */
-    case 33: *pi = g_visible[dev]; break;      /* PCI_BUS_ID */
+    case 33: *pi = 0x10 + g_visible_first[dev]; break; /* PCI_BUS_ID: as cuDeviceGetPCIBusId */
     case 41: *pi = 1; break;                   /* UNIFIED_ADDRESSING */
     case 75: *pi = 9; break;                   /* COMPUTE_CAPABILITY_MAJOR */
     case 76: *pi = 0; break;                   /* COMPUTE_CAPABILITY_MINOR */
@@ -1376,55 +1568,146 @@ static int *ckpt_state_locked(int pid)
     return NULL;
 }
 
-/* One transition from `from` to `to` of pid's state, or an error. */
-static CUresult ckpt_step(const char *fn, int pid, int from, int to, int fail_as)
+/* A restore's GPU pairs as physical indices (-1: a UUID of no device) and, when they are refused,
+ * why (the controller's side of a move between GPUs). */
+struct move {
+    int pairs;
+    int old[MAX_DEVICES], new_[MAX_DEVICES];
+    const char *why;
+};
+
+static int uuid_phys(const CUuuid *u)
+{
+    for (int i = 0; i < 15; i++)
+        if (u->bytes[i]) return -1;
+    int p = (unsigned char)u->bytes[15];
+    return p < g_physical_devices ? p : -1;
+}
+
+/* The target's GPUs now: what it published at its initialisation, moved as moved-<pid> says; the
+ * number of them, 0 where it published none (a forked child, a target without the directory). */
+static int target_devices(int pid, int *map)
+{
+    char path[600], text[8192];
+    ckpt_path(path, sizeof path, "devices", pid);
+    if (read_text(path, text, sizeof text, NULL) <= 0) return 0;
+    int n = 0, used;
+    for (const char *s = text; n < MAX_DEVICES && sscanf(s, "%d%n", &map[n], &used) == 1; s += used) n++;
+    ckpt_path(path, sizeof path, "moved", pid);
+    if (read_text(path, text, sizeof text, NULL) > 0) apply_moves(text, map, n);
+    return n;
+}
+
+/* The driver's checks of a restore's pairs: 0 or the error (mv->why says which). */
+static CUresult move_check(int pid, const CUcheckpointRestoreArgs *a, struct move *mv)
+{
+    mv->pairs = 0;
+    if (!g_ckpt_dir[0]) return mv->why = "no MOCK_CUDA_CHECKPOINT_DIR", CUDA_ERROR_NOT_SUPPORTED;
+    if (!a->gpuPairs || a->gpuPairsCount > MAX_DEVICES)
+        return mv->why = "gpuPairs", CUDA_ERROR_INVALID_VALUE;
+    mv->why = NULL;
+    for (unsigned i = 0; i < a->gpuPairsCount; i++) {
+        int o = uuid_phys(&a->gpuPairs[i].oldUuid), n = uuid_phys(&a->gpuPairs[i].newUuid);
+        const char *ot = chip_type(o) ? chip_type(o) : "", *nt = chip_type(n) ? chip_type(n) : "";
+        for (int k = 0; k < mv->pairs; k++)
+            if (o >= 0 && mv->old[k] == o && !mv->why) mv->why = "an old GPU twice";
+        if (o < 0 && !mv->why) mv->why = "an old UUID of no GPU";
+        if (n < 0 && !mv->why) mv->why = "a new UUID of no GPU";
+        if (o >= 0 && n >= 0 && strcmp(ot, nt) != 0 && !mv->why) mv->why = "another chip type";
+        mv->old[mv->pairs] = o;
+        mv->new_[mv->pairs++] = n;
+    }
+    int map[MAX_DEVICES] = {0}, before[MAX_DEVICES], ndev = mv->why ? 0 : target_devices(pid, map);
+    memcpy(before, map, sizeof before);
+    for (int i = 0; i < mv->pairs && ndev; i++) {
+        int has = 0;
+        for (int k = 0; k < ndev; k++) has |= before[k] == mv->old[i];
+        if (!has) return mv->why = "an old GPU the process does not have", CUDA_ERROR_INVALID_VALUE;
+        for (int k = 0; k < ndev; k++)
+            if (before[k] == mv->old[i]) map[k] = mv->new_[i];
+    }
+    for (int k = 0; k < ndev; k++)
+        for (int j = 0; j < k; j++)
+            if (map[j] == map[k]) return mv->why = "two of its GPUs onto one", CUDA_ERROR_INVALID_VALUE;
+    return mv->why ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+/* The move done: appended to moved-<pid> as one restore (the target follows it). */
+static CUresult move_commit(int pid, const struct move *mv)
+{
+    char path[600], text[8192 + MAX_DEVICES * 8 + 2];
+    ckpt_path(path, sizeof path, "moved", pid);
+    int len = read_text(path, text, 8192, NULL);
+    if (len < 0) len = 0;
+    for (int i = 0; i < mv->pairs; i++)
+        len += snprintf(text + len, sizeof text - (size_t)len, "%d %d\n", mv->old[i], mv->new_[i]);
+    snprintf(text + len, sizeof text - (size_t)len, "\n");
+    return write_atomically(path, text) ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS;
+}
+
+/* One transition from `from` to `to` of pid's state, or an error; with a move (a restore onto other
+ * GPUs), its file is written before the state changes. */
+static CUresult ckpt_step(const char *fn, int pid, int from, int to, int fail_as, const struct move *mv)
 {
     long long t0 = now_ns();
     CUresult r = need_init();
     int st = -1;
+    const char *why = NULL;
     if (!r && (pid <= 0 || kill(pid, 0) != 0)) r = CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_mu);
     int *state = r ? NULL : ckpt_state_locked(pid);
     if (!r && !state) r = CUDA_ERROR_OUT_OF_MEMORY;
     if (!r && *state != from) r = CUDA_ERROR_ILLEGAL_STATE;
-    if (!r && fail_as) r = fail_as;
+    if (!r && fail_as) r = fail_as, why = mv ? mv->why : NULL;
+    if (!r && mv && mv->pairs && move_commit(pid, mv)) r = CUDA_ERROR_UNKNOWN, why = "writing the move";
     if (!r) *state = to;
     if (state) st = *state;
     pthread_mutex_unlock(&g_mu);
-    log_line(fn, t0, now_ns(), -1, r, ",\"target\":%d,\"state\":%d", pid, st);
+    char moved[MAX_DEVICES * 8 + 16] = "", error[96] = "";
+    for (int i = 0, len = 0; mv && i < mv->pairs; i++)
+        len += snprintf(moved + len, sizeof moved - (size_t)len, "%s%d>%d", i ? "," : ",\"moved\":\"",
+                        mv->old[i], mv->new_[i]);
+    if (moved[0]) strcat(moved, "\"");
+    if (why) snprintf(error, sizeof error, ",\"error\":\"%s\"", why);
+    log_line(fn, t0, now_ns(), -1, r, ",\"target\":%d,\"state\":%d%s%s", pid, st, moved, error);
     return r;
 }
 
 CUresult cuCheckpointProcessLock(int pid, void *args)
 {
     (void)args;
-    return ckpt_step("cuCheckpointProcessLock", pid, 0, 1, ckpt_fails("lock") ? CUDA_ERROR_NOT_SUPPORTED : 0);
+    return ckpt_step("cuCheckpointProcessLock", pid, 0, 1, ckpt_fails("lock") ? CUDA_ERROR_NOT_SUPPORTED : 0,
+                     NULL);
 }
 
 CUresult cuCheckpointProcessCheckpoint(int pid, void *args)
 {
     (void)args;
     return ckpt_step("cuCheckpointProcessCheckpoint", pid, 1, 2,
-                     ckpt_fails("checkpoint") ? CUDA_ERROR_NOT_SUPPORTED : 0);
+                     ckpt_fails("checkpoint") ? CUDA_ERROR_NOT_SUPPORTED : 0, NULL);
 }
 
 CUresult cuCheckpointProcessRestore(int pid, void *args)
 {
-    (void)args;
+    const CUcheckpointRestoreArgs *a = args;
+    struct move mv = {0};
+    int moving = a && a->gpuPairsCount > 0;
+    ensure_config();
+    int fail = moving ? move_check(pid, a, &mv) : 0;
     pthread_mutex_lock(&g_mu);
     if (g_restore_failures < 0) {
         const char *f = getenv("MOCK_CUDA_CHECKPOINT_FAIL");
         g_restore_failures = f && strncmp(f, "restore:", 8) == 0 ? atoi(f + 8) : 0;
     }
-    int fail = g_restore_failures > 0 ? (g_restore_failures--, CUDA_ERROR_OUT_OF_MEMORY) : 0;
+    if (!fail && g_restore_failures > 0) g_restore_failures--, fail = CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_unlock(&g_mu);
-    return ckpt_step("cuCheckpointProcessRestore", pid, 2, 1, fail);
+    return ckpt_step("cuCheckpointProcessRestore", pid, 2, 1, fail, moving ? &mv : NULL);
 }
 
 CUresult cuCheckpointProcessUnlock(int pid, void *args)
 {
     (void)args;
-    return ckpt_step("cuCheckpointProcessUnlock", pid, 1, 0, 0);
+    return ckpt_step("cuCheckpointProcessUnlock", pid, 1, 0, 0, NULL);
 }
 
 CUresult cuCheckpointProcessGetState(int pid, int *state)
@@ -2507,7 +2790,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     X(cuCheckpointProcessLock) X(cuCheckpointProcessCheckpoint) X(cuCheckpointProcessRestore)      \
     X(cuCheckpointProcessUnlock) X(cuCheckpointProcessGetState)                                    \
     X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2) X(cuDeviceGetName)  \
-    X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2) X(cuDeviceGetAttribute)                             \
+    X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2) X(cuDeviceGetAttribute) X(cuDeviceGetPCIBusId)      \
     X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2)       \
     X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxDestroy) X(cuCtxDestroy_v2) X(cuCtxSetCurrent)         \
     X(cuCtxGetCurrent) X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) X(cuCtxGetDevice)              \
@@ -2587,6 +2870,7 @@ static const struct gpa_entry { const char *base; int v2; char pt; } g_gpa[] = {
     {"cuGetProcAddress", 12000, 0},
     {"cuDeviceGetCount", 0, 0}, {"cuDeviceGet", 0, 0}, {"cuDeviceGetUuid", 11040, 0},
     {"cuDeviceGetName", 0, 0}, {"cuDeviceTotalMem", 3020, 0}, {"cuDeviceGetAttribute", 0, 0},
+    {"cuDeviceGetPCIBusId", 0, 0},
     {"cuDevicePrimaryCtxRetain", 0, 0}, {"cuDevicePrimaryCtxRelease", 11000, 0},
     {"cuCtxCreate", 3020, 0}, {"cuCtxDestroy", 4000, 0}, {"cuCtxSetCurrent", 0, 0},
     {"cuCtxGetCurrent", 0, 0}, {"cuCtxPushCurrent", 4000, 0}, {"cuCtxPopCurrent", 4000, 0},

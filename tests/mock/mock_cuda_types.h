@@ -60,6 +60,20 @@ typedef struct {
     size_t WidthInBytes, Height;
 } CUDA_MEMCPY2D;
 
+/* cuCheckpointProcessRestore's arguments: with GPU pairs, the process comes back on other GPUs
+ * (each old GPU's work onto its new one) */
+typedef struct {
+    CUuuid oldUuid;
+    CUuuid newUuid;
+} CUcheckpointGpuPair;
+
+typedef struct {
+    CUcheckpointGpuPair *gpuPairs;
+    unsigned int gpuPairsCount;
+    char reserved[52 - sizeof(void *)];
+    cuuint64_t reserved1;
+} CUcheckpointRestoreArgs;
+
 typedef struct {
     int type;
     int id;

@@ -11,19 +11,30 @@ One JSON request per line on stdin, one answer per line on stdout; the first lin
   {"op": "suspend", "pid": N, "timeout_ms": T}  lock, then checkpoint (a failed checkpoint is
                                                  unlocked again: the process runs on)
   {"op": "resume", "pid": N}                     restore if checkpointed, unlock if locked
+  {"op": "resume", "pid": N, "pairs": [[OLD, NEW], ...]}
+                                                 restore onto other GPUs (driver 580+), then unlock:
+                                                 each OLD GPU's work onto NEW, both GPU UUIDs as
+                                                 NVML writes them ("GPU-" and 8-4-4-4-12 hex digits);
+                                                 only a checkpointed process can move
 Answers: {"ok": bool, "ms": {phase: ms}, "error": text or null, "retry": whether trying again
-later may work (a restore that found no room)}.
+later may work (a restore that found no room)}, and "moved": true once a restore with pairs
+succeeded. A refused move leaves the process checkpointed: a resume without pairs brings it back
+where it was. After a move the process's device ordinals name the new GPUs, but the driver still
+answers cuDeviceGetPCIBusId with the old GPU's bus id (NVIDIA/cuda-checkpoint issue 48).
 """
 
 from __future__ import annotations
 
 import ctypes as C
 import json
+import re
 import sys
 import time
 
 RUNNING, LOCKED, CHECKPOINTED, FAILED = 0, 1, 2, 3  # CUprocessState
+STATES = {RUNNING: "running", LOCKED: "locked", CHECKPOINTED: "checkpointed", FAILED: "failed"}
 OUT_OF_MEMORY = 2
+GPU_UUID = re.compile(r"GPU-([0-9a-f]{8})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{12})", re.I)
 
 
 class LockArgs(C.Structure):
@@ -34,9 +45,37 @@ class Args(C.Structure):  # CUcheckpointCheckpointArgs, CUcheckpointUnlockArgs
     _fields_ = [("reserved", C.c_uint64 * 8)]
 
 
-class RestoreArgs(C.Structure):  # no GPU pairs: back onto the GPU it left
-    _fields_ = [("gpuPairs", C.c_void_p), ("gpuPairsCount", C.c_uint), ("reserved", C.c_char * 44),
+class GpuPair(C.Structure):  # CUcheckpointGpuPair
+    _fields_ = [("oldUuid", C.c_ubyte * 16), ("newUuid", C.c_ubyte * 16)]
+
+
+class RestoreArgs(C.Structure):  # no GPU pairs: back onto the GPUs it left
+    _fields_ = [("gpuPairs", C.POINTER(GpuPair)), ("gpuPairsCount", C.c_uint), ("reserved", C.c_char * 44),
                 ("reserved1", C.c_uint64)]
+
+
+def uuid_bytes(text) -> bytes:
+    m = GPU_UUID.fullmatch(text) if isinstance(text, str) else None
+    if not m:
+        raise ValueError(f"not a GPU UUID: {text!r}")
+    return bytes.fromhex("".join(m.groups()))
+
+
+def gpu_pairs(pairs) -> list[tuple[bytes, bytes]]:
+    """The request's [[old, new], ...] as UUID bytes; ValueError for anything else."""
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        raise ValueError("pairs: a list of [old GPU UUID, new GPU UUID]")
+    return [(uuid_bytes(old), uuid_bytes(new)) for old, new in pairs]
+
+
+def restore_args(pairs: list[tuple[bytes, bytes]]) -> RestoreArgs:
+    args = RestoreArgs()
+    if pairs:
+        array = (GpuPair * len(pairs))(*(GpuPair((C.c_ubyte * 16)(*old), (C.c_ubyte * 16)(*new))
+                                         for old, new in pairs))
+        args.gpuPairs, args.gpuPairsCount = C.cast(array, C.POINTER(GpuPair)), len(pairs)
+        args._array = array  # the driver reads it during the call: alive as long as the args
+    return args
 
 
 CALLS = ("cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint", "cuCheckpointProcessRestore",
@@ -80,20 +119,25 @@ class Driver:
                     "error": f"checkpoint: {self.name(r)}" + ("" if u == 0 else f"; unlock: {self.name(u)}")}
         return {"ok": True, "ms": ms, "error": None, "retry": False}
 
-    def resume(self, pid: int) -> dict:
+    def resume(self, pid: int, pairs: list[tuple[bytes, bytes]] = ()) -> dict:
         ms: dict[str, float] = {}
+        moved: dict[str, bool] = {}
         st = self.state(pid)
+        if pairs and st != CHECKPOINTED:  # unlocking it would run it on where it is, unmoved
+            return {"ok": False, "ms": ms, "retry": False,
+                    "error": f"not checkpointed: cannot move (the process is {STATES.get(st, 'unknown')})"}
         if st == CHECKPOINTED:
-            r, ms["restore"] = self.timed("cuCheckpointProcessRestore", pid, RestoreArgs())
+            r, ms["restore"] = self.timed("cuCheckpointProcessRestore", pid, restore_args(pairs))
             if r:
                 return {"ok": False, "ms": ms, "error": f"restore: {self.name(r)}",
                         "retry": r == OUT_OF_MEMORY}
+            moved = {"moved": True} if pairs else {}
             st = LOCKED
         if st == LOCKED:
             r, ms["unlock"] = self.timed("cuCheckpointProcessUnlock", pid, Args())
             if r:
-                return {"ok": False, "ms": ms, "error": f"unlock: {self.name(r)}", "retry": True}
-        return {"ok": True, "ms": ms, "error": None, "retry": False}
+                return {"ok": False, "ms": ms, "error": f"unlock: {self.name(r)}", "retry": True, **moved}
+        return {"ok": True, "ms": ms, "error": None, "retry": False, **moved}
 
 
 def serve(driver: Driver, lines, out) -> None:
@@ -104,7 +148,7 @@ def serve(driver: Driver, lines, out) -> None:
             if req["op"] == "suspend":
                 answer = driver.suspend(pid, int(req.get("timeout_ms", 10000)))
             elif req["op"] == "resume":
-                answer = driver.resume(pid)
+                answer = driver.resume(pid, gpu_pairs(req.get("pairs") or []))
             else:
                 answer = {"ok": False, "error": f"unknown op {req['op']!r}", "retry": False}
         except (ValueError, KeyError, TypeError) as e:
