@@ -4,8 +4,8 @@ nvshare-compatible flags: -T/--set-tq N, -S/--anti-thrash on|off; plus --mode au
 -T auto (the dynamic quantum), --gpu SEL (one GPU), --set-gpu-memory SIZE, --set-priority N with
 --pid PID or --client ID, the quotas --set-compute-limit PCT|none, --set-compute-share N and
 --set-memory-limit SIZE|none with --pid PID, --client ID or --pod NAMESPACE/NAME, `status [--json]`,
-`top` (a live view; --once, --json), `ping` (a cheap liveness check) and `shutdown` (an admin's:
-the scheduler exits as on SIGTERM). Exit codes: 0 ok,
+`top` (a live view; --once, --json), `ping` (a cheap liveness check), `suspend`/`resume PID`,
+`move PID --to GPU` and `shutdown` (admins': the scheduler exits as on SIGTERM). Exit codes: 0 ok,
 1 no scheduler / permission denied / failed, 2 bad usage or a bad value (a setting the scheduler
 refuses other than for permission, e.g. an unknown --gpu or --pid), 141 when stdout is a closed pipe.
 """
@@ -27,7 +27,7 @@ from ..wire.quota_ranges import (CLEAR, COMPUTE_LIMIT, COMPUTE_LIMIT_SPAN, COMPU
                                      COMPUTE_SHARE_SPAN, MEMORY_LIMIT)
 from ..wire.sizes import format_size, parse_size, size_argument
 from ..inert import inert
-from . import ctl_top
+from . import ctl_move, ctl_top
 from .ctl_render import render_status
 
 
@@ -154,15 +154,21 @@ def build_parser() -> argparse.ArgumentParser:
                          "$COLUMNS, else 200); columns that do not fit are left out")
     ctl_top.add_parser(sub, _positive_int)
     sub.add_parser("ping", help="exit 0 if the scheduler answers, 1 otherwise (a cheap health check)")
+    _add_client_commands(sub)
+    sub.add_parser("shutdown", help="stop the scheduler as SIGTERM does (admins only); its clients "
+                                    "run ungated until a scheduler answers again")
+    return p
+
+
+def _add_client_commands(sub) -> None:
+    """suspend, resume and move: commands about one client, named by its pid."""
     for name, what in (("suspend", "suspend a client whole: its memory to host, then the driver's "
                                    "checkpoint (it keeps nothing on the GPU); it resumes at its next "
                                    "GPU call or with resume (admin)"),
                        ("resume", "resume a suspended client now (admin)")):
         sp = sub.add_parser(name, help=what)
         sp.add_argument("target", type=_positive_int, metavar="PID", help="the client's process id")
-    sub.add_parser("shutdown", help="stop the scheduler as SIGTERM does (admins only); its clients "
-                                    "run ungated until a scheduler answers again")
-    return p
+    ctl_move.add_parser(sub, _positive_int)
 
 
 QUOTA_FLAGS = (("set_compute_limit", "set_compute_limit"), ("set_compute_share", "set_compute_share"),
@@ -307,6 +313,8 @@ def _main(argv: list[str] | None) -> int:
         requests.append((args.command, {}))
     if args.command in ("suspend", "resume"):
         requests.append((args.command, {"pid": args.target}))
+    if args.command == "move":
+        requests.append(ctl_move.request(args))
     if not requests and args.command != "top":
         parser.print_help()
         return 0
@@ -325,6 +333,8 @@ def _main(argv: list[str] | None) -> int:
                     return refusal_exit_code(op, error)
                 if op in ("suspend", "resume"):
                     return _said_suspend(op, reply)
+                if op == "move":
+                    return ctl_move.said(client, args, reply)
                 _print_reply(op, fields, reply, args, client.path)
             if args.command == "top":
                 return ctl_top.run(client, args)

@@ -17,7 +17,7 @@ from ...wire.protocol import (
     PRIORITY_LIMIT, Attach, Attached, MessageType, encode_json,
 )
 from . import placement, statusreply
-from ..node import pinahead, suspend
+from ..node import move, pinahead, suspend
 from ..node.access import is_admin, may_run, viewer
 from ...wire.ctlschema import (
     Choice, Field, GpuSelector, Int, Invalid, PodName, Schema, Uid, show, unsigned_max, validate,
@@ -265,6 +265,18 @@ def _suspend_op(act, verb: str):
     return op
 
 
+def op_move(state: SchedulerState, msg: dict) -> dict:
+    """Move the client a pid or client id names to the GPU `to` names (node/move.py); it goes on
+    in the background (status shows each client's `move`)."""
+    target = select_gpus(state, msg["to"])[0]
+    done = []
+    for conn in _clients(state, msg):
+        why = move.order(state, conn, target, "nvsharectl")
+        done.append({"pid": conn.pid, "client_id": conn.id, "moving": why is None, "why": why,
+                     "to": target.uuid})
+    return {"clients": done}
+
+
 OPS: dict[str, Op] = {
     "ping": Op(op_ping, admin=False),
     "shutdown": Op(op_shutdown, admin=True),
@@ -282,6 +294,9 @@ OPS: dict[str, Op] = {
         Field("pid", PID), Field("client_id", CLIENT_ID)), one_of=("pid", "client_id"))),
     "resume": Op(_suspend_op(suspend.wake, "resuming"), admin=True, schema=Schema((
         Field("pid", PID), Field("client_id", CLIENT_ID)), one_of=("pid", "client_id"))),
+    "move": Op(op_move, admin=True, schema=Schema((
+        Field("to", GPU_SELECTOR, required=True), Field("pid", PID), Field("client_id", CLIENT_ID)),
+        one_of=("pid", "client_id"))),
     "set_priority": Op(op_set_priority, admin=True, schema=Schema((
         Field("priority", PRIORITY, required=True), Field("pid", PID),
         Field("client_id", CLIENT_ID)), one_of=("pid", "client_id"))),

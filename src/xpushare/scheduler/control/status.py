@@ -76,10 +76,9 @@ def client_status(state: SchedulerState, c: Conn, now: float, viewer: Viewer,
         "declared_latency_sensitive": bool(c.hello.flags & HELLO_LATENCY_SENSITIVE),
         # held by latency-sensitive clients' bursts: how often, and for how long in all
         "held": {"count": c.held[0], "seconds": round(c.held[1], 6)},
-        "state": c.suspend.phase and ("suspended" if c.suspend.phase == "suspended" else "suspending"
-                                      if c.suspend.phase in ("moving", "checkpointing") else "resuming")
-                 or next((s for s in ("holding", "waiting") if s in states.values()), "idle"),
+        "state": _state(c, states),
         "suspend": c.suspend.view(now),
+        "move": c.suspend.move_view(now),
         "quota": {"compute_limit": None if quota.compute_limit is None
                   else round(quota.compute_limit * 100, 3),
                   "compute_share": quota.compute_share, "memory_limit": quota.memory_limit,
@@ -92,6 +91,18 @@ def client_status(state: SchedulerState, c: Conn, now: float, viewer: Viewer,
         "pod_hint": hint if full and (hint["name"] or hint["namespace"]) else None,
         "job": None if job is None or not job_shown(job) else viewer.job_label(job),
     }
+
+
+def _state(c: Conn, states: dict) -> str:
+    """A client's state: where it is in a suspension or a move (node/suspend.py, move.py), else
+    whether it holds or waits for a GPU."""
+    phase = c.suspend.phase
+    if c.suspend.move is not None:
+        return "moving"
+    if phase:
+        return {"suspended": "suspended", "moving": "suspending", "checkpointing": "suspending"}.get(
+            phase, "resuming")
+    return next((s for s in ("holding", "waiting") if s in states.values()), "idle")
 
 
 def _client_gpu(c: Conn, dev: int, g, state: str, quota, now: float) -> dict:

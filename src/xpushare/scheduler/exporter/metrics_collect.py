@@ -82,6 +82,7 @@ class ClientRow(NamedTuple):  # a tuple: a thousand are made on the loop at each
     swapped: int = 0                    # its bytes swapped out to host (RESIDENCY)
     suspended: int = 0                  # 1 while it is suspended whole (node/suspend.py)
     suspends: int = 0                   # times it was suspended
+    moves: int = 0                      # times it was moved to another GPU (node/move.py)
     queueing: tuple | None = None       # its request -> grant waits: the counts per bucket of
                                         # metrics.QUEUE_BUCKETS, then their sum (flat: see Scrape)
 
@@ -163,7 +164,7 @@ def _client_row(c, g, ident: tuple, now: float, gangs) -> ClientRow:
     q = c.quota
     share = DEFAULT_SHARE if q.compute_share is None else q.compute_share
     resident, swapped = swap.client_resident(gangs, c, g), swap.client_swapped(c, g)
-    asleep = (int(c.suspend.phase == "suspended"), c.suspend.suspends)
+    asleep = (int(c.suspend.phase == "suspended"), c.suspend.suspends, c.suspend.moves)
     st = c.locks.get(g)
     if st is None:
         return ClientRow((_index(g), g.uuid) + ident, managed, other, c.priority, 0, _NO_DROPS,
@@ -386,4 +387,6 @@ _CLIENT_FAMILIES = (  # (make a family of some clients' samples, samples per cli
             "checkpoint: nothing of it on the GPU), else 0.", lambda r: r.suspended), 1),
     (_counter("xpushare_client_suspends", "Times the client was suspended whole.",
               lambda r: r.suspends), 1),
+    (_counter("xpushare_client_moves", "Times the client was moved to another GPU of the node.",
+              lambda r: r.moves), 1),
 )

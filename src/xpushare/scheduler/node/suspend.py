@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...wire.protocol import HELLO_SUSPEND, Resumed, Suspend, SuspendStatus, encode
+from . import move
 
 if TYPE_CHECKING:
     from ..shell.connection import Conn
@@ -37,6 +38,7 @@ log = logging.getLogger("nvshare.scheduler")
 LOCK_TIMEOUT_MS = 10000   # how long a lock may wait for the client's driver calls in flight
 RESUME_RETRY = (0.2, 5.0)  # a restore that found no room: first and longest wait before trying again
 
+ON_A_GPU = "it holds or waits for a GPU"  # why_not's one passing reason (a move waits it out)
 REFUSALS = {  # SUSPEND_READY's status, as status shows it
     SuspendStatus.MANAGED: "it holds managed memory, which the driver cannot checkpoint",
     SuspendStatus.SEVERAL_GPUS: "it uses more than one GPU",
@@ -59,11 +61,19 @@ class SuspendRecord:
     resume_wanted: bool = False        # RESUME_REQ or nvsharectl resume came while checkpointing
     idle_since: float | None = None    # --suspend-idle: idle on every GPU since (monotonic)
     asked_unsuspended: bool = False    # RESUME_REQ came while not suspended here (see wake())
+    move: move.MoveOrder | None = None  # nvsharectl move, under way (move.py)
+    move_refused: str | None = None    # why the last order did not move it
+    moves: int = 0
+    last_move: dict | None = None      # the last move's GPUs and time
 
     def view(self, now: float) -> dict:
         return {"phase": self.phase, "for_seconds": round(now - self.since, 3) if self.phase else None,
                 "refused": self.refused, "ms": dict(self.ms), "suspends": self.suspends,
                 "resumes": self.resumes}
+
+    def move_view(self, now: float) -> dict:
+        return {"under_way": self.move.view(now) if self.move else None, "refused": self.move_refused,
+                "moves": self.moves, "last": self.last_move}
 
 
 class Suspender:
@@ -94,12 +104,14 @@ class Suspender:
         self.why_not = None
         return self._proc
 
-    async def call(self, op: str, pid: int) -> dict:
+    async def call(self, op: str, pid: int, **extra) -> dict:
+        """One request to the worker (extra: its other fields, such as a resume's GPU pairs)."""
         async with self._lock:
             proc = await self._worker()
             if proc is None:
                 return {"ok": False, "error": self.why_not, "retry": False}
-            proc.stdin.write(json.dumps({"op": op, "pid": pid, "timeout_ms": LOCK_TIMEOUT_MS}).encode() + b"\n")
+            request = {"op": op, "pid": pid, "timeout_ms": LOCK_TIMEOUT_MS, **extra}
+            proc.stdin.write(json.dumps(request).encode() + b"\n")
             await proc.stdin.drain()
             line = await proc.stdout.readline()
             if not line:
@@ -129,18 +141,19 @@ def why_not(state: SchedulerState, conn: Conn) -> str | None:
         return state.suspender.why_not
     gangs = state.registry.gangs
     if any(gangs.state_of(conn, g) != "idle" for g in conn.gpus()):
-        return "it holds or waits for a GPU"
+        return ON_A_GPU
     return None
 
 
-def ask(state: SchedulerState, conn: Conn, who: str) -> str | None:
-    """Send SUSPEND to conn (who: what asked, for the log); the reason it was not asked, or None."""
+def ask(state: SchedulerState, conn: Conn, who: str, flags: int = 0) -> str | None:
+    """Send SUSPEND to conn (who: what asked, for the log; flags: SUSPEND_MOVE for move.py); the
+    reason it was not asked, or None."""
     reason = why_not(state, conn)
     if reason:
         return reason
     rec = conn.suspend
     rec.phase, rec.since, rec.refused, rec.resume_wanted = "moving", time.monotonic(), None, False
-    conn.send(encode(Suspend()))
+    conn.send(encode(Suspend(flags)))
     log.info("suspend pid=%d client=%d (%s): moving its memory out", conn.pid, conn.id, who)
     return None
 
@@ -153,6 +166,7 @@ def on_ready(state: SchedulerState, conn: Conn, status: int) -> None:
         rec.phase = None
         rec.refused = REFUSALS.get(status, f"status {status}")
         log.info("suspend pid=%d client=%d refused: %s", conn.pid, conn.id, rec.refused)
+        move.refused(state, conn, "busy" if status == SuspendStatus.BUSY else rec.refused)
         return
     rec.phase = "checkpointing"
     asyncio.get_running_loop().create_task(_checkpoint(state, conn))
@@ -167,18 +181,21 @@ async def _checkpoint(state: SchedulerState, conn: Conn) -> None:
         log.warning("suspend pid=%d client=%d failed: %s; it runs on", conn.pid, conn.id, rec.refused)
         if not conn.closed:
             conn.send(encode(Resumed()))
+        move.give_up(state, conn, f"it could not be checkpointed: {rec.refused}")
         return
     rec.phase, rec.since = "suspended", time.monotonic()
     rec.suspends += 1
     log.info("suspended pid=%d client=%d: lock %.1f ms, checkpoint %.1f ms", conn.pid, conn.id,
              rec.ms.get("lock", 0), rec.ms.get("checkpoint", 0))
-    if rec.resume_wanted:
+    if rec.resume_wanted and rec.move is None:  # under an order, move.py restores it
         await _resume(state, conn)
 
 
 def wake(state: SchedulerState, conn: Conn, who: str) -> str | None:
     """Resume conn (its RESUME_REQ, or nvsharectl resume): the reason nothing is done, or None."""
     rec = conn.suspend
+    if rec.move is not None:
+        return None  # restored by the move, onto its new GPU or, failing that, where it was
     if rec.phase in ("checkpointing", "moving"):
         rec.resume_wanted = True  # after the checkpoint (the library answers BUSY while moving)
         return None
@@ -194,26 +211,45 @@ def wake(state: SchedulerState, conn: Conn, who: str) -> str | None:
     return None
 
 
-async def _resume(state: SchedulerState, conn: Conn) -> None:
-    """Restore and unlock; a restore that found no room is tried again (never left stuck)."""
+async def _resume(state: SchedulerState, conn: Conn, first: dict | None = None) -> None:
+    """Restore and unlock; a restore that found no room is tried again (never left stuck).
+    first: the answer of a try already made (resume_moved's); one that moved the process makes
+    the RESUMED say so, however many tries the unlock takes."""
     rec = conn.suspend
-    was_suspended = rec.phase == "suspended"
+    was_suspended = rec.phase in ("suspended", "resuming")
     rec.phase, wait = "resuming", RESUME_RETRY[0]
+    answer, moved = first, bool(first and first.get("moved"))
     while not conn.closed:
-        answer = await state.suspender.call("resume", conn.pid)
-        if answer.get("ok"):
+        if answer is not None and answer.get("ok"):
             rec.ms.update(answer.get("ms") or {})
             break
-        log.warning("resume pid=%d client=%d: %s; trying again in %.1f s", conn.pid, conn.id,
-                    answer.get("error"), wait)
-        await asyncio.sleep(wait)
-        wait = min(wait * 2, RESUME_RETRY[1])
+        if answer is not None:
+            log.warning("resume pid=%d client=%d: %s; trying again in %.1f s", conn.pid, conn.id,
+                        answer.get("error"), wait)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, RESUME_RETRY[1])
+        answer = await state.suspender.call("resume", conn.pid)
     rec.phase, rec.resume_wanted = None, False
     rec.resumes += was_suspended
+    frame = move.finished(conn) if moved else encode(Resumed())
     if not conn.closed:
-        conn.send(encode(Resumed()))
+        conn.send(frame)
         log.info("resumed pid=%d client=%d: restore %.1f ms, unlock %.1f ms", conn.pid, conn.id,
                  rec.ms.get("restore", 0), rec.ms.get("unlock", 0))
+
+
+async def resume_moved(state: SchedulerState, conn: Conn) -> None:
+    """Restore a client under an order onto its target (move.py). A restore there that fails
+    restores it where it was, as any resume (never left checkpointed), and what it asked
+    meanwhile goes to the policy then."""
+    conn.suspend.phase = "resuming"
+    answer = await state.suspender.call("resume", conn.pid, pairs=move.pairs(conn))
+    if answer.get("ok") or answer.get("moved"):  # moved: only its unlock is left to try again
+        await _resume(state, conn, answer)
+        return
+    mv = move.give_up(state, conn, f"the restore there failed: {answer.get('error')}", running=False)
+    await _resume(state, conn)
+    move.replay(state, conn, mv)
 
 
 def idle_round(state: SchedulerState, after: float, now: float) -> None:

@@ -19,7 +19,7 @@ from ...wire.protocol import (
     MemUpdate, MessageType, ProtocolError, Released, ReleaseReason, Residency, Settings, Welcome,
     encode, encode_error, encode_json,
 )
-from ..node import access, latency, metrics, pinahead, suspend, swap
+from ..node import access, latency, metrics, move, pinahead, suspend, swap
 from ..control import ops
 from ..node.jobinfo import job_info
 from ..policy import SwitchReport, claimed_latency_sensitive, claimed_priority, raises
@@ -135,6 +135,9 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
 def on_req_lock(state: SchedulerState, conn: Conn, msg: LockRequest) -> None:
     _require_hello(conn)
     if gpu := _attached_gpu(conn, msg.device):
+        if move.holds_back(conn, gpu):  # it is being moved off gpu: granted there no more
+            log.debug("request pid=%d gpu=%s held back: it is being moved", conn.pid, gpu.label)
+            return
         log.debug("request pid=%d gpu=%s", conn.pid, gpu.label)
         metrics.requested(conn, gpu, state.registry.now())
         state.registry.request(conn, gpu)
