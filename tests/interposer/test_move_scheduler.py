@@ -13,7 +13,7 @@ import pytest
 from sched_harness import FakeClient, SchedulerProcess, make_socket_dir, uuid
 from xpushare.wire.protocol import (
     DROP_EVICT, HELLO_MOVE, HELLO_SUSPEND, HELLO_SWAP, RESUMED_MOVED, SUSPEND_MOVE, DropReason,
-    MessageType, SuspendReady, SuspendStatus, encode,
+    MessageType, ResumeRequest, SuspendReady, SuspendStatus, encode,
 )
 from testkit.waiting import poll
 
@@ -171,3 +171,32 @@ def test_a_move_names_a_gpu_the_node_has(node):
     c = _client(sched)
     reply = _move(sched, c, 7)
     assert not reply["ok"] and "no GPU matches 7" in reply["error"]
+
+
+@pytest.mark.parametrize("flag, others, moved", [
+    (True, {0: 10}, True),            # its GPU full, the other free: moved there
+    (False, {0: 10}, False),          # the policy off
+    (True, {0: 2}, False),            # room where it is
+    (True, {0: 10, 1: 10}, False),    # no room anywhere: restored where it was
+])
+def test_move_suspended_restores_a_client_whose_gpu_is_full_where_there_is_room(node, flag, others, moved):
+    sched, log = node(args=("--move-suspended",) if flag else ())
+    a = _client(sched)
+    a.mem_update(0, other=10 * GiB)
+    with FakeClient(sched.socket) as admin:
+        assert admin.ctl("suspend", client_id=a.client_id)["clients"][0]["suspending"]
+    a.expect(MessageType.SUSPEND)
+    _ready(a)
+    poll(lambda: _status(sched, a)["suspend"]["phase"] == "suspended", 10, what="suspended")
+    crowd = []
+    for gpu, gib in others.items():
+        c = FakeClient(sched.socket)
+        c.hello(flags=MOVABLE)
+        c.attach(gpu, uuid(gpu), name="Mock H200")
+        c.mem_update(gpu, other=gib * GiB)
+        c.ctl("status")  # its footprint is counted before a asks to run
+        crowd.append(c)
+    a.send_raw(encode(ResumeRequest(0, 0)))
+    resumed = a.expect(MessageType.RESUMED, timeout=10)
+    assert bool(resumed.flags & RESUMED_MOVED) == moved
+    assert [m for _, _, m in _steps(log) if m] == (["0>1"] if moved else [])

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from sched_harness import GiB, uuid
-from xpushare.scheduler.control.placement import GpuLoad, PlacementError, choose, rank, reason
+from xpushare.scheduler.control.placement import GpuLoad, PlacementError, choose, new_home, rank, reason
 
 
 def gpu(index, used=0, waiters=0, holders=0, committed=0.0, capacity=80 * GiB, healthy=True):
@@ -106,3 +106,31 @@ def test_random_placements_take_distinct_healthy_gpus_and_never_a_dominated_one(
             for taken in chosen:
                 if out.key(memory)[:4] == taken.key(memory)[:4]:
                     assert taken.index < out.index
+
+
+# new_home: (what, the source GPU, the others, need, mine, the index chosen or None)
+HOMES = [
+    ("room where it is: it stays", gpu(0, used=60 * GiB), [gpu(1)], 20 * GiB, 10 * GiB, None),
+    ("its own memory counts as room where it is", gpu(0, used=75 * GiB), [gpu(1)], 15 * GiB,
+     10 * GiB, None),
+    ("full where it is: the best GPU that fits", gpu(0, used=90 * GiB),
+     [gpu(1, used=70 * GiB), gpu(2, used=10 * GiB, waiters=1), gpu(3, used=20 * GiB)], 20 * GiB,
+     10 * GiB, 3),
+    ("full everywhere: it stays", gpu(0, used=90 * GiB), [gpu(1, used=70 * GiB)], 20 * GiB,
+     10 * GiB, None),
+    ("never an unhealthy GPU", gpu(0, used=90 * GiB), [gpu(1, healthy=False)], 20 * GiB, 10 * GiB,
+     None),
+    ("never a GPU of unknown capacity", gpu(0, used=90 * GiB), [gpu(1, capacity=0)], 20 * GiB,
+     10 * GiB, None),
+    ("unknown capacity where it is: nothing says it is full", gpu(0, capacity=0, used=90 * GiB),
+     [gpu(1)], 20 * GiB, 10 * GiB, None),
+    ("the source is never its own new home", gpu(0, used=90 * GiB), [gpu(0, used=90 * GiB)],
+     20 * GiB, 10 * GiB, None),
+]
+
+
+@pytest.mark.parametrize("what, source, others, need, mine, expected", HOMES, ids=[h[0] for h in HOMES])
+def test_new_home_moves_a_client_only_off_a_full_gpu_onto_one_it_fits(what, source, others, need,
+                                                                     mine, expected):
+    home = new_home([source, *others], source, need, mine)
+    assert (home and home.index) == expected

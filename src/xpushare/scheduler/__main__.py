@@ -146,6 +146,10 @@ def _add_suspend_arguments(p: argparse.ArgumentParser) -> None:
                         "on the GPU, its context included) once it has been idle on all its GPUs "
                         "this long; it resumes at its next GPU call. 0: only `nvsharectl suspend` "
                         "(default: 0)")
+    p.add_argument("--move-suspended", action="store_true",
+                   help="when a suspended client's application wants to run and its GPU has no "
+                        "room for it, move it to a GPU of the same chip type that has (as "
+                        "`nvsharectl move` does; driver 580+)")
     p.add_argument("--no-suspend", action="store_true",
                    help="never suspend clients (the scheduler may lack what a checkpoint controller "
                         "needs: the clients' user or CAP_SYS_PTRACE, their PID namespace)")
@@ -310,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                     nvml=not args.no_nvml, client_log_limit=args.client_log_limit,
                     suspend_idle=0.0 if args.no_suspend else args.suspend_idle,
                     cuda_library=args.cuda_library, suspend=not args.no_suspend,
+                    move_suspended=args.move_suspended and not args.no_suspend,
                     latency_queue_ms=args.latency_queue_ms, latency_hold_ms=args.latency_hold_ms,
                     pin_ahead=not args.no_pin_ahead)
     if args.reserve[1] is not None:

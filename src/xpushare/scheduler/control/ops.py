@@ -206,14 +206,14 @@ def op_place(state: SchedulerState, msg: dict) -> dict:
     user: it changes nothing and tells less than status does."""
     memory = msg.get("memory", 0)
     try:
-        chosen = placement.choose(_loads(state), msg["count"], memory)
+        chosen = placement.choose(gpu_loads(state), msg["count"], memory)
     except placement.PlacementError as e:
         raise CtlError(str(e)) from None
     return {"gpus": [{"index": g.index, "uuid": g.uuid} for g in chosen],
             "why": [placement.reason(g, memory) for g in chosen]}
 
 
-def _loads(state: SchedulerState) -> list[placement.GpuLoad]:
+def gpu_loads(state: SchedulerState) -> list[placement.GpuLoad]:
     """Each GPU's load as placement reads it. Only GPUs from NVML are placed on: a client-made one
     may be a device this node's CUDA cannot see, and is forgotten with its last client."""
     attached: dict[Gpu, list[Conn]] = {}

@@ -62,6 +62,17 @@ def rank(loads: list[GpuLoad], memory: int = 0) -> list[GpuLoad]:
     return sorted((g for g in loads if g.healthy), key=lambda g: g.key(memory))
 
 
+def new_home(loads: list[GpuLoad], source: GpuLoad, need: int, mine: int) -> GpuLoad | None:
+    """Where a client that needs `need` bytes (its memory and context) should go instead of
+    `source`, whose load counts `mine` of them (its memory): None while source has the room, else
+    the best of `loads` (GPUs of its chip type only: the caller's) that fits it, if any."""
+    if source.free is None or source.free + mine >= need:
+        return None
+    fitting = [g for g in loads if g.uuid != source.uuid and g.fits(need) and g.free is not None]
+    ranked = rank(fitting, need)
+    return ranked[0] if ranked else None
+
+
 def choose(loads: list[GpuLoad], count: int, memory: int = 0) -> list[GpuLoad]:
     """The `count` best GPUs, best first; PlacementError when fewer are known."""
     if count < 1:

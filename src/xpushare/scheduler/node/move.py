@@ -109,6 +109,23 @@ def order(state: SchedulerState, conn: Conn, target: Gpu, who: str) -> str | Non
     return None
 
 
+def new_home(state: SchedulerState, conn: Conn) -> Gpu | None:
+    """--move-suspended: the GPU of the same chip type a suspended client should be restored on
+    because its own has no room for it now (control/placement.py decides), or None."""
+    from ..control import ops, placement  # the loads as placement reads them
+    gpus = conn.gpus()
+    if len(gpus) != 1:
+        return None
+    source = next(iter(gpus))
+    loads = {g.uuid: g for g in ops.gpu_loads(state)}
+    same = [loads[g.uuid] for g in state.registry.in_order()
+            if g.uuid in loads and g.name and g.name == source.name]
+    mine = _footprint(conn, source)
+    home = placement.new_home(same, loads[source.uuid], mine + CONTEXT_RESERVE, mine)
+    target = home and state.registry.get(home.uuid)
+    return target if target is not None and why_not(state, conn, target) is None else None
+
+
 def holds_back(conn: Conn, gpu: Gpu) -> bool:
     """A REQ_LOCK of conn for gpu is held back from the policy (an order moves it off gpu)."""
     mv = conn.suspend.move

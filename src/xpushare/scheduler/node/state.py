@@ -49,6 +49,7 @@ class Config:
     suspend_idle: float = 0.0                             # --suspend-idle SECONDS; 0 = never by itself
     cuda_library: str = "libcuda.so.1"                    # --cuda-library: the checkpoint worker's driver
     suspend: bool = True                                  # not --no-suspend
+    move_suspended: bool = False                          # --move-suspended (move.py)
     latency_queue_ms: float = latency.QUEUE_MS            # --latency-queue-ms
     latency_hold_ms: float = latency.HOLD_MS              # --latency-hold-ms; 0 = no holds
     pin_ahead: bool = True                                # not --no-pin-ahead (pinahead.py)
