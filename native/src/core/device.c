@@ -47,6 +47,10 @@ void nvs_devices_init(void)
     pthread_mutex_unlock(&nvs_g.mu);
 }
 
+/* nvs_dev_read_identity's buffers are the record's fields */
+_Static_assert(sizeof(((nvs_dev *)0)->uuid) == 48 && sizeof(((nvs_dev *)0)->name) == 96,
+               "nvs_dev_read_identity's sizes");
+
 static void format_uuid(char *out, size_t cap, const CUuuid *u)
 {
     const unsigned char *b = (const unsigned char *)u->bytes;
@@ -54,6 +58,23 @@ static void format_uuid(char *out, size_t cap, const CUuuid *u)
              "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
              b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
              b[14], b[15]);
+}
+
+int nvs_dev_read_identity(CUdevice ordinal, char uuid[48], char name[96], uint64_t *physical)
+{
+    CUuuid u;
+    memset(&u, 0, sizeof(u));
+    uuid[0] = 0;
+    int read = nvs_drv.cuDeviceGetUuid_v2(&u, ordinal) == CUDA_SUCCESS ||
+               nvs_drv.cuDeviceGetUuid(&u, ordinal) == CUDA_SUCCESS;
+    if (read) format_uuid(uuid, 48, &u);
+    if (nvs_drv.cuDeviceGetName(name, 96, ordinal) != CUDA_SUCCESS) name[0] = 0;
+    name[95] = 0;
+    size_t total = 0;
+    nvs_fn_cuDeviceTotalMem_v2 fn = NVS_REAL(cuDeviceTotalMem_v2, NVS_IDX_cuDeviceTotalMem_v2);
+    if (!fn || fn(&total, ordinal) != CUDA_SUCCESS) total = 0;
+    *physical = total;
+    return read ? 0 : -1;
 }
 
 nvs_dev *nvs_dev_touch(CUdevice ordinal)
@@ -67,18 +88,9 @@ nvs_dev *nvs_dev_touch(CUdevice ordinal)
     if (ready) return d;
 
     /* Learn about it without holding our lock over driver calls. */
-    CUuuid u;
-    memset(&u, 0, sizeof(u));
     char uuid[48] = "", name[96] = "";
-    if (nvs_drv.cuDeviceGetUuid_v2(&u, ordinal) == CUDA_SUCCESS ||
-        nvs_drv.cuDeviceGetUuid(&u, ordinal) == CUDA_SUCCESS)
-        format_uuid(uuid, sizeof(uuid), &u);
-    if (nvs_drv.cuDeviceGetName(name, (int)sizeof(name), ordinal) != CUDA_SUCCESS) name[0] = 0;
-    name[sizeof(name) - 1] = 0;
-    size_t physical = 0;
-    nvs_fn_cuDeviceTotalMem_v2 total =
-        NVS_REAL(cuDeviceTotalMem_v2, NVS_IDX_cuDeviceTotalMem_v2);
-    if (!total || total(&physical, ordinal) != CUDA_SUCCESS) physical = 0;
+    uint64_t physical;
+    nvs_dev_read_identity(ordinal, uuid, name, &physical); /* a uuid it could not read stays "" */
 
     int fresh = 0;
     pthread_mutex_lock(&nvs_g.mu);
@@ -94,7 +106,8 @@ nvs_dev *nvs_dev_touch(CUdevice ordinal)
     }
     pthread_mutex_unlock(&nvs_g.mu);
     if (fresh) {
-        NVS_DEBUG("device %d: %s \"%s\", %zu bytes", ordinal, uuid, name, physical);
+        NVS_DEBUG("device %d: %s \"%s\", %llu bytes", ordinal, uuid, name,
+                  (unsigned long long)physical);
         nvs_client_ensure_started(); /* first use of a device: register / ATTACH it */
         nvs_client_wake();
     }

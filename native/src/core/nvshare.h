@@ -242,6 +242,11 @@ static inline nvs_ctxrec *nvs_ctx_first(nvs_dev *d)
 #define NVS_FOR_EACH_CTX(d, r) for (nvs_ctxrec *r = nvs_ctx_first(d); r; r = r->dev_next)
 nvs_ctxrec *nvs_current_rec(void) NVS_HIDDEN;             /* current context's record or NULL */
 nvs_dev *nvs_dev_touch(CUdevice ordinal) NVS_HIDDEN;      /* learn uuid/name/physical once */
+/* What the driver says the device of that ordinal is now, into buffers the size of nvs_dev's uuid
+ * ("GPU-...") and name, and its physical memory: returns 0, or -1 when the uuid could not be read
+ * (uuid "", the rest as read). Driver calls: never with nvs_g.mu held. */
+int nvs_dev_read_identity(CUdevice ordinal, char uuid[48], char name[96],
+                          uint64_t *physical) NVS_HIDDEN;
 void nvs_dev_attach_wait(nvs_dev *d) NVS_HIDDEN;          /* <= 1 s for ATTACHED, once */
 uint64_t nvs_dev_limit(const nvs_dev *d, int *capped) NVS_HIDDEN;
 /* The same rule without a device record: `physical` bytes, the scheduler's capacity (0 = none). */

@@ -77,6 +77,7 @@ static inline __attribute__((always_inline)) void *nvs_gate_begin(nvs_gate *g, i
         /* COLD: may not run. Back off, wait for the lock (or pass a capture through). */
         atomic_fetch_sub_explicit(&d->inflight, 1, memory_order_seq_cst);
         if (nvs_gate_wait(d, s, per_thread)) return nvs_real[idx];
+        nvs_suspend_check(); /* suspended while it waited (a move): the driver would block it */
     }
 }
 

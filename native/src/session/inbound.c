@@ -214,17 +214,28 @@ static void on_evict(nvs_dev *d, const unsigned char *p, uint32_t len, uint64_t 
               d->lock_state == NVS_LOCK_HELD ? "holding it: nothing to move" : "idle");
 }
 
-/* SUSPEND / RESUMED: suspend.c's (answered in the next round). */
+/* SUSPEND / RESUMED: suspend.c's (answered in the next round); with MOVE / MOVED, of a move to
+ * another GPU. */
 static void on_suspend(nvs_dev *none, const unsigned char *p, uint32_t len, uint64_t now)
 {
-    (void)none, (void)p, (void)len, (void)now;
-    nvs_suspend_on_request();
+    (void)none, (void)len, (void)now;
+    struct nvs_suspend m;
+    memcpy(&m, p, sizeof(m));
+    if (m.flags & NVS_SUSPEND_MOVE)
+        nvs_suspend_on_move_request();
+    else
+        nvs_suspend_on_request();
 }
 
 static void on_resumed(nvs_dev *none, const unsigned char *p, uint32_t len, uint64_t now)
 {
-    (void)none, (void)p, (void)len, (void)now;
-    nvs_suspend_on_resumed();
+    (void)none, (void)len, (void)now;
+    struct nvs_resumed m;
+    memcpy(&m, p, sizeof(m));
+    if (m.flags & NVS_RESUMED_MOVED)
+        nvs_suspend_on_moved();
+    else
+        nvs_suspend_on_resumed();
 }
 
 /* LIMITS: the process's limits from now on (quota.c); memory already held stays. */

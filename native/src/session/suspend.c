@@ -11,13 +11,32 @@
  * oversubscription, or the program's own), more than one GPU; nor a process that holds a lock, has
  * work in flight or a capture open. SUSPEND_READY then names the reason and nothing changes.
  *
+ * A move to another GPU (SUSPEND with SUSPEND_MOVE) is such a suspension that the scheduler's
+ * restore ends on the other GPU, under the same ordinal. A lock request of ours may be outstanding
+ * (an application thread waits at the gate): the scheduler holds it back and drops it, and it is
+ * asked again on the new GPU. An application thread that calls in meanwhile does not refuse it
+ * (nor asks to run: the restore follows the checkpoint at once). RESUMED with RESUMED_MOVED, after
+ * a move or after any suspension (a suspended process may be restored elsewhere), says the
+ * restore moved the process: before any application thread runs, the client thread reads each
+ * device's identity again (driver calls: never in the message handler, which runs under nvs_g.mu)
+ * and a device whose uuid changed becomes the new GPU's: its ATTACH goes out again (before its
+ * REQ_LOCK, as in every round), with no capacity of the scheduler's until the ATTACHED. Swapped-out
+ * memory needs nothing: its host copies are the device's bytes, and the grant's swap-in maps it on
+ * whatever GPU the ordinal names (one of the same chip type: the allocation granularity vmm.c keeps
+ * per ordinal stays true). A uuid that cannot be read keeps the old identity (a warning). RESUMED
+ * without RESUMED_MOVED (a move that failed, restored where it was) reads nothing again, and a
+ * request outstanding stands: the scheduler passes it on.
+ *
  * While suspended the client thread makes no driver call (the driver blocks every call of a locked
- * process): session.c's round only reads the socket and, when the application waits or after a
- * reconnection (a new scheduler does not know that this process is checkpointed), sends RESUME_REQ.
+ * process): session.c's round only reads the socket and, when the application waits (not in a
+ * move) or after a reconnection (a new scheduler does not know that this process is checkpointed),
+ * sends RESUME_REQ.
  *
  * Locking: `nvs_suspended` is an atomic the wrappers read (one relaxed load); the rest is
  * nvs_g.mu's.
  */
+#include <string.h>
+
 #include "core/nvshare.h"
 #include "gate/capture.h"
 #include "memory/memory.h"
@@ -32,6 +51,8 @@ static int suspend_pending; /* SUSPEND arrived: answered in the next round */
 static int resume_wanted;   /* an application thread waits to run */
 static int resume_sent;     /* RESUME_REQ sent on this connection */
 static int reconnected;     /* a WELCOME came while suspended: that scheduler must hear of it */
+static int moving;          /* this suspension is a move to another GPU (SUSPEND_MOVE) */
+static int moved;           /* RESUMED_MOVED came: identities are read again before it runs */
 
 static nvs_outbox out; /* client thread */
 
@@ -52,16 +73,35 @@ void nvs_suspend_wait(void)
 void nvs_suspend_on_request(void)
 {
     suspend_pending = 1;
+    moving = 0;
     /* the swap-out that comes first pins what the pinner has not; after it the pinner would only
      * call the driver while it checkpoints the process */
     NVS_FOR_EACH_DEV(d) nvs_swap_prepare(d, 0);
 }
 
+void nvs_suspend_on_move_request(void)
+{
+    nvs_suspend_on_request();
+    moving = 1;
+}
+
 void nvs_suspend_on_resumed(void)
 {
     if (atomic_exchange(&nvs_suspended, 0)) NVS_DEBUG("resumed by the scheduler");
-    suspend_pending = resume_wanted = resume_sent = reconnected = 0;
+    suspend_pending = resume_wanted = resume_sent = reconnected = moving = 0; /* `moved` stays */
     pthread_cond_broadcast(&nvs_g.cv);
+}
+
+void nvs_suspend_on_moved(void)
+{
+    /* only a checkpointed process can have moved; the rest is the client thread's (learn_where) */
+    if (!atomic_load(&nvs_suspended)) {
+        nvs_suspend_on_resumed();
+        return;
+    }
+    moved = 1;
+    suspend_pending = moving = 0; /* a SUSPEND from now on is another one */
+    NVS_DEBUG("resumed by the scheduler on another GPU");
 }
 
 void nvs_suspend_on_connect(void)
@@ -78,11 +118,14 @@ static uint32_t refusal_locked(void)
     NVS_FOR_EACH_DEV(d) {
         if (!nvs_ctx_first(d)) continue;
         devices++;
-        if (d->lock_state != NVS_LOCK_IDLE || d->want || atomic_load(&d->inflight) > 0)
-            return NVS_SUSPEND_STATUS_BUSY;
+        /* a move takes a request still outstanding (a thread waiting at the gate, asking again
+         * on the new GPU), never a lock held or draining */
+        int asks = moving ? d->lock_state == NVS_LOCK_HELD
+                          : d->lock_state != NVS_LOCK_IDLE || d->want;
+        if (asks || atomic_load(&d->inflight) > 0) return NVS_SUSPEND_STATUS_BUSY;
     }
     if (devices > 1) return NVS_SUSPEND_STATUS_SEVERAL_GPUS;
-    if (nvs_capture_any() || resume_wanted) return NVS_SUSPEND_STATUS_BUSY;
+    if (nvs_capture_any() || (resume_wanted && !moving)) return NVS_SUSPEND_STATUS_BUSY;
     if (nvs_alloc_holds_managed()) return NVS_SUSPEND_STATUS_MANAGED;
     return NVS_SUSPEND_STATUS_READY;
 }
@@ -118,6 +161,57 @@ static uint32_t move_everything_out(void)
     return status;
 }
 
+/* ------------------------------------------------------------------ after a move */
+/* nvs_g.mu held. d is the new GPU's under the same ordinal: the scheduler hears of it as of a
+ * device first used (ATTACH, then its footprint), and what the old GPU's scheduler side said of
+ * it is forgotten. */
+static void became(nvs_dev *d, const char *uuid, const char *name, uint64_t physical)
+{
+    NVS_DEBUG("device %d moved: %s -> %s", d->ordinal, d->uuid, uuid);
+    memcpy(d->uuid, uuid, sizeof(d->uuid));
+    memcpy(d->name, name, sizeof(d->name));
+    d->physical = physical;
+    d->attach_sent = d->attached = d->attach_waited = 0; /* ATTACH in the next round */
+    atomic_store(&d->sched_capacity, 0);                 /* until its ATTACHED */
+    d->nobody_waits = 0;
+    atomic_store(&d->pitch_align, 0);
+    d->mem.sent_valid = 0;
+    atomic_store(&d->mem.dirty, 1);
+}
+
+/* The client thread, after RESUMED_MOVED, the application's threads still waiting: each device's
+ * identity read again (outside nvs_g.mu), the moved ones updated, then they run. */
+static void learn_where(void)
+{
+    static struct {
+        int ordinal, read;
+        char uuid[48], name[96];
+        uint64_t physical;
+    } seen[NVS_MAX_DEVICES]; /* client thread */
+    int n = 0;
+    pthread_mutex_lock(&nvs_g.mu);
+    NVS_FOR_EACH_DEV(d) seen[n++].ordinal = d->ordinal;
+    pthread_mutex_unlock(&nvs_g.mu);
+    for (int i = 0; i < n; i++)
+        seen[i].read = nvs_dev_read_identity(seen[i].ordinal, seen[i].uuid, seen[i].name,
+                                             &seen[i].physical) == 0;
+    pthread_mutex_lock(&nvs_g.mu);
+    for (int i = 0; i < n; i++) {
+        nvs_dev *d = &nvs_g.dev[seen[i].ordinal];
+        /* the scheduler dropped the request it held back: asked again (after the ATTACH) */
+        if (d->lock_state == NVS_LOCK_REQUESTED) d->lock_state = NVS_LOCK_IDLE;
+        if (!seen[i].read)
+            nvs_warn("device %d: cannot read its identity after a move to another GPU; it stays "
+                     "%s", d->ordinal, d->uuid);
+        else if (strcmp(d->uuid, seen[i].uuid))
+            became(d, seen[i].uuid, seen[i].name, seen[i].physical);
+    }
+    atomic_store(&nvs_suspended, 0); /* the application runs */
+    moved = resume_wanted = resume_sent = reconnected = 0;
+    pthread_cond_broadcast(&nvs_g.cv);
+    pthread_mutex_unlock(&nvs_g.mu);
+}
+
 static void put_ready(uint32_t status)
 {
     struct nvs_suspend_ready r = {status, 0};
@@ -128,10 +222,15 @@ int nvs_suspend_round(void)
 {
     out.len = 0;
     pthread_mutex_lock(&nvs_g.mu);
+    if (moved) {
+        pthread_mutex_unlock(&nvs_g.mu);
+        learn_where();
+        return 0; /* this very round ATTACHes what moved */
+    }
     int ready = nvs_g.client_state == NVS_CLIENT_READY;
     if (atomic_load(&nvs_suspended) && !suspend_pending) {
         /* asleep: only ask to run (the application waits, or a new scheduler must learn it) */
-        if (ready && !resume_sent && (resume_wanted || reconnected)) {
+        if (ready && !resume_sent && ((resume_wanted && !moving) || reconnected)) {
             struct nvs_resume_req q = {0, 0};
             nvs_outbox_put(&out, NVS_RESUME_REQ, &q, sizeof(q));
             resume_sent = 1;
@@ -151,11 +250,13 @@ int nvs_suspend_round(void)
     pthread_mutex_unlock(&nvs_g.mu);
     if (status == NVS_SUSPEND_STATUS_READY) status = move_everything_out();
     pthread_mutex_lock(&nvs_g.mu);
-    if (status == NVS_SUSPEND_STATUS_READY && resume_wanted) status = NVS_SUSPEND_STATUS_BUSY;
+    if (status == NVS_SUSPEND_STATUS_READY && resume_wanted && !moving)
+        status = NVS_SUSPEND_STATUS_BUSY;
+    int move = moving;
     if (status != NVS_SUSPEND_STATUS_READY) nvs_suspend_on_resumed(); /* runs on as before */
     put_ready(status);
     pthread_mutex_unlock(&nvs_g.mu);
-    NVS_DEBUG("suspend asked: %s", status_name(status));
+    NVS_DEBUG("suspend%s asked: %s", move ? " for a move" : "", status_name(status));
     nvs_tx_send(&out);
     return status == NVS_SUSPEND_STATUS_READY;
 }
@@ -163,5 +264,5 @@ int nvs_suspend_round(void)
 void nvs_suspend_reset_after_fork(void)
 {
     atomic_store(&nvs_suspended, 0);
-    suspend_pending = resume_wanted = resume_sent = reconnected = 0;
+    suspend_pending = resume_wanted = resume_sent = reconnected = moving = moved = 0;
 }

@@ -194,10 +194,11 @@ static void try_connect(void)
     memset(&hello, 0, sizeof(hello));
     /* SWAP: an idle device's memory moves to host when the scheduler asks (EVICT), through the
      * swap store or, without it, the driver's prefetch (switch.c); PIN_AHEAD: the swap store's
-     * host copies are made ahead when it says a swap-out is likely (PREPARE_SWAP) */
+     * host copies are made ahead when it says a swap-out is likely (PREPARE_SWAP); MOVE: a
+     * suspension may move the process to another GPU (suspend.c) */
     hello.flags = (nvs_cfg.require_scheduler ? NVS_HELLO_REQUIRE_SCHEDULER : 0) | NVS_HELLO_SWAP |
-                  NVS_HELLO_SUSPEND | NVS_HELLO_QUEUE_BOUND | NVS_HELLO_HOLD | NVS_HELLO_WAITERS |
-                  (nvs_swap_usable() ? NVS_HELLO_PIN_AHEAD : 0) |
+                  NVS_HELLO_SUSPEND | NVS_HELLO_MOVE | NVS_HELLO_QUEUE_BOUND | NVS_HELLO_HOLD |
+                  NVS_HELLO_WAITERS | (nvs_swap_usable() ? NVS_HELLO_PIN_AHEAD : 0) |
                   (nvs_cfg.latency_sensitive ? NVS_HELLO_LATENCY_SENSITIVE : 0);
     hello.priority = nvs_cfg.priority;
     nvs_copy_field(hello.pod_name, sizeof(hello.pod_name), nvs_cfg.pod_name);
