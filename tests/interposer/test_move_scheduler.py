@@ -92,13 +92,17 @@ def test_a_holder_is_dropped_suspended_restored_on_the_other_gpu_and_granted_the
     suspend = c.expect(MessageType.SUSPEND)
     assert suspend.flags & SUSPEND_MOVE
     assert _status(sched, c)["state"] == "moving"
+    c.residency(0, resident=0, host=64 * MiB)  # its memory left the GPU, as its library reports
     _ready(c)
     resumed = c.expect(MessageType.RESUMED, timeout=10)
     assert resumed.flags & RESUMED_MOVED
     assert _steps(log) == [("Lock", 0, None), ("Checkpoint", 0, None), ("Restore", 0, "0>1"),
                            ("Unlock", 0, None)]
-    # its library attaches the GPU its ordinal names now, and asks there
+    # its library attaches the GPU its ordinal names now (its memory is out there too), and asks
     c.attach(0, uuid(1), name="Mock H200")
+    c.mem_update(0, other=64 * MiB)
+    there = _status(sched, c)["gpus"][0]
+    assert (there["uuid"], there["resident_bytes"], there["swapped_bytes"]) == (uuid(1), 0, 64 * MiB)
     _held(c)
     me = _status(sched, c)
     assert [g["uuid"] for g in me["gpus"]] == [uuid(1)]

@@ -111,6 +111,16 @@ def on_residency(state: SchedulerState, conn: Conn, gpu: Gpu, msg: Residency) ->
     registry.residency(conn, gpu, resident, refused)
 
 
+def carried_over(state: SchedulerState, conn: Conn, old: SwapRecord | None, gpu: Gpu) -> None:
+    """conn's ordinal now names gpu (a move: node/move.py): memory it had all moved out of the
+    GPU before is out on gpu too (host copies do not depend on the device), until it reports."""
+    if old is None or not old.moved_out or old.resident:
+        return
+    rec = record(conn, gpu)
+    rec.resident, rec.host, rec.moved_out, rec.at = 0, old.host, True, state.registry.now()
+    state.registry.residency(conn, gpu, 0, False)
+
+
 def reclaim_sent(conn: Conn, gpu: Gpu, now: float) -> None:
     """EVICT sent to conn for gpu (registry._carry_out): a switch begins, and it counts."""
     rec = record(conn, gpu)

@@ -110,12 +110,14 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     gpu.name = gpu.name or msg.name
     old = conn.devices.get(msg.device)
     conn.devices[msg.device] = gpu
+    was_out = None
     if old is not None and old not in conn.devices.values():  # the ordinal now names another GPU
         conn.memory.pop(old.uuid, None)
-        conn.swap.pop(old.uuid, None)
+        was_out = conn.swap.pop(old.uuid, None)
         conn.locks.pop(old, None)
         registry.detach(conn, old)
     registry.join(conn, gpu)  # its job (jobs.py) gets a seat on this GPU
+    swap.carried_over(state, conn, was_out, gpu)
     state.quotas.attached(conn, gpu)
     metrics.attached(conn, gpu, registry.now(), gpu.stats.busy)
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
