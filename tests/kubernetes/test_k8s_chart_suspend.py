@@ -28,3 +28,12 @@ def test_suspend_on_gives_the_scheduler_what_a_checkpoint_controller_needs(helm)
     from xpushare.scheduler.__main__ import build_parser
     args = build_parser().parse_args(c["args"])
     assert args.suspend_idle == 30 and not args.no_suspend
+
+
+def test_move_suspended_is_a_value_of_suspend_and_needs_it_on(helm):
+    _, off = _scheduler(helm, "--set", "scheduler.suspend.moveSuspended=true")
+    assert "--move-suspended" not in off["args"], "no suspension, nothing to move"
+    _, on = _scheduler(helm, "--set", "scheduler.suspend.enabled=true", "--set",
+                       "scheduler.suspend.moveSuspended=true")
+    from xpushare.scheduler.__main__ import build_parser
+    assert build_parser().parse_args(on["args"]).move_suspended
