@@ -58,7 +58,7 @@ class MoveOrder:
                 "for_seconds": round(now - self.since, 3)}
 
 
-def _footprint(conn: Conn, gpu: Gpu) -> int:
+def footprint(conn: Conn, gpu: Gpu) -> int:
     return sum(conn.memory.get(gpu.uuid, (0, 0)))
 
 
@@ -88,7 +88,7 @@ def why_not(state: SchedulerState, conn: Conn, target: Gpu) -> str | None:
         return (f"the chip types differ (GPU {source.label} is {source.name or 'unknown'}, "
                 f"GPU {target.label} is {target.name or 'unknown'}); the driver restores a process "
                 "only onto the same type")
-    need = _footprint(conn, source) + CONTEXT_RESERVE
+    need = footprint(conn, source) + CONTEXT_RESERVE
     if target.capacity and need > target.capacity:
         return (f"GPU {target.label} holds {target.capacity // MIB} MiB; the client needs "
                 f"{need // MIB} MiB with its context")
@@ -107,23 +107,6 @@ def order(state: SchedulerState, conn: Conn, target: Gpu, who: str) -> str | Non
     log.info("move pid=%d client=%d (%s): %s -> %s", conn.pid, conn.id, who, source.label, target.label)
     asyncio.get_running_loop().create_task(_drive(state, conn))
     return None
-
-
-def new_home(state: SchedulerState, conn: Conn) -> Gpu | None:
-    """--move-suspended: the GPU of the same chip type a suspended client should be restored on
-    because its own has no room for it now (control/placement.py decides), or None."""
-    from ..control import ops, placement  # the loads as placement reads them
-    gpus = conn.gpus()
-    if len(gpus) != 1:
-        return None
-    source = next(iter(gpus))
-    loads = {g.uuid: g for g in ops.gpu_loads(state)}
-    same = [loads[g.uuid] for g in state.registry.in_order()
-            if g.uuid in loads and g.name and g.name == source.name]
-    mine = _footprint(conn, source)
-    home = placement.new_home(same, loads[source.uuid], mine + CONTEXT_RESERVE, mine)
-    target = home and state.registry.get(home.uuid)
-    return target if target is not None and why_not(state, conn, target) is None else None
 
 
 def holds_back(conn: Conn, gpu: Gpu) -> bool:

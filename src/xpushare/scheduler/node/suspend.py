@@ -203,10 +203,6 @@ def wake(state: SchedulerState, conn: Conn, who: str) -> str | None:
         return None
     if rec.phase is None and (who != "its application" or rec.asked_unsuspended):
         return "it is not suspended"
-    if rec.phase == "suspended" and who == "its application" and state.config.move_suspended:
-        target = move.new_home(state, conn)
-        if target is not None and move.order(state, conn, target, "--move-suspended: its GPU is full") is None:
-            return None
     # A client that says it is suspended while this scheduler never suspended it was suspended by
     # the one before (which died): it is restored once, whatever it says afterwards.
     rec.asked_unsuspended = rec.asked_unsuspended or rec.phase is None

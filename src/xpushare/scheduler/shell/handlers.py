@@ -20,7 +20,7 @@ from ...wire.protocol import (
     encode, encode_error, encode_json,
 )
 from ..node import access, latency, metrics, move, pinahead, suspend, swap
-from ..control import ops
+from ..control import ops, rehome
 from ..node.jobinfo import job_info
 from ..policy import SwitchReport, claimed_latency_sensitive, claimed_priority, raises
 from ..node.registry import Gpu, Refused, lock_log
@@ -248,7 +248,8 @@ def on_suspend_ready(state: SchedulerState, conn: Conn, msg: SuspendReady) -> No
 
 def on_resume_req(state: SchedulerState, conn: Conn, msg: ResumeRequest) -> None:
     _require_hello(conn)
-    suspend.wake(state, conn, "its application")
+    if not rehome.moved_instead(state, conn):  # --move-suspended: restored where there is room
+        suspend.wake(state, conn, "its application")
 
 
 def on_ctl(state: SchedulerState, conn: Conn, msg: dict) -> None:
