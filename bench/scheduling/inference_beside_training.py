@@ -170,8 +170,8 @@ def run_arm(arm: str, cfg: dict, python: str, lib: Path | None, dry_run: bool,
         if "server" in progs:
             runs["server"] = progs["server"].wait(cfg["timeout_s"]).check()
             out["server"] = runs["server"].result
-        else:  # training alone: as long as the server's schedule
-            time.sleep(cfg["duration_s"])
+        else:  # training alone: as long as the server's schedule, or --training-alone-s
+            time.sleep(min(cfg["duration_s"], cfg.get("training_alone_s") or cfg["duration_s"]))
         if "trainer" in progs:
             (work / "stop").touch()
             runs["trainer"] = progs["trainer"].wait(60).check()
@@ -305,7 +305,7 @@ def run(args) -> dict:
         cfg = {**config, "requests": args.requests, "seed": args.seed, "stand_in": args.dry_run,
                "idle_release_ms": args.server_idle_release_ms, "latency_queue_ms": args.latency_queue_ms,
                "lib_env": lib_env, "native_roles": args.native_role or [], "cpus": cpus or {},
-               "trainer": args.trainer,
+               "trainer": args.trainer, "training_alone_s": args.training_alone_s,
                "stand_in_ms": 2.0, "duration_s": duration, "timeout_s": 120 + 20 * duration}
         runs: dict[str, list[dict]] = {}
         for rep, arm in arm_order(args.reps, args.arms):
@@ -343,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an extra variable for the programs under the library (server: or trainer: only)")
     p.add_argument("--native-role", choices=("server", "trainer"), action="append",
                    help="run this program without the library in the library arms too")
+    p.add_argument("--training-alone-s", type=positive(float), metavar="S",
+                   help="run the training_alone baseline this long at most (a rate: steps per "
+                        "second; default: as long as the server's schedule)")
     p.add_argument("--trainer", choices=("large", "small"), default="large",
                    help="the training job: large kernels (default) or a launch-bound small MLP")
     p.add_argument("--pin", action="store_true",
