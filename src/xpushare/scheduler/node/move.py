@@ -120,13 +120,14 @@ def holds_back(conn: Conn, gpu: Gpu) -> bool:
 
 async def _drive(state: SchedulerState, conn: Conn) -> None:
     """Steps 1-2 of the top of the file, looked at every MOVE_POLL_S; suspend.py takes it from the
-    checkpoint on (restore_pairs, finished)."""
+    checkpoint on (resume_moved, then finished)."""
     from . import suspend  # suspend.py calls back into this module
     mv = conn.suspend.move
     gangs = state.registry.gangs
     while not conn.closed and conn.suspend.move is mv and mv.step != "restoring":
         rec = conn.suspend
-        if time.monotonic() - mv.since > MOVE_TIMEOUT_S:
+        if rec.phase is None and time.monotonic() - mv.since > MOVE_TIMEOUT_S:  # once suspending,
+            # the suspension's own steps bound it (a large process may take its time to leave)
             give_up(state, conn, f"it did not let go of GPU {mv.source.label} within {MOVE_TIMEOUT_S:g} s")
             return
         if rec.phase == "suspended":  # suspended before the order, or by its step 2
