@@ -12,7 +12,8 @@ import pytest
 
 from sched_harness import FakeClient, SchedulerProcess, make_socket_dir, uuid
 from xpushare.wire.protocol import (
-    DROP_EVICT, HELLO_MOVE, HELLO_SUSPEND, HELLO_SWAP, RESUMED_MOVED, SUSPEND_MOVE, DropReason,
+    DROP_EVICT, HELLO_LATENCY_SENSITIVE, HELLO_MOVE, HELLO_QUEUE_BOUND, HELLO_SUSPEND, HELLO_SWAP,
+    RESUMED_MOVED, SUSPEND_MOVE, DropReason,
     MessageType, ResumeRequest, SuspendReady, SuspendStatus, encode,
 )
 from testkit.waiting import poll
@@ -181,6 +182,7 @@ def test_a_move_names_a_gpu_the_node_has(node):
     (True, {0: 10}, True),            # its GPU full, the other free: moved there
     (False, {0: 10}, False),          # the policy off
     (True, {0: 2}, False),            # room where it is
+    (True, {0: 4}, False),            # room where it is, to within its context: 10.75 + 4.75 of 16
     (True, {0: 10, 1: 10}, False),    # no room anywhere: restored where it was
 ])
 def test_move_suspended_restores_a_client_whose_gpu_is_full_where_there_is_room(node, flag, others, moved):
@@ -204,3 +206,40 @@ def test_move_suspended_restores_a_client_whose_gpu_is_full_where_there_is_room(
     resumed = a.expect(MessageType.RESUMED, timeout=10)
     assert bool(resumed.flags & RESUMED_MOVED) == moved
     assert [m for _, _, m in _steps(log) if m] == (["0>1"] if moved else [])
+
+
+def test_a_client_that_goes_away_during_its_move_ends_the_order(node):
+    sched, log = node()
+    c = _client(sched)
+    _held(c)
+    assert _move(sched, c, 1)["clients"][0]["moving"]
+    c.expect(MessageType.DROP_LOCK)
+    c.close()  # gone before it let go
+    poll(lambda: "given up: it went away" in sched.log(), 10, what="the order ended")
+    with FakeClient(sched.socket) as other:  # the GPU it left is anyone's
+        other.hello(flags=MOVABLE)
+        other.attach(0, uuid(0), name="Mock H200")
+        _held(other)
+    assert "(a move to GPU 1)" not in sched.log(), "nothing was asked of a client that went away"
+    assert _steps(log) == []
+
+
+def _moved(sched, c: FakeClient, to: int):
+    """Move idle c to GPU `to` as its library would answer, up to its new ATTACH."""
+    assert _move(sched, c, to)["clients"][0]["moving"]
+    c.expect(MessageType.SUSPEND)
+    _ready(c)
+    assert c.expect(MessageType.RESUMED, timeout=10).flags & RESUMED_MOVED
+    c.attach(0, uuid(to), name="Mock H200")
+
+
+@pytest.mark.parametrize("who_moves", ["the latency-sensitive client", "the bounded client"])
+def test_a_queue_bound_goes_with_the_gpu_it_was_set_for(node, who_moves):
+    sched, _ = node()
+    sensitive = _client(sched, flags=MOVABLE | HELLO_LATENCY_SENSITIVE)
+    bounded = _client(sched, flags=MOVABLE | HELLO_QUEUE_BOUND)
+    assert bounded.expect(MessageType.QUEUE_BOUND).queue_us > 0  # beside a latency-sensitive one
+    _moved(sched, sensitive if who_moves == "the latency-sensitive client" else bounded, 1)
+    lifted = bounded.expect(MessageType.QUEUE_BOUND)
+    assert (lifted.device, lifted.queue_us) == (0, 0), "nobody bounds it where it is now"
+    assert bounded.nothing_sent()

@@ -27,8 +27,9 @@ def new_home(state: SchedulerState, conn: Conn) -> Gpu | None:
     loads = {g.uuid: g for g in gpu_loads(state)}
     same = [loads[g.uuid] for g in state.registry.in_order()
             if g.uuid in loads and g.name and g.name == source.name]
-    mine = move.footprint(conn, source)
-    home = placement.new_home(same, loads[source.uuid], mine + CONTEXT_RESERVE, mine)
+    # its share of its GPU's load: its memory and, as the arbiter counts every client, a context
+    need = move.footprint(conn, source) + CONTEXT_RESERVE
+    home = placement.new_home(same, loads[source.uuid], need, need)
     target = home and state.registry.get(home.uuid)
     return target if target is not None and move.why_not(state, conn, target) is None else None
 

@@ -53,15 +53,36 @@ def sensitive(conn: Conn) -> bool:
     return bool(conn.quota.latency_sensitive) and not conn.closed
 
 
-def attached(state: SchedulerState, conn: Conn, gpu: Gpu) -> None:
+def attached(state: SchedulerState, conn: Conn, gpu: Gpu, old: Gpu | None = None) -> None:
     """ATTACH: a latency-sensitive client bounds the GPU's others; a new client of a GPU that has
-    one is bounded. Nothing to do on a GPU without one (the usual case)."""
+    one is bounded. Nothing to do on a GPU without one (the usual case). old: the GPU the ordinal
+    named before (a move, node/move.py), left if no ordinal names it any more."""
+    if old is not None and old is not gpu and old not in conn.devices.values():
+        _left(state, conn, old, gpu)
     if sensitive(conn):
         state.latency.setdefault(gpu, set()).add(conn)
         _tell_all(state, gpu)
         _bursts(state, conn, gpu, True)
-    elif gpu in state.latency:
+    elif gpu in state.latency or conn.queue_bound.get(gpu):
         _tell(state, conn, gpu)
+
+
+def _left(state: SchedulerState, conn: Conn, old: Gpu, gpu: Gpu) -> None:
+    """conn's ordinal moved from old to gpu: it bounds and holds nobody on old any more, and what
+    old's bound and bursts told its library (per ordinal) counts as told for gpu, so that only a
+    change is sent."""
+    if conn in state.latency.get(old, ()):
+        _mark(state.latency, old, conn, False)
+        _tell_all(state, old)
+    if conn in state.bursting.get(old, ()):
+        _burst_edge(state, conn, old, False)
+    if old in state.held:
+        state.held[old][1].discard(conn)
+    if bound := conn.queue_bound.pop(old, 0):
+        conn.queue_bound[gpu] = bound
+    if old in conn.bursts_on:
+        conn.bursts_on.discard(old)
+        conn.bursts_on.add(gpu)
 
 
 def changed(state: SchedulerState, conn: Conn) -> None:

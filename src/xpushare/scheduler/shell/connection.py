@@ -25,7 +25,7 @@ import logging
 import os
 
 from ...wire.protocol import Frame, FrameDecoder, Hello, Limits, ProtocolError, encode, encode_error
-from ..node import access, limits, peer
+from ..node import access, limits, move, peer
 from . import handlers
 from ..node.jobinfo import JobInfo
 from ..node.metrics import LockStats
@@ -73,7 +73,7 @@ class Conn:
         self.locks: dict[Gpu, LockStats] = {}     # its lock's counts per GPU, for the exporter
         self.command = peer.cmdline(pid)
         self.pod = pod                            # kubernetes.pod_lookup.PodLookup's answer at connect
-        self.closed = False                       # by the scheduler: close() was called
+        self.closed = False                       # close() was called, or the peer went away
         self.warnings = limits.LogLimiter(  # through its uid's line budget (clientlog.py)
             sink=None if client_log is None else functools.partial(client_log.warning, self))
         self.quota_env: Quota | None = None       # SETTINGS' (None: never sent, gets no LIMITS)
@@ -302,6 +302,8 @@ class Connection(asyncio.Protocol):
             if exc is not None:
                 log.debug("pid=%d: connection error: %s", self.conn.pid, exc)
             forget(self.state, self.conn)
+            # what goes on in the background for it (a suspension, a move) ends at its next step
+            self.conn.closed = True
             self.conn.warnings = limits.LogLimiter()
 
     def _end(self, conn: Conn, error: str) -> None:
@@ -340,7 +342,8 @@ def _expired_after_close(what: str, seconds: float) -> None:
 
 
 def forget(state: SchedulerState, conn: Conn) -> None:
-    """The connection is gone: its locks and requests go with it."""
+    """The connection is gone: its locks and requests go with it, and an order moving it ends."""
+    move.give_up(state, conn, "it went away", running=False)
     state.disconnected(conn)
     if conn.announced:
         held = [g.label for g in conn.gpus() if state.registry.gangs.holds(conn, g)]

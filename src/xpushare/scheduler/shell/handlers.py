@@ -122,7 +122,7 @@ def on_attach(state: SchedulerState, conn: Conn, msg: Attach) -> None:
     metrics.attached(conn, gpu, registry.now(), gpu.stats.busy)
     capacity = gpu.capacity or msg.capacity or msg.physical_memory
     conn.send(encode(Attached(msg.device, 0, capacity)))
-    latency.attached(state, conn, gpu)  # after ATTACHED: a QUEUE_BOUND names an attached device
+    latency.attached(state, conn, gpu, old)  # after ATTACHED: a QUEUE_BOUND names an attached device
     pinahead.attached(state, conn, gpu, msg.device, old)  # likewise
     where = (msg.device, gpu.label, f" ({gpu.uuid})" if gpu.index is not None else "", capacity,
              "" if gpu.capacity else " (its own)")
