@@ -214,5 +214,27 @@ def test_resumed_without_moved_keeps_the_identity_and_the_request(world, mover):
     assert app.finish() == 0 and app.steps("checkall")[0]["ok"] == 1
     assert [a.msg.uuid for a in mover.messages(MessageType.ATTACH)] == [uuid_of(0)], "no new ATTACH"
     assert len(mover.messages(MessageType.REQ_LOCK)) == 2, "its request stood: not asked again"
-    assert [e for e in world.log.entries(app.pid, "cuDeviceTotalMem_v2") if e["t0"] > resumed.at_ns] == [], \
-        "nothing read again"
+    assert [e for e in world.log.entries(app.pid, "cuDeviceTotalMem_v2") if e["t0"] > resumed.at_ns], \
+        "where it is was read again, and found unchanged"
+
+
+def test_a_restore_elsewhere_that_nobody_said_is_found_by_the_library(world, mover):
+    """A scheduler (or its checkpoint worker) that died between a restore onto another GPU and its
+    RESUMED_MOVED leaves the next one to resume the process plainly: the library still finds where
+    it is, and attaches the new GPU before it asks for the lock there."""
+    ckpt = world.dir / "ckpt"
+    ckpt.mkdir()
+    app = world.app("init", "ctx", 0, "alloc", "3M", "fillall", 7, "launch", 1, "pause", "checkall", 7,
+                    env=_env(ckpt))
+    app.paused()
+    mover.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
+    assert mover.suspend() == SuspendStatus.READY
+    (ckpt / f"moved-{app.pid}").write_text("0 1\n\n")
+    mover.send_to(Resumed(flags=0))
+    app.resume()
+    assert app.finish() == 0 and app.steps("checkall")[0]["ok"] == 1
+    got = mover.messages()
+    (again,) = [r for r in mover.messages(MessageType.ATTACH, device=0) if r.msg.uuid == uuid_of(1)]
+    (request,) = [r for r in mover.messages(MessageType.REQ_LOCK, device=0)
+                  if r.at > mover.last_sent(MessageType.RESUMED).at]
+    assert got.index(again) < got.index(request)

@@ -15,17 +15,17 @@
  * restore ends on the other GPU, under the same ordinal. A lock request of ours may be outstanding
  * (an application thread waits at the gate): the scheduler holds it back and drops it, and it is
  * asked again on the new GPU. An application thread that calls in meanwhile does not refuse it
- * (nor asks to run: the restore follows the checkpoint at once). RESUMED with RESUMED_MOVED, after
- * a move or after any suspension (a suspended process may be restored elsewhere), says the
- * restore moved the process: before any application thread runs, the client thread reads each
+ * (nor asks to run: the restore follows the checkpoint at once). After any restore (a RESUMED that
+ * follows a READY; RESUMED_MOVED says the restore moved the process, but a scheduler that died in
+ * between could not say it), before any application thread runs, the client thread reads each
  * device's identity again (driver calls: never in the message handler, which runs under nvs_g.mu)
  * and a device whose uuid changed becomes the new GPU's: its ATTACH goes out again (before its
  * REQ_LOCK, as in every round), with no capacity of the scheduler's until the ATTACHED. Swapped-out
  * memory needs nothing: its host copies are the device's bytes, and the grant's swap-in maps it on
  * whatever GPU the ordinal names (one of the same chip type: the allocation granularity vmm.c keeps
- * per ordinal stays true). A uuid that cannot be read keeps the old identity (a warning). RESUMED
- * without RESUMED_MOVED (a move that failed, restored where it was) reads nothing again, and a
- * request outstanding stands: the scheduler passes it on.
+ * per ordinal stays true). A uuid that cannot be read keeps the old identity (a warning). After
+ * RESUMED without RESUMED_MOVED on an unchanged device (a move that failed, restored where it was)
+ * a request outstanding stands: the scheduler passes it on.
  *
  * While suspended the client thread makes no driver call (the driver blocks every call of a locked
  * process): session.c's round only reads the socket and, when the application waits (not in a
@@ -52,7 +52,9 @@ static int resume_wanted;   /* an application thread waits to run */
 static int resume_sent;     /* RESUME_REQ sent on this connection */
 static int reconnected;     /* a WELCOME came while suspended: that scheduler must hear of it */
 static int moving;          /* this suspension is a move to another GPU (SUSPEND_MOVE) */
-static int moved;           /* RESUMED_MOVED came: identities are read again before it runs */
+static int offered;         /* SUSPEND_READY said READY: the driver may have checkpointed it */
+static int moved;           /* RESUMED after READY: identities are read again before it runs */
+static int moved_said;      /* ... and it said RESUMED_MOVED */
 
 static nvs_outbox out; /* client thread */
 
@@ -85,24 +87,32 @@ void nvs_suspend_on_move_request(void)
     moving = 1;
 }
 
-void nvs_suspend_on_resumed(void)
+static void runs_again(void)
 {
     if (atomic_exchange(&nvs_suspended, 0)) NVS_DEBUG("resumed by the scheduler");
-    suspend_pending = resume_wanted = resume_sent = reconnected = moving = 0; /* `moved` stays */
+    suspend_pending = resume_wanted = resume_sent = reconnected = moving = offered = 0;
     pthread_cond_broadcast(&nvs_g.cv);
 }
 
-void nvs_suspend_on_moved(void)
+/* After a READY, any RESUMED may end a restore onto another GPU: RESUMED_MOVED says so, but a
+ * scheduler (or its checkpoint worker) that died between the restore and its RESUMED leaves the
+ * next one to resume the process as if it had not moved. So the identities are read again after
+ * every restore (a few driver calls, learn_where), and RESUMED_MOVED only adds that the request
+ * held back is to be sent again. */
+static void restored(int said_moved)
 {
-    /* only a checkpointed process can have moved; the rest is the client thread's (learn_where) */
-    if (!atomic_load(&nvs_suspended)) {
-        nvs_suspend_on_resumed();
+    if (!atomic_load(&nvs_suspended) || !offered) {
+        runs_again(); /* never checkpointed: nothing can have moved */
         return;
     }
     moved = 1;
-    suspend_pending = moving = 0; /* a SUSPEND from now on is another one */
-    NVS_DEBUG("resumed by the scheduler on another GPU");
+    moved_said = said_moved;
+    suspend_pending = moving = offered = 0; /* a SUSPEND from now on is another one */
+    NVS_DEBUG("resumed by the scheduler%s", said_moved ? " on another GPU" : "");
 }
+
+void nvs_suspend_on_resumed(void) { restored(0); }
+void nvs_suspend_on_moved(void) { restored(1); }
 
 void nvs_suspend_on_connect(void)
 {
@@ -179,8 +189,8 @@ static void became(nvs_dev *d, const char *uuid, const char *name, uint64_t phys
     atomic_store(&d->mem.dirty, 1);
 }
 
-/* The client thread, after RESUMED_MOVED, the application's threads still waiting: each device's
- * identity read again (outside nvs_g.mu), the moved ones updated, then they run. */
+/* The client thread, after a restore (restored()), the application's threads still waiting: each
+ * device's identity read again (outside nvs_g.mu), the moved ones updated, then they run. */
 static void learn_where(void)
 {
     static struct {
@@ -198,16 +208,19 @@ static void learn_where(void)
     pthread_mutex_lock(&nvs_g.mu);
     for (int i = 0; i < n; i++) {
         nvs_dev *d = &nvs_g.dev[seen[i].ordinal];
-        /* the scheduler dropped the request it held back: asked again (after the ATTACH) */
-        if (d->lock_state == NVS_LOCK_REQUESTED) d->lock_state = NVS_LOCK_IDLE;
+        int changed = seen[i].read && strcmp(d->uuid, seen[i].uuid) != 0;
+        /* a move's scheduler dropped the request it held back, and a new GPU's never had it:
+         * asked again (after the ATTACH) */
+        if ((moved_said || changed) && d->lock_state == NVS_LOCK_REQUESTED)
+            d->lock_state = NVS_LOCK_IDLE;
         if (!seen[i].read)
-            nvs_warn("device %d: cannot read its identity after a move to another GPU; it stays "
-                     "%s", d->ordinal, d->uuid);
-        else if (strcmp(d->uuid, seen[i].uuid))
+            nvs_warn("device %d: cannot read its identity after a restore; it stays %s",
+                     d->ordinal, d->uuid);
+        else if (changed)
             became(d, seen[i].uuid, seen[i].name, seen[i].physical);
     }
     atomic_store(&nvs_suspended, 0); /* the application runs */
-    moved = resume_wanted = resume_sent = reconnected = 0;
+    moved = moved_said = resume_wanted = resume_sent = reconnected = 0;
     pthread_cond_broadcast(&nvs_g.cv);
     pthread_mutex_unlock(&nvs_g.mu);
 }
@@ -253,7 +266,8 @@ int nvs_suspend_round(void)
     if (status == NVS_SUSPEND_STATUS_READY && resume_wanted && !moving)
         status = NVS_SUSPEND_STATUS_BUSY;
     int move = moving;
-    if (status != NVS_SUSPEND_STATUS_READY) nvs_suspend_on_resumed(); /* runs on as before */
+    if (status != NVS_SUSPEND_STATUS_READY) runs_again(); /* runs on as before */
+    offered = status == NVS_SUSPEND_STATUS_READY;
     put_ready(status);
     pthread_mutex_unlock(&nvs_g.mu);
     NVS_DEBUG("suspend%s asked: %s", move ? " for a move" : "", status_name(status));
@@ -265,4 +279,5 @@ void nvs_suspend_reset_after_fork(void)
 {
     atomic_store(&nvs_suspended, 0);
     suspend_pending = resume_wanted = resume_sent = reconnected = moving = moved = 0;
+    offered = moved_said = 0;
 }
