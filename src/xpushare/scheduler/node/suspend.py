@@ -120,6 +120,7 @@ class Suspender:
             return json.loads(line)
 
     async def close(self) -> None:
+        self.enabled, self.why_not = False, "the scheduler is stopping"  # no worker starts again
         if self._proc is not None and self._proc.returncode is None:
             self._proc.stdin.close()
             try:
@@ -270,7 +271,11 @@ def idle_round(state: SchedulerState, after: float, now: float) -> None:
 
 
 async def resume_all(state: SchedulerState, timeout: float = 20.0) -> None:
-    """Before the scheduler exits: no client is left checkpointed (bounded by `timeout`)."""
+    """Before the scheduler exits: no client is left checkpointed (bounded by `timeout`). A move
+    not yet suspending its client ends; one past that goes on to its restore."""
+    for conn in list(state.clients()):
+        if conn.suspend.move is not None and conn.suspend.phase is None:
+            move.give_up(state, conn, "the scheduler stops", running=False)
     for conn in list(state.clients()):
         if conn.suspend.phase:
             wake(state, conn, "the scheduler stops")
