@@ -243,3 +243,14 @@ def test_a_queue_bound_goes_with_the_gpu_it_was_set_for(node, who_moves):
     lifted = bounded.expect(MessageType.QUEUE_BOUND)
     assert (lifted.device, lifted.queue_us) == (0, 0), "nobody bounds it where it is now"
     assert bounded.nothing_sent()
+
+
+def test_a_move_not_yet_suspending_its_client_ends_when_the_scheduler_stops(node):
+    sched, log = node()
+    c = _client(sched)
+    _held(c)
+    assert _move(sched, c, 1)["clients"][0]["moving"]
+    c.expect(MessageType.DROP_LOCK)  # it has not let go: the order is at its first step
+    sched.stop()
+    assert "given up: the scheduler stops" in sched.log()
+    assert "(a move to GPU 1)" not in sched.log() and _steps(log) == []
