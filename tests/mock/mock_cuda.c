@@ -45,6 +45,7 @@
  *                          while the program runs); a missing or empty file falls back to the above
  *   MOCK_CUDA_PITCH_ALIGN  CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT (default 32; 0 = the attribute
  *                          query fails, as if unknown)
+ *   MOCK_CUDA_DRIVER_VERSION  what cuDriverGetVersion says (default 13000: CUDA 13.0, driver r580)
  *   MOCK_CUDA_LOG          file that receives one JSON line per logged call (O_APPEND, one write each)
  *   MOCK_CUDA_REUSE        1: freed memory stays mapped and the next allocation of the same mapping
  *                          length gets the most recently freed one (LIFO); released VMM handles are
@@ -924,7 +925,8 @@ CUresult cuInit(unsigned int Flags)
 CUresult cuDriverGetVersion(int *driverVersion)
 {
     if (!driverVersion) return CUDA_ERROR_INVALID_VALUE;
-    *driverVersion = 13000;
+    const char *v = getenv("MOCK_CUDA_DRIVER_VERSION");
+    *driverVersion = v && *v ? atoi(v) : 13000;
     return CUDA_SUCCESS;
 }
 

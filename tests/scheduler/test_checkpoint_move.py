@@ -238,3 +238,13 @@ def test_pairs_for_a_process_not_checkpointed_are_refused_not_dropped(rig):
     assert running["ok"] is False
     assert running["error"] == "not checkpointed: cannot move (the process is running)"
     assert target.devices() == target.first
+
+
+def test_a_driver_older_than_580_is_not_asked_to_move_and_the_process_stays_checkpointed(rig):
+    target, worker = _suspended(rig, MOCK_CUDA_DRIVER_VERSION="12080")
+    answer = worker.ask(op="resume", pid=target.pid, pairs=[[uuid(0), uuid(1)]])
+    assert answer["ok"] is False and answer["retry"] is False and "moved" not in answer, answer
+    assert "CUDA 12.8" in answer["error"] and "580" in answer["error"]
+    assert rig.restores(target.pid) == [], "no restore it would have done where it was"
+    assert worker.ask(op="resume", pid=target.pid)["ok"], "a plain resume restores it"
+    assert target.devices() == target.first

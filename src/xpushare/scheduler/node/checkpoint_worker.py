@@ -34,6 +34,7 @@ import time
 RUNNING, LOCKED, CHECKPOINTED, FAILED = 0, 1, 2, 3  # CUprocessState
 STATES = {RUNNING: "running", LOCKED: "locked", CHECKPOINTED: "checkpointed", FAILED: "failed"}
 OUT_OF_MEMORY = 2
+MOVE_VERSION = 13000  # cuDriverGetVersion of the first driver whose restore takes GPU pairs (r580)
 GPU_UUID = re.compile(r"GPU-([0-9a-f]{8})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{12})", re.I)
 
 
@@ -91,6 +92,8 @@ class Driver:
         r = self.cu.cuInit(0)
         if r:
             raise OSError(f"cuInit failed: {self.name(r)}")
+        version = C.c_int(0)
+        self.version = version.value if self.cu.cuDriverGetVersion(C.byref(version)) == 0 else 0
 
     def name(self, r: int) -> str:
         text = C.c_char_p()
@@ -123,6 +126,10 @@ class Driver:
         ms: dict[str, float] = {}
         moved: dict[str, bool] = {}
         st = self.state(pid)
+        if pairs and self.version < MOVE_VERSION:  # an older driver restores it where it was
+            return {"ok": False, "ms": ms, "retry": False,
+                    "error": f"the driver (CUDA {self.version // 1000}.{self.version % 1000 // 10}) cannot "
+                             "restore onto another GPU: that needs driver 580 (CUDA 13.0) or newer"}
         if pairs and st != CHECKPOINTED:  # unlocking it would run it on where it is, unmoved
             return {"ok": False, "ms": ms, "retry": False,
                     "error": f"not checkpointed: cannot move (the process is {STATES.get(st, 'unknown')})"}
