@@ -95,6 +95,32 @@ def _calls_between(log, pid, t0, t1):
     return [e for e in log.entries(pid) if t0 < e["t0"] < t1 or t0 < e["t1"] < t1]
 
 
+def _idle_app(world, mover):
+    """An app with 3 MiB of converted memory, filled, idle (its lock let go), paused before its
+    "checkall"; and the checkpoint directory its mock follows."""
+    ckpt = world.dir / "ckpt"
+    ckpt.mkdir()
+    app = world.app("init", "ctx", 0, "alloc", "3M", "fillall", 7, "launch", 1, "pause", "checkall", 7,
+                    env=_env(ckpt))
+    app.paused()
+    mover.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
+    return app, ckpt
+
+
+def _restored_on_gpu_1(mover, app, ckpt, flags: int):
+    """The checkpoint worker's part: the process restored onto physical device 1, then RESUMED."""
+    (ckpt / f"moved-{app.pid}").write_text("0 1\n\n")
+    mover.send_to(Resumed(flags=flags))
+
+
+def _attached_gpu_1_before_asking(mover) -> None:
+    got = mover.messages()
+    (again,) = [r for r in mover.messages(MessageType.ATTACH, device=0) if r.msg.uuid == uuid_of(1)]
+    (request,) = [r for r in mover.messages(MessageType.REQ_LOCK, device=0)
+                  if r.at > mover.last_sent(MessageType.RESUMED).at]
+    assert got.index(again) < got.index(request)
+
+
 def test_a_move_takes_a_waiting_client_and_it_asks_again_on_the_new_gpu(world, mover):
     hold = world.dir / "go"
     app, ckpt = _waiting_app(world, mover, "meminfo", MOCK_CUDA_HOLD_FILE=hold)
@@ -119,8 +145,7 @@ def test_a_move_takes_a_waiting_client_and_it_asks_again_on_the_new_gpu(world, m
     assert out.msg.resident_bytes == 0, "all of its memory out before READY"
 
     time.sleep(ASLEEP_S)  # checkpointed and restored by the scheduler meanwhile, onto physical 1
-    (ckpt / f"moved-{app.pid}").write_text("0 1\n\n")
-    mover.send_to(Resumed(flags=RESUMED_MOVED))
+    _restored_on_gpu_1(mover, app, ckpt, RESUMED_MOVED)
     resumed = mover.last_sent(MessageType.RESUMED)
     assert _calls_between(log, app.pid, ready.at_ns, resumed.at_ns) == [], \
         "no driver call while suspended"
@@ -154,15 +179,9 @@ def test_a_move_takes_a_waiting_client_and_it_asks_again_on_the_new_gpu(world, m
 
 
 def test_an_idle_client_moved_tells_the_new_gpu_its_footprint_and_asks_when_it_runs(world, mover):
-    ckpt = world.dir / "ckpt"
-    ckpt.mkdir()
-    app = world.app("init", "ctx", 0, "alloc", "3M", "fillall", 7, "launch", 1, "pause", "checkall", 7,
-                    env=_env(ckpt))
-    app.paused()
-    mover.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
+    app, ckpt = _idle_app(world, mover)
     assert mover.suspend(SUSPEND_MOVE) == SuspendStatus.READY
-    (ckpt / f"moved-{app.pid}").write_text("0 1\n\n")
-    mover.send_to(Resumed(flags=RESUMED_MOVED))
+    _restored_on_gpu_1(mover, app, ckpt, RESUMED_MOVED)
     resumed = mover.last_sent(MessageType.RESUMED)
     mover.wait_count(MessageType.ATTACH, 2, device=0)
     again = mover.messages(MessageType.ATTACH, device=0)[1]
@@ -180,23 +199,13 @@ def test_an_idle_client_moved_tells_the_new_gpu_its_footprint_and_asks_when_it_r
 
 def test_a_plain_suspension_restored_on_another_gpu_attaches_it_before_the_app_runs(world, mover):
     """The scheduler may restore a suspended process elsewhere when its application asks to run."""
-    ckpt = world.dir / "ckpt"
-    ckpt.mkdir()
-    app = world.app("init", "ctx", 0, "alloc", "3M", "fillall", 7, "launch", 1, "pause", "checkall", 7,
-                    env=_env(ckpt))
-    app.paused()
-    mover.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
+    app, ckpt = _idle_app(world, mover)
     assert mover.suspend() == SuspendStatus.READY
     app.resume()  # "checkall" asks to run
     mover.wait_count(MessageType.RESUME_REQ, 1)
-    (ckpt / f"moved-{app.pid}").write_text("0 1\n\n")
-    mover.send_to(Resumed(flags=RESUMED_MOVED))
+    _restored_on_gpu_1(mover, app, ckpt, RESUMED_MOVED)
     assert app.finish() == 0 and app.steps("checkall")[0]["ok"] == 1
-    got = mover.messages()
-    (again,) = [r for r in mover.messages(MessageType.ATTACH, device=0) if r.msg.uuid == uuid_of(1)]
-    (request,) = [r for r in mover.messages(MessageType.REQ_LOCK, device=0)
-                  if r.at > mover.last_sent(MessageType.RESUMED).at]
-    assert got.index(again) < got.index(request)
+    _attached_gpu_1_before_asking(mover)
 
 
 def test_resumed_without_moved_keeps_the_identity_and_the_request(world, mover):
@@ -222,19 +231,9 @@ def test_a_restore_elsewhere_that_nobody_said_is_found_by_the_library(world, mov
     """A scheduler (or its checkpoint worker) that died between a restore onto another GPU and its
     RESUMED_MOVED leaves the next one to resume the process plainly: the library still finds where
     it is, and attaches the new GPU before it asks for the lock there."""
-    ckpt = world.dir / "ckpt"
-    ckpt.mkdir()
-    app = world.app("init", "ctx", 0, "alloc", "3M", "fillall", 7, "launch", 1, "pause", "checkall", 7,
-                    env=_env(ckpt))
-    app.paused()
-    mover.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
+    app, ckpt = _idle_app(world, mover)
     assert mover.suspend() == SuspendStatus.READY
-    (ckpt / f"moved-{app.pid}").write_text("0 1\n\n")
-    mover.send_to(Resumed(flags=0))
+    _restored_on_gpu_1(mover, app, ckpt, 0)
     app.resume()
     assert app.finish() == 0 and app.steps("checkall")[0]["ok"] == 1
-    got = mover.messages()
-    (again,) = [r for r in mover.messages(MessageType.ATTACH, device=0) if r.msg.uuid == uuid_of(1)]
-    (request,) = [r for r in mover.messages(MessageType.REQ_LOCK, device=0)
-                  if r.at > mover.last_sent(MessageType.RESUMED).at]
-    assert got.index(again) < got.index(request)
+    _attached_gpu_1_before_asking(mover)

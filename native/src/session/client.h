@@ -65,10 +65,8 @@ void nvs_put_residency(nvs_outbox *o, nvs_dev *d, uint32_t flags) NVS_HIDDEN;
 /* ---------------------------------------------------------------- suspend.c */
 /* nvs_g.mu held: SUSPEND arrived (with SUSPEND_MOVE: for a move to another GPU) / RESUMED arrived
  * (with RESUMED_MOVED: restored on another GPU) / a WELCOME arrived. */
-void nvs_suspend_on_request(void) NVS_HIDDEN;
-void nvs_suspend_on_move_request(void) NVS_HIDDEN;
-void nvs_suspend_on_resumed(void) NVS_HIDDEN;
-void nvs_suspend_on_moved(void) NVS_HIDDEN;
+void nvs_suspend_on_request(uint32_t flags) NVS_HIDDEN;
+void nvs_suspend_on_resumed(uint32_t flags) NVS_HIDDEN;
 void nvs_suspend_on_connect(void) NVS_HIDDEN;
 /* The client thread's round while suspended or asked to be (no driver call then): returns 1 when
  * nothing else may run this round. */

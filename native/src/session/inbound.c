@@ -221,10 +221,7 @@ static void on_suspend(nvs_dev *none, const unsigned char *p, uint32_t len, uint
     (void)none, (void)len, (void)now;
     struct nvs_suspend m;
     memcpy(&m, p, sizeof(m));
-    if (m.flags & NVS_SUSPEND_MOVE)
-        nvs_suspend_on_move_request();
-    else
-        nvs_suspend_on_request();
+    nvs_suspend_on_request(m.flags);
 }
 
 static void on_resumed(nvs_dev *none, const unsigned char *p, uint32_t len, uint64_t now)
@@ -232,10 +229,7 @@ static void on_resumed(nvs_dev *none, const unsigned char *p, uint32_t len, uint
     (void)none, (void)len, (void)now;
     struct nvs_resumed m;
     memcpy(&m, p, sizeof(m));
-    if (m.flags & NVS_RESUMED_MOVED)
-        nvs_suspend_on_moved();
-    else
-        nvs_suspend_on_resumed();
+    nvs_suspend_on_resumed(m.flags);
 }
 
 /* LIMITS: the process's limits from now on (quota.c); memory already held stays. */

@@ -72,19 +72,13 @@ void nvs_suspend_wait(void)
 }
 
 /* ------------------------------------------------------------------ messages (nvs_g.mu held) */
-void nvs_suspend_on_request(void)
+void nvs_suspend_on_request(uint32_t flags)
 {
     suspend_pending = 1;
-    moving = 0;
+    moving = (flags & NVS_SUSPEND_MOVE) != 0;
     /* the swap-out that comes first pins what the pinner has not; after it the pinner would only
      * call the driver while it checkpoints the process */
     NVS_FOR_EACH_DEV(d) nvs_swap_prepare(d, 0);
-}
-
-void nvs_suspend_on_move_request(void)
-{
-    nvs_suspend_on_request();
-    moving = 1;
 }
 
 static void runs_again(void)
@@ -99,8 +93,9 @@ static void runs_again(void)
  * next one to resume the process as if it had not moved. So the identities are read again after
  * every restore (a few driver calls, learn_where), and RESUMED_MOVED only adds that the request
  * held back is to be sent again. */
-static void restored(int said_moved)
+void nvs_suspend_on_resumed(uint32_t flags)
 {
+    int said_moved = (flags & NVS_RESUMED_MOVED) != 0;
     if (!atomic_load(&nvs_suspended) || !offered) {
         runs_again(); /* never checkpointed: nothing can have moved */
         return;
@@ -110,9 +105,6 @@ static void restored(int said_moved)
     suspend_pending = moving = offered = 0; /* a SUSPEND from now on is another one */
     NVS_DEBUG("resumed by the scheduler%s", said_moved ? " on another GPU" : "");
 }
-
-void nvs_suspend_on_resumed(void) { restored(0); }
-void nvs_suspend_on_moved(void) { restored(1); }
 
 void nvs_suspend_on_connect(void)
 {
@@ -189,7 +181,7 @@ static void became(nvs_dev *d, const char *uuid, const char *name, uint64_t phys
     atomic_store(&d->mem.dirty, 1);
 }
 
-/* The client thread, after a restore (restored()), the application's threads still waiting: each
+/* The client thread, after a restore (nvs_suspend_on_resumed), the application's threads still waiting: each
  * device's identity read again (outside nvs_g.mu), the moved ones updated, then they run. */
 static void learn_where(void)
 {

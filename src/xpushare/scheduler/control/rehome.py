@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...wire.scheduling import CONTEXT_RESERVE
 from ..node import move
 from . import placement
 from .ops import gpu_loads
@@ -28,7 +27,7 @@ def new_home(state: SchedulerState, conn: Conn) -> Gpu | None:
     same = [loads[g.uuid] for g in state.registry.in_order()
             if g.uuid in loads and g.name and g.name == source.name]
     # its share of its GPU's load: its memory and, as the arbiter counts every client, a context
-    need = move.footprint(conn, source) + CONTEXT_RESERVE
+    need = move.room_needed(conn, source)
     home = placement.new_home(same, loads[source.uuid], need, need)
     target = home and state.registry.get(home.uuid)
     return target if target is not None and move.why_not(state, conn, target) is None else None

@@ -29,7 +29,7 @@ from ...wire.protocol import (
     DROP_EVICT, HELLO_MOVE, RESUMED_MOVED, SUSPEND_MOVE, DropLock, DropReason, Resumed, encode,
 )
 from ...wire.scheduling import CONTEXT_RESERVE
-from . import metrics
+from . import metrics, swap
 
 if TYPE_CHECKING:
     from ..shell.connection import Conn
@@ -58,8 +58,9 @@ class MoveOrder:
                 "for_seconds": round(now - self.since, 3)}
 
 
-def footprint(conn: Conn, gpu: Gpu) -> int:
-    return sum(conn.memory.get(gpu.uuid, (0, 0)))
+def room_needed(conn: Conn, gpu: Gpu) -> int:
+    """What conn takes on a GPU: its memory on gpu and its context."""
+    return swap.footprint(conn, gpu) + CONTEXT_RESERVE
 
 
 def why_not(state: SchedulerState, conn: Conn, target: Gpu) -> str | None:
@@ -88,7 +89,7 @@ def why_not(state: SchedulerState, conn: Conn, target: Gpu) -> str | None:
         return (f"the chip types differ (GPU {source.label} is {source.name or 'unknown'}, "
                 f"GPU {target.label} is {target.name or 'unknown'}); the driver restores a process "
                 "only onto the same type")
-    need = footprint(conn, source) + CONTEXT_RESERVE
+    need = room_needed(conn, source)
     if target.capacity and need > target.capacity:
         return (f"GPU {target.label} holds {target.capacity // MIB} MiB; the client needs "
                 f"{need // MIB} MiB with its context")
