@@ -36,13 +36,15 @@ if TYPE_CHECKING:
     from .state import SchedulerState
 
 # The default of --latency-queue-ms. A preempting request waits for the holder's queued work
-# (auto mode: for the kernels queued ahead of its own). 2 ms keeps that within 10% of the 10-20 ms
-# a small model's request takes, while the other client's checkpoints stay a few hundred
-# microseconds of GPU time apart (NVS_RING of them in flight), i.e. under a few thousand a second:
-# an event record and query each, far below what a training step launches. Much lower, a kernel
-# longer than the span's share of it (2 ms / 8) already fills a span, and the bound is met by the
-# one-launch interval whatever its value.
-QUEUE_MS = 2.0
+# (auto mode: for the kernels queued ahead of its own, and under a hold for what was queued when
+# the hold came). 0.5 ms keeps that within a few percent of a small model's 2-5 ms request, where
+# 2 ms left it a tenth longer than alone (docs/benchmarks.md, "Inference server beside a training
+# job"). The other client's checkpoints are then about 60 us of GPU time apart (NVS_RING of them in
+# flight): a kernel longer than that fills a span by itself, so a training job of large kernels
+# checkpoints every launch (an event record and query each), and one of small kernels every few;
+# measured, neither lost more than a few percent of its throughput. The bound holds only while a
+# latency-sensitive client shares the GPU.
+QUEUE_MS = 0.5
 # The default of --latency-hold-ms: the longest one burst holds the others. A small model's request
 # takes a few milliseconds; a long one (or a client that never goes idle) holds the others for this
 # long, then they run beside it until its next burst.
