@@ -19,20 +19,24 @@ AUTO, SERIAL, OFF = Mode.AUTO, Mode.SERIAL, Mode.OFF
 @pytest.mark.parametrize("was_on, footprints, budget, mode, on", [
     (False, [70 * GiB], B, AUTO, False),                 # alone: nobody to swap for
     (False, [], B, AUTO, False),
-    (False, [70 * GiB, 0], B, AUTO, True),               # a newcomer counts as the largest
-    (False, [30 * GiB, 0], B, AUTO, False),              # 30 + 30 + 2 fit comfortably
+    (False, [70 * GiB, None], B, AUTO, True),            # a newcomer counts as the largest
+    (False, [70 * GiB, 0], B, AUTO, False),              # one that reported 0 bytes as 0
+    (True, [70 * GiB, 0], B, AUTO, True),                # 72: above 60%, on stays on
+    (False, [30 * GiB, None], B, AUTO, False),           # 30 + 30 + 2 fit comfortably
     (False, [30 * GiB, 40 * GiB], B, AUTO, False),       # 72: under three quarters
     (False, [36 * GiB, 38 * GiB], B, AUTO, True),        # 76: past them
     (False, [60 * GiB, 60 * GiB], B, AUTO, True),        # past the budget itself
     (True, [30 * GiB, 30 * GiB], B, AUTO, True),         # 62: on stays on above 60%
     (True, [28 * GiB, 29 * GiB], B, AUTO, False),        # 59: off below
     (False, [30 * GiB, 30 * GiB], B, AUTO, False),       # 62: not turned on by it
-    (False, [0, 0], B, AUTO, False),                     # nothing known of anyone
+    (False, [None, None], B, AUTO, False),               # nothing known of anyone
+    (False, [None, None, 80 * GiB], B, AUTO, True),
     (False, [60 * GiB, 60 * GiB], B, SERIAL, True),      # serial: every switch swaps then
     (True, [60 * GiB, 60 * GiB], B, OFF, False),         # mode off never swaps
     (False, [60 * GiB, 60 * GiB], None, AUTO, False),    # capacity unknown
     (False, [60 * GiB, 60 * GiB], 0, AUTO, False),
-    (False, [20 * GiB, 20 * GiB, 20 * GiB, 0], B, AUTO, True),  # 4 x 20 + 4
+    (False, [20 * GiB, 20 * GiB, 20 * GiB, None], B, AUTO, True),  # 4 x 20 + 4
+    (False, [20 * GiB, 20 * GiB, 20 * GiB, 0], B, AUTO, False),     # 3 x 20 + 4
 ])
 def test_the_rule(was_on, footprints, budget, mode, on):
     assert likely(was_on, footprints, budget, GiB, mode) is on
@@ -114,3 +118,19 @@ def test_no_pin_ahead_tells_nobody(start_scheduler):
     assert _footprint(a, 6) == [] and _footprint(b, 6) == []
     assert a.nothing_sent()
     assert "prepare-swap" not in sched.logfile.read_text()
+
+
+def test_a_newcomer_counts_as_the_largest_only_until_it_reports_or_its_window_ends(start_scheduler):
+    sched = start_scheduler(*ARGS, "--pin-ahead-newcomer-s", "1")
+    first = registered(sched.sock, flags=OFFERS)
+    assert _footprint(first, 4) == []
+    reporter = registered(sched.sock, flags=OFFERS)
+    assert _next(first) == PrepareSwap(0, 1)         # counts as 4 until it says otherwise: 9.5
+    assert _next(reporter) == PrepareSwap(0, 1)
+    assert _footprint(reporter, 0) == [PrepareSwap(0, 0)]  # 0 bytes reported: 4 + 0 + 1.5
+    assert _next(first) == PrepareSwap(0, 0)
+    reporter.close()
+    idle = registered(sched.sock, flags=OFFERS)      # attaches, never allocates
+    assert _next(first) == PrepareSwap(0, 1) and _next(idle) == PrepareSwap(0, 1)
+    assert _next(first) == PrepareSwap(0, 0)         # its window over: it counts as nothing
+    assert _next(idle) == PrepareSwap(0, 0)

@@ -16,7 +16,7 @@ from ..usage import Parser
 from ..wire.paths import SYSTEM_SOCKET, default_socket_path, socket_override
 from ..wire.scheduling import check_capacity
 from ..wire.sizes import parse_size
-from .node import clientlog, latency
+from .node import clientlog, latency, pinahead
 from .shell import logformat
 from .node.limits import FRAME_TIMEOUT, HELLO_TIMEOUT, MAX_CONNECTIONS_PER_UID
 from .policy import Mode, check_tq
@@ -195,6 +195,8 @@ def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default: {clientlog.LINES}/{clientlog.INTERVAL:g})")
     # How long a connection may take to send its first message, and to complete a frame (tests).
     p.add_argument("--hello-timeout", type=_seconds, default=HELLO_TIMEOUT, help=argparse.SUPPRESS)
+    p.add_argument("--pin-ahead-newcomer-s", type=_seconds, default=pinahead.NEWCOMER_S,
+                   help=argparse.SUPPRESS)  # the tests' short newcomer window
     p.add_argument("--frame-timeout", type=_seconds, default=FRAME_TIMEOUT, help=argparse.SUPPRESS)
 
 
@@ -316,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                     cuda_library=args.cuda_library, suspend=not args.no_suspend,
                     move_suspended=args.move_suspended and not args.no_suspend,
                     latency_queue_ms=args.latency_queue_ms, latency_hold_ms=args.latency_hold_ms,
-                    pin_ahead=not args.no_pin_ahead)
+                    pin_ahead=not args.no_pin_ahead, pin_newcomer_s=args.pin_ahead_newcomer_s)
     if args.reserve[1] is not None:
         config.reserve_fraction = args.reserve[1]
     for sel, size in args.gpu_memory:

@@ -11,7 +11,7 @@ keeps what it pinned (the next swap-out uses it).
 
 likely() is a pure function of what is known of the GPU's clients; refresh() applies it to one
 GPU after an event that may change its answer (an ATTACH, a footprint that changed, a disconnect,
-a mode or capacity set) and tells each client of the GPU that offered HELLO_PIN_AHEAD what changed
+a mode or capacity set, the end of a newcomer's NEWCOMER_S) and tells each client of the GPU that offered HELLO_PIN_AHEAD what changed
 for it: only changes, once per client per GPU per change, never on the lock round trip. A GPU's
 clients are indexed here (state.pin_clients), so an event costs O(k) for the k clients of its GPU.
 With --no-pin-ahead nobody is told anything.
@@ -19,6 +19,7 @@ With --no-pin-ahead nobody is told anything.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -43,25 +44,31 @@ lock_log = logging.getLogger("nvshare.scheduler.locks")  # --log-locks: a line p
 # that hovers around the line from turning pinning on and off at every report.
 ON_FRACTION = 0.75
 OFF_FRACTION = 0.6
+# How long after its ATTACH a client that reported no memory yet counts as the largest of the
+# others. A program allocates within a second or so of creating its context, and its first
+# MEM_UPDATE follows within 100 ms (every lock request comes after one); one attached this long
+# with nothing reported is idle (a notebook that made a context and waits), and counting it as the
+# largest would keep the others' host copies pinned for as long as it stays.
+NEWCOMER_S = 30.0
 
 
-def likely(was_on: bool, footprints: Sequence[int], budget: int | None, overhead: int,
+def likely(was_on: bool, footprints: Sequence[int | None], budget: int | None, overhead: int,
            mode: Mode) -> bool:
     """Whether a swap-out of the GPU's clients' memory is likely soon: at least two clients, and
     their demand past ON_FRACTION of the budget (past OFF_FRACTION while it was on already).
 
     footprints: each attached client's, as it reported it (MEM_UPDATE: resident or swapped out,
-    it comes back at the client's grant); overhead: bytes per client beyond it (its context, as
-    admission counts it); budget None or 0: capacity unknown, nothing is foreseen. A client that
-    reported nothing yet (a newcomer: its ATTACH comes before its allocations) counts as the
-    largest of the others, its likeliest size: in a second or so it has allocated, and by then the
-    residents' copies must be pinned. The same rule serves every mode that swaps: in serial every
+    it comes back at the client's grant), None for a newcomer that reported nothing yet;
+    overhead: bytes per client beyond it (its context, as admission counts it); budget None or 0:
+    capacity unknown, nothing is foreseen. A newcomer (its ATTACH comes before its allocations)
+    counts as the largest of the others, its likeliest size: in a second or so it has allocated,
+    and by then the residents' copies must be pinned. A client that reported 0 bytes counts as 0. The same rule serves every mode that swaps: in serial every
     switch swaps once the clients do not fit together, in auto every switch to a client that does
     not fit beside the others does; mode off never swaps."""
     if mode is Mode.OFF or not budget or len(footprints) < 2:
         return False
-    largest = max(footprints)
-    demand = sum(f or largest for f in footprints) + overhead * len(footprints)
+    largest = max((f for f in footprints if f is not None), default=0)
+    demand = sum(largest if f is None else f for f in footprints) + overhead * len(footprints)
     return demand > (OFF_FRACTION if was_on else ON_FRACTION) * budget
 
 
@@ -74,7 +81,10 @@ def attached(state: SchedulerState, conn: Conn, gpu: Gpu, dev: int, old: Gpu | N
     if moved and old not in conn.devices.values():  # left: under no ordinal any more
         conn.pin_ahead.discard(old)
         _leave(state, conn, old)
-    state.pin_clients.setdefault(gpu, set()).add(conn)
+    clients = state.pin_clients.setdefault(gpu, {})
+    if conn not in clients:  # a repeat ATTACH keeps its first time
+        clients[conn] = state.registry.now()
+        asyncio.get_running_loop().call_later(state.config.pin_newcomer_s, refresh, state, gpu)
     refresh(state, gpu)
     if was_told and gpu not in conn.pin_ahead and _offered(conn):
         conn.send(encode(PrepareSwap(dev, 0)))  # the ordinal's last word was old's on
@@ -98,7 +108,7 @@ def _leave(state: SchedulerState, conn: Conn, gpu: Gpu) -> None:
     clients = state.pin_clients.get(gpu)
     if clients is None or conn not in clients:
         return
-    clients.discard(conn)
+    del clients[conn]
     if not clients:
         del state.pin_clients[gpu]
     refresh(state, gpu)
@@ -108,11 +118,13 @@ def refresh(state: SchedulerState, gpu: Gpu) -> None:
     """Apply likely() to gpu and tell its clients what changed for them."""
     if not state.config.pin_ahead:
         return
-    clients = state.pin_clients.get(gpu, ())
+    clients = state.pin_clients.get(gpu, {})
     arb = gpu.arbiter
     was = gpu in state.pin_on
-    on = likely(was, [swap.footprint(c, gpu) for c in clients], arb.budget, arb.client_overhead,
-                arb.mode)
+    new_since = state.registry.now() - state.config.pin_newcomer_s
+    footprints = [None if gpu.uuid not in c.memory and at > new_since else swap.footprint(c, gpu)
+                  for c, at in clients.items()]
+    on = likely(was, footprints, arb.budget, arb.client_overhead, arb.mode)
     if on:
         state.pin_on.add(gpu)
     else:

@@ -53,6 +53,7 @@ class Config:
     latency_queue_ms: float = latency.QUEUE_MS            # --latency-queue-ms
     latency_hold_ms: float = latency.HOLD_MS              # --latency-hold-ms; 0 = no holds
     pin_ahead: bool = True                                # not --no-pin-ahead (pinahead.py)
+    pin_newcomer_s: float = pinahead.NEWCOMER_S           # hidden --pin-ahead-newcomer-s
 
 
 class SchedulerState:
@@ -63,7 +64,7 @@ class SchedulerState:
         self.latency: dict[Gpu, set[Conn]] = {}           # its latency-sensitive clients (latency.py)
         self.bursting: dict[Gpu, set[Conn]] = {}          # those of them in a burst now (latency.py)
         self.held: dict[Gpu, tuple[float, set[Conn]]] = {}  # when their burst's hold began, whom (latency.py)
-        self.pin_clients: dict[Gpu, set[Conn]] = {}       # its attached clients (pinahead.py)
+        self.pin_clients: dict[Gpu, dict[Conn, float]] = {}  # attached clients: when (pinahead.py)
         self.pin_on: set[Gpu] = set()                     # a swap-out is likely soon (pinahead.py)
         self.uid_conns: Counter[int] = Counter()          # uid -> open connections
         self.fd_limit = 0                                 # the open-file limit, set when serving
