@@ -1,5 +1,5 @@
 """bench/probes/pin_speed.py without a GPU: its flags, its table, and one whole run against the
-mock driver (tests/mock/mock_cuda.c) with a small size, so that what the lead runs on the GPU
+mock driver (tests/mock/cuda/) with a small size, so that what the lead runs on the GPU
 machine does not fail on its first line."""
 
 from __future__ import annotations

@@ -17,9 +17,10 @@ from .harness import MOCK_SRC, artifacts_in, build_artifacts, new_world
 @pytest.fixture(scope="session")
 def artifacts():
     """Built once per run for every xdist worker (the first builds, the others find it): in
-    build/tests-native/mock-<digest of the mock's sources>, so an edit to them builds afresh."""
-    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes()
-                                     for p in sorted(MOCK_SRC.iterdir()) if p.is_file())).hexdigest()
+    build/tests-native/mock-<digest of tests/mock/, its folders included>, so an edit to the mock's
+    sources builds afresh."""
+    digest = hashlib.sha256(b"".join(str(p.relative_to(MOCK_SRC)).encode() + p.read_bytes()
+                                     for p in sorted(MOCK_SRC.rglob("*")) if p.is_file())).hexdigest()
     out = BUILD / f"mock-{digest[:16]}"
     with open(BUILD / ".mock.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

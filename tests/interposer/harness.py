@@ -1,8 +1,8 @@
 """Test harness for libnvshare.so: real processes, the mock driver, the real scheduler.
 
-- build_artifacts(): compiles the mock libcuda.so.1 (mock_cuda.c with its modelled GPU,
-  mock_timeline.c), the scripted test program (cuda_app), the RTLD_NEXT probe library, the mock
-  libnvidia-ml.so.1 and its test program (nvml_app) with gcc.
+- build_artifacts(): compiles the mock libcuda.so.1 (every room of tests/mock/cuda/, its modelled
+  GPU included: mock_cuda_sources()), the scripted test program (cuda_app), the RTLD_NEXT probe
+  library, the mock libnvidia-ml.so.1 and its test program (nvml_app) with gcc.
 - Scheduler: `python -m xpushare.scheduler` on a private socket, with status() over the ctl protocol.
 - App: one cuda_app process running a script of steps (tests/mock/cuda_app.c documents them); its
   stdout is read line by line (one JSON object per step) so a test can wait for a step, check the
@@ -83,11 +83,16 @@ def _run(cmd, **kw):
     return r
 
 
-def _mock_library(out: Path, soname: str, source: str, *flags: str) -> Path:
+def mock_cuda_sources() -> list[Path]:
+    """The mock driver's sources: every room of tests/mock/cuda/ (its README.md), what each build of
+    libcuda.so.1 compiles, so that a new room needs no edit here."""
+    return sorted((MOCK_SRC / "cuda").glob("*.c"))
+
+
+def _mock_library(out: Path, soname: str, sources: list[Path], *flags: str) -> Path:
     """Build a mock shared library as out/SONAME, with the unversioned name (for -l) linked to it."""
     lib = out / soname
-    _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", lib, f"-Wl,-soname,{soname}", MOCK_SRC / source,
-          *flags])
+    _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", lib, f"-Wl,-soname,{soname}", *sources, *flags])
     link = out / soname.rsplit(".", 1)[0]
     if not link.exists():
         link.symlink_to(soname)
@@ -98,15 +103,14 @@ def build_artifacts(out: Path, *flags: str) -> Artifacts:
     """The mock driver and the test programs; flags go to every gcc command (the old-glibc test
     builds them with native/src/core/glibc_compat.h, as the library is)."""
     out.mkdir(parents=True, exist_ok=True)
-    libcuda = _mock_library(out, "libcuda.so.1", "mock_cuda.c", MOCK_SRC / "mock_timeline.c", "-pthread",
-                            *flags)
+    libcuda = _mock_library(out, "libcuda.so.1", mock_cuda_sources(), "-pthread", *flags)
     app = out / "cuda_app"
     _run(["gcc", "-O1", "-Wall", "-o", app, MOCK_SRC / "cuda_app.c", f"-L{out}", "-lcuda", "-ldl",
           "-pthread", *flags])
     probe = out / "librtldnext.so"
     _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", probe, MOCK_SRC / "rtld_next_probe.c", "-ldl",
           *flags])
-    libnvml = _mock_library(out, "libnvidia-ml.so.1", "mock_nvml.c", *flags)
+    libnvml = _mock_library(out, "libnvidia-ml.so.1", [MOCK_SRC / "mock_nvml.c"], *flags)
     nvml_app = out / "nvml_app"
     _run(["gcc", "-O1", "-Wall", "-o", nvml_app, MOCK_SRC / "nvml_app.c", f"-L{out}", "-lcuda", "-lnvidia-ml",
           "-ldl", *flags])
@@ -124,7 +128,7 @@ def build_mock_variant(out: Path, *defines: str) -> Path:
     returns the directory to put first on LD_LIBRARY_PATH (cuda_app finds libcuda.so.1 there)."""
     out.mkdir(parents=True, exist_ok=True)
     _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", *(f"-D{d}" for d in defines), "-o", out / "libcuda.so.1",
-          "-Wl,-soname,libcuda.so.1", MOCK_SRC / "mock_cuda.c", MOCK_SRC / "mock_timeline.c", "-pthread"])
+          "-Wl,-soname,libcuda.so.1", *mock_cuda_sources(), "-pthread"])
     return out
 
 

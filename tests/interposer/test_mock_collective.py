@@ -1,4 +1,4 @@
-"""The mock driver's collective (tests/mock/mock_timeline.c), without the interposer: a kernel
+"""The mock driver's collective (tests/mock/cuda/timeline.c), without the interposer: a kernel
 launched with MOCK_COLLECTIVE_FUNCTION ends only once every rank of its job (a process per
 device, meeting in MOCK_CUDA_COLLECTIVE_DIR) launched its own. The gang-scheduling tests rely on
 it to reproduce the deadlock of distributed jobs that take turns.

@@ -1,4 +1,4 @@
-"""The instrument itself: the mock driver behaves as documented in tests/mock/mock_cuda.c when no
+"""The instrument itself: the mock driver behaves as documented in tests/mock/cuda/README.md when no
 interposer is loaded. Every other test relies on these behaviours to catch the interposer."""
 
 import json

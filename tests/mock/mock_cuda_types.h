@@ -98,7 +98,7 @@ typedef struct {
 } CUmemAccessDesc;
 
 /* A kernel launched with this function handle is a collective on the mock's modelled GPU
- * (cuLaunchKernel, cuLaunchKernelEx and their _ptsz variants; mock_timeline.c): the handle passes
+ * (cuLaunchKernel, cuLaunchKernelEx and their _ptsz variants; cuda/timeline.c): the handle passes
  * through an interposer unchanged, as NCCL's kernels do, so it is gated like any other launch. */
 #define MOCK_COLLECTIVE_FUNCTION ((CUfunction)(unsigned long)0xC011EC7ul)
 

@@ -1,9 +1,10 @@
 """Moving a checkpointed process to another GPU: the checkpoint worker's resume with "pairs"
-(src/xpushare/scheduler/node/checkpoint_worker.py) against the mock driver (tests/mock/mock_cuda.c,
-"Moving between GPUs"). The real worker process drives cuCheckpointProcess* at a real target
-process, which loads the same mock with the same MOCK_CUDA_CHECKPOINT_DIR and, at each line the test
-writes to it, prints what its device ordinals are: after a move, the new GPU's UUID and name, but the
-old GPU's PCI bus id (the real driver's, NVIDIA/cuda-checkpoint issue 48)."""
+(src/xpushare/scheduler/node/checkpoint_worker.py) against the mock driver (tests/mock/cuda/:
+checkpoint.c and move.c; its README.md, "Moving between GPUs"). The real worker process drives
+cuCheckpointProcess* at a real target process, which loads the same mock with the same
+MOCK_CUDA_CHECKPOINT_DIR and, at each line the test writes to it, prints what its device ordinals
+are: after a move, the new GPU's UUID and name, but the old GPU's PCI bus id (the real driver's,
+NVIDIA/cuda-checkpoint issue 48)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-MOCK = Path(__file__).resolve().parents[1] / "mock"
+from tests.interposer.harness import build_mock_variant
+
 INVALID_VALUE, NOT_SUPPORTED = 1, 801
 CHECKPOINTED, LOCKED = 2, 1
 
@@ -62,11 +64,7 @@ def bus(phys: int) -> str:
 
 @pytest.fixture(scope="module")
 def libcuda(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("mock")
-    lib = out / "libcuda.so.1"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", lib, "-Wl,-soname,libcuda.so.1",
-                    MOCK / "mock_cuda.c", MOCK / "mock_timeline.c", "-pthread"], check=True)
-    return lib
+    return build_mock_variant(tmp_path_factory.mktemp("mock")) / "libcuda.so.1"
 
 
 class Rig:

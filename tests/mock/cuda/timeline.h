@@ -1,7 +1,7 @@
 /*
- * mock_timeline.h - the mock driver's modelled GPU (MOCK_CUDA_KERNEL_US > 0): one timeline of work
+ * timeline.h - the mock driver's modelled GPU (MOCK_CUDA_KERNEL_US > 0): one timeline of work
  * per process, and collectives that end only when every rank of their world reached them
- * (mock_timeline.c explains the model). Internal to libcuda.so.1: nothing here is exported.
+ * (timeline.c explains the model). Internal to libcuda.so.1: nothing here is exported.
  */
 #ifndef MOCK_TIMELINE_H
 #define MOCK_TIMELINE_H

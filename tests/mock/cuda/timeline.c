@@ -1,6 +1,6 @@
 /*
- * mock_timeline.c - the modelled GPU of the mock driver (MOCK_CUDA_KERNEL_US > 0), and its
- * collectives. Compiled into libcuda.so.1 with mock_cuda.c.
+ * timeline.c - the modelled GPU of the mock driver (MOCK_CUDA_KERNEL_US > 0), and its
+ * collectives. Compiled into libcuda.so.1 with the other rooms of tests/mock/cuda/ (README.md).
  *
  * The timeline. Each process has one: every piece of work starts when it is queued or when the
  * work queued before it ends, whichever is later. While no collective waits, the end of the queued
@@ -46,7 +46,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "mock_timeline.h"
+#include "timeline.h"
 
 struct coll {
     long long start;  /* on this rank's timeline; known once the one before it ended */
