@@ -56,7 +56,7 @@ def test_a_running_program_moved_mid_run_finishes_with_its_data_intact_on_the_ot
     app.paused(timeout=30)  # every launch and the check done
     (launches,) = app.steps("launch")
     assert launches["ret"] == 0 and app.steps("checkall")[0]["ok"] == 1, "its memory came back intact"
-    assert _moved_file(world, app.pid) == ["0", "1"]
+    assert _moved_file(world, app.pid) == ["0", "1", "1", "0"]  # every GPU of the node: the swap
     poll(lambda: _gpus(sched, app.pid) == [uuid(1)], 10, what="the scheduler sees it on GPU 1")
     me = sched.client(app.pid)
     assert me["move"]["moves"] == 1 and me["move"]["refused"] is None

@@ -29,11 +29,12 @@ def node(artifacts, tmp_path):
     """Start a scheduler whose NVML lists two GPUs (names as given) over a mock of `devices`."""
     started = []
 
-    def start(names=("Mock H200", "Mock H200"), devices=2, args=()):
+    def start(names=("Mock H200", "Mock H200"), devices=2, args=(), env=None):
         sock = make_socket_dir() / "s.sock"
         log = MockLog(tmp_path / "mock.jsonl")
         env = {"MOCK_CUDA_LOG": str(log.path), "MOCK_CUDA_DEVICES": str(devices),
-               "MOCK_CUDA_CHECKPOINT_DIR": str(tmp_path), "MOCK_CUDA_DEVICE_NAMES": ",".join(names)}
+               "MOCK_CUDA_CHECKPOINT_DIR": str(tmp_path), "MOCK_CUDA_DEVICE_NAMES": ",".join(names),
+               **(env or {})}
         nvml = [{"uuid": uuid(i), "name": n, "memory": 16 * GiB} for i, n in enumerate(names)]
         s = SchedulerProcess(sock, ["--cuda-library", str(artifacts.libcuda), "--mode", "auto", *args],
                              env, nvml=nvml).start()
@@ -97,7 +98,7 @@ def test_a_holder_is_dropped_suspended_restored_on_the_other_gpu_and_granted_the
     _ready(c)
     resumed = c.expect(MessageType.RESUMED, timeout=10)
     assert resumed.flags & RESUMED_MOVED
-    assert _steps(log) == [("Lock", 0, None), ("Checkpoint", 0, None), ("Restore", 0, "0>1"),
+    assert _steps(log) == [("Lock", 0, None), ("Checkpoint", 0, None), ("Restore", 0, "0>1,1>0"),
                            ("Unlock", 0, None)]
     # its library attaches the GPU its ordinal names now (its memory is out there too), and asks
     c.attach(0, uuid(1), name="Mock H200")
@@ -130,11 +131,18 @@ def test_a_busy_answer_is_asked_again_and_a_suspended_client_is_restored_there_a
     poll(lambda: _status(sched, c)["suspend"]["phase"] == "suspended", 10, what="suspended")
     assert _move(sched, c, 0)["clients"][0]["moving"]
     assert c.expect(MessageType.RESUMED, timeout=10).flags & RESUMED_MOVED
-    assert [m for _, _, m in _steps(log) if m] == ["0>1", "1>0"]
+    assert [m for _, _, m in _steps(log) if m] == ["0>1,1>0", "0>1,1>0"]  # every GPU, both ways
 
 
-def test_a_failed_restore_there_restores_it_where_it_was_and_grants_what_it_asked(node):
-    sched, log = node(devices=1)  # NVML lists a second GPU the driver does not have
+@pytest.mark.parametrize("devices, env, restores, why", [
+    # the driver finds no room on the new GPU
+    (2, {"MOCK_CUDA_CHECKPOINT_FAIL": "restore:1"}, [False, True], "restore: CUDA_ERROR_OUT_OF_MEMORY"),
+    # NVML lists a second GPU the driver does not have: the worker asks the driver nothing
+    (1, {}, [True], f"cannot move: {uuid(1)} is not a GPU of this node"),
+])
+def test_a_failed_restore_there_restores_it_where_it_was_and_grants_what_it_asked(node, devices, env,
+                                                                                   restores, why):
+    sched, log = node(devices=devices, env=env)
     c = _client(sched)
     _held(c)
     assert _move(sched, c, 1)["clients"][0]["moving"]
@@ -147,9 +155,9 @@ def test_a_failed_restore_there_restores_it_where_it_was_and_grants_what_it_aske
     assert not resumed.flags & RESUMED_MOVED
     c.expect(MessageType.LOCK_OK)  # the request held back goes to the policy once it runs again
     assert [(s, r == 0) for s, r, _ in _steps(log)] == [
-        ("Lock", True), ("Checkpoint", True), ("Restore", False), ("Restore", True), ("Unlock", True)]
+        ("Lock", True), ("Checkpoint", True), *(("Restore", ok) for ok in restores), ("Unlock", True)]
     move = _status(sched, c)["move"]
-    assert move["moves"] == 0 and "the restore there failed" in move["refused"]
+    assert move["moves"] == 0 and move["refused"] == f"to GPU 1: the restore there failed: {why}"
 
 
 @pytest.mark.parametrize("case, why", [
@@ -205,7 +213,7 @@ def test_move_suspended_restores_a_client_whose_gpu_is_full_where_there_is_room(
     a.send_raw(encode(ResumeRequest(0, 0)))
     resumed = a.expect(MessageType.RESUMED, timeout=10)
     assert bool(resumed.flags & RESUMED_MOVED) == moved
-    assert [m for _, _, m in _steps(log) if m] == (["0>1"] if moved else [])
+    assert [m for _, _, m in _steps(log) if m] == (["0>1,1>0"] if moved else [])
 
 
 def test_a_client_that_goes_away_during_its_move_ends_the_order(node):

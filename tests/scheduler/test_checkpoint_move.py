@@ -167,7 +167,7 @@ def test_a_move_puts_the_process_on_the_new_gpu_with_the_old_bus_id(rig):
     assert answer["ok"] and answer["moved"] is True and answer["error"] is None, answer
     assert set(answer["ms"]) == {"restore", "unlock"}
     (restore,) = rig.restores(target.pid)
-    assert restore["ret"] == 0 and restore["moved"] == "0>1"
+    assert restore["ret"] == 0 and restore["moved"] == "0>1,1>0", "every GPU of the node named"
     assert target.devices() == [{"uuid": uuid(1), "name": "H200", "bus": bus(0)}], \
         "the new GPU's identity, the old GPU's bus id"
 
@@ -184,14 +184,14 @@ def test_moves_compose_and_one_restore_may_swap_gpus(rig):
     both = rig.target(MOCK_CUDA_DEVICES=3, MOCK_CUDA_DEVICE_NAMES=names, CUDA_VISIBLE_DEVICES="0,1")
     _suspend(worker, both)
     assert worker.ask(op="resume", pid=both.pid, pairs=[[uuid(0), uuid(1)], [uuid(1), uuid(0)]])["moved"]
-    assert [e["moved"] for e in rig.restores(both.pid)] == ["0>1,1>0"]
+    assert [e["moved"] for e in rig.restores(both.pid)] == ["0>1,1>0,2>2"]
     assert [(d["uuid"], d["bus"]) for d in both.devices()] == [(uuid(1), bus(0)), (uuid(0), bus(1))]
 
 
 @pytest.mark.parametrize("names, pairs, env, code, why", [
     ("H200,H100", [[0, 1]], {}, INVALID_VALUE, "another chip type"),
-    ("", [[0, 7]], {}, INVALID_VALUE, "a new UUID of no GPU"),
-    ("", [[1, 0]], {}, INVALID_VALUE, "an old GPU the process does not have"),
+    # a worker whose driver sees one of the node's two GPUs hands the driver a mapping of one
+    ("", [[0, 0]], {"CUDA_VISIBLE_DEVICES": "0"}, INVALID_VALUE, "not every GPU once as old and once as new"),
     ("", [[0, 1]], {"MOCK_CUDA_CHECKPOINT_DIR": None}, NOT_SUPPORTED, "no MOCK_CUDA_CHECKPOINT_DIR"),
 ])
 def test_a_refused_move_leaves_the_process_checkpointed_for_a_plain_resume(rig, names, pairs, env, code,
@@ -208,6 +208,23 @@ def test_a_refused_move_leaves_the_process_checkpointed_for_a_plain_resume(rig, 
     assert answer["ok"] and "moved" not in answer and set(answer["ms"]) == {"restore", "unlock"}, answer
     assert [e["ret"] for e in rig.restores(target.pid)] == [code, 0], "restored from the checkpoint"
     assert target.devices() == target.first, "where it was"
+
+
+def test_a_pair_naming_a_gpu_the_node_lacks_is_refused_before_the_driver_is_asked(rig):
+    target, worker = _suspended(rig)
+    answer = worker.ask(op="resume", pid=target.pid, pairs=[[uuid(0), uuid(7)]])
+    assert answer == {"ok": False, "ms": {}, "retry": False,
+                      "error": f"cannot move: {uuid(7)} is not a GPU of this node"}
+    assert rig.restores(target.pid) == []
+    assert worker.ask(op="resume", pid=target.pid)["ok"], "still checkpointed, resumable"
+    assert target.devices() == target.first
+
+
+def test_the_other_gpus_are_named_onto_themselves_and_the_new_one_onto_the_old(rig):
+    target, worker = _suspended(rig, MOCK_CUDA_DEVICES=4)
+    assert worker.ask(op="resume", pid=target.pid, pairs=[[uuid(0), uuid(2)]])["moved"]
+    assert [e["moved"] for e in rig.restores(target.pid)] == ["0>2,1>1,2>0,3>3"]
+    assert [d["uuid"] for d in target.devices()] == [uuid(2)]
 
 
 @pytest.mark.parametrize("bad", [

@@ -48,22 +48,8 @@ static int uuid_phys(const CUuuid *u)
     return p < mock_physical_devices ? p : -1;
 }
 
-/* The target's GPUs now: what it published at its initialisation, moved as moved-<pid> says; the
- * number of them, 0 where it published none (a forked child, a target without the directory). */
-static int target_devices(int pid, int *map)
-{
-    char path[600], text[8192];
-    mock_ckpt_path(path, sizeof path, "devices", pid);
-    if (mock_read_text(path, text, sizeof text, NULL) <= 0) return 0;
-    int n = 0, used;
-    for (const char *s = text; n < MAX_DEVICES && sscanf(s, "%d%n", &map[n], &used) == 1; s += used) n++;
-    mock_ckpt_path(path, sizeof path, "moved", pid);
-    if (mock_read_text(path, text, sizeof text, NULL) > 0) mock_apply_moves(text, map, n);
-    return n;
-}
-
 /* The driver's checks of a restore's pairs: 0 or the error (mv->why says which). */
-static CUresult move_check(int pid, const CUcheckpointRestoreArgs *a, struct move *mv)
+static CUresult move_check(const CUcheckpointRestoreArgs *a, struct move *mv)
 {
     mv->pairs = 0;
     if (!mock_ckpt_dir[0]) return mv->why = "no MOCK_CUDA_CHECKPOINT_DIR", CUDA_ERROR_NOT_SUPPORTED;
@@ -81,18 +67,13 @@ static CUresult move_check(int pid, const CUcheckpointRestoreArgs *a, struct mov
         mv->old[mv->pairs] = o;
         mv->new_[mv->pairs++] = n;
     }
-    int map[MAX_DEVICES] = {0}, before[MAX_DEVICES], ndev = mv->why ? 0 : target_devices(pid, map);
-    memcpy(before, map, sizeof before);
-    for (int i = 0; i < mv->pairs && ndev; i++) {
-        int has = 0;
-        for (int k = 0; k < ndev; k++) has |= before[k] == mv->old[i];
-        if (!has) return mv->why = "an old GPU the process does not have", CUDA_ERROR_INVALID_VALUE;
-        for (int k = 0; k < ndev; k++)
-            if (before[k] == mv->old[i]) map[k] = mv->new_[i];
-    }
-    for (int k = 0; k < ndev; k++)
-        for (int j = 0; j < k; j++)
-            if (map[j] == map[k]) return mv->why = "two of its GPUs onto one", CUDA_ERROR_INVALID_VALUE;
+    /* The real driver's rule: the mapping names every GPU the kernel driver has (here every
+     * physical device, whatever the target's CUDA_VISIBLE_DEVICES), each once as old and once as
+     * new; fewer is an invalid value (cuda.core's checkpoint documentation). */
+    int as_old[MAX_DEVICES] = {0}, as_new[MAX_DEVICES] = {0};
+    for (int i = 0; i < mv->pairs && !mv->why; i++) as_old[mv->old[i]]++, as_new[mv->new_[i]]++;
+    for (int p = 0; p < mock_physical_devices && !mv->why; p++)
+        if (as_old[p] != 1 || as_new[p] != 1) mv->why = "not every GPU once as old and once as new";
     return mv->why ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
@@ -157,7 +138,7 @@ CUresult cuCheckpointProcessRestore(int pid, void *args)
     struct move mv = {0};
     int moving = a && a->gpuPairsCount > 0;
     mock_ensure_config();
-    int fail = moving ? move_check(pid, a, &mv) : 0;
+    int fail = moving ? move_check(a, &mv) : 0;
     pthread_mutex_lock(&mock_mu);
     if (g_restore_failures < 0) {
         const char *f = getenv("MOCK_CUDA_CHECKPOINT_FAIL");

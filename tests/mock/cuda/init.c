@@ -111,7 +111,7 @@ void mock_init_once(void)
         }
     }
     memcpy(mock_visible_first, mock_visible, sizeof mock_visible);
-    mock_publish_devices();
+    mock_forget_moves();
     for (int i = 0; i < MAX_DEVICES; i++) {
         mock_primary[i].magic = CTX_MAGIC;
         mock_primary[i].dev = i;

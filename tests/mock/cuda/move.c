@@ -1,8 +1,8 @@
 /*
  * move.c - moves between GPUs, the target process's side (MOCK_CUDA_CHECKPOINT_DIR; README.md,
- * "Moving between GPUs"): the devices-<pid> file it publishes at its initialisation, the
- * moved-<pid> file its controller writes (checkpoint.c) and that it follows, and so the physical
- * device of an ordinal now (mock_phys_of). Also the file helpers both sides use.
+ * "Moving between GPUs"): the moved-<pid> file its controller writes (checkpoint.c) and that it
+ * follows, and so the physical device of an ordinal now (mock_phys_of). Also the file helpers both
+ * sides use.
  */
 #define _GNU_SOURCE
 #include "state.h"
@@ -78,20 +78,14 @@ void mock_apply_moves(const char *text, int *map, int n)
     }
 }
 
-/* The target's side: its visible devices, for the controller to check a move against; and no
- * moves yet (a file left by an earlier process of the same pid is not this one's). */
-void mock_publish_devices(void)
+/* The target's side at its initialisation: no moves yet (a file left by an earlier process of the
+ * same pid is not this one's). */
+void mock_forget_moves(void)
 {
     if (!mock_ckpt_dir[0]) return;
-    char path[600], text[MAX_DEVICES * 4 + 2] = "";
+    char path[600];
     mock_ckpt_path(path, sizeof path, "moved", (int)getpid());
     unlink(path);
-    size_t len = 0;
-    for (int k = 0; k < mock_ndev; k++)
-        len += (size_t)snprintf(text + len, sizeof text - len, "%s%d", k ? " " : "", mock_visible[k]);
-    snprintf(text + len, sizeof text - len, "\n");
-    mock_ckpt_path(path, sizeof path, "devices", (int)getpid());
-    mock_write_atomically(path, text);
 }
 
 /* The last moved-<pid> applied (what stat said of it), so an unchanged file costs one stat. */

@@ -224,7 +224,7 @@ MOCK_HIDDEN void mock_ckpt_path(char *out, size_t n, const char *what, int pid);
 MOCK_HIDDEN int mock_read_text(const char *path, char *buf, size_t n, struct stat *st);
 MOCK_HIDDEN int mock_write_atomically(const char *path, const char *text);
 MOCK_HIDDEN void mock_apply_moves(const char *text, int *map, int n);
-MOCK_HIDDEN void mock_publish_devices(void);
+MOCK_HIDDEN void mock_forget_moves(void);
 MOCK_HIDDEN int mock_phys_of(int dev);
 
 /* ------------------------------------------------------------------------------------------ */

@@ -15,7 +15,9 @@ One JSON request per line on stdin, one answer per line on stdout; the first lin
                                                  restore onto other GPUs (driver 580+), then unlock:
                                                  each OLD GPU's work onto NEW, both GPU UUIDs as
                                                  NVML writes them ("GPU-" and 8-4-4-4-12 hex digits);
-                                                 only a checkpointed process can move
+                                                 only a checkpointed process can move. The driver
+                                                 takes a mapping of every GPU it has, whatever the
+                                                 process sees (full_mapping): the worker completes it
 Answers: {"ok": bool, "ms": {phase: ms}, "error": text or null, "retry": whether trying again
 later may work (a restore that found no room)}, and "moved": true once a restore with pairs
 succeeded. A refused move leaves the process checkpointed: a resume without pairs brings it back
@@ -69,6 +71,38 @@ def gpu_pairs(pairs) -> list[tuple[bytes, bytes]]:
     return [(uuid_bytes(old), uuid_bytes(new)) for old, new in pairs]
 
 
+def uuid_text(raw: bytes) -> str:
+    h = raw.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def full_mapping(pairs: list[tuple[bytes, bytes]], node: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """The restore's GPU pairs as the driver takes them: every GPU of the node (all the kernel
+    driver has: CUDA_VISIBLE_DEVICES does not narrow it, and a mapping of fewer is refused as an
+    invalid value), each once as old and once as new. The moves asked for; every other GPU onto
+    itself where nothing moves onto it; the rest, the GPUs moved onto, paired with those moved from
+    in node order: moving 0 -> 1 on four GPUs is 0 -> 1, 1 -> 0, 2 -> 2, 3 -> 3 (the process has
+    nothing on 1, so nothing moves onto 0). ValueError for a GPU the node lacks or named twice."""
+    if not node:
+        raise ValueError("the driver lists no GPU")
+    mapping: dict[bytes, bytes] = {}
+    for old, new in pairs:
+        for gpu in (old, new):
+            if gpu not in node:
+                raise ValueError(f"{uuid_text(gpu)} is not a GPU of this node")
+        if old in mapping or new in mapping.values():
+            raise ValueError("a GPU named twice in the pairs")
+        mapping[old] = new
+    sources = [g for g in node if g not in mapping]
+    targets = [g for g in node if g not in mapping.values()]
+    for gpu in [g for g in sources if g in targets]:
+        mapping[gpu] = gpu
+        sources.remove(gpu)
+        targets.remove(gpu)
+    mapping.update(zip(sources, targets))
+    return [(old, mapping[old]) for old in node]
+
+
 def restore_args(pairs: list[tuple[bytes, bytes]]) -> RestoreArgs:
     args = RestoreArgs()
     if pairs:
@@ -100,6 +134,19 @@ class Driver:
         if self.cu.cuGetErrorName(r, C.byref(text)) == 0 and text.value:
             return text.value.decode(errors="replace")
         return f"CUresult {r}"
+
+    def node_gpus(self) -> list[bytes]:
+        """The UUID of every GPU this driver has (the worker runs without CUDA_VISIBLE_DEVICES:
+        suspend.py), in its order."""
+        count, out = C.c_int(0), []
+        if self.cu.cuDeviceGetCount(C.byref(count)):
+            return out
+        get_uuid = getattr(self.cu, "cuDeviceGetUuid_v2", None) or self.cu.cuDeviceGetUuid
+        for ordinal in range(count.value):
+            dev, raw = C.c_int(0), (C.c_ubyte * 16)()
+            if self.cu.cuDeviceGet(C.byref(dev), ordinal) == 0 and get_uuid(raw, dev) == 0:
+                out.append(bytes(raw))
+        return out
 
     def state(self, pid: int) -> int | None:
         st = C.c_int(-1)
@@ -133,6 +180,11 @@ class Driver:
         if pairs and st != CHECKPOINTED:  # unlocking it would run it on where it is, unmoved
             return {"ok": False, "ms": ms, "retry": False,
                     "error": f"not checkpointed: cannot move (the process is {STATES.get(st, 'unknown')})"}
+        if pairs:
+            try:
+                pairs = full_mapping(pairs, self.node_gpus())
+            except ValueError as e:
+                return {"ok": False, "ms": ms, "retry": False, "error": f"cannot move: {e}"}
         if st == CHECKPOINTED:
             r, ms["restore"] = self.timed("cuCheckpointProcessRestore", pid, restore_args(pairs))
             if r:

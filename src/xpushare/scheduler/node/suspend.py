@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -92,9 +93,12 @@ class Suspender:
             return None
         if self._proc is not None and self._proc.returncode is None:
             return self._proc
+        # Without CUDA_VISIBLE_DEVICES: a move's mapping names every GPU the kernel driver has,
+        # and the worker learns them from its own driver (checkpoint_worker.full_mapping).
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "xpushare.scheduler.node.checkpoint_worker", self.driver,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env)
         hello = json.loads(await self._proc.stdout.readline() or b'{"ready": false, "why": "it exited"}')
         if not hello.get("ready"):
             self.why_not = f"the checkpoint worker cannot run: {hello.get('why')}"
