@@ -132,6 +132,20 @@ def test_get_proc_address_hands_out_variants(world, lookup, ptds, version, expec
         ("_ptsz" if ptds else "")
 
 
+FOUND_BY_GPA = {"cuMemHostAlloc": "cuMemHostAlloc", "cuMemFreeHost": "cuMemFreeHost",
+                "cuMemHostRegister": "cuMemHostRegister_v2", "cuMemHostUnregister": "cuMemHostUnregister",
+                "cuStreamWaitEvent": "cuStreamWaitEvent", "cuMemDiscardBatchAsync": "cuMemDiscardBatchAsync",
+                "cuModuleLoadData": "cuModuleLoadData", "cuModuleGetFunction": "cuModuleGetFunction",
+                **{f"cuCheckpointProcess{s}": f"cuCheckpointProcess{s}"
+                   for s in ("Lock", "Checkpoint", "Restore", "Unlock", "GetState")}}
+
+
+def test_get_proc_address_finds_every_exported_function_the_runtime_may_ask_for(world):
+    steps = [x for name in FOUND_BY_GPA for x in ("lookup", name)]
+    found = run(world, "init", *steps, lookup="gpa2", cuda_version=13000).steps("lookup")
+    assert {f["name"]: (f["ret"], f["sym"]) for f in found} == {n: (0, s) for n, s in FOUND_BY_GPA.items()}
+
+
 def test_visible_devices_and_uuids(world):
     app = run(world, "init", "ctx", 0, "alloc", "1M", "totalmem", 0,
               env={"MOCK_CUDA_DEVICES": 3, "CUDA_VISIBLE_DEVICES": "2,0", "MOCK_CUDA_TOTAL_MEM": "4G"})

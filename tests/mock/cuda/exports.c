@@ -73,7 +73,13 @@ static const struct gpa_entry { const char *base; int v2; char pt; } g_gpa[] = {
     {"cuGraphExecDestroy", 0, 0},
     {"cuEventCreate", 0, 0}, {"cuEventRecord", 0, 'z'}, {"cuEventQuery", 0, 0},
     {"cuEventSynchronize", 0, 0}, {"cuEventDestroy", 4000, 0}, {"cuEventElapsedTime", 12080, 0},
-    {"cuMemPrefetchAsync", 12020, 0},
+    {"cuMemPrefetchAsync", 12020, 0}, {"cuMemDiscardBatchAsync", 0, 0},
+    {"cuMemHostAlloc", 0, 0}, {"cuMemFreeHost", 0, 0}, {"cuMemHostRegister", 6050, 0},
+    {"cuMemHostUnregister", 0, 0}, {"cuStreamWaitEvent", 0, 0},
+    {"cuModuleLoadData", 0, 0}, {"cuModuleGetFunction", 0, 0},
+    {"cuCheckpointProcessLock", 0, 0}, {"cuCheckpointProcessCheckpoint", 0, 0},
+    {"cuCheckpointProcessRestore", 0, 0}, {"cuCheckpointProcessUnlock", 0, 0},
+    {"cuCheckpointProcessGetState", 0, 0},
 };
 
 static CUresult get_proc(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

@@ -105,8 +105,10 @@ CUresult cuMemFreeHost(void *p)
     return r;
 }
 
-/* Registered memory stays the caller's: only remembered as pinned (counted like cuMemHostAlloc). */
-CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags)
+/* Registered memory stays the caller's: only remembered as pinned (counted like cuMemHostAlloc).
+ * Both exported variants log as "cuMemHostRegister"; neither calls the other through its exported
+ * name, which an interposer would catch as a second call. */
+static CUresult host_register(void *p, size_t n, unsigned int flags)
 {
     long long t0 = mock_now_ns();
     CUresult r = mock_need_ctx();
@@ -123,10 +125,8 @@ CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags)
     return r;
 }
 
-CUresult cuMemHostRegister(void *p, size_t n, unsigned int flags)
-{
-    return cuMemHostRegister_v2(p, n, flags);
-}
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags) { return host_register(p, n, flags); }
+CUresult cuMemHostRegister(void *p, size_t n, unsigned int flags) { return host_register(p, n, flags); }
 
 CUresult cuMemHostUnregister(void *p)
 {
