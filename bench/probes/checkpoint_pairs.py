@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
-from xpushare.scheduler.node.checkpoint_worker import Driver, gpu_pairs  # noqa: E402
+from xpushare.scheduler.node.checkpoint_worker import Driver, full_mapping, gpu_pairs, uuid_text  # noqa: E402
 
 CHILD = r'''
 import ctypes as C, sys
@@ -70,7 +70,9 @@ def main() -> None:
     src, dst = uuid_of(drv, 0), uuid_of(drv, args.to)
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
-    out = {"from": src, "to": dst, "ready": child.stdout.readline().split()}
+    out = {"from": src, "to": dst, "ready": child.stdout.readline().split(),
+           "mapping": [[uuid_text(o), uuid_text(n)]  # what the worker hands the driver: every GPU
+                       for o, n in full_mapping(gpu_pairs([[src, dst]]), drv.node_gpus())]}
     restored = False
     try:
         out["suspend"] = drv.suspend(child.pid, 10000)

@@ -36,6 +36,8 @@ pytestmark = pytest.mark.skipif(len(GPUS) < 2 or GPUS[0][0] != GPUS[1][0],
                                 reason="needs two GPUs of one chip type (a move restores onto the same type)")
 
 
+# The job sees GPU 0 by its UUID: CUDA numbers GPUs fastest first, nvidia-smi by PCI bus, and the
+# assertions name nvidia-smi's.
 def _trainer(*extra) -> list[str]:
     return python_cmd(PROGRAMS / "move_trainer.py", "--steps", STEPS, "--step-ms", STEP_MS, *extra)
 
@@ -54,10 +56,10 @@ def _finish_safely(prog: harness.Program, timeout: float) -> harness.Run:
 
 def test_nvsharectl_move_moves_a_running_training_job_and_its_losses_stay_native(
         tmp_path, nvshare_lib, scheduler_factory):
-    native = harness.run(_trainer(), harness.native_env(CUDA_VISIBLE_DEVICES="0"), timeout=180).check()
+    native = harness.run(_trainer(), harness.native_env(CUDA_VISIBLE_DEVICES=GPUS[0][1]), timeout=180).check()
     sched = scheduler_factory(mode="auto")
     ready = tmp_path / "ready"
-    env = harness.library_env(nvshare_lib, sched.socket, CUDA_VISIBLE_DEVICES="0")
+    env = harness.library_env(nvshare_lib, sched.socket, CUDA_VISIBLE_DEVICES=GPUS[0][1])
     prog = harness.Program(_trainer("--announce-at", ANNOUNCE_AT, "--ready-file", ready), env)
     try:
         poll(ready.exists, 120, 0.05, what="the job to run", abort=lambda: prog.proc.poll() is not None)
