@@ -1,12 +1,13 @@
 """Test harness for libnvshare.so: real processes, the mock driver, the real scheduler.
 
 - build_artifacts(): compiles the mock libcuda.so.1 (every room of tests/mock/cuda/, its modelled
-  GPU included: mock_cuda_sources()), the scripted test program (cuda_app), the RTLD_NEXT probe
-  library, the mock libnvidia-ml.so.1 and its test program (nvml_app) with gcc.
+  GPU included: mock_cuda_sources()), the scripted test program (cuda_app: every room of
+  tests/mock/cuda_app/, cuda_app_sources()), the RTLD_NEXT probe library, the mock
+  libnvidia-ml.so.1 and its test program (nvml_app) with gcc.
 - Scheduler: `python -m xpushare.scheduler` on a private socket, with status() over the ctl protocol.
-- App: one cuda_app process running a script of steps (tests/mock/cuda_app.c documents them); its
-  stdout is read line by line (one JSON object per step) so a test can wait for a step, check the
-  scheduler while the app is paused, and resume it.
+- App: one cuda_app process running a script of steps (tests/mock/cuda_app/README.md documents
+  them); its stdout is read line by line (one JSON object per step) so a test can wait for a step,
+  check the scheduler while the app is paused, and resume it.
 - MockLog: the mock driver's call log (one JSON object per driver call, with t0/t1 in ns of
   CLOCK_MONOTONIC, comparable across processes).
 
@@ -89,6 +90,12 @@ def mock_cuda_sources() -> list[Path]:
     return sorted((MOCK_SRC / "cuda").glob("*.c"))
 
 
+def cuda_app_sources() -> list[Path]:
+    """The scripted test program's sources: every room of tests/mock/cuda_app/ (its README.md),
+    what each build of cuda_app compiles, so that a new room needs no edit here."""
+    return sorted((MOCK_SRC / "cuda_app").glob("*.c"))
+
+
 def _mock_library(out: Path, soname: str, sources: list[Path], *flags: str) -> Path:
     """Build a mock shared library as out/SONAME, with the unversioned name (for -l) linked to it."""
     lib = out / soname
@@ -105,7 +112,7 @@ def build_artifacts(out: Path, *flags: str) -> Artifacts:
     out.mkdir(parents=True, exist_ok=True)
     libcuda = _mock_library(out, "libcuda.so.1", mock_cuda_sources(), "-pthread", *flags)
     app = out / "cuda_app"
-    _run(["gcc", "-O1", "-Wall", "-o", app, MOCK_SRC / "cuda_app.c", f"-L{out}", "-lcuda", "-ldl",
+    _run(["gcc", "-O1", "-Wall", "-o", app, *cuda_app_sources(), f"-L{out}", "-lcuda", "-ldl",
           "-pthread", *flags])
     probe = out / "librtldnext.so"
     _run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", probe, MOCK_SRC / "rtld_next_probe.c", "-ldl",

@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 HOOKS_H = REPO / "native" / "src" / "hooks" / "hooks.h"
 NATIVE_INCLUDE = REPO / "native" / "include"
-APP_C = REPO / "tests" / "mock" / "cuda_app.c"
+APP_API_H = REPO / "tests" / "mock" / "cuda_app" / "api.h"
 
 TWIN = {"NONE": None, "PTSZ": "_ptsz", "PTDS": "_ptds"}
 GATED_KINDS = ("GATE", "LAUNCH")  # both take the device lock; a LAUNCH also opens busy spans
@@ -69,8 +69,9 @@ def gated_names(path: Path = HOOKS_H) -> frozenset[str]:
     return frozenset(n for h in hooks(path) if h.kind in GATED_KINDS for n in h.exported)
 
 
-def app_gated_table(path: Path = APP_C) -> list[tuple[str, str, str]]:
-    """(slot, legacy name, per-thread name) of every gated entry point of cuda_app.c's GATED table."""
+def app_gated_table(path: Path = APP_API_H) -> list[tuple[str, str, str]]:
+    """(slot, legacy name, per-thread name) of every gated entry point of cuda_app's GATED table
+    (tests/mock/cuda_app/api.h)."""
     src = path.read_text()
     block = src[src.index("#define GATED(X)"):]
     block = block[:block.index("\n\n")]
