@@ -82,9 +82,9 @@ def attached(state: SchedulerState, conn: Conn, gpu: Gpu, dev: int, old: Gpu | N
         conn.pin_ahead.discard(old)
         _leave(state, conn, old)
     clients = state.pin_clients.setdefault(gpu, {})
-    if conn not in clients:  # a repeat ATTACH keeps its first time
-        clients[conn] = state.registry.now()
-        asyncio.get_running_loop().call_later(state.config.pin_newcomer_s, refresh, state, gpu)
+    if conn not in clients:  # a repeat ATTACH does not make it new again
+        clients[conn] = True
+        asyncio.get_running_loop().call_later(state.config.pin_newcomer_s, _not_new, state, gpu, conn)
     refresh(state, gpu)
     if was_told and gpu not in conn.pin_ahead and _offered(conn):
         conn.send(encode(PrepareSwap(dev, 0)))  # the ordinal's last word was old's on
@@ -104,6 +104,14 @@ def gpu_changed(state: SchedulerState, gpu: Gpu) -> None:
     refresh(state, gpu)
 
 
+def _not_new(state: SchedulerState, gpu: Gpu, conn: Conn) -> None:
+    """NEWCOMER_S after its ATTACH: what it reported is what it counts (nothing: 0)."""
+    clients = state.pin_clients.get(gpu, {})
+    if clients.get(conn):
+        clients[conn] = False
+        refresh(state, gpu)
+
+
 def _leave(state: SchedulerState, conn: Conn, gpu: Gpu) -> None:
     clients = state.pin_clients.get(gpu)
     if clients is None or conn not in clients:
@@ -121,9 +129,8 @@ def refresh(state: SchedulerState, gpu: Gpu) -> None:
     clients = state.pin_clients.get(gpu, {})
     arb = gpu.arbiter
     was = gpu in state.pin_on
-    new_since = state.registry.now() - state.config.pin_newcomer_s
-    footprints = [None if gpu.uuid not in c.memory and at > new_since else swap.footprint(c, gpu)
-                  for c, at in clients.items()]
+    footprints = [None if new and gpu.uuid not in c.memory else swap.footprint(c, gpu)
+                  for c, new in clients.items()]
     on = likely(was, footprints, arb.budget, arb.client_overhead, arb.mode)
     if on:
         state.pin_on.add(gpu)

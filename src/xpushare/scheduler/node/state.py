@@ -64,7 +64,7 @@ class SchedulerState:
         self.latency: dict[Gpu, set[Conn]] = {}           # its latency-sensitive clients (latency.py)
         self.bursting: dict[Gpu, set[Conn]] = {}          # those of them in a burst now (latency.py)
         self.held: dict[Gpu, tuple[float, set[Conn]]] = {}  # when their burst's hold began, whom (latency.py)
-        self.pin_clients: dict[Gpu, dict[Conn, float]] = {}  # attached clients: when (pinahead.py)
+        self.pin_clients: dict[Gpu, dict[Conn, bool]] = {}  # attached clients: still new? (pinahead.py)
         self.pin_on: set[Gpu] = set()                     # a swap-out is likely soon (pinahead.py)
         self.uid_conns: Counter[int] = Counter()          # uid -> open connections
         self.fd_limit = 0                                 # the open-file limit, set when serving
