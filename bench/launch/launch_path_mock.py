@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "src")]
 from bench.core.stats import median  # noqa: E402
 from testkit.scheduler import SchedulerProcess  # noqa: E402
-from tests.interposer.harness import build_artifacts  # noqa: E402
+from tests.interposer.harness import build_artifacts, clean_env  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -73,8 +72,7 @@ def ns_per_launch(app: Path, env: dict, launches: int) -> float:
 
 def measure(args: argparse.Namespace, work: Path) -> dict:
     art = build_artifacts(work / "mock")
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("MOCK_CUDA_", "NVSHARE_")) and k not in ("LD_PRELOAD", "CUDA_VISIBLE_DEVICES")}
+    base = clean_env()  # none of the caller's library, mock or device settings
     sock = work / "s.sock"
     sched = SchedulerProcess(sock, ["--mode", "off", "--no-nvml"], env=base).start()
     envs = {"native": {**base, "LD_LIBRARY_PATH": str(art.dir)}}

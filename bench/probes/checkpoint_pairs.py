@@ -52,27 +52,21 @@ for line in sys.stdin:
 '''
 
 
-def uuid_of(drv: Driver, index: int) -> str:
-    u = (C.c_ubyte * 16)()
-    dev = C.c_int()
-    if drv.cu.cuDeviceGet(C.byref(dev), index) or drv.cu.cuDeviceGetUuid_v2(u, dev):
-        raise SystemExit(f"no GPU {index}")
-    b = bytes(u).hex()
-    return f"GPU-{b[:8]}-{b[8:12]}-{b[12:16]}-{b[16:20]}-{b[20:]}"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--to", type=int, default=0, help="the GPU index to restore onto (0: the same)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     drv = Driver("libcuda.so.1")
-    src, dst = uuid_of(drv, 0), uuid_of(drv, args.to)
+    gpus = drv.node_gpus()
+    if not 0 <= args.to < len(gpus):
+        raise SystemExit(f"no GPU {args.to}: the driver lists {len(gpus)}")
+    src, dst = uuid_text(gpus[0]), uuid_text(gpus[args.to])
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
     out = {"from": src, "to": dst, "ready": child.stdout.readline().split(),
            "mapping": [[uuid_text(o), uuid_text(n)]  # what the worker hands the driver: every GPU
-                       for o, n in full_mapping(gpu_pairs([[src, dst]]), drv.node_gpus())]}
+                       for o, n in full_mapping(gpu_pairs([[src, dst]]), gpus)]}
     restored = False
     try:
         out["suspend"] = drv.suspend(child.pid, 10000)

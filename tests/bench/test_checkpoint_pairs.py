@@ -6,12 +6,11 @@ the mapping of both GPUs, and the child exits by itself."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.interposer.harness import build_mock_variant
+from tests.interposer.harness import build_mock_variant, clean_env
 
 PROBE = Path(__file__).resolve().parents[2] / "bench" / "probes" / "checkpoint_pairs.py"
 
@@ -23,9 +22,7 @@ def uuid(phys: int) -> str:
 def test_a_move_to_gpu_1_on_the_mock(tmp_path):
     lib = build_mock_variant(tmp_path / "mock")
     (tmp_path / "ckpt").mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MOCK_CUDA_", "NVSHARE_")) and k not in ("LD_PRELOAD", "CUDA_VISIBLE_DEVICES")}
-    env.update(LD_LIBRARY_PATH=str(lib), MOCK_CUDA_DEVICES="2", MOCK_CUDA_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
+    env = clean_env(LD_LIBRARY_PATH=lib, MOCK_CUDA_DEVICES=2, MOCK_CUDA_CHECKPOINT_DIR=tmp_path / "ckpt")
     out = tmp_path / "pairs.json"
     subprocess.run([sys.executable, str(PROBE), "--to", "1", "--json", str(out)], env=env, check=True,
                    capture_output=True, timeout=60)

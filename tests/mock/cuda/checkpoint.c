@@ -59,8 +59,6 @@ static CUresult move_check(const CUcheckpointRestoreArgs *a, struct move *mv)
     for (unsigned i = 0; i < a->gpuPairsCount; i++) {
         int o = uuid_phys(&a->gpuPairs[i].oldUuid), n = uuid_phys(&a->gpuPairs[i].newUuid);
         const char *ot = mock_chip_type(o) ? mock_chip_type(o) : "", *nt = mock_chip_type(n) ? mock_chip_type(n) : "";
-        for (int k = 0; k < mv->pairs; k++)
-            if (o >= 0 && mv->old[k] == o && !mv->why) mv->why = "an old GPU twice";
         if (o < 0 && !mv->why) mv->why = "an old UUID of no GPU";
         if (n < 0 && !mv->why) mv->why = "a new UUID of no GPU";
         if (o >= 0 && n >= 0 && strcmp(ot, nt) != 0 && !mv->why) mv->why = "another chip type";

@@ -9,12 +9,12 @@ be foreseen: a second client shares the GPU, and what their memory together may 
 a share of the GPU's budget (likely(), the rule). Off when that no longer holds; the library
 keeps what it pinned (the next swap-out uses it).
 
-likely() is a pure function of what is known of the GPU's clients; refresh() applies it to one
-GPU after an event that may change its answer (an ATTACH, a footprint that changed, a disconnect,
-a mode or capacity set, the end of a newcomer's NEWCOMER_S) and tells each client of the GPU that offered HELLO_PIN_AHEAD what changed
-for it: only changes, once per client per GPU per change, never on the lock round trip. A GPU's
-clients are indexed here (state.pin_clients), so an event costs O(k) for the k clients of its GPU.
-With --no-pin-ahead nobody is told anything.
+likely() is a pure function of what is known of the GPU's clients; refresh() applies it to one GPU
+after an event that may change its answer (an ATTACH, a footprint that changed, a disconnect, a mode
+or capacity set, the end of a newcomer's NEWCOMER_S) and tells each client of the GPU that offered
+HELLO_PIN_AHEAD what changed for it: only changes, once per client per GPU per change, never on the
+lock round trip. A GPU's clients are indexed here (state.pin_clients), so an event costs O(k) for
+the k clients of its GPU. With --no-pin-ahead nobody is told anything.
 """
 
 from __future__ import annotations
@@ -57,14 +57,15 @@ def likely(was_on: bool, footprints: Sequence[int | None], budget: int | None, o
     """Whether a swap-out of the GPU's clients' memory is likely soon: at least two clients, and
     their demand past ON_FRACTION of the budget (past OFF_FRACTION while it was on already).
 
-    footprints: each attached client's, as it reported it (MEM_UPDATE: resident or swapped out,
-    it comes back at the client's grant), None for a newcomer that reported nothing yet;
-    overhead: bytes per client beyond it (its context, as admission counts it); budget None or 0:
-    capacity unknown, nothing is foreseen. A newcomer (its ATTACH comes before its allocations)
-    counts as the largest of the others, its likeliest size: in a second or so it has allocated,
-    and by then the residents' copies must be pinned. A client that reported 0 bytes counts as 0. The same rule serves every mode that swaps: in serial every
-    switch swaps once the clients do not fit together, in auto every switch to a client that does
-    not fit beside the others does; mode off never swaps."""
+    footprints: each attached client's, as it reported it (MEM_UPDATE: resident or swapped out, it
+    comes back at the client's grant), None for a newcomer that reported nothing yet; overhead:
+    bytes per client beyond it (its context, as admission counts it); budget None or 0: capacity
+    unknown, nothing is foreseen. A newcomer (its ATTACH comes before its allocations) counts as
+    the largest of the others, its likeliest size: in a second or so it has allocated, and by
+    then the residents' copies must be pinned. A client that reported 0 bytes counts as 0. The
+    same rule serves every mode that swaps: in serial every switch swaps once the clients do not
+    fit together, in auto every switch to a client that does not fit beside the others does;
+    mode off never swaps."""
     if mode is Mode.OFF or not budget or len(footprints) < 2:
         return False
     largest = max((f for f in footprints if f is not None), default=0)
