@@ -37,13 +37,13 @@ if TYPE_CHECKING:
 
 # The default of --latency-queue-ms. A preempting request waits for the holder's queued work
 # (auto mode: for the kernels queued ahead of its own, and under a hold for what was queued when
-# the hold came). 0.5 ms keeps that within a few percent of a small model's 2-5 ms request, where
-# 2 ms left it a tenth longer than alone (docs/benchmarks.md, "Inference server beside a training
-# job"). The other client's checkpoints are then about 60 us of GPU time apart (NVS_RING of them in
-# flight): a kernel longer than that fills a span by itself, so a training job of large kernels
-# checkpoints every launch (an event record and query each), and one of small kernels every few;
-# measured, neither lost more than a few percent of its throughput. The bound holds only while a
-# latency-sensitive client shares the GPU.
+# the hold came). 0.5 ms is the bound at which a small model's requests took as long as alone,
+# where 2 ms left them measurably longer (docs/benchmarks.md, "Inference server beside a training
+# job", also for what it costs the training). The other client's checkpoints are then an eighth of
+# it apart in GPU time (NVS_RING of them in flight): a kernel longer than that fills a span by
+# itself, so a training job of large kernels checkpoints every launch (an event record and query
+# each), and one of small kernels every few. The bound holds only while a latency-sensitive client
+# shares the GPU.
 QUEUE_MS = 0.5
 # The default of --latency-hold-ms: the longest one burst holds the others. A small model's request
 # takes a few milliseconds; a long one (or a client that never goes idle) holds the others for this
