@@ -20,6 +20,12 @@ library holds the GPU lock and takes its fast path):
   - null call: cuLaunchKernel(NULL, ...) rejected at once by the driver.
 
     python3 -m bench.launch.launch_overhead [--reps 8] [--paired-runs 4] [--json-out FILE]
+                                            [--compare LABEL=PATH ...]
+
+--compare measures another libnvshare.so (an older tree's, built the same way) in the same run:
+--paired-runs paired processes under it, interleaved with this tree's, so that a change of the
+library can be told from the machine's drift between runs (the driver's own time per launch moves
+by a quarter from one machine to the next). --reps 0 leaves the end-to-end rows out.
 """
 
 from __future__ import annotations
@@ -183,14 +189,19 @@ def _pooled(lines: list[dict], nulls: list[dict]) -> dict:
     return out
 
 
+COMPARE = "compare:"  # the prefix of an envs key naming another library to measure (--compare)
+
+
 def measure_paired(binary: Path, envs: dict[str, dict[str, str]], runs: int, control_runs: int,
                    gate_only_runs: int, rounds: int, batch: int) -> dict:
     """Paired processes: `runs` under the library (the headline), `control_runs` natively (A/A), and
     `gate_only_runs` under the library with checkpoints off (envs["gate_only"]: NVSHARE_MAX_INFLIGHT=0),
-    which splits the added cost into the gate and the checkpoints. Interleaved."""
+    which splits the added cost into the gate and the checkpoints; `runs` more under each other
+    library (envs["compare:LABEL"]), reported under "compare". Interleaved."""
     if runs < 1 or control_runs < 0 or gate_only_runs < 0:
         raise ValueError("paired runs: at least one under the library, none or more of the others")
     counts = {"library": runs, "native": control_runs, "gate_only": gate_only_runs}
+    counts.update({side: runs for side in envs if side.startswith(COMPARE)})
     lines: dict[str, list[dict]] = {side: [] for side in counts}
     nulls: dict[str, list[dict]] = {side: [] for side in counts}
     null_problems: list[str] = []
@@ -226,6 +237,9 @@ def measure_paired(binary: Path, envs: dict[str, dict[str, str]], runs: int, con
                     "gate_only_runs": gate_only_runs,
                     "lookup": lines["library"][0]["cuLaunchKernel"]["lookup"],
                     "dlsym_object": lines["library"][0].get("dlsym_object"), "functions": functions}
+    compared = {side[len(COMPARE):]: pooled[side] for side in counts if side.startswith(COMPARE)}
+    if compared:
+        result["compare"] = compared
     if ex_errors:
         result["errors"] = {"cuLaunchKernelEx": ex_errors}
     if null_problems:
@@ -237,6 +251,8 @@ def measure_paired(binary: Path, envs: dict[str, dict[str, str]], runs: int, con
 
 def measure_end_to_end(binary: Path, envs: dict[str, dict[str, str]], reps: int, launches: int,
                        null_calls: int) -> dict:
+    if reps < 1:
+        return {}
     samples: dict[str, dict[str, list[float]]] = {side: {m: [] for m in METRICS} for side in envs}
     null_result: dict[str, str] = {}
     for _, side in alternating(reps):
@@ -270,11 +286,13 @@ def measure_end_to_end(binary: Path, envs: dict[str, dict[str, str]], reps: int,
 
 def measure(lib: Path, sched, reps: int = 8, launches: int = 40_000, null_calls: int = 200_000,
             paired_runs: int = 4, control_runs: int = 2, gate_only_runs: int = 1, rounds: int = 200,
-            batch: int = 1000) -> dict:
+            batch: int = 1000, compare: dict[str, Path] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="nvs-bench-") as tmp:
         binary = build(Path(tmp))
         envs = {"native": harness.native_env(), "library": harness.library_env(lib, sched.socket),
                 "gate_only": harness.library_env(lib, sched.socket, NVSHARE_MAX_INFLIGHT=0)}
+        for label, other in (compare or {}).items():
+            envs[COMPARE + label] = harness.library_env(other, sched.socket)
         try:
             paired = measure_paired(binary, envs, paired_runs, control_runs, gate_only_runs, rounds, batch)
         except (AssertionError, RuntimeError, ValueError, KeyError) as e:  # keep the end-to-end rows
@@ -284,7 +302,7 @@ def measure(lib: Path, sched, reps: int = 8, launches: int = 40_000, null_calls:
     return {"paired": paired, **end_to_end}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=8, help="end-to-end runs of each side")
     p.add_argument("--launches", type=int, default=40_000, help="launches per end-to-end run and round")
@@ -295,26 +313,55 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=200, help="rounds per paired process")
     p.add_argument("--batch", type=int, default=1000, help="launches per batch in the paired runs")
     p.add_argument("--json-out", type=Path)
-    args = p.parse_args()
+    p.add_argument("--compare", action="append", default=[], metavar="LABEL=PATH",
+                   help="another libnvshare.so measured in the same run, paired like this tree's (repeatable)")
+    args = p.parse_args(argv)
+    try:
+        compare = {label: Path(path) for label, path in (spec.split("=", 1) for spec in args.compare)}
+    except ValueError:
+        p.error("--compare takes LABEL=PATH")
+    for label, path in compare.items():
+        if not label or not path.is_file():
+            p.error(f"--compare {label}={path}: needs a label and an existing libnvshare.so")
+    if args.reps < 0:
+        p.error("--reps from 0 (0: no end-to-end rows)")
     require_safe_gpu()
     with harness.Scheduler(mode="off") as sched:
         result = measure(harness.library_path(), sched, args.reps, args.launches,
                          paired_runs=args.paired_runs, control_runs=args.control_runs,
-                         gate_only_runs=args.gate_only_runs, rounds=args.rounds, batch=args.batch)
-    for function, rows in result["paired"]["functions"].items():
-        for measure_name in ("submit", "total"):
-            if measure_name in rows:
-                ours, control, gate = (rows[measure_name][k] for k in ("library", "control", "gate_only"))
-                aa = f"  A/A {control['delta_ns']:+6.1f}" if control else ""
-                gate_text = f"  gate only {gate['delta_ns']:+6.1f}" if gate else ""
-                print(f"paired {function:20s} {measure_name:6s} added {ours['delta_ns']:+7.1f} ns "
-                      f"(IQR {ours['delta_q1']:+.1f}..{ours['delta_q3']:+.1f}){aa}{gate_text}")
-    for name, row in result["metrics"].items():
+                         gate_only_runs=args.gate_only_runs, rounds=args.rounds, batch=args.batch,
+                         compare={label: path.resolve() for label, path in compare.items()})
+    print(paired_text(result["paired"]))
+    for name, row in result.get("metrics", {}).items():
         print(f"end-to-end {name:20s} native {row['native']:9.1f}  library {row['library']:9.1f}  "
               f"delta {row['delta']:+8.1f} ns")
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=1))
     return 0
+
+
+def paired_text(paired: dict) -> str:
+    """The paired rows for a terminal: this tree's library, its A/A and gate-only figures, and each
+    compared library's added ns beside this tree's."""
+    if "functions" not in paired:
+        return f"paired: {paired.get('error', 'no result')}"
+    lines = []
+    for function, rows in paired["functions"].items():
+        for measure_name in ("submit", "total"):
+            if measure_name in rows:
+                ours, control, gate = (rows[measure_name][k] for k in ("library", "control", "gate_only"))
+                aa = f"  A/A {control['delta_ns']:+6.1f}" if control else ""
+                gate_text = f"  gate only {gate['delta_ns']:+6.1f}" if gate else ""
+                lines.append(f"paired {function:20s} {measure_name:6s} added {ours['delta_ns']:+7.1f} ns "
+                             f"(IQR {ours['delta_q1']:+.1f}..{ours['delta_q3']:+.1f}){aa}{gate_text}")
+    for label, functions in paired.get("compare", {}).items():
+        for function, measures in functions.items():
+            theirs = measures["submit"]
+            ours = paired["functions"].get(function, {}).get("submit", {}).get("library")
+            beside = f"  this tree {ours['delta_ns'] - theirs['delta_ns']:+6.1f} ns against it" if ours else ""
+            lines.append(f"{label:>13} {function:20s} submit added {theirs['delta_ns']:+7.1f} ns "
+                         f"(IQR {theirs['delta_q1']:+.1f}..{theirs['delta_q3']:+.1f}){beside}")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- in the suite
