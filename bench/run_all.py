@@ -221,7 +221,7 @@ def machine() -> dict:
                      "print(torch.__version__, torch.version.cuda, platform.python_version())"])
     torch_v, cuda_v, python_v = (versions.split() + [None] * 3)[:3] if versions else (None,) * 3
     try:
-        from bench.launch.launch_overhead import find_nvcc
+        from bench.core.nvcc import find_nvcc
 
         nvcc = _cmd([find_nvcc(), "--version"])
     except (RuntimeError, ImportError):

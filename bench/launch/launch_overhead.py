@@ -31,16 +31,12 @@ by a quarter from one machine to the next). --reps 0 leaves the end-to-end rows 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
-import os
-import shutil
-import site
-import subprocess
 import tempfile
 from pathlib import Path
 
 from bench.core.common import BENCH, alternating, harness, require_safe_gpu
+from bench.core.nvcc import build_driver_program
 from bench.core.stats import median, percentile
 from bench.core.render import dig, error_of, error_row, f, goal_row, num, signed
 
@@ -59,56 +55,8 @@ METRICS = {  # name -> (mode, path in the program's JSON)
 }
 
 
-def find_nvcc() -> str:
-    """PATH, $CUDA_HOME, /usr/local/cuda, or the nvcc of a pip-installed toolkit (nvidia-cuda-nvcc)."""
-    candidates = [shutil.which("nvcc"), os.environ.get("CUDA_HOME", "") + "/bin/nvcc", "/usr/local/cuda/bin/nvcc"]
-    for site_dir in site.getsitepackages():
-        candidates += sorted(glob.glob(f"{site_dir}/nvidia/*/bin/nvcc"))
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file():
-            return candidate
-    raise RuntimeError("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, site-packages/nvidia)")
-
-
-def _link_options(nvcc: str) -> list[list[str]]:
-    """Ways to link against the driver: a libcuda.so on the default path, the toolkit's stub, or the
-    driver's own libcuda.so.1 (where the driver installed no unversioned libcuda.so)."""
-    options = [["-lcuda"]]
-    toolkits = {Path(nvcc).resolve().parent.parent, Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))}
-    for toolkit in sorted(toolkits):
-        for stubs in ("lib64/stubs", "lib/stubs", "targets/x86_64-linux/lib/stubs"):
-            if (toolkit / stubs / "libcuda.so").exists():
-                options.append([f"-L{toolkit / stubs}", "-lcuda"])
-    try:
-        ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
-    except OSError:
-        ldconfig = ""
-    for line in ldconfig.splitlines():
-        if "libcuda.so.1 " in line and "x86-64" in line:
-            options.append([f"-L{Path(line.split('=>')[-1].strip()).parent}", "-l:libcuda.so.1"])
-            break
-    return options
-
-
-def _try(cmd: list[str], errors: list[str]) -> bool:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        errors.append(f"$ {' '.join(cmd)}\n{done.stderr[-1500:]}")
-    return done.returncode == 0
-
-
 def build(outdir: Path) -> Path:
-    """Compile for the GPU's own architecture (else nvcc's default), then link against the driver."""
-    nvcc, obj, binary = find_nvcc(), outdir / "launch_overhead.o", outdir / "launch_overhead"
-    errors: list[str] = []
-    compile_cmd = [nvcc, "-O2", "-std=c++17", "-c", "-o", str(obj), str(BENCH / "launch" / "launch_overhead.cu")]
-    if not (_try(compile_cmd[:1] + ["-arch=native"] + compile_cmd[1:], errors) or _try(compile_cmd, errors)):
-        raise RuntimeError("could not compile launch_overhead.cu:\n" + "\n".join(errors))
-    arch = ["-arch=native"] if len(errors) == 0 else []
-    for link in _link_options(nvcc):
-        if _try([nvcc, *arch, "-o", str(binary), str(obj), *link, "-ldl"], errors):
-            return binary
-    raise RuntimeError("could not link launch_overhead against libcuda:\n" + "\n".join(errors))
+    return build_driver_program(BENCH / "launch" / "launch_overhead.cu", outdir)
 
 
 def run_binary(binary: Path, env: dict[str, str], mode: str, launches: int, null_calls: int) -> dict:
