@@ -32,7 +32,8 @@ def series(base):
            "delta_q3": delta, "deltas": [delta] * rounds}}
     return {{"submit": one, "total": one, "wrapper_result": "CUDA_SUCCESS", "real_result": "CUDA_SUCCESS"}}
 lookup = {{"hooked": bool(preload), "wrapper_object": preload, "real_object": "libcuda.so.1"}}
-print(json.dumps({{"mode": "paired", "dlsym_object": "libc", "cuLaunchKernel": {{"lookup": lookup, "series": series(3700.0)}},
+print(json.dumps({{"mode": "paired", "dlsym_object": "libc",
+                  "cuLaunchKernel": {{"lookup": lookup, "series": series(3700.0)}},
                   "cuLaunchKernelEx": {{"lookup": lookup, "series": series(3900.0)}}}}))
 null = series(700.0)
 del null["total"]
