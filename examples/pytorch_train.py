@@ -163,11 +163,16 @@ def parameter_checksum(model: nn.Module) -> tuple[str, float]:
 
 
 def memory_view(device: torch.device) -> dict[str, int] | None:
-    """What the program is told about GPU memory (under libnvshare.so: the virtual view)."""
+    """What the program is told about GPU memory (under libnvshare.so: the virtual view), and
+    whether PyTorch's caching allocator maps its segments itself (expandable_segments:True, through
+    cuMemCreate/cuMemMap) rather than taking them from cudaMalloc."""
     if device.type != "cuda":
         return None
     free, total = torch.cuda.mem_get_info()
-    return {"free": free, "total": total}
+    backend = torch.cuda.get_allocator_backend()  # "native" (the caching allocator) or "cudaMallocAsync"
+    segments = torch.cuda.memory_snapshot() if backend == "native" else []  # the caching allocator's
+    return {"free": free, "total": total, "allocator_backend": backend,
+            "expandable_segments": sum(bool(seg.get("is_expandable")) for seg in segments)}
 
 
 def train(args: argparse.Namespace) -> dict:

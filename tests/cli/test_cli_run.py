@@ -95,7 +95,7 @@ def test_ld_preload_is_prepended_without_duplicates(fake_lib, tmp_path, schedule
 
 @pytest.mark.parametrize("conf, warns", [
     ("expandable_segments:True", True),
-    ("backend:cudaMallocAsync", True),
+    ("backend:cudaMallocAsync", False),  # its pool allocations are converted like cudaMalloc's
     ("garbage_collection_threshold:0.8,max_split_size_mb:128", False),
 ])
 def test_user_set_pytorch_allocator_conf_is_respected(fake_lib, scheduler, conf, warns):

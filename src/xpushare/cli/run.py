@@ -1,7 +1,7 @@
 """nvshare-run: run a command under libnvshare.so.
 
 Sets LD_PRELOAD (ours first, no duplicate), NVSHARE_* from the flags and the allocator recipes that
-keep frameworks off VMM allocations (which cannot be made managed), starts a per-user scheduler when
+keep frameworks off VMM allocations of their own (counted but never swapped out), starts a per-user scheduler when
 none answers (unless --no-start; it exits by itself once idle: IDLE_EXIT_SECONDS), with --gpus
 sets CUDA_VISIBLE_DEVICES to the GPUs the scheduler places the command on (run_gpus.py), then
 execs the command. A scheduler that cannot be started is a
@@ -108,9 +108,11 @@ def child_env(args, lib: str, base: dict[str, str]) -> tuple[dict[str, str], lis
         env[TORCH_ALLOC] = "expandable_segments:False"
     for name, conf in users:
         compact = conf.replace(" ", "")
-        if "expandable_segments:True" in compact or "backend:cudaMallocAsync" in compact:
-            warnings.append(f"{name}={conf} makes PyTorch allocate through VMM or memory pools; "
-                            "VMM memory cannot be made managed, so it is not oversubscribable")
+        # cudaMallocAsync needs no warning: its pool allocations (cuMemAllocAsync) are converted.
+        if "expandable_segments:True" in compact:
+            warnings.append(f"{name}={conf} makes PyTorch map its own memory (VMM); the library counts "
+                            "that memory but does not swap it out, so it stays on the GPU while the "
+                            "program waits for its turn")
     env.setdefault("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     return env, warnings
