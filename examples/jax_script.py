@@ -88,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     allocator = os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "default")
     results = run_checks(args.seed)
     passed = sum(r["ok"] for r in results)
+    stats = device.memory_stats() or {}  # None on the CPU
     report = {"checks": results, "passed": passed, "total": len(results), "platform": device.platform,
-              "device": str(device), "allocator": allocator, "jax": jax.__version__}
+              "device": str(device), "allocator": allocator, "jax": jax.__version__,
+              "pool_bytes": stats.get("bytes_limit")}  # what the allocator may hold, its pool's size
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=1))
     status = "OK" if passed == len(results) else "FAIL"

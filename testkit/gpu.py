@@ -130,6 +130,7 @@ def native_env(**extra: object) -> dict[str, str]:
     # PyTorch's allocator on plain cudaMalloc (what the library converts), in both kinds of run, so
     # that only the library differs between them.
     env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:False"
+    env.pop("PYTORCH_ALLOC_CONF", None)  # its newer name, which PyTorch reads first
     env["PYTHONUNBUFFERED"] = "1"
     # NCCL's NVLink SHARP (NVLS) reserves multicast memory on every GPU of the host: never in
     # our multi-GPU runs on a shared machine, unless the caller's environment asks for it.
@@ -247,16 +248,18 @@ def run(argv: list[str], env: dict[str, str], timeout: float, cwd: Path | None =
     return Program(argv, env, cwd).wait(timeout)
 
 
-def check_shared(shared: Run, timeout: float) -> Run:
+def check_shared(shared: Run, timeout: float, native_environment: dict[str, str] | None = None) -> Run:
     """Assert that a run under the library succeeded; when it did not, run the same command natively
-    too, so the failure says whether the library or the machine's setup is at fault."""
+    too (in `native_environment`, the test's own: its framework settings, and a JAX or
+    PyTorch that would otherwise preallocate most of the card; default native_env()), so the
+    failure says whether the library or the machine's setup is at fault."""
     if shared.returncode == 0:
         return shared
     argv = shared.argv
     if Path(argv[0]).name == "nvshare-run":  # the program itself, without the launcher
         argv = argv[argv.index("--") + 1:]
     try:
-        native = run(argv, native_env(), timeout)
+        native = run(argv, native_environment if native_environment is not None else native_env(), timeout)
         verdict = ("it passes natively: the library breaks it" if native.returncode == 0
                    else "it fails natively too: a setup problem, not the library")
         native_text = native.describe()
