@@ -11,8 +11,11 @@ mock logs every call with CLOCK_MONOTONIC times.
 
 from __future__ import annotations
 
+import pytest
+
 from xpushare.wire.protocol import FEATURE_SWAP, MessageType
 
+from .harness import build_mock_variant
 from .swap_steps import drop, idle_env, ours, pins, residency, theirs, unpins
 
 MIB = 1 << 20
@@ -105,3 +108,28 @@ def test_a_free_while_swapped_out_gives_everything_back_and_nothing_returns(worl
     assert len([e for e in log.entries(app.pid, "cuMemMap") if e["ptr"] == alloc["ptr"]]) == 1
     assert _theirs(log, app, "cuMemFree_v2") == [], "the driver never sees a free of our memory"
     assert recorder.messages(MessageType.MEM_UPDATE)[-1].footprint == (0, 0)
+
+
+@pytest.fixture(scope="module")
+def cuda12_driver(tmp_path_factory):
+    """A driver without cuMemDiscardBatchAsync, which came with CUDA 13 (r580): every CUDA 12 one."""
+    return build_mock_variant(tmp_path_factory.mktemp("mock-cuda12"), "MOCK_CUDA_NO_DISCARD")
+
+
+def test_without_the_discard_call_our_memory_still_leaves_and_comes_back(world, recorder, cuda12_driver):
+    """The discard is a hint for managed ranges only: device memory of our own is released, not
+    discarded, so a CUDA 12 driver still gets it back at a drop, and the range comes back intact."""
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "3M", "fill", 1, "meminfo", "launch", 1, "pause",
+                    "meminfo", "check", 1, env=_env(LD_LIBRARY_PATH=cuda12_driver))
+    app.paused()
+    _drop(recorder, 1)
+    app.resume()
+    assert app.finish() == 0
+    log = world.log
+    (alloc,) = app.steps("alloc")
+    assert [e["ptr"] for e in log.entries(app.pid, "cuMemUnmap")] == [alloc["ptr"]]
+    assert _driver_free(log, app) == [TOTAL - 4 * MIB, TOTAL], "swapped out: the driver has it back"
+    assert app.steps("check")[0]["ok"] == 1
+    (gone,) = [r for r in _residency(recorder) if r.resident_bytes == 0]
+    assert gone.host_bytes == 4 * MIB

@@ -54,8 +54,9 @@ X(cuMemPrefetchAsync_v2, ("cuMemPrefetchAsync_v2"), \
 X(cuMemPrefetchAsync, ("cuMemPrefetchAsync"), \
   (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream), NONE) \
 /* The swap store (swapstore.c): pinned host copies, a second stream ordered after the first, and \
- * the discard of managed ranges (CUDA 12.8+). Any of them missing: no swap store; the driver's \
- * prefetch moves the memory (switch.c). */ \
+ * the discard of managed ranges (CUDA 13). Any of the first missing: no swap store; the driver's \
+ * prefetch moves managed memory (switch.c). The discard missing: the store moves device memory \
+ * of our own only, and the prefetch the managed ranges (swap.h). */ \
 X(cuMemHostAlloc, ("cuMemHostAlloc"), (void **pp, size_t bytesize, unsigned int flags), NONE) \
 X(cuMemFreeHost, ("cuMemFreeHost"), (void *p), NONE) \
 /* Host copies pinned in place (swappin.c, NVSHARE_SWAP_PIN=register): missing, cuMemHostAlloc. */ \

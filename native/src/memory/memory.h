@@ -13,8 +13,9 @@ int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
 /* Calls fn for every managed allocation counted on device `dev` (converted, the program's own
  * cuMemAllocManaged, kept; not VMM), never one swapped out (the swap store moves those), with the
  * table mutex held: a concurrent free waits, so no range can be handed to another allocation while
- * fn issues work on it. Returns the count. beside_store: only those the swap store leaves to the
- * driver (the program's own, and converted ones it marked cold, whose mark this clears). */
+ * fn issues work on it. Returns the count. beside_store (the swap store takes converted managed
+ * ranges): only those it leaves to the driver (the program's own, and converted ones it marked
+ * cold, whose mark this clears). */
 int nvs_alloc_for_each_managed(int dev, int beside_store,
                                void (*fn)(CUdeviceptr, uint64_t, void *), void *arg) NVS_HIDDEN;
 void nvs_alloc_reset_after_fork(void) NVS_HIDDEN;

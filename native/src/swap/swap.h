@@ -40,12 +40,21 @@ void nvs_swap_discard_due(nvs_dev *d, nvs_swap_io *io) NVS_HIDDEN;
 /* Bracket a move: frees wait for it (nvs_swap_fence) while it may still touch a range. */
 void nvs_swap_begin(void) NVS_HIDDEN;
 void nvs_swap_end(void) NVS_HIDDEN;
+/* Whether the store takes managed ranges: their swap-out ends in a discard (cuMemDiscardBatchAsync,
+ * CUDA 13 drivers), without which a copy out would leave the pages on the GPU. Without it they move
+ * with the driver's prefetch, as the program's own managed memory does; ranges of ours (vmm.c) are
+ * released, not discarded, and go through the store on every driver. */
+static inline int nvs_swap_takes_managed(void)
+{
+    return nvs_drv.cuMemDiscardBatchAsync != NULL;
+}
 /* An entry the swap store moves: a converted allocation (or one kept for a graph) of device dev.
  * Device memory to the application: no host code may touch it. */
 static inline int nvs_swap_movable(const nvs_ptr_entry *e, int dev)
 {
     return e->dev == dev &&
-           (e->kind == KIND_CONVERTED || e->kind == KIND_KEPT || e->kind == KIND_CHUNK);
+           (e->kind == KIND_CONVERTED || e->kind == KIND_KEPT || e->kind == KIND_CHUNK) &&
+           (e->vmm || nvs_swap_takes_managed());
 }
 /* nvs_amu held (the entries'). Whether this move takes the range keyed `key`. */
 static inline int nvs_swap_picked(const nvs_swap_io *io, uint64_t key)

@@ -30,7 +30,9 @@ static int by_key(const void *a, const void *b)
 static int candidate(const nvs_ptr_entry *e, int dev, int swap)
 {
     if (e->out) return 0;
-    if (e->dev == dev && e->kind == KIND_MANAGED) return 1;
+    /* managed memory the store does not take (the program's own; converted without the discard
+     * call): the driver's prefetch moves it */
+    if (e->dev == dev && !e->vmm && !nvs_swap_movable(e, dev)) return 1;
     return nvs_swap_movable(e, dev) &&
            (!swap || e->host || !e->pin_refused); /* a refused host copy stays on the GPU */
 }

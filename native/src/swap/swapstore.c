@@ -56,8 +56,8 @@ static _Atomic int moving;
 
 int nvs_swap_usable(void)
 {
-    return nvs_cfg.swap && nvs_drv.cuMemDiscardBatchAsync && nvs_drv.cuMemHostAlloc &&
-           nvs_drv.cuMemFreeHost && nvs_drv.cuStreamWaitEvent &&
+    /* not cuMemDiscardBatchAsync: without it the store still moves ranges of ours (swap.h) */
+    return nvs_cfg.swap && nvs_drv.cuMemHostAlloc && nvs_drv.cuMemFreeHost && nvs_drv.cuStreamWaitEvent &&
            (nvs_drv.cuMemPrefetchAsync_v2 || nvs_drv.cuMemPrefetchAsync) &&
            NVS_REAL(cuMemcpyDtoHAsync_v2, NVS_IDX_cuMemcpyDtoHAsync_v2) &&
            NVS_REAL(cuMemcpyHtoDAsync_v2, NVS_IDX_cuMemcpyHtoDAsync_v2);

@@ -191,7 +191,8 @@ static uint64_t evict_now(nvs_dev *d, uint64_t at_least, uint64_t t0)
             io.rec = rec;
             nvs_swap_out(d, &io);
         }
-        nvs_alloc_for_each_managed(d->ordinal, swap, issue_one, &b);
+        /* beside the store: only the managed ranges it does not take (swap.h) */
+        nvs_alloc_for_each_managed(d->ordinal, swap && nvs_swap_takes_managed(), issue_one, &b);
     }
     nvs_nocap_leave();
     CUresult r = CUDA_SUCCESS;
