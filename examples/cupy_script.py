@@ -6,8 +6,8 @@ checked against NumPy.
     nvshare-run -- python3 examples/cupy_script.py --json-out cupy.json
 
 CuPy allocates through the CUDA runtime (cudaMalloc, from its memory pool), compiles kernels with NVRTC
-and launches them with cuLaunchKernel; under libnvshare.so the allocations become managed memory and
-every launch is scheduled. The results must not change. Prints one line "cupy_script: OK (N/N checks)"
+and launches them with cuLaunchKernel; under libnvshare.so the allocations become device memory the
+library maps itself (so that they can be swapped out) and every launch is scheduled. The results must not change. Prints one line "cupy_script: OK (N/N checks)"
 (or FAIL with the failing checks) and exits 1 when a check fails.
 """
 

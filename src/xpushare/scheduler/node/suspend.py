@@ -45,7 +45,7 @@ REFUSALS = {  # SUSPEND_READY's status, as status shows it
     SuspendStatus.SEVERAL_GPUS: "it uses more than one GPU",
     SuspendStatus.BUSY: "it was running",
     SuspendStatus.NOT_MOVED: "some of its memory could not leave the GPU",
-    SuspendStatus.NO_SWAP: "its memory cannot be moved here (NVSHARE_SWAP=off, or an old driver)",
+    SuspendStatus.NO_SWAP: "its memory cannot be moved here (NVSHARE_SWAP=off, or a driver without pinned host memory)",
 }
 
 
