@@ -252,7 +252,7 @@ CUresult nvs_h_cuMemCreate(int idx, int per_thread, CUmemGenericAllocationHandle
     pthread_mutex_unlock(&nvs_amu);
     if (r == CUDA_SUCCESS) {
         nvs_mark_dirty(d);
-        NVS_DEBUG("cuMemCreate(%zu) on device %d: counted (not convertible to managed memory)",
+        NVS_DEBUG("cuMemCreate(%zu) on device %d: counted (the program's own: not moved)",
                   size, d->ordinal);
     }
     return r;

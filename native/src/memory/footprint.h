@@ -10,8 +10,8 @@
 #define NVSHARE_FOOTPRINT_H
 
 typedef struct nvs_footprint_dev {
-    _Atomic uint64_t managed_bytes; /* managed allocations, converted or the program's own */
-    _Atomic uint64_t other_bytes;   /* device memory that could not be made managed (VMM) */
+    _Atomic uint64_t managed_bytes; /* movable: converted allocations (either backing), own managed */
+    _Atomic uint64_t other_bytes;   /* the program's own VMM memory (cuMemCreate): never moved */
     _Atomic int dirty;              /* changed since the last MEM_UPDATE */
     uint64_t sent_managed, sent_other, sent_ns;
     int sent_valid;

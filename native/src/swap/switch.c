@@ -1,12 +1,13 @@
 /*
- * switch.c - fast context switches: a device's managed allocations moved in bulk.
+ * switch.c - fast context switches: a device's converted and managed allocations moved in bulk.
  *
  *   DROP_LOCK with EVICT, or EVICT while idle: after the drain, the device's memory leaves the GPU.
- *   Converted allocations go through the swap store (swapstore.c: copied into pinned host copies
- *   and discarded, at the speed of the bus) unless NVSHARE_SWAP=off or the driver lacks a call it
- *   needs; the program's own cuMemAllocManaged ranges, which host code may read at any time, and
- *   every range without the swap store are prefetched to the host (the driver's migration, at the
- *   CPU's pace: figures in docs/benchmarks.md, "Swapping"). VMM memory cannot be moved. With
+ *   Converted allocations go through the swap store (swapstore.c: copied into pinned host copies,
+ *   then released (ours) or discarded (managed), at the speed of the bus) unless NVSHARE_SWAP=off
+ *   or the driver lacks a call it needs (swap.h: managed ranges need the discard); the program's own
+ *   cuMemAllocManaged ranges, which host code may read at any time, and every managed range the
+ *   store does not take are prefetched to the host (the driver's migration, at the CPU's pace:
+ *   figures in docs/benchmarks.md, "Swapping"). The program's own VMM memory cannot be moved. With
  *   NVSHARE_EVICT=wait (the default) LOCK_RELEASED follows the move, so the next holder finds the
  *   room free; background releases first.
  *   LOCK_OK with PREFETCH, or any grant while ranges are swapped out: the same memory comes back.
