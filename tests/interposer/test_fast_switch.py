@@ -1,6 +1,7 @@
-"""Fast context switches through the driver's prefetch (docs/protocol.md): the path every range
-takes without the swap store (NVSHARE_SWAP=off here, or a driver without cuMemDiscardBatchAsync),
-and the one the program's own managed memory always takes (test_swap_store.py has the swap store's).
+"""Fast context switches through the driver's prefetch (docs/protocol.md): the path every managed
+range takes without the swap store (NVSHARE_SWAP=off here; converted managed ranges also on a driver
+without cuMemDiscardBatchAsync), and the one the program's own managed memory always takes
+(test_swap_store.py has the swap store's).
 A DROP_LOCK with EVICT makes the client drain,
 move every managed allocation it holds on that device to the host in bulk (cuMemPrefetchAsync to
 the host location on a stream of its own, then a synchronisation of that stream) and only then
