@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from xpushare.wire.protocol import FEATURE_SWAP, MessageType
+from xpushare.wire.protocol import DROP_EVICT, FEATURE_SWAP, MessageType
 
 from .harness import build_mock_variant
 from .swap_steps import drop, idle_env, ours, pins, residency, theirs, unpins
@@ -133,3 +133,23 @@ def test_without_the_discard_call_our_memory_still_leaves_and_comes_back(world, 
     assert app.steps("check")[0]["ok"] == 1
     (gone,) = [r for r in _residency(recorder) if r.resident_bytes == 0]
     assert gone.host_bytes == 4 * MIB
+
+
+def test_without_the_store_a_partial_drop_moves_what_can_move(world, recorder):
+    """NVSHARE_SWAP=off: device memory of our own cannot leave, so a drop that asks for room picks
+    from what the driver's prefetch can move (the program's own managed memory), not the larger
+    range of ours that would stay: the room asked is made where it can be."""
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "managed", "2M", "alloc", "7M", "launch", 1, "pause",
+                    env=_env(NVSHARE_SWAP="off"))
+    app.paused()
+    recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
+    recorder.drop(0, flags=DROP_EVICT, evict_mib=3)
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
+    app.resume()
+    assert app.finish() == 0
+    (managed,) = [(ln["ptr"], ln["size"]) for ln in app.lines if ln.get("step") == "managed"]
+    to_host = [(e["ptr"], e["size"]) for e in world.log.entries(app.pid, "cuMemPrefetchAsync_v2")
+               if e["loc_type"] == 2]
+    assert to_host == [managed], "the managed range moves; ours cannot"
+    assert world.log.entries(app.pid, "cuMemUnmap") == []

@@ -29,12 +29,12 @@ static int by_key(const void *a, const void *b)
 /* nvs_amu held. Would this eviction move the entry? */
 static int candidate(const nvs_ptr_entry *e, int dev, int swap)
 {
-    if (e->out) return 0;
-    /* managed memory the store does not take (the program's own; converted without the discard
-     * call): the driver's prefetch moves it */
-    if (e->dev == dev && !e->vmm && !nvs_swap_movable(e, dev)) return 1;
-    return nvs_swap_movable(e, dev) &&
-           (!swap || e->host || !e->pin_refused); /* a refused host copy stays on the GPU */
+    if (e->out || e->dev != dev) return 0;
+    /* managed memory the store does not take (the program's own; every managed range without the
+     * store; converted ones without the discard call): the driver's prefetch moves it */
+    if (!e->vmm && (!swap || !nvs_swap_movable(e, dev))) return 1;
+    /* the store's: without it, ranges of ours stay on the GPU; a refused host copy too */
+    return swap && nvs_swap_movable(e, dev) && (e->host || !e->pin_refused);
 }
 
 size_t nvs_swap_pick(int dev, uint64_t at_least, int swap, uint64_t **keys)
