@@ -153,3 +153,24 @@ def test_without_the_store_a_partial_drop_moves_what_can_move(world, recorder):
                if e["loc_type"] == 2]
     assert to_host == [managed], "the managed range moves; ours cannot"
     assert world.log.entries(app.pid, "cuMemUnmap") == []
+
+
+def test_a_process_on_two_gpus_keeps_its_memory_where_the_other_gpu_can_reach_it(world, recorder):
+    """Device 1 dropped with EVICT while the process holds device 0: a copy issued in device 0's
+    context can read device 1's memory (one address space), and device 1's gate does not see it.
+    So memory of our own stays on a GPU while the process has work on another: nothing is released,
+    and the read from device 0's context finds its bytes (it used to find an unmapped range)."""
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 1, "alloc", "3M", "fill", 1, "launch", 1,
+                    "ctx", 0, "launch", 1, "pause", "check", 1, "ctx", 1, "check", 1,
+                    env=_env(MOCK_CUDA_DEVICES=2))
+    app.paused()
+    recorder.wait_count(MessageType.REQ_LOCK, 1, device=1)
+    recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
+    recorder.drop(1, flags=DROP_EVICT)
+    recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=1)
+    app.resume()
+    assert app.finish() == 0
+    assert [c["ok"] for c in app.steps("check")] == [1, 1]
+    assert world.log.entries(app.pid, "cuMemUnmap") == []
+    assert "several GPUs" in app.stderr(), "the process says once why its memory stays"

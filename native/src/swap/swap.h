@@ -48,6 +48,17 @@ static inline int nvs_swap_takes_managed(void)
 {
     return nvs_drv.cuMemDiscardBatchAsync != NULL;
 }
+/* Whether the process has contexts on no GPU but d. Memory of ours leaves d only then: a copy (or
+ * a kernel with peer access) issued in another GPU's context may reach d's memory through the one
+ * address space, and only d's gate closes for d's move (managed memory would fault back; ours
+ * would be an unmapped range, or a write lost behind a copy already taken). Lock-free, as the
+ * context lists are (nvshare.h). */
+static inline int nvs_swap_alone_on(nvs_dev *d)
+{
+    for (nvs_dev *o = nvs_g.dev; o < nvs_g.dev + NVS_MAX_DEVICES; o++)
+        if (o != d && nvs_ctx_first(o)) return 0;
+    return 1;
+}
 /* An entry the swap store moves: a converted allocation (or one kept for a graph) of device dev.
  * Device memory to the application: no host code may touch it. */
 static inline int nvs_swap_movable(const nvs_ptr_entry *e, int dev)

@@ -291,7 +291,7 @@ static void pinner_want(nvs_dev *d)
  * driver call into the process's checkpoint. */
 void nvs_swap_prepare(nvs_dev *d, int on)
 {
-    if (!nvs_swap_usable()) return;
+    if (!nvs_swap_usable() || (on && !nvs_swap_alone_on(d))) return; /* none of ours will leave */
     if (atomic_exchange(&d->swap.pin_ahead, on != 0) != (on != 0))
         NVS_DEBUG("device %d: a swap-out is %s", d->ordinal,
                   on ? "likely soon: pinning host copies ahead" : "no longer likely");

@@ -167,6 +167,17 @@ static CUresult finish_out(nvs_dev *d, nvs_ctxrec *rec, int swapped)
     return r;
 }
 
+/* Memory of ours may leave d (swap.h); said once per process when it may not. */
+static int stays_alone(nvs_dev *d)
+{
+    if (nvs_swap_alone_on(d)) return 1;
+    static _Atomic int said;
+    if (!atomic_exchange(&said, 1))
+        nvs_warn("device %d: this process uses several GPUs, so its memory there stays on the GPU "
+                 "when it gives the GPU up (work on its other GPUs could reach it)", d->ordinal);
+    return 0;
+}
+
 static uint64_t evict_now(nvs_dev *d, uint64_t at_least, uint64_t t0)
 {
     if (!nvs_nocap_enter()) {
@@ -178,7 +189,7 @@ static uint64_t evict_now(nvs_dev *d, uint64_t at_least, uint64_t t0)
     nvs_ctxrec *rec = enter_context(d, &prev);
     nvs_swap_io io = {.dev = d->ordinal};
     batch_t b = {.to_host = 1, .dev = d->ordinal, .io = &io};
-    int swap = rec && nvs_swap_usable() && swap_ready(rec);
+    int swap = rec && nvs_swap_usable() && swap_ready(rec) && stays_alone(d);
     uint64_t *pick = NULL;
     io.npick = nvs_swap_pick(d->ordinal, at_least, swap, &pick);
     io.pick = pick;
