@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from xpushare.wire.protocol import DROP_EVICT, FEATURE_SWAP, MessageType
+from xpushare.wire.protocol import DROP_EVICT, FEATURE_SWAP, RESIDENCY_REFUSED, MessageType
 
 from .harness import build_mock_variant
 from .swap_steps import drop, idle_env, ours, pins, residency, theirs, unpins
@@ -153,6 +153,8 @@ def test_without_the_store_a_partial_drop_moves_what_can_move(world, recorder):
                if e["loc_type"] == 2]
     assert to_host == [managed], "the managed range moves; ours cannot"
     assert world.log.entries(app.pid, "cuMemUnmap") == []
+    (answer,) = _residency(recorder)
+    assert answer.resident_bytes == 8 * MIB and answer.flags & RESIDENCY_REFUSED
 
 
 def test_a_process_on_two_gpus_keeps_its_memory_where_the_other_gpu_can_reach_it(world, recorder):
@@ -174,3 +176,6 @@ def test_a_process_on_two_gpus_keeps_its_memory_where_the_other_gpu_can_reach_it
     assert [c["ok"] for c in app.steps("check")] == [1, 1]
     assert world.log.entries(app.pid, "cuMemUnmap") == []
     assert "several GPUs" in app.stderr(), "the process says once why its memory stays"
+    (stayed,) = [r for r in _residency(recorder) if r.device == 1]
+    assert stayed.resident_bytes == 4 * MIB and stayed.flags & RESIDENCY_REFUSED, \
+        "the scheduler hears that it stays, so it counts it rather than what a drop may keep"

@@ -131,17 +131,17 @@ def test_a_refused_answer_is_logged_and_the_waiter_is_served_without_that_room(s
     a.residency(flags=RESIDENCY_ANSWER | RESIDENCY_REFUSED, resident=5 * GiB, host=0)
     # Nobody holds the GPU and nobody else can give room: B runs alone, as before swapping.
     b.expect(MessageType.LOCK_OK)
-    log = s.wait_log("ran out of host memory for swap")
-    assert f"pid={os.getpid()} gpu={uuid(0)} ran out of host memory for swap" in log
+    log = s.wait_log("could not move its memory off the GPU")
+    assert f"pid={os.getpid()} gpu={uuid(0)} could not move its memory off the GPU" in log
     assert "a waiter gets no room from it" in log
-    assert "WARNING" in next(line for line in log.splitlines() if "ran out of host" in line)
+    assert "WARNING" in next(line for line in log.splitlines() if "could not move its memory" in line)
     mine = _me(a.ctl("status"), a)["gpus"][0]
     assert (mine["swap_refused"], mine["reclaiming"], mine["swapped_bytes"]) == (True, False, 0)
     assert mine["resident_bytes"] == 5 * GiB
     # The same report again is not logged again at once (rate-limited per client).
     a.residency(flags=RESIDENCY_REFUSED, resident=5 * GiB, host=0)
     a.ctl("status")
-    assert s.log().count("ran out of host memory for swap") == 1
+    assert s.log().count("could not move its memory off the GPU") == 1
 
 
 def test_residency_needs_hello_and_an_attached_device(start_scheduler):

@@ -17,7 +17,8 @@ typedef struct nvs_swap_dev {
     int reclaim_pending;            /* EVICT received, answer due */
     int restore_pending;            /* swapped out and allowed to run: swap in first */
     uint64_t managed_on_host;       /* own managed bytes the last eviction prefetched to host */
-    uint64_t refused;               /* bytes that got no host copy at the last swap-out:
+    uint64_t refused;               /* bytes that got no host copy at the last swap-out (1
+                                     * when no store ran for memory of ours that stays):
                                      * RESIDENCY says REFUSED */
     uint32_t move_us;               /* the last move's time, for RESIDENCY */
     _Atomic int discard_pending;    /* the last swap-out's discards may still run (switch.c) */

@@ -219,6 +219,9 @@ static uint64_t evict_now(nvs_dev *d, uint64_t at_least, uint64_t t0)
     d->swap.managed_on_host += b.bytes;
     atomic_fetch_add(&d->swap.swapped_bytes, b.bytes);
     d->swap.refused = io.refused;
+    /* memory of ours that no store moved (NVSHARE_SWAP=off, several GPUs) stays as surely as a
+     * range refused a host copy: the scheduler is to count it, not what the drop let it keep */
+    if (!swap && !d->swap.refused && nvs_alloc_resident_ours(d->ordinal)) d->swap.refused = 1;
     d->swap.discards_due = io.clean > 0;
     uint64_t took = nvs_now_ns() - t0;
     d->swap.move_us = nvs_us32(took);

@@ -229,7 +229,7 @@ class GpuRegistry:
 
     def residency(self, conn, gpu: Gpu, resident: int, refused: bool) -> None:
         """A RESIDENCY report: `resident` bytes of conn's memory are on gpu (cut to its
-        footprint); refused: its swap-out ran out of host memory."""
+        footprint); refused: its swap-out left memory that could not move."""
         self.carry(self.gangs.residency(conn, gpu, resident, self.now(), refused=refused))
 
     def set_priority(self, conn, priority: int) -> None:

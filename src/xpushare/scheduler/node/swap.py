@@ -56,7 +56,7 @@ class SwapRecord:
         self.resident = 0          # resident_bytes of its last RESIDENCY (as sent: a u64)
         self.host = 0              # host_bytes of it
         self.moved_out = False     # a swap-out was reported since its last grant: `resident` counts
-        self.refused = False       # its last swap-out ran out of host memory (REFUSED)
+        self.refused = False       # its last swap-out left memory that could not move (REFUSED)
         self.at: float | None = None        # when the last RESIDENCY came
         self.swap_out: float | None = None  # seconds of its last swap-out (cut to 60 s)
         self.swap_in: float | None = None   # seconds of its last swap-in
@@ -104,10 +104,12 @@ def on_residency(state: SchedulerState, conn: Conn, gpu: Gpu, msg: Residency) ->
                       gpu.label, "answer" if answer else phase.replace("_", "-"), gib(resident),
                       gib(min(msg.host_bytes, held)), move * 1e3, " refused" if refused else "")
     if refused:
-        conn.warnings.warning(("swap-refused", gpu.uuid), "pid=%d gpu=%s ran out of host memory "
-                              "for swap (its NVSHARE_HOST_SWAP_LIMIT, or the host's available "
-                              "memory): %s of its memory stay on the GPU, and a waiter gets no "
-                              "room from it", conn.pid, gpu.label, gib(resident))
+        conn.warnings.warning(("swap-refused", gpu.uuid), "pid=%d gpu=%s could not move its memory "
+                              "off the GPU (host memory for swap ran out: its "
+                              "NVSHARE_HOST_SWAP_LIMIT or the host's available memory; or it "
+                              "cannot leave: NVSHARE_SWAP=off, or the process uses several GPUs; "
+                              "its own warning says which): %s of its memory stay on the GPU, and "
+                              "a waiter gets no room from it", conn.pid, gpu.label, gib(resident))
     registry.residency(conn, gpu, resident, refused)
 
 

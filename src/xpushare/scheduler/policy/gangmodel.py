@@ -56,7 +56,7 @@ class Seat:
     resident: dict = field(default_factory=dict)  # member -> its bytes on the GPU while not held
     evicting: bool = False                        # its members were told to drop with EVICT
     evict_mib: int = 0                            # ... its lone member, to move that much (0: all)
-    refused: bool = False                         # a member's swap-out ran out of host memory
+    refused: bool = False                         # a member's swap-out left memory that could not move
     reclaim: set | None = None                    # members sent Reclaim that have not answered
 
     @property

@@ -44,7 +44,7 @@ class SeatRouting:
 
     def residency(self, member, gpu, resident: int, now: float, refused: bool = False) -> Outcome:
         """`member` has `resident` bytes of its memory on `gpu` now (RESIDENCY; cut to its
-        footprint there). refused: its swap-out ran out of host memory."""
+        footprint there). refused: its swap-out left memory that could not move."""
         self._begin(now)
         job = self.job_of.get(member)
         seat = None if job is None else job.seats.get(gpu)
