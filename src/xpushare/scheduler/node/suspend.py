@@ -66,11 +66,12 @@ class SuspendRecord:
     move_refused: str | None = None    # why the last order did not move it
     moves: int = 0
     last_move: dict | None = None      # the last move's GPUs and time
+    resume_failed: str | None = None   # why the last resume gave up (a failure not worth retrying)
 
     def view(self, now: float) -> dict:
         return {"phase": self.phase, "for_seconds": round(now - self.since, 3) if self.phase else None,
                 "refused": self.refused, "ms": dict(self.ms), "suspends": self.suspends,
-                "resumes": self.resumes}
+                "resumes": self.resumes, "resume_failed": self.resume_failed}
 
     def move_view(self, now: float) -> dict:
         return {"under_way": self.move.view(now) if self.move else None, "refused": self.move_refused,
@@ -212,22 +213,40 @@ def wake(state: SchedulerState, conn: Conn, who: str) -> str | None:
     # the one before (which died): it is restored once, whatever it says afterwards.
     rec.asked_unsuspended = rec.asked_unsuspended or rec.phase is None
     log.info("resume pid=%d client=%d (%s)", conn.pid, conn.id, who)
-    asyncio.get_running_loop().create_task(_resume(state, conn))
+    # "resuming" now, not when the task first runs: a second wake in this loop turn (a RESUME_REQ
+    # and an nvsharectl resume together) would start a second restore, whose RESUMED could come
+    # after the client's next suspension began
+    was_suspended = rec.phase == "suspended"
+    rec.phase, rec.since = "resuming", time.monotonic()
+    asyncio.get_running_loop().create_task(_resume(state, conn, was_suspended=was_suspended))
     return None
 
 
-async def _resume(state: SchedulerState, conn: Conn, first: dict | None = None) -> None:
-    """Restore and unlock; a restore that found no room is tried again (never left stuck).
+async def _resume(state: SchedulerState, conn: Conn, first: dict | None = None,
+                  was_suspended: bool | None = None) -> None:
+    """Restore and unlock; a restore that found no room is tried again (never left stuck), one
+    the worker says is not worth trying again (retry false: suspension off here, a driver error)
+    is given up, said in status and the log, and tried again at the next resume asked for.
     first: the answer of a try already made (resume_moved's); one that moved the process makes
     the RESUMED say so, however many tries the unlock takes."""
     rec = conn.suspend
-    was_suspended = rec.phase in ("suspended", "resuming")
-    rec.phase, wait = "resuming", RESUME_RETRY[0]
+    if was_suspended is None:
+        was_suspended = rec.phase in ("suspended", "resuming")
+    if rec.phase != "resuming":
+        rec.phase, rec.since = "resuming", time.monotonic()
+    wait = RESUME_RETRY[0]
+    rec.resume_failed = None
     answer, moved = first, bool(first and first.get("moved"))
     while not conn.closed:
         if answer is not None and answer.get("ok"):
             rec.ms.update(answer.get("ms") or {})
             break
+        if answer is not None and answer.get("retry") is False:
+            rec.resume_failed = str(answer.get("error"))
+            rec.phase, rec.since = "suspended", time.monotonic()
+            log.error("resume pid=%d client=%d failed: %s; not tried again until a resume is asked "
+                      "for (nvsharectl resume)", conn.pid, conn.id, rec.resume_failed)
+            return
         if answer is not None:
             log.warning("resume pid=%d client=%d: %s; trying again in %.1f s", conn.pid, conn.id,
                         answer.get("error"), wait)
@@ -236,18 +255,19 @@ async def _resume(state: SchedulerState, conn: Conn, first: dict | None = None) 
         answer = await state.suspender.call("resume", conn.pid)
     rec.phase, rec.resume_wanted = None, False
     rec.resumes += was_suspended
-    frame = move.finished(conn) if moved else encode(Resumed())
-    if not conn.closed:
-        conn.send(frame)
-        log.info("resumed pid=%d client=%d: restore %.1f ms, unlock %.1f ms", conn.pid, conn.id,
-                 rec.ms.get("restore", 0), rec.ms.get("unlock", 0))
+    if conn.closed:  # gone meanwhile: forget() ended its order
+        log.info("resume pid=%d client=%d: it went away before its restore ended", conn.pid, conn.id)
+        return
+    conn.send(move.finished(conn) if moved and rec.move is not None else encode(Resumed()))
+    log.info("resumed pid=%d client=%d: restore %.1f ms, unlock %.1f ms", conn.pid, conn.id,
+             rec.ms.get("restore", 0), rec.ms.get("unlock", 0))
 
 
 async def resume_moved(state: SchedulerState, conn: Conn) -> None:
     """Restore a client under an order onto its target (move.py). A restore there that fails
     restores it where it was, as any resume (never left checkpointed), and what it asked
     meanwhile goes to the policy then."""
-    conn.suspend.phase = "resuming"
+    conn.suspend.phase, conn.suspend.since = "resuming", time.monotonic()
     answer = await state.suspender.call("resume", conn.pid, pairs=move.pairs(conn))
     if answer.get("ok") or answer.get("moved"):  # moved: only its unlock is left to try again
         await _resume(state, conn, answer)
