@@ -21,10 +21,10 @@ def _scheduler(world, *args, **env):
                            env={"MOCK_CUDA_LOG": str(world.log.path), **env})
 
 
-def _app(world, *before):
+def _app(world, *before, env_extra=None):
     """An app with 3 MiB of converted memory, filled, that launched once and now waits; resumed,
     it reads the memory back (a gated call)."""
-    env = {"NVSHARE_IDLE_RELEASE_MS": 50}
+    env = {"NVSHARE_IDLE_RELEASE_MS": 50, **(env_extra or {})}
     app = world.app("init", "ctx", 0, *before, "alloc", "3M", "fill", 7, "launch", 1, "pause", "check", 7,
                     env=env)
     app.paused()

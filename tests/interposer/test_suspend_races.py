@@ -1,6 +1,8 @@
 """The scheduler's side of a suspension when two things happen at once (src/xpushare/scheduler/node/
 suspend.py): two resumes asked in one loop turn restore the client once; a resume the checkpoint
-worker will not retry (suspension off here) is given up and said, not tried forever. Fake clients
+worker will not retry (suspension off here) is given up and said, not tried forever; a call of the
+application that passed its suspension check just before the suspension began still gets to
+run (the library's side, native/src/gate/gate.c). Fake clients
 and the mock's test program play the library; the mock driver's checkpoint calls run in the
 scheduler's worker."""
 
@@ -77,3 +79,21 @@ def test_a_resume_the_worker_will_not_retry_is_given_up_and_said(world):
     again = _scheduler(world)
     assert app.finish(timeout=20) == 0 and app.steps("check")[0]["ok"] == 1
     assert f"resumed pid={app.pid} " in again.log()
+
+
+def test_a_call_between_its_suspension_check_and_the_gate_asks_to_run(world, tmp_path):
+    """The application's read passed the suspension check, then the suspension round ran (it saw
+    no lock asked for) before the read reached the gate: a suspended client asks for no lock, so
+    the read must ask to run as the check would have, or wait forever."""
+    sched = _scheduler(world)
+    hold = tmp_path / "hold"
+    app = _app(world, env_extra={"MOCK_CUDA_CTX_HOLD_FILE": str(hold)})
+    _idle(sched, app.pid)
+    hold.touch()
+    app.resume()  # its next step, a read (gated), held inside the gate's first driver call
+    poll(lambda: world.log.entries(app.pid, "mock_ctx_hold"), 10, what="the launch held")
+    assert sched.ctl("suspend", pid=app.pid)["clients"][0]["suspending"]
+    poll(lambda: _phase(sched, app.pid) == "suspended", 15, what="suspended")
+    hold.unlink()  # the read goes on to the gate
+    assert app.finish(timeout=20) == 0 and app.steps("check")[0]["ok"] == 1
+    assert f"resume pid={app.pid} client=" in sched.log() and "(its application)" in sched.log()

@@ -66,6 +66,12 @@ NVS_COLD int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread)
             pthread_mutex_unlock(&nvs_g.mu);
             return 1;
         }
+        /* suspended after this call passed its check (the round saw no request yet): a suspended
+         * client asks for no lock, so ask to run, as the check would have (suspend.c) */
+        if (atomic_load(&nvs_suspended)) {
+            nvs_suspend_wait_locked();
+            continue;
+        }
         if (!d->want) {
             d->want = 1;
             nvs_client_wake();

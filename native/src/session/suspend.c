@@ -59,15 +59,20 @@ static int moved_said;      /* ... and it said RESUMED_MOVED */
 static nvs_outbox out; /* client thread */
 
 /* ------------------------------------------------------------------ application threads */
-void nvs_suspend_wait(void)
+void nvs_suspend_wait_locked(void)
 {
-    pthread_mutex_lock(&nvs_g.mu);
     if (atomic_load(&nvs_suspended) && !resume_wanted) {
         resume_wanted = 1;
         NVS_DEBUG("suspended: the application wants to run; asking the scheduler to resume");
         nvs_client_wake();
     }
     while (atomic_load(&nvs_suspended)) pthread_cond_wait(&nvs_g.cv, &nvs_g.mu);
+}
+
+void nvs_suspend_wait(void)
+{
+    pthread_mutex_lock(&nvs_g.mu);
+    nvs_suspend_wait_locked();
     pthread_mutex_unlock(&nvs_g.mu);
 }
 

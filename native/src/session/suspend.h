@@ -12,6 +12,9 @@
  * wait, without a driver call, until it runs again (the driver blocks a locked process's calls). */
 extern _Atomic int nvs_suspended NVS_HIDDEN;
 void nvs_suspend_wait(void) NVS_HIDDEN;
+/* The same with nvs_g.mu held (gate.c: a call that passed the check before a suspension began and
+ * now waits at the gate, which the suspended client thread would never open). */
+void nvs_suspend_wait_locked(void) NVS_HIDDEN;
 static inline void nvs_suspend_check(void)
 {
     if (NVS_UNLIKELY(atomic_load_explicit(&nvs_suspended, memory_order_relaxed))) nvs_suspend_wait();

@@ -92,11 +92,27 @@ static CUresult ctx_set_current(CUcontext c)
 
 CUresult cuCtxSetCurrent(CUcontext c) { return ctx_set_current(c); }
 
+/* MOCK_CUDA_CTX_HOLD_FILE: a call on the process's main thread (the test program's; the library's
+ * own threads are others) while this file exists logs "mock_ctx_hold" and waits until it is gone
+ * (at most 60 s): the window between a wrapper's first checks and its gate, held open. */
+static void hold_while_file(void)
+{
+    const char *f = getenv("MOCK_CUDA_CTX_HOLD_FILE");
+    if (!f || !*f || getpid() != (pid_t)syscall(SYS_gettid) || access(f, F_OK) != 0) return;
+    long long t0 = mock_now_ns();
+    mock_log_line("mock_ctx_hold", t0, t0, mock_cur_dev(), 0, "");
+    for (int i = 0; i < 60000 && access(f, F_OK) == 0; i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
     CUresult r = mock_need_init();
     if (r) return r;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    hold_while_file();
     *pctx = mock_t_ctx;
     return CUDA_SUCCESS;
 }
