@@ -28,11 +28,12 @@ def theirs(log, app, fn) -> list[dict]:
     return [e for e in log.entries(app.pid, fn) if e["tid"] in tids]
 
 
-def drop(recorder, n: int) -> None:
-    """The n-th lock request, then a DROP_LOCK with EVICT, then its release."""
-    recorder.wait_count(MessageType.REQ_LOCK, n, device=0)
-    recorder.drop(0, flags=DROP_EVICT)
-    recorder.wait_count(MessageType.LOCK_RELEASED, n, device=0)
+def drop(recorder, n: int, device: int = 0, evict_mib: int = 0) -> None:
+    """The n-th lock request on `device`, then a DROP_LOCK with EVICT (asking evict_mib of room; 0:
+    everything), then its release."""
+    recorder.wait_count(MessageType.REQ_LOCK, n, device=device)
+    recorder.drop(device, flags=DROP_EVICT, evict_mib=evict_mib)
+    recorder.wait_count(MessageType.LOCK_RELEASED, n, device=device)
 
 
 def residency(recorder) -> list:

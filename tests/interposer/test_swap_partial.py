@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from xpushare.wire.protocol import DROP_EVICT, FEATURE_SWAP, MessageType
+from xpushare.wire.protocol import FEATURE_SWAP, MessageType
 
 from testkit.waiting import poll
 
-from .swap_steps import pins
+from .swap_steps import drop, pins
 from .test_swap_store import HOST, MIB, _env, _ours, _prefetches, _residency
 
 # Managed memory's paths (the backing kept for oversubscription); device memory of the library's
@@ -38,9 +38,7 @@ def _ranges(app) -> dict[int, tuple[int, int]]:
 
 
 def _drop(recorder, n, evict_mib):
-    recorder.wait_count(MessageType.REQ_LOCK, n, device=0)
-    recorder.drop(0, flags=DROP_EVICT, evict_mib=evict_mib)
-    recorder.wait_count(MessageType.LOCK_RELEASED, n, device=0)
+    drop(recorder, n, evict_mib=evict_mib)
 
 
 @pytest.mark.parametrize("evict_mib, moved", [

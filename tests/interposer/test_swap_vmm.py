@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from xpushare.wire.protocol import DROP_EVICT, FEATURE_SWAP, RESIDENCY_REFUSED, MessageType
+from xpushare.wire.protocol import FEATURE_SWAP, RESIDENCY_REFUSED, MessageType
 
 from .harness import build_mock_variant
 from .swap_steps import drop, idle_env, ours, pins, residency, theirs, unpins
@@ -143,9 +143,7 @@ def test_without_the_store_a_partial_drop_moves_what_can_move(world, recorder):
     app = world.app("init", "ctx", 0, "managed", "2M", "alloc", "7M", "launch", 1, "pause",
                     env=_env(NVSHARE_SWAP="off"))
     app.paused()
-    recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
-    recorder.drop(0, flags=DROP_EVICT, evict_mib=3)
-    recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=0)
+    _drop(recorder, 1, evict_mib=3)
     app.resume()
     assert app.finish() == 0
     (managed,) = [(ln["ptr"], ln["size"]) for ln in app.lines if ln.get("step") == "managed"]
@@ -167,10 +165,8 @@ def test_a_process_on_two_gpus_keeps_its_memory_where_the_other_gpu_can_reach_it
                     "ctx", 0, "launch", 1, "pause", "check", 1, "ctx", 1, "check", 1,
                     env=_env(MOCK_CUDA_DEVICES=2))
     app.paused()
-    recorder.wait_count(MessageType.REQ_LOCK, 1, device=1)
-    recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)
-    recorder.drop(1, flags=DROP_EVICT)
-    recorder.wait_count(MessageType.LOCK_RELEASED, 1, device=1)
+    recorder.wait_count(MessageType.REQ_LOCK, 1, device=0)  # it holds device 0 too
+    _drop(recorder, 1, device=1)
     app.resume()
     assert app.finish() == 0
     assert [c["ok"] for c in app.steps("check")] == [1, 1]
