@@ -175,3 +175,26 @@ def test_a_process_on_two_gpus_keeps_its_memory_where_the_other_gpu_can_reach_it
     (stayed,) = [r for r in _residency(recorder) if r.device == 1]
     assert stayed.resident_bytes == 4 * MIB and stayed.flags & RESIDENCY_REFUSED, \
         "the scheduler hears that it stays, so it counts it rather than what a drop may keep"
+
+
+def test_a_second_gpu_opened_while_the_first_gpus_memory_is_out_brings_it_back_first(world, recorder):
+    """The process's memory of our own on device 0 is out (a drop with EVICT, one GPU then). It then
+    opens device 1 and reads device 0's memory from there: device 1's gate does not cover device 0,
+    so opening it brings device 0's memory back first (device 0's lock asked again, the range mapped
+    again before the read), and the read finds the bytes (it used to find an unmapped range)."""
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "3M", "fill", 1, "launch", 1,
+                    "pause", "ctx", 1, "check", 1, env=_env(MOCK_CUDA_DEVICES=2))
+    app.paused()
+    _drop(recorder, 1)
+    log = world.log
+    (ptr,) = [ln["ptr"] for ln in app.lines if ln.get("step") == "alloc"]
+    assert [e["ptr"] for e in log.entries(app.pid, "cuMemUnmap")] == [ptr], "device 0's range is out"
+    app.resume()
+    assert app.finish() == 0
+    assert [c["ok"] for c in app.steps("check")] == [1]
+    asked = [m for m in recorder.messages(MessageType.REQ_LOCK) if m.msg.device == 0]
+    assert len(asked) == 2, "opening device 1 asked for device 0's lock again"
+    remaps = [e for e in log.entries(app.pid, "cuMemMap") if e["ptr"] == ptr][1:]
+    (read,) = [e for e in _theirs(log, app, "cuMemcpyDtoH_v2")]
+    assert len(remaps) == 1 and remaps[0]["t1"] <= read["t0"], "mapped back before the read"

@@ -18,6 +18,7 @@
 #include "gate/gate.h"
 #include "gate/quota.h"
 #include "session/session.h"
+#include "swap/switch.h"
 
 nvs_global nvs_g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 NVS_TLS CUcontext nvs_tls_ctx;
@@ -114,6 +115,23 @@ nvs_dev *nvs_dev_touch(CUdevice ordinal)
     return d;
 }
 
+/* rec is the first context of its device the process has shown: memory of ours that is out on
+ * another of its GPUs comes back before this thread goes on (its lock is asked for, as a call on
+ * that GPU would), since work here may read it through the one address space while that GPU's
+ * gate stays closed. From now on none leaves (swap.h's nvs_swap_alone_on). No lock held. */
+static void others_back(nvs_dev *d)
+{
+    atomic_thread_fence(memory_order_seq_cst); /* the link, then a look at moves (switch.h) */
+    for (nvs_dev *o = nvs_g.dev; o < nvs_g.dev + NVS_MAX_DEVICES; o++) {
+        if (o == d || !nvs_ctx_first(o) || !nvs_swap_out_after_moves(o)) continue;
+        NVS_DEBUG("device %d opened while memory on device %d is out: it comes back first",
+                  d->ordinal, o->ordinal);
+        /* the gate opens only once it is back (session.c); the sleep is belt and braces */
+        while (!nvs_gate_wait(o, NVS_NOSTREAM, 0) && nvs_swap_out_after_moves(o))
+            nanosleep(&(struct timespec){0, 1000000}, NULL); /* a return 1: exiting, never hang */
+    }
+}
+
 nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
 {
     nvs_ctxrec *rec;
@@ -155,6 +173,7 @@ nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
             free(fresh);
         } else {
             NVS_DEBUG("context %p on device %d", (void *)ctx, dev);
+            if (!rec->dev_next) others_back(d);
         }
     }
     nvs_tls_ctx = ctx;

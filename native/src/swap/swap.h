@@ -52,9 +52,13 @@ static inline int nvs_swap_takes_managed(void)
  * a kernel with peer access) issued in another GPU's context may reach d's memory through the one
  * address space, and only d's gate closes for d's move (managed memory would fault back; ours
  * would be an unmapped range, or a write lost behind a copy already taken). Lock-free, as the
- * context lists are (nvshare.h). */
+ * context lists are (nvshare.h). A GPU opened while memory of ours is out on another brings that
+ * memory back first (nvs_swap_out_after_moves). */
 static inline int nvs_swap_alone_on(nvs_dev *d)
 {
+    /* After nvs_swap_begin: pairs with the fence after a context of a new device is linked
+     * (device.c), so that either this sees that context or that side sees the move (switch.h). */
+    atomic_thread_fence(memory_order_seq_cst);
     for (nvs_dev *o = nvs_g.dev; o < nvs_g.dev + NVS_MAX_DEVICES; o++)
         if (o != d && nvs_ctx_first(o)) return 0;
     return 1;

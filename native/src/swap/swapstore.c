@@ -89,6 +89,15 @@ void nvs_swap_fence(int dev)
     }
 }
 
+int nvs_swap_out_after_moves(nvs_dev *d)
+{
+    if (atomic_load(&moving)) {
+        pthread_mutex_lock(&move_mu);
+        pthread_mutex_unlock(&move_mu);
+    }
+    return atomic_load(&d->swap.swapped_out) > 0;
+}
+
 /* ------------------------------------------------------------------ moves */
 static CUresult discard(CUdeviceptr p, size_t n, CUstream s)
 {

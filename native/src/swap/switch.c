@@ -189,11 +189,11 @@ static uint64_t evict_now(nvs_dev *d, uint64_t at_least, uint64_t t0)
     nvs_ctxrec *rec = enter_context(d, &prev);
     nvs_swap_io io = {.dev = d->ordinal};
     batch_t b = {.to_host = 1, .dev = d->ordinal, .io = &io};
+    nvs_swap_begin(); /* before the look at other GPUs' contexts (nvs_swap_out_after_moves) */
     int swap = rec && nvs_swap_usable() && swap_ready(rec) && stays_alone(d);
     uint64_t *pick = NULL;
     io.npick = nvs_swap_pick(d->ordinal, at_least, swap, &pick);
     io.pick = pick;
-    nvs_swap_begin();
     if (rec) {
         b.stream = rec->sw.own_stream;
         if (swap) {

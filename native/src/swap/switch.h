@@ -14,6 +14,11 @@ int nvs_swap_usable(void) NVS_HIDDEN; /* NVSHARE_SWAP and the driver has every c
  * for a move in progress and for the device's last discards; after a successful free: releases its
  * host copy and uncounts what was out. */
 void nvs_swap_fence(int dev) NVS_HIDDEN;
+/* Whether memory of ours on d is out, once a move under way (on any device) has ended. An
+ * application thread asks it after it linked the first context of another device (device.c): with
+ * contexts on two GPUs no more of d's memory leaves (swap.h's nvs_swap_alone_on), and what is out
+ * already must come back before work on the new GPU might read it through the one address space. */
+int nvs_swap_out_after_moves(nvs_dev *d) NVS_HIDDEN;
 struct nvs_hostcopy; /* swappin.c's */
 void nvs_swap_forget(int dev, uint64_t size, int out, struct nvs_hostcopy *host) NVS_HIDDEN;
 /* swaphost.c: PREPARE_SWAP (inbound.c, under nvs_g.mu): on, the pinner thread makes the host copies
