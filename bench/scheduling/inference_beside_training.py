@@ -13,6 +13,8 @@ Programs: bench/scheduling/inference_worker.py (a fp16 transformer encoder serve
   bounded by QUEUE_BOUND, --latency-queue-ms);
 - serial_latency_sensitive: as serial, the server also latency-sensitive (the training's queue
   bounded, so that the server's preemption drains little);
+- any arm with a scheduler as ARM@MS (--arms latency_sensitive@0.5,latency_sensitive@0.2): that
+  arm with its own --latency-queue-ms, so that bounds are compared beside the same alone arms;
 - diagnostic arms (not run by default, --arms): auto_keep_lock, as auto with the server never
   giving the lock up (NVSHARE_IDLE_RELEASE_MS=0: no handoff per request); ungated, both under the
   library with no scheduler (the interposer's own cost while the two run together).
@@ -54,6 +56,7 @@ from bench.core import stats
 from bench.core.argtypes import positive
 from bench.core.common import REPO, harness, require_safe_gpu, say, torch_python
 from bench.core.cpus import set_apart
+from bench.scheduling.inference_results import summarise, table
 
 PREFIX = "inference"
 WORKER = Path(__file__).resolve().parent / "inference_worker.py"
@@ -63,7 +66,6 @@ ARMS = ("server_alone", "training_alone", "native", "serial", "auto", "latency_s
 DIAGNOSTIC_ARMS = ("auto_keep_lock", "ungated")
 ALL_ARMS = ARMS + DIAGNOSTIC_ARMS
 BASELINES = ("server_alone", "training_alone")
-ARM_WIDTH = max(map(len, ALL_ARMS)) + 1
 # arm -> (scheduler mode, None: no scheduler; the server latency-sensitive; the server's idle
 # release, None: --server-idle-release-ms)
 LIBRARY_ARMS = {"serial": ("serial", False, None), "auto": ("auto", False, None),
@@ -78,8 +80,6 @@ SERVER_IDLE_RELEASE_MS = 10
 TQ = 30  # explicit: priorities and the queue bound decide here, not the quantum
 GPU_MEMORY = "16GiB"  # the virtual capacity of the library's arms: both fit (auto runs them together)
 READY_TIMEOUT_S = 180.0
-GOAL_P99 = 1.1  # issue 32: p99 at most 1.1x alone
-GOAL_TRAIN = 0.9  # and the training at least 0.9x alone during the server's idle gaps
 
 
 def plan(args) -> list[dict]:
@@ -93,14 +93,43 @@ def arm_order(reps: int, arms=ARMS) -> list[tuple[int, str]]:
     return [(r, arms[(i + r) % len(arms)]) for r in range(reps) for i in range(len(arms))]
 
 
+def arm_base(arm: str) -> str:
+    """The arm's kind: "latency_sensitive@0.2" is latency_sensitive with its own queue bound."""
+    return arm.partition("@")[0]
+
+
+def arm_bound_ms(arm: str) -> float | None:
+    """The --latency-queue-ms an arm named KIND@MS gives its scheduler (None: the run's)."""
+    _, sep, ms = arm.partition("@")
+    return float(ms) if sep else None
+
+
+def _arm_item(text: str) -> str:
+    base, sep, ms = text.partition("@")
+    if base not in ALL_ARMS:
+        raise argparse.ArgumentTypeError(f"unknown arm {text!r}; the arms: {', '.join(ALL_ARMS)}")
+    if sep:
+        if LIBRARY_ARMS.get(base, (None,))[0] is None:
+            raise argparse.ArgumentTypeError(f"arm {text!r}: only an arm with a scheduler takes @MS "
+                                             f"(its --latency-queue-ms)")
+        try:
+            bound = float(ms)
+        except ValueError:
+            bound = 0.0
+        if not bound > 0:
+            raise argparse.ArgumentTypeError(f"arm {text!r}: @MS must be a positive number of milliseconds")
+        return f"{base}@{bound:g}"
+    return base
+
+
 def arm_list(text: str) -> tuple[str, ...]:
-    """--arms: a comma list of ARMS; the two baselines are always run (every ratio needs them)."""
-    chosen = [a.strip() for a in text.split(",") if a.strip()]
-    unknown = [a for a in chosen if a not in ALL_ARMS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown arm(s) {', '.join(unknown)}; "
-                                         f"the arms: {', '.join(ALL_ARMS)}")
-    return tuple(a for a in ALL_ARMS if a in chosen or a in BASELINES)
+    """--arms: a comma list of ARMS, each library arm with a scheduler optionally KIND@MS (its own
+    --latency-queue-ms, so that bounds are compared within one run, beside the same alone arms);
+    the two baselines are always run (every ratio needs them). In ALL_ARMS order, an arm's bounds
+    in the order given."""
+    chosen = list(dict.fromkeys(_arm_item(a.strip()) for a in text.split(",") if a.strip()))
+    picked = [a for a in BASELINES if a not in chosen] + chosen
+    return tuple(sorted(picked, key=lambda a: ALL_ARMS.index(arm_base(a))))
 
 
 def _env(arm: str, role: str, lib: Path | None, sock: Path | None, cfg: dict,
@@ -108,9 +137,9 @@ def _env(arm: str, role: str, lib: Path | None, sock: Path | None, cfg: dict,
     """The role's environment in the arm. cfg: "idle_release_ms" (the server's), "lib_env" (role ->
     extra variables in library arms, --lib-env), "native_roles" (roles run without the library in
     library arms, --native-role)."""
-    if arm not in LIBRARY_ARMS or lib is None or role in cfg.get("native_roles", ()):
+    if arm_base(arm) not in LIBRARY_ARMS or lib is None or role in cfg.get("native_roles", ()):
         return harness.native_env()
-    mode, sensitive, own_release = LIBRARY_ARMS[arm]
+    mode, sensitive, own_release = LIBRARY_ARMS[arm_base(arm)]
     extra = {}
     if mode is None:   # no scheduler: a socket nobody listens on, so the library runs ungated
         sock = Path(tempfile.gettempdir()) / "nvs-inference-no-scheduler.sock"
@@ -148,11 +177,13 @@ def run_arm(arm: str, cfg: dict, python: str, lib: Path | None, dry_run: bool,
     sched = None
     progs, runs = {}, {}
     try:
-        if arm in LIBRARY_ARMS and LIBRARY_ARMS[arm][0] is not None:
+        mode = LIBRARY_ARMS.get(arm_base(arm), (None,))[0]
+        if mode is not None:
             extra = ("--no-nvml",) if dry_run else ()
-            if cfg.get("latency_queue_ms") is not None:
-                extra += ("--latency-queue-ms", f"{cfg['latency_queue_ms']:g}")
-            sched = harness.Scheduler(mode=LIBRARY_ARMS[arm][0], tq=TQ, extra_args=extra)
+            bound = arm_bound_ms(arm) or cfg.get("latency_queue_ms")
+            if bound is not None:
+                extra += ("--latency-queue-ms", f"{bound:g}")
+            sched = harness.Scheduler(mode=mode, tq=TQ, extra_args=extra)
         for role in roles:
             conf = {**cfg, "dir": str(work)}
             progs[role] = harness.Program([python, str(WORKER), role, json.dumps(conf)],
@@ -188,87 +219,6 @@ def run_arm(arm: str, cfg: dict, python: str, lib: Path | None, dry_run: bool,
         if sched is not None:
             sched.stop()
         shutil.rmtree(work, ignore_errors=True)
-
-
-# ----------------------------------------------------------------------------- results (pure)
-
-def latency_summary(latency_s: list[float]) -> dict:
-    ms = [v * 1e3 for v in latency_s]
-    return {"p50": stats.percentile(ms, 50), "p99": stats.percentile(ms, 99),
-            "p99.9": stats.percentile(ms, 99.9), "n": len(ms)}
-
-
-def rate(step_ends: list[float], start: float, end: float) -> float | None:
-    n = sum(1 for t in step_ends if start <= t <= end)
-    return n / (end - start) if end > start else None
-
-
-def gap_rate(step_ends: list[float], gaps: list) -> float | None:
-    """Steps that ended within the server's idle gaps, per second of gap."""
-    total = sum(b - a for a, b in gaps)
-    if total <= 0:
-        return None
-    ends = sorted(step_ends)
-    import bisect
-    n = sum(bisect.bisect_right(ends, b) - bisect.bisect_left(ends, a) for a, b in gaps)
-    return n / total
-
-
-def summarise(runs: dict[str, list[dict]]) -> dict:
-    """Per arm (runs: arm -> its repetitions' outputs): latencies pooled over the repetitions,
-    ratios to the alone arms, and whether every answer matched server_alone's."""
-    reference = next((r["server"]["hashes"] for r in runs.get("server_alone", [])), None)
-    alone_lat = [v for r in runs.get("server_alone", []) for v in r["server"]["latency_s"]]
-    alone_p99 = latency_summary(alone_lat)["p99"] if alone_lat else None
-    alone_rates = [rate(r["trainer"]["step_ends"], r["trainer"]["start"], max(r["trainer"]["step_ends"]))
-                   for r in runs.get("training_alone", []) if r["trainer"]["step_ends"]]
-    alone_rate = stats.median(alone_rates)
-    out = {}
-    for arm, reps in runs.items():
-        row: dict = {"reps": len(reps)}
-        if all("server" in r for r in reps):
-            lat = latency_summary([v for r in reps for v in r["server"]["latency_s"]])
-            row["latency_ms"] = lat
-            row["submit_ms"] = latency_summary([v for r in reps for v in r["server"].get("submit_s", [])])
-            row["service_ms"] = latency_summary([v for r in reps for v in r["server"].get("service_s", [])])
-            cpu = [c for r in reps for c in r["server"].get("launch_cpu_s", [])]
-            row["launch_cpu_share"] = stats.ratio(sum(c for c, _ in cpu), sum(w for _, w in cpu))
-            row["p99_vs_alone"] = stats.ratio(lat["p99"], alone_p99)
-            row["identical"] = reference is not None and all(r["server"]["hashes"] == reference
-                                                             for r in reps)
-        if all("trainer" in r for r in reps):
-            overall = stats.median(rate(r["trainer"]["step_ends"], r["trainer"]["start"],
-                                        r["server"]["end"] if "server" in r else
-                                        max(r["trainer"]["step_ends"] or [r["trainer"]["start"]]))
-                                   for r in reps)
-            gaps = stats.median(gap_rate(r["trainer"]["step_ends"], r["server"]["gaps"])
-                                for r in reps if "server" in r)
-            row["train_steps_per_s"] = overall
-            row["train_vs_alone"] = stats.ratio(overall, alone_rate)
-            row["train_in_gaps_vs_alone"] = stats.ratio(gaps, alone_rate)
-        if arm not in ("server_alone", "training_alone") and row.get("p99_vs_alone") is not None:
-            row["met"] = (row["p99_vs_alone"] <= GOAL_P99 and row.get("identical", False)
-                          and (row.get("train_in_gaps_vs_alone") or 0) >= GOAL_TRAIN)
-        out[arm] = row
-    return out
-
-
-def table(config: dict, arms: dict) -> str:
-    def f(v, spec=".2f"):
-        return "-" if v is None else format(v, spec)
-    lines = [f"layers {config['layers']}, one request every {config['mean_ms']:g} ms (mean)",
-             f"{'arm':<{ARM_WIDTH}} p50 ms  p99 ms  p99.9 ms  p99/alone  train/alone  gaps/alone  identical"
-             f"  service p50/p99  launch cpu"]
-    for arm in ALL_ARMS:
-        r = arms.get(arm)
-        if r is None:
-            continue
-        lat, svc = r.get("latency_ms", {}), r.get("service_ms", {})
-        lines.append(f"{arm:<{ARM_WIDTH}} {f(lat.get('p50')):>7} {f(lat.get('p99')):>7} {f(lat.get('p99.9')):>9}"
-                     f" {f(r.get('p99_vs_alone'), '.3f'):>10} {f(r.get('train_vs_alone'), '.3f'):>12}"
-                     f" {f(r.get('train_in_gaps_vs_alone'), '.3f'):>11} {str(r.get('identical', '-')):>10}"
-                     f" {f(svc.get('p50')):>8}/{f(svc.get('p99')):<7} {f(r.get('launch_cpu_share')):>10}")
-    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- the run
@@ -334,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=32)
     p.add_argument("--arms", type=arm_list, default=ARMS,
                    help=f"a comma list of arms to run (the baselines always run); default: {', '.join(ARMS)};"
-                        f" diagnostic: {', '.join(DIAGNOSTIC_ARMS)}")
+                        f" diagnostic: {', '.join(DIAGNOSTIC_ARMS)}; an arm with a scheduler as ARM@MS runs"
+                        f" with that --latency-queue-ms (e.g. latency_sensitive@0.5,latency_sensitive@0.2)")
     p.add_argument("--server-idle-release-ms", type=int, default=SERVER_IDLE_RELEASE_MS,
                    help=f"the server's NVSHARE_IDLE_RELEASE_MS under the library ({SERVER_IDLE_RELEASE_MS})")
     p.add_argument("--latency-queue-ms", type=positive(float), metavar="MS",

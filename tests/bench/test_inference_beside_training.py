@@ -8,6 +8,7 @@ import json
 import pytest
 
 from bench.scheduling import inference_beside_training as inf
+from bench.scheduling import inference_results as res
 from bench.scheduling.inference_worker import arrivals
 
 
@@ -27,9 +28,9 @@ def test_arrivals_are_seeded_and_have_the_mean_asked_for():
 
 
 def test_training_in_the_gaps_counts_steps_ending_inside_them():
-    assert inf.gap_rate([0.5, 1.5, 2.5, 3.5], [(1.0, 2.0), (3.0, 4.0)]) == 1.0
-    assert inf.gap_rate([0.5], [(1.0, 2.0)]) == 0.0
-    assert inf.gap_rate([0.5], []) is None
+    assert res.gap_rate([0.5, 1.5, 2.5, 3.5], [(1.0, 2.0), (3.0, 4.0)]) == 1.0
+    assert res.gap_rate([0.5], [(1.0, 2.0)]) == 0.0
+    assert res.gap_rate([0.5], []) is None
 
 
 def _server(lat, hashes="h", end=10.0):
@@ -41,7 +42,7 @@ def test_the_summary_compares_each_arm_with_the_alone_arms():
             "training_alone": [{"trainer": {"start": 0.0, "step_ends": [i / 10 for i in range(1, 101)]}}],
             "native": [{"server": _server([0.008] * 100, hashes="other"),
                         "trainer": {"start": 0.0, "step_ends": [i / 5 for i in range(1, 51)]}}]}
-    arms = inf.summarise(runs)
+    arms = res.summarise(runs)
     assert arms["server_alone"]["p99_vs_alone"] == 1.0 and arms["server_alone"]["identical"]
     native = arms["native"]
     assert native["p99_vs_alone"] == 2.0 and native["identical"] is False
@@ -52,7 +53,7 @@ def test_the_summary_compares_each_arm_with_the_alone_arms():
 def test_the_service_time_leaves_out_the_wait_for_earlier_answers():
     server = {**_server([0.004, 0.008]), "service_s": [0.004, 0.004],
               "launch_cpu_s": [(0.001, 0.004), (0.003, 0.004)]}
-    row = inf.summarise({"server_alone": [{"server": server}]})["server_alone"]
+    row = res.summarise({"server_alone": [{"server": server}]})["server_alone"]
     assert row["service_ms"]["p99"] == 4.0 and row["latency_ms"]["p99"] > 7.9
     assert row["launch_cpu_share"] == 0.5
 
@@ -88,6 +89,44 @@ def test_arms_chosen_with_the_baselines_always(tmp_path):
                                                         "serial_latency_sensitive")
     with pytest.raises(SystemExit):
         inf.main(["--dry-run", "--arms", "serial,bogus", "--json", str(tmp_path / "r.json")])
+
+
+def test_arms_of_one_kind_with_their_own_queue_bounds_run_beside_the_same_alone_arms():
+    arms = inf.arm_list("latency_sensitive@0.50,native,latency_sensitive@0.2,latency_sensitive")
+    assert arms == ("server_alone", "training_alone", "native", "latency_sensitive@0.5",
+                    "latency_sensitive@0.2", "latency_sensitive")
+    assert [inf.arm_bound_ms(a) for a in arms[3:]] == [0.5, 0.2, None]
+    for bad in ("native@0.2", "ungated@1", "server_alone@1", "latency_sensitive@0",
+                "latency_sensitive@-1", "latency_sensitive@x", "bogus@1"):
+        with pytest.raises(Exception, match="arm"):
+            inf.arm_list(bad)
+
+
+class _FakeScheduler:
+    made: list = []
+
+    def __init__(self, mode, tq, extra_args=()):
+        self.mode, self.extra_args, self.socket, self.lines = mode, tuple(extra_args), None, []
+        _FakeScheduler.made.append(self)
+
+    def stop(self):
+        pass
+
+
+def test_each_arm_gives_its_scheduler_its_own_bound_or_the_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(inf.harness, "Scheduler", _FakeScheduler)
+    _FakeScheduler.made = []
+    out = tmp_path / "r.json"
+    assert inf.main(["--dry-run", "--quick", "--requests", "5", "--latency-queue-ms", "0.7",
+                     "--arms", "latency_sensitive@0.2,serial,latency_sensitive",
+                     "--json", str(out)]) == 0
+    bounds = sorted((s.mode, s.extra_args[s.extra_args.index("--latency-queue-ms") + 1])
+                    for s in _FakeScheduler.made)
+    assert bounds == [("auto", "0.2"), ("auto", "0.7"), ("serial", "0.7")]
+    arms = json.loads(out.read_text())["configs"][0]["arms"]
+    assert set(arms) == {"server_alone", "training_alone", "serial", "latency_sensitive",
+                         "latency_sensitive@0.2"}
+    assert arms["latency_sensitive@0.2"]["latency_ms"]["n"] == 5
 
 
 def test_library_settings_reach_only_the_roles_and_arms_named(tmp_path):
