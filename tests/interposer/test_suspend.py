@@ -148,3 +148,23 @@ def test_suspend_idle_suspends_a_client_idle_that_long(world, after):
     app.resume()
     assert app.finish() == 0 and app.steps("check")[0]["ok"] == 1
     assert "suspend pid=%d" % app.pid in sched.log() and f"idle {after:g} s" in sched.log()
+
+
+def test_a_suspended_client_that_opens_a_second_gpu_gets_its_first_gpus_memory_back_first(world):
+    """Suspended whole on device 0 (its memory out), the process wakes and reads that memory from a
+    context on device 1, which device 0's gate does not cover: it is resumed, asks for device 0's
+    lock, and the read finds the bytes (a real scheduler: the process is now on two GPUs, one job)."""
+    sched = world.scheduler(mode="auto", extra_args=("--cuda-library", str(world.artifacts.libcuda),
+                                                     "--suspend-idle", "0.2"),
+                            env={"MOCK_CUDA_LOG": str(world.log.path)})
+    app = world.app("init", "ctx", 0, "alloc", "3M", "fill", 7, "launch", 1, "pause", "ctx", 1,
+                    "check", 7, env={"NVSHARE_IDLE_RELEASE_MS": 50, "MOCK_CUDA_DEVICES": 2})
+    app.paused()
+    poll(lambda: _phase(sched, app.pid) == "suspended", 15, what="suspended by itself")
+    (ptr,) = [ln["ptr"] for ln in app.lines if ln.get("step") == "alloc"]
+    assert [e["ptr"] for e in world.log.entries(app.pid, "cuMemUnmap")] == [ptr]
+    app.resume()
+    assert app.finish() == 0
+    assert [c["ok"] for c in app.steps("check")] == [1]
+    maps = [e for e in world.log.entries(app.pid, "cuMemMap") if e["ptr"] == ptr]
+    assert len(maps) == 2, "mapped back at device 0's grant"
