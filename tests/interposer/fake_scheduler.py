@@ -65,6 +65,7 @@ class RecordingScheduler:
         self.grant_flags = 0  # grant.flags of the next LOCK_OKs (GRANT_PREFETCH)
         self.grant_quantum_ms = 0  # grant.quantum_ms of the next LOCK_OKs (0: none)
         self.after_grant = None  # device -> a message sent right after each LOCK_OK (WAITERS)
+        self.grant_delay_s: dict[int, float] = {}  # device -> how long the next LOCK_OKs wait
         self.welcome_features = 0  # welcome.features of the next WELCOMEs (FEATURE_BUSY, FEATURE_QUOTAS)
         # the LIMITS that answers a SETTINGS (None: the settings' own compute and memory limits)
         self.limits_reply: Limits | None = None
@@ -131,13 +132,25 @@ class RecordingScheduler:
         elif mtype == MessageType.ATTACH:
             self._send(conn, n, Attached(device=msg.device, capacity=0))
         elif mtype == MessageType.REQ_LOCK:
-            self._send(conn, n, Grant(device=msg.device, quantum_ms=self.grant_quantum_ms,
-                                      flags=self.grant_flags))
-            if self.after_grant is not None:
-                self._send(conn, n, self.after_grant(msg.device))
+            delay = self.grant_delay_s.get(msg.device, 0)
+            if delay:
+                threading.Timer(delay, self._grant_later, (conn, n, msg.device)).start()
+            else:
+                self._grant(conn, n, msg.device)
         elif mtype == MessageType.SETTINGS:
             reply = self.limits_reply or Limits(compute_limit=msg.compute_limit, memory_limit=msg.memory_limit)
             self._send(conn, n, reply)
+
+    def _grant(self, conn, n: int, device: int):
+        self._send(conn, n, Grant(device=device, quantum_ms=self.grant_quantum_ms, flags=self.grant_flags))
+        if self.after_grant is not None:
+            self._send(conn, n, self.after_grant(device))
+
+    def _grant_later(self, conn, n: int, device: int):
+        try:
+            self._grant(conn, n, device)
+        except OSError as e:  # the connection went meanwhile
+            self.errors.append(f"connection {n}: delayed grant: {e}")
 
     def limits(self, compute_limit: int = 0, memory_limit: int = 0, conn: int = -1):
         """Send LIMITS (compute per mille, memory bytes; 0 = none) on a connection."""

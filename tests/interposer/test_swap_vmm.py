@@ -198,3 +198,20 @@ def test_a_second_gpu_opened_while_the_first_gpus_memory_is_out_brings_it_back_f
     remaps = [e for e in log.entries(app.pid, "cuMemMap") if e["ptr"] == ptr][1:]
     (read,) = [e for e in _theirs(log, app, "cuMemcpyDtoH_v2")]
     assert len(remaps) == 1 and remaps[0]["t1"] <= read["t0"], "mapped back before the read"
+
+
+def test_every_thread_on_the_second_gpu_waits_for_the_first_gpus_memory(world, recorder):
+    """As above, with two threads on device 1: one makes its first context known and waits for
+    device 0's memory (its grant held back a second); the other, a moment later on the same
+    context, finds that context known already. It waits too, and its read finds the bytes."""
+    recorder.welcome_features = FEATURE_SWAP
+    app = world.app("init", "ctx", 0, "alloc", "3M", "fill", 1, "launch", 1, "pause",
+                    "thread", "{", "ctx", 1, "launch", 1, "}",
+                    "sleep", 300, "ctx", 1, "check", 1, "join", env=_env(MOCK_CUDA_DEVICES=2))
+    app.paused()
+    _drop(recorder, 1)
+    recorder.grant_delay_s = {0: 1.0}
+    app.resume()
+    assert app.finish() == 0
+    assert [c["ok"] for c in app.steps("check")] == [1]
+    assert recorder.errors == []

@@ -115,12 +115,15 @@ nvs_dev *nvs_dev_touch(CUdevice ordinal)
     return d;
 }
 
-/* rec is the first context of its device the process has shown: memory of ours that is out on
- * another of its GPUs comes back before this thread goes on (its lock is asked for, as a call on
- * that GPU would), since work here may read it through the one address space while that GPU's
- * gate stays closed. From now on none leaves (swap.h's nvs_swap_alone_on). No lock held. */
+/* A thread's first look at a context of d, until one such look saw it done: memory of ours that
+ * is out on another of the process's GPUs comes back before this thread goes on (its lock is asked
+ * for, as a call on that GPU would), since work here may read it through the one address space
+ * while that GPU's gate stays closed. Every thread waits, not only the one that linked d's first
+ * context (another thread finds that record at once). Once d has a context no more of ours leaves
+ * another GPU (swap.h's nvs_swap_alone_on), so one look that saw it back settles d. No lock held. */
 static void others_back(nvs_dev *d)
 {
+    if (atomic_load_explicit(&d->swap.others_settled, memory_order_acquire)) return;
     atomic_thread_fence(memory_order_seq_cst); /* the link, then a look at moves (switch.h) */
     for (nvs_dev *o = nvs_g.dev; o < nvs_g.dev + NVS_MAX_DEVICES; o++) {
         if (o == d || !nvs_ctx_first(o) || !nvs_swap_out_after_moves(o)) continue;
@@ -130,6 +133,7 @@ static void others_back(nvs_dev *d)
         while (!nvs_gate_wait(o, NVS_NOSTREAM, 0) && nvs_swap_out_after_moves(o))
             nanosleep(&(struct timespec){0, 1000000}, NULL); /* a return 1: exiting, never hang */
     }
+    atomic_store_explicit(&d->swap.others_settled, 1, memory_order_release);
 }
 
 nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
@@ -173,9 +177,9 @@ nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
             free(fresh);
         } else {
             NVS_DEBUG("context %p on device %d", (void *)ctx, dev);
-            if (!rec->dev_next) others_back(d);
         }
     }
+    others_back(rec->dev);
     nvs_tls_ctx = ctx;
     nvs_tls_rec = rec;
     return rec;
@@ -278,6 +282,7 @@ void nvs_devices_reset_after_fork(void)
         /* the parent's swapped ranges are not the child's (alloc.c clears the tables) */
         atomic_store(&d->swap.swapped_bytes, 0);
         atomic_store(&d->swap.swapped_out, 0);
+        atomic_store(&d->swap.others_settled, 0);
         d->swap.managed_on_host = d->swap.refused = 0;
         d->swap.reclaim_pending = d->swap.restore_pending = 0;
         atomic_store(&d->swap.discard_pending, 0);

@@ -3,7 +3,7 @@
  * the process's memory on the device is and what the scheduler asked of it. Included by
  * nvshare.h; the swap store's functions are swap.h's.
  *
- * Locking: `swapped_bytes`, `swapped_out`, `discard_pending`, `pin_ahead`, `ahead_yield` are
+ * Locking: `swapped_bytes`, `swapped_out`, `others_settled`, `discard_pending`, `pin_ahead`, `ahead_yield` are
  * atomics (the swap store, the pinner thread and the gate read them from any thread);
  * `reclaim_pending` and `restore_pending` are nvs_g.mu's; the rest belongs to the client thread.
  */
@@ -14,6 +14,8 @@ typedef struct nvs_swap_dev {
     _Atomic uint64_t swapped_bytes; /* of its memory on d, in host memory now: converted ranges
                                      * swapped out, own managed ranges prefetched to host */
     _Atomic int swapped_out;        /* ranges swapped out: no work may run until they are back */
+    _Atomic int others_settled;     /* a thread on this device saw the other GPUs' memory of ours
+                                     * back (device.c): none leaves them from then on */
     int reclaim_pending;            /* EVICT received, answer due */
     int restore_pending;            /* swapped out and allowed to run: swap in first */
     uint64_t managed_on_host;       /* own managed bytes the last eviction prefetched to host */
