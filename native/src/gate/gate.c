@@ -143,6 +143,26 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival, unsigned de
               rec->dev->ordinal, (double)ms, next);
 }
 
+#define SPAN_DECAY 0.9f /* per full span retired: a long kernel now and then keeps counting */
+
+/* ring_mu held. How many checkpoints may be queued before a launch waits for the oldest. NVS_RING,
+ * except under a queue bound when a span is a single launch (the interval cannot shrink further):
+ * a training job's kernels each longer than the bound's share of a span would otherwise queue
+ * NVS_RING of them (8 kernels of 0.3 ms against a bound of 0.5 ms), and a latency-sensitive
+ * request would wait for all of them. Then the ring holds what fits in the bound of the longest
+ * recent span, one less for the launch past the last checkpoint, at least one: the GPU still has
+ * the next kernel queued while the host waits for the one before. */
+static unsigned ring_depth(const nvs_ctxrec *rec)
+{
+    uint32_t bound_us = atomic_load_explicit(&rec->dev->queue_bound_us, memory_order_relaxed);
+    if (!bound_us || rec->span_ms <= 0 ||
+        atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed) != 1)
+        return NVS_RING;
+    float fits = (float)bound_us / 1000.0f / rec->span_ms;
+    if (fits >= NVS_RING + 1) return NVS_RING;
+    return fits >= 2 ? (unsigned)fits - 1 : 1;
+}
+
 /* ring_mu held. The oldest checkpoint is done (q == CUDA_SUCCESS) or broken: take it out of the
  * ring. A done one ends a span that began at the previous one (rec->spare) and begins the next:
  * it becomes the spare, and the old spare's event object takes its slot for a later record. */
@@ -160,6 +180,8 @@ static void retire_oldest(nvs_ctxrec *rec, CUresult q, unsigned depth)
          * every launch and a full ring: its requests would wait for their own kernels. */
         float own = nvs_busy_retired(rec, h, span ? ms : -1);
         if (own >= 0) adapt_interval(rec, own, rec->ring_ival[h], depth);
+        if (own >= 0 && rec->ring_ival[h]) /* ring_depth's estimate of a span */
+            rec->span_ms = own > rec->span_ms * SPAN_DECAY ? own : rec->span_ms * SPAN_DECAY;
         rec->ring[rec->head] = rec->spare;
         rec->spare = ev;
         rec->spare_valid = 1;
@@ -218,21 +240,21 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s, int full)
     }
 }
 
-/* ring_mu held, the ring full: wait for its oldest checkpoint with ring_mu let go, and come back
- * with it held and a free slot. Waiting under ring_mu starved the client thread: glibc's mutex is
+/* ring_mu held, the ring at `depth` (ring_depth): wait for its oldest checkpoint with ring_mu let
+ * go, and come back with it held and fewer than `depth` queued. Waiting under ring_mu starved the client thread: glibc's mutex is
  * not fair, and a thread that takes it again straight after each wait (one launch later, on a
  * full ring) kept the client thread's retirement out for hundreds of ms, long enough for a compute
  * limit's debt to run up to 15 times its bucket. The oldest event may be retired by another thread
  * meanwhile (its object then becomes the spare and may be recorded again), so what is done is
  * decided by querying the ring again; only a failed wait takes the oldest out as broken. */
-static void wait_for_room(nvs_ctxrec *rec)
+static void wait_for_room(nvs_ctxrec *rec, unsigned depth)
 {
-    while (rec->count == NVS_RING) {
+    while ((unsigned)rec->count >= depth) {
         CUevent oldest = rec->ring[rec->head];
         pthread_mutex_unlock(&rec->ring_mu);
         CUresult r = nvs_drv.cuEventSynchronize(oldest);
         pthread_mutex_lock(&rec->ring_mu);
-        if (r != CUDA_SUCCESS && rec->count == NVS_RING && rec->ring[rec->head] == oldest)
+        if (r != CUDA_SUCCESS && (unsigned)rec->count >= depth && rec->ring[rec->head] == oldest)
             retire_oldest(rec, r, NVS_RING); /* broken: out, as a failed query would take it */
         nvs_retire_done(rec);
     }
@@ -255,9 +277,10 @@ NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int fu
     pthread_mutex_lock(&rec->ring_mu);
     CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
     nvs_retire_done(rec);
-    if (rec->count == NVS_RING) {
+    unsigned depth = full ? ring_depth(rec) : NVS_RING; /* a sync point's own: never held back */
+    if ((unsigned)rec->count >= depth) {
         uint64_t t0 = nvs_now_ns();
-        wait_for_room(rec);
+        wait_for_room(rec, depth);
         NVS_TRACE("device %d: in-flight bound reached, waited %.3f ms", rec->dev->ordinal,
                   (double)(nvs_now_ns() - t0) / 1e6);
     }
