@@ -196,8 +196,8 @@ struct nvs_ctxrec {
     CUevent spare;   /* the last checkpoint retired (ring_mu): the start of the next span */
     int spare_valid; /* it completed, and nothing (a drain, an error) came between */
     unsigned ring_ival[NVS_RING];  /* the interval a full span was recorded at (0: cut short) */
-    unsigned peak_depth, below_peak; /* gate.c: how far ahead of the GPU this host has been lately */
-    float span_ms; /* gate.c: the longest recent full span's own GPU time, decaying */
+    unsigned peak_depth, below_peak; /* checkpoint.c: how far ahead of the GPU this host has been lately */
+    float span_ms; /* checkpoint.c: the longest recent full span's own GPU time, decaying */
     nvs_busy_ctx busy;  /* busy.h */
     nvs_switch_ctx sw;  /* switchdev.h */
     nvs_swap_ctx swap;  /* swapdev.h */

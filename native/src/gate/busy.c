@@ -1,6 +1,6 @@
 /*
  * busy.c - GPU busy time: what the process's own work took on each device, measured with the
- * checkpoints' timing events (gate.c) and reported to the scheduler in BUSY_UPDATE (session.c).
+ * checkpoints' timing events (checkpoint.c) and reported to the scheduler in BUSY_UPDATE (session.c).
  */
 #include <string.h>
 
@@ -213,7 +213,7 @@ void nvs_busy_tag(nvs_ctxrec *rec, int slot)
 /* ring_mu held. The completed checkpoint of ring slot h is retired; prev_ms: the span from the
  * previous checkpoint (< 0: none). Counts what its tag says, and returns it: the GPU time of the
  * work queued before this checkpoint, without the idle time before an idle point (< 0: none known),
- * which is also what the in-flight bound adapts to (gate.c). */
+ * which is also what the in-flight bound adapts to (checkpoint.c). */
 float nvs_busy_retired(nvs_ctxrec *rec, int h, float prev_ms)
 {
     float ms = 0;

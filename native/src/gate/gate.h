@@ -1,6 +1,6 @@
 /*
- * gate.h - work gating: what gate.c and drainbound.c offer (the slow path, checkpoints, the
- * drains), and the fast path, inlined into every GATE wrapper (exports.c).
+ * gate.h - work gating: what gate.c, checkpoint.c and drainbound.c offer (the slow path, the
+ * checkpoints, the drains), and the fast path, inlined into every GATE wrapper (exports.c).
  *
  * HOT PATH. Per gated call, when the device may run (lock held, or ungated):
  *   a relaxed load of nvs_suspended (suspend.c), real cuCtxGetCurrent + a thread-local {ctx -> record} compare, one seq_cst fetch_add on the
@@ -8,7 +8,7 @@
  *   for a kernel launch, a relaxed load of the context record's busy_idle (set only at idle points:
  *   the first kernel launch after one records a start event, busy.c), the real call, one fetch_sub
  *   and a thread-local counter compared with the context record's checkpoint interval (a
- *   relaxed load; the checkpoints adapt it, gate.c).
+ *   relaxed load; the checkpoints adapt it, checkpoint.c).
  *   No syscalls, getenv, allocation or mutex.
  * The in-flight increment and the may_run load pair (seq_cst) with the drainer's may_run store and
  * in-flight load (gate.c, nvs_drain): either we see may_run == 0 and back off, or the drainer sees
@@ -21,12 +21,16 @@
 #include "gate/busy.h"
 #include "session/suspend.h"
 
-/* gate.c: the slow path, checkpoints, the drain. */
+/* gate.c: the slow path and the drain; checkpoint.c: the checkpoints. */
 int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread) NVS_HIDDEN; /* 1 = pass through */
 /* full: recorded after a whole interval of the thread's launches (the hot path); 0 for one that
  * ends a span early (a synchronisation, a drain, a throttle), never a reason to space them out. */
 void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int full) NVS_HIDDEN;
 uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
+/* checkpoint.c, for a drain: wait for every checkpoint of rec (returns how many); or, after a
+ * whole-context synchronisation, retire them all as done. Both make an idle point. */
+int nvs_checkpoints_wait(nvs_ctxrec *rec) NVS_HIDDEN;
+void nvs_checkpoints_forget(nvs_ctxrec *rec) NVS_HIDDEN;
 /* Busy time: a start event before the first kernel launch after an idle point (the hot path
  * calls it when rec->busy_idle is set); the synchronisation hooks around the driver's own;
  * the client thread's periodic retirement of completed checkpoints (context switched inside). */
@@ -98,7 +102,7 @@ static inline __attribute__((always_inline)) void nvs_gate_end(nvs_gate *g, CUre
     }
 }
 
-/* gate.c, client thread: a checkpoint on the legacy stream unless that would wait (1: recorded) */
+/* checkpoint.c, client thread: a checkpoint on the legacy stream unless that would wait (1: recorded) */
 int nvs_checkpoint_try(nvs_ctxrec *rec) NVS_HIDDEN;
 
 /* drainbound.c: the drain of a DROP_LOCK with GANG: at most about `ms`; returns the time waited,

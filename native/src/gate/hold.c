@@ -3,7 +3,7 @@
  * GPU (docs/protocol.md, "Latency-sensitive clients").
  *
  * Beside another process's work, a request's kernels wait for that process's time slice and then
- * share the GPU with whatever it keeps submitting. The queue bound (QUEUE_BOUND, gate.c) keeps what
+ * share the GPU with whatever it keeps submitting. The queue bound (QUEUE_BOUND, checkpoint.c) keeps what
  * is already queued short; the hold keeps nothing new from joining it while the request runs:
  *
  *   the latency-sensitive process, told BURSTS on: its first kernel launch after an idle point

@@ -20,7 +20,7 @@
  *   - While a limit is set, the client thread retires finished checkpoints every TICK_MS while
  *     some are outstanding; when none is, the next checkpoint recorded wakes it (SLOW_TICK_MS is
  *     a backstop), so the first work after a pause or an idle spell is charged within a tick too.
- *     gate.c keeps the work queued behind the gate near QUEUE_MS of GPU time instead of
+ *     checkpoint.c keeps the work queued behind the gate near QUEUE_MS of GPU time instead of
  *     NVSHARE_DRAIN_TARGET_MS: what runs past a closed gate, and what is seen late, stays small.
  *     Together they bound any window W to L x W plus one bucket and one queue of GPU time
  *     (tests/interposer/test_quota.py). Polling slowly after a pause let 25% run in bursts of
@@ -37,7 +37,7 @@
  *     burst 50 ms, tick 2 ms, queue 20 ms (chosen): 25% -> 25.1-25.1, 50% -> 49.6-49.8,
  *                                                   75% -> 74.8-74.9
  *     (the rows below were measured before a checkpoint woke the client thread, and before
- *     checkpoints were spaced out once per ring: gate.c)
+ *     checkpoints were spaced out once per ring: checkpoint.c)
  *     burst 100 ms:                                 26.0-27.0, 49.8-50.6, 76.6
  *     tick 10 ms:                                   26.1-27.3, 49.6-49.7, 74.6-74.9
  *     queue 100 ms (NVSHARE_DRAIN_TARGET_MS's):     28.4, 80.1, 73.8-86.8 (what is queued when

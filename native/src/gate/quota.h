@@ -32,6 +32,6 @@ void nvs_quota_deadline(uint64_t now, uint64_t *t) NVS_HIDDEN;
 /* nvs_g.mu held: ns until a throttled device may run again (0 when it is not throttled). */
 uint64_t nvs_quota_pause_left(const nvs_dev *d, uint64_t now) NVS_HIDDEN;
 void nvs_quota_reset_after_fork(nvs_dev *d) NVS_HIDDEN;
-/* A checkpoint was just recorded on d (gate.c): wakes a client thread that waits for one. */
+/* A checkpoint was just recorded on d (checkpoint.c): wakes a client thread that waits for one. */
 void nvs_quota_checkpoint(nvs_dev *d) NVS_HIDDEN;
 #endif /* NVSHARE_QUOTA_H */

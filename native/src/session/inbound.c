@@ -9,7 +9,7 @@
  *   ATTACHED: the scheduler's capacity; LOCK_OK: may_run = 1 (after a bulk prefetch with PREFETCH);
  *   DROP_LOCK: a drain is due (session.c runs it); LIMITS: the process's limits (quota.c)
  *   EVICT: the device's memory is to leave the GPU while the process does not hold it (session.c)
- *   QUEUE_BOUND: the GPU time this process queues on the device stays within it (gate.c)
+ *   QUEUE_BOUND: the GPU time this process queues on the device stays within it (checkpoint.c)
  *   HOLD: no new work on the device for at most that long (0: now again); BURSTS: report this
  *     process's bursts on the device (BURST), or stop (hold.c)
  *   PREPARE_SWAP: a swap-out of the device's memory is likely soon (or no longer): the pinner

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 # job", also for what it costs the training). The other client's checkpoints are then an eighth of
 # it apart in GPU time (NVS_RING of them in flight): a kernel longer than that fills a span by
 # itself, so a training job of large kernels checkpoints every launch (an event record and query
-# each) and queues only as many kernels as the bound holds (gate.c's ring_depth), and one of small
+# each) and queues only as many kernels as the bound holds (checkpoint.c's ring_depth), and one of small
 # kernels every few. The bound holds only while a latency-sensitive client shares the GPU.
 QUEUE_MS = 0.5
 # The default of --latency-hold-ms: the longest one burst holds the others. A small model's request
