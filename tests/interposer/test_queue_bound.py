@@ -1,5 +1,5 @@
-"""QUEUE_BOUND (native/src/gate.c, inbound.c): while the scheduler bounds a client's queue (a
-latency-sensitive client shares its GPU), the GPU time the client has queued past its gate stays
+"""QUEUE_BOUND (native/src/gate/checkpoint.c, session/inbound.c): while the scheduler bounds a
+client's queue (a latency-sensitive client shares its GPU), the GPU time the client has queued past its gate stays
 within the bound, a drop then drains within it, and a lifted bound lets the queue grow back to
 NVSHARE_DRAIN_TARGET_MS. Checked on the mock driver's modelled GPU timeline rebuilt from its call
 log (MOCK_CUDA_KERNEL_US: each launch queues that much GPU time), as test_quota.py does: the
@@ -109,3 +109,28 @@ def test_kernels_longer_than_a_span_are_held_to_the_bound_too(world, recorder):
     print(f"backlog before {max(before):.0f} us, during {max(during):.0f} us")
     assert max(before) > 4 * BOUND_US     # unbounded
     assert during and max(during) <= BOUND_US + LONG_KERNEL_US  # one kernel past the last checkpoint
+
+
+def test_the_bound_holds_a_launch_back_for_a_while_only(world, recorder):
+    """Kernels far longer than the bound: holding each launch until the kernel before it finished
+    would keep the thread one call ahead of the GPU, and work that waits for a later call of the
+    same thread (a stream wait on a value it writes next) would never finish. So the bound holds a
+    launch back for the bound plus 2 ms at most; then the ring takes more, as without a bound."""
+    kernel_us = 20000
+    # a few kernels first, so that the bound knows how long one takes; then a burst
+    app = world.app("init", "ctx", "0", "launch", "1", "pause", "launch", "4", "ctxsync",
+                    "launch", "20", "ctxsync",
+                    env={"MOCK_CUDA_KERNEL_US": kernel_us, "NVSHARE_DEBUG": 1})
+    app.paused()
+    recorder.queue_bound(0, BOUND_US)
+    _applied(app, 1)
+    app.resume()
+    assert app.finish(60) == 0, app.stderr()
+    launches = sorted((e["t0"] for e in world.log.entries(app.pid, fn="cuLaunchKernel")
+                       if e.get("ret", 0) == 0))[5:]  # the burst
+    free, most = 0, 0.0
+    for t in launches:
+        most = max(most, max(0, free - t) / 1000)
+        free = max(t, free) + kernel_us * 1000
+    print(f"most queued ahead of a launch: {most:.0f} us")
+    assert most >= 3 * kernel_us  # the host got ahead of the GPU by several kernels

@@ -86,7 +86,7 @@ def test_the_limit_holds_in_every_mode_and_ungated(world, how):
 
 
 BUCKET_MS_PER_POINT = 0.5   # quota.c: the bucket holds L x 50 ms
-QUEUE_MS = 20               # gate.c: what may be queued past the gate under a limit
+QUEUE_MS = 20               # checkpoint.c: what may be queued past the gate under a limit
 SLACK_MS = 8                # the client thread's lateness on a loaded machine
 
 

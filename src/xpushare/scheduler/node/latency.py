@@ -4,7 +4,7 @@ A client is latency-sensitive when its effective quota says so (quotas.py: the e
 flag as it counts, a pod annotation, a DRA claim or nvsharectl). While one is attached to a GPU,
 every other client of that GPU that offered HELLO_QUEUE_BOUND is sent QUEUE_BOUND with
 --latency-queue-ms: its library then keeps the GPU time of the work it has queued past its gate
-within that (the checkpoints' target, gate.c), so that a request of the latency-sensitive client
+within that (the checkpoints' target, checkpoint.c), so that a request of the latency-sensitive client
 waits for at most about that much work ahead of it, whether the two run together (auto mode) or
 the other is preempted (its drain finishes that much). When the last latency-sensitive client of the
 GPU leaves (or stops being one), the others are sent QUEUE_BOUND 0: their queues may grow again.
