@@ -75,12 +75,18 @@ void nvs_swap_end(void)
     pthread_mutex_unlock(&move_mu);
 }
 
-void nvs_swap_fence(int dev)
+/* A move in progress (any device) has ended. */
+static void wait_for_move(void)
 {
     if (atomic_load(&moving)) {
         pthread_mutex_lock(&move_mu);
         pthread_mutex_unlock(&move_mu);
     }
+}
+
+void nvs_swap_fence(int dev)
+{
+    wait_for_move();
     nvs_dev *d = &nvs_g.dev[dev];
     if (atomic_load(&d->swap.discard_pending)) { /* switch.c: the last swap-out's discards */
         CUstreamCaptureMode old = nvs_relaxed_begin();
@@ -91,10 +97,7 @@ void nvs_swap_fence(int dev)
 
 int nvs_swap_out_after_moves(nvs_dev *d)
 {
-    if (atomic_load(&moving)) {
-        pthread_mutex_lock(&move_mu);
-        pthread_mutex_unlock(&move_mu);
-    }
+    wait_for_move();
     return atomic_load(&d->swap.swapped_out) > 0;
 }
 
