@@ -75,3 +75,62 @@ def test_the_queue_stays_within_the_bound_and_grows_back_when_it_is_lifted(world
     assert max(ahead) - t_drop <= (BOUND_US + SLACK_US) / 1e6
     said = [ln.split("queue bound ")[1] for ln in app.stderr().splitlines() if "queue bound " in ln]
     assert said == ["2.000 ms", "lifted, was 2.000 ms"], said
+
+
+LONG_KERNEL_US = 1000
+
+
+def _long_backlog(world, pid: int) -> list[tuple[int, int]]:
+    out, free = [], 0
+    for e in sorted(world.log.entries(pid, fn="cuLaunchKernel"), key=lambda e: e["t0"]):
+        if e.get("ret", 0) != 0:
+            continue
+        out.append((e["t0"], max(0, free - e["t0"]) / 1000))
+        free = max(e["t0"], free) + LONG_KERNEL_US * 1000
+    return out
+
+
+def test_kernels_longer_than_a_span_are_held_to_the_bound_too(world, recorder):
+    """A training job's kernels are each longer than the bound's share of a checkpoint span, so it
+    checkpoints every launch; the ring of checkpoints alone would still let NVS_RING kernels queue
+    (8 ms here against a 2 ms bound). Under a bound the ring is only as deep as the bound holds of
+    the spans measured: the queue a launch finds stays within the bound."""
+    app = world.app("init", "ctx", "0", "launch", "2500", "ctxsync",
+                    env={"MOCK_CUDA_KERNEL_US": LONG_KERNEL_US, "NVSHARE_DEBUG": 1})
+    time.sleep(0.4)
+    recorder.queue_bound(0, BOUND_US)
+    t_on = time.monotonic()
+    _applied(app, 1)
+    assert app.finish(60) == 0, app.stderr()
+    q = _long_backlog(world, app.pid)
+    before = _between(q, t_on - 0.3, t_on)
+    # what was queued before the bound (about a second of it) runs out first
+    during = _between(q, t_on + 1.3, t_on + 2.0)
+    print(f"backlog before {max(before):.0f} us, during {max(during):.0f} us")
+    assert max(before) > 4 * BOUND_US     # unbounded
+    assert during and max(during) <= BOUND_US + LONG_KERNEL_US  # one kernel past the last checkpoint
+
+
+def test_the_bound_holds_a_launch_back_for_a_while_only(world, recorder):
+    """Kernels far longer than the bound: holding each launch until the kernel before it finished
+    would keep the thread one call ahead of the GPU, and work that waits for a later call of the
+    same thread (a stream wait on a value it writes next) would never finish. So the bound holds a
+    launch back for the bound plus 2 ms at most; then the ring takes more, as without a bound."""
+    kernel_us = 20000
+    # a few kernels first, so that the bound knows how long one takes; then a burst
+    app = world.app("init", "ctx", "0", "launch", "1", "pause", "launch", "4", "ctxsync",
+                    "launch", "20", "ctxsync",
+                    env={"MOCK_CUDA_KERNEL_US": kernel_us, "NVSHARE_DEBUG": 1})
+    app.paused()
+    recorder.queue_bound(0, BOUND_US)
+    _applied(app, 1)
+    app.resume()
+    assert app.finish(60) == 0, app.stderr()
+    launches = sorted((e["t0"] for e in world.log.entries(app.pid, fn="cuLaunchKernel")
+                       if e.get("ret", 0) == 0))[5:]  # the burst
+    free, most = 0, 0.0
+    for t in launches:
+        most = max(most, max(0, free - t) / 1000)
+        free = max(t, free) + kernel_us * 1000
+    print(f"most queued ahead of a launch: {most:.0f} us")
+    assert most >= 3 * kernel_us  # the host got ahead of the GPU by several kernels

@@ -197,6 +197,8 @@ struct nvs_ctxrec {
     int spare_valid; /* it completed, and nothing (a drain, an error) came between */
     unsigned ring_ival[NVS_RING];  /* the interval a full span was recorded at (0: cut short) */
     unsigned peak_depth, below_peak; /* checkpoint.c: how far ahead of the GPU this host has been lately */
+    float one_launch_ms[NVS_RING]; /* checkpoint.c: the last spans of one launch each (GPU ms) */
+    unsigned one_launch_n;          /* how many were recorded (the next slot: n % NVS_RING) */
     nvs_busy_ctx busy;  /* busy.h */
     nvs_switch_ctx sw;  /* switchdev.h */
     nvs_swap_ctx swap;  /* swapdev.h */

@@ -2,7 +2,7 @@
  * checkpoint.c - the in-flight bound: checkpoint events recorded into each context's ring every
  * ckpt_interval launches, retired as they complete (their spans' GPU time adapting the interval to
  * NVSHARE_DRAIN_TARGET_MS, a compute limit's queue or a QUEUE_BOUND), a launch waiting for the
- * oldest when the ring is full; and what a drain asks of the ring (gate.c).
+ * oldest when the ring is as deep as allowed; and what a drain asks of the ring (gate.c).
  */
 #include <limits.h>
 #include <stdio.h>
@@ -99,6 +99,31 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival, unsigned de
               rec->dev->ordinal, (double)ms, next);
 }
 
+/* ring_mu held. How many checkpoints may be queued before a launch waits for the oldest. NVS_RING,
+ * except under a queue bound when a span is a single launch (the interval cannot shrink further):
+ * a training job's kernels each longer than the bound's share of a span would otherwise queue
+ * NVS_RING of them (8 kernels of 0.3 ms against a bound of 0.5 ms), and a latency-sensitive
+ * request would wait for all of them. Then the ring holds what fits in the bound of the longest of
+ * the last NVS_RING one-launch spans (as many as the ring may hold), one less for the launch past
+ * the last checkpoint, at least one: the GPU still has the next kernel queued while the host waits
+ * for the one before. A span stretched by a gap (a hold, another context's time slice) counts for
+ * NVS_RING spans only. */
+static unsigned ring_depth(const nvs_ctxrec *rec)
+{
+    uint32_t bound_us = atomic_load_explicit(&rec->dev->queue_bound_us, memory_order_relaxed);
+    if (!bound_us || rec->one_launch_n == 0 ||
+        atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed) != 1)
+        return NVS_RING;
+    unsigned n = rec->one_launch_n < NVS_RING ? rec->one_launch_n : NVS_RING;
+    float longest = 0;
+    for (unsigned k = 0; k < n; k++)
+        if (rec->one_launch_ms[k] > longest) longest = rec->one_launch_ms[k];
+    if (longest <= 0) return NVS_RING;
+    float fits = (float)bound_us / 1000.0f / longest;
+    if (fits >= NVS_RING + 1) return NVS_RING;
+    return fits >= 2 ? (unsigned)fits - 1 : 1;
+}
+
 /* ring_mu held. The oldest checkpoint is done (q == CUDA_SUCCESS) or broken: take it out of the
  * ring. A done one ends a span that began at the previous one (rec->spare) and begins the next:
  * it becomes the spare, and the old spare's event object takes its slot for a later record. */
@@ -116,6 +141,8 @@ static void retire_oldest(nvs_ctxrec *rec, CUresult q, unsigned depth)
          * every launch and a full ring: its requests would wait for their own kernels. */
         float own = nvs_busy_retired(rec, h, span ? ms : -1);
         if (own >= 0) adapt_interval(rec, own, rec->ring_ival[h], depth);
+        if (own >= 0 && rec->ring_ival[h] == 1) /* ring_depth's window */
+            rec->one_launch_ms[rec->one_launch_n++ % NVS_RING] = own;
         rec->ring[rec->head] = rec->spare;
         rec->spare = ev;
         rec->spare_valid = 1;
@@ -174,15 +201,45 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s, int full)
     }
 }
 
-/* ring_mu held, the ring full: wait for its oldest checkpoint with ring_mu let go, and come back
- * with it held and a free slot. Waiting under ring_mu starved the client thread: glibc's mutex is
- * not fair, and a thread that takes it again straight after each wait (one launch later, on a
- * full ring) kept the client thread's retirement out for hundreds of ms, long enough for a compute
+/* ring_mu held, the ring at depth < NVS_RING (ring_depth): poll its oldest checkpoints with
+ * ring_mu let go until fewer than `depth` are queued (1), for at most DEPTH_WAIT_NS past the bound
+ * (0: the ring takes more, as without the bound). Bounded because the queued work may wait for a
+ * later call of this very thread (a stream wait on a value it writes next, a host function that
+ * waits for it), which a ring of NVS_RING let it make and one of depth 1 would not. */
+#define DEPTH_WAIT_NS 2000000ull /* 2 ms */
+static int wait_for_depth(nvs_ctxrec *rec, unsigned depth)
+{
+    uint32_t bound_us = atomic_load_explicit(&rec->dev->queue_bound_us, memory_order_relaxed);
+    uint64_t deadline = nvs_now_ns() + (uint64_t)bound_us * 1000u + DEPTH_WAIT_NS;
+    unsigned spins = 0;
+    for (;;) {
+        nvs_retire_done(rec);
+        if ((unsigned)rec->count < depth) return 1;
+        if (nvs_now_ns() >= deadline) return 0;
+        pthread_mutex_unlock(&rec->ring_mu);
+        if (++spins < 64) {
+#if defined(__x86_64__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            struct timespec ts = {0, 20 * 1000}; /* well under a kernel that fills a span */
+            nanosleep(&ts, NULL);
+        }
+        pthread_mutex_lock(&rec->ring_mu);
+    }
+}
+
+/* ring_mu held, the ring at `depth` (ring_depth) or full: wait for its oldest checkpoint with
+ * ring_mu let go, and come back with it held and a free slot (fewer than `depth` queued, unless
+ * that took too long: then only a free slot). Waiting under ring_mu starved the client thread:
+ * glibc's mutex is not fair, and a thread that takes it again straight after each wait (one launch
+ * later, on a full ring) kept the client thread's retirement out for hundreds of ms, long enough for a compute
  * limit's debt to run up to 15 times its bucket. The oldest event may be retired by another thread
  * meanwhile (its object then becomes the spare and may be recorded again), so what is done is
  * decided by querying the ring again; only a failed wait takes the oldest out as broken. */
-static void wait_for_room(nvs_ctxrec *rec)
+static void wait_for_room(nvs_ctxrec *rec, unsigned depth)
 {
+    if (depth < NVS_RING && wait_for_depth(rec, depth)) return;
     while (rec->count == NVS_RING) {
         CUevent oldest = rec->ring[rec->head];
         pthread_mutex_unlock(&rec->ring_mu);
@@ -211,9 +268,10 @@ NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int fu
     pthread_mutex_lock(&rec->ring_mu);
     CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
     nvs_retire_done(rec);
-    if (rec->count == NVS_RING) {
+    unsigned depth = full ? ring_depth(rec) : NVS_RING; /* a sync point's own: never held back */
+    if ((unsigned)rec->count >= depth) {
         uint64_t t0 = nvs_now_ns();
-        wait_for_room(rec);
+        wait_for_room(rec, depth);
         NVS_TRACE("device %d: in-flight bound reached, waited %.3f ms", rec->dev->ordinal,
                   (double)(nvs_now_ns() - t0) / 1e6);
     }

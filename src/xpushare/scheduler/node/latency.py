@@ -42,9 +42,8 @@ if TYPE_CHECKING:
 # job", also for what it costs the training). The other client's checkpoints are then an eighth of
 # it apart in GPU time (NVS_RING of them in flight): a kernel longer than that fills a span by
 # itself, so a training job of large kernels checkpoints every launch (an event record and query
-# each), and one of small kernels every few. A kernel longer than an eighth of the bound still
-# runs whole, so such a job may have up to NVS_RING kernels queued. The bound holds only while a
-# latency-sensitive client shares the GPU.
+# each) and queues only as many kernels as the bound holds (checkpoint.c's ring_depth), and one of small
+# kernels every few. The bound holds only while a latency-sensitive client shares the GPU.
 QUEUE_MS = 0.5
 # The default of --latency-hold-ms: the longest one burst holds the others. A small model's request
 # takes a few milliseconds; a long one (or a client that never goes idle) holds the others for this
