@@ -195,7 +195,10 @@ struct nvs_ctxrec {
     int head, count;
     CUevent spare;   /* the last checkpoint retired (ring_mu): the start of the next span */
     int spare_valid; /* it completed, and nothing (a drain, an error) came between */
-    unsigned ring_ival[NVS_RING];  /* the interval a full span was recorded at (0: cut short) */
+    /* checkpoint.c: the launches a span holds (0: not known: cut short, or after a cut or
+     * another thread's checkpoint), and who recorded the last checkpoint and how. */
+    unsigned ring_launches[NVS_RING];
+    const void *last_recorder; /* the recording thread's nvs_tls_launches; NULL: a cut */
     unsigned peak_depth, below_peak; /* checkpoint.c: how far ahead of the GPU this host has been lately */
     float one_launch_ms[NVS_RING]; /* checkpoint.c: the last spans of one launch each (GPU ms) */
     unsigned one_launch_n;          /* how many were recorded (the next slot: n % NVS_RING) */

@@ -52,8 +52,8 @@ static int timed_checkpoints(void)
 
 /* ring_mu held. `ms`: what the work queued between two consecutive completed checkpoints of the
  * context took on the GPU, from the first kernel launch after an idle point when the span holds one
- * (busy.c: the time the host stayed away after a synchronisation is not queued work); `ival`: the
- * interval the later one was recorded at (0: it cut a span short); `depth`: the checkpoints still
+ * (busy.c: the time the host stayed away after a synchronisation is not queued work); `launches`:
+ * the launches it holds (0: not known, record_checkpoint); `depth`: the checkpoints still
  * queued as it is retired, itself included (how much a drain would have to finish if it came now,
  * in spans), or more (judged_depth). Keep each span near NVSHARE_DRAIN_TARGET_MS / depth by
  * halving the interval when a span is longer (or at once to the interval that fits, when that is
@@ -65,16 +65,18 @@ static int timed_checkpoints(void)
  * another process (whose time slices its spans also hold: a drain waits for them too) came down to
  * a checkpoint every few launches, and each request waited for its own kernels on a full ring.
  * Spans retire a ring behind the interval that is current, so the two directions differ. Only a
- * span recorded at the current interval may double it: judging every retired span by the current
+ * span of at least the current interval's launches may double it: judging every retired span by the current
  * interval doubled it once per span while the ring still held short ones (100 us kernels went from
  * 1 to 128 launches a checkpoint before the first long span came back, and 100 ms were queued
- * instead of 20). A long span halves at once, every time: the current interval, or the smaller one
- * it was recorded at, and straight to the interval that fits: halving alone took a whole ring of
+ * instead of 20); and a span cut short by a drain's checkpoint, recorded just before the launching
+ * thread's own, held no launch and doubled the interval at every drop, so that a bounded client
+ * came back from each drop with twice the bound queued. A long span halves at once, every time: the
+ * current interval, or the smaller one it held, and straight to the interval that fits: halving alone took a whole ring of
  * retirements, so a program that began at 128 launches a checkpoint of 1 ms kernels still had
  * about 1 s queued a second in. A queue longer than the target delays a drain and, under a compute
  * limit, becomes debt (a limit set live on a program queued at 128 launches a checkpoint paused it
  * for seconds when halving waited for spans at the new interval). */
-static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival, unsigned depth)
+static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned launches, unsigned depth)
 {
     /* With a compute limit, what runs past a closed gate (and what is charged late) stays near
      * QUOTA_QUEUE_MS of GPU time (quota.c). */
@@ -86,11 +88,12 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned ival, unsigned de
     float share = target / (float)(depth ? depth : 1); /* this span's part of the target */
     unsigned cur = atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed), next = cur;
     if (ms > share) {
-        unsigned base = ival && ival < cur ? ival : cur;
-        double fit = (double)base * share / (double)ms; /* the interval that fits */
+        unsigned held = launches ? launches : cur; /* not known: as if a whole interval */
+        unsigned base = held < cur ? held : cur;
+        double fit = (double)held * share / (double)ms; /* the interval that fits */
         next = base > 1 ? base / 2 : 1;
         if (fit < next) next = fit >= 1 ? (unsigned)fit : 1;
-    } else if (ms < share / 4 && ival == cur) {
+    } else if (ms < share / 4 && launches >= cur) {
         next = cur >= nvs_ckpt_interval / 2 ? nvs_ckpt_interval : cur * 2;
     }
     if (next == cur) return;
@@ -140,8 +143,8 @@ static void retire_oldest(nvs_ctxrec *rec, CUresult q, unsigned depth)
          * judged by it a server that sleeps between requests would come back to a checkpoint
          * every launch and a full ring: its requests would wait for their own kernels. */
         float own = nvs_busy_retired(rec, h, span ? ms : -1);
-        if (own >= 0) adapt_interval(rec, own, rec->ring_ival[h], depth);
-        if (own >= 0 && rec->ring_ival[h] == 1) /* ring_depth's window */
+        if (own >= 0) adapt_interval(rec, own, rec->ring_launches[h], depth);
+        if (own >= 0 && rec->ring_launches[h] == 1) /* ring_depth's window */
             rec->one_launch_ms[rec->one_launch_n++ % NVS_RING] = own;
         rec->ring[rec->head] = rec->spare;
         rec->spare = ev;
@@ -183,8 +186,13 @@ void nvs_retire_done(nvs_ctxrec *rec)
     }
 }
 
-/* ring_mu held, the ring not full: record a checkpoint on s into the next slot. */
-static void record_checkpoint(nvs_ctxrec *rec, CUstream s, int full)
+/* ring_mu held, the ring not full: record a checkpoint on s into the next slot. What the span
+ * it ends holds is known only when the checkpoint before it was this thread's own and whole: the
+ * thread's count began there. After a cut (a drain's or a synchronisation's checkpoint, recorded
+ * between this thread's launches) or another thread's checkpoint, the span holds fewer of this
+ * thread's launches than it counted. Another thread's launches without a checkpoint of its own
+ * can still fall into a span: they make its launches look longer, never shorter. */
+static void record_checkpoint(nvs_ctxrec *rec, CUstream s, unsigned launches)
 {
     int slot = (rec->head + rec->count) % NVS_RING;
     if (!rec->ring[slot] &&
@@ -194,28 +202,37 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s, int full)
         rec->ring[slot] = NULL;
     if (rec->ring[slot] && nvs_drv.cuEventRecord(rec->ring[slot], s) == CUDA_SUCCESS) {
         nvs_busy_tag(rec, slot);
-        rec->ring_ival[slot] =
-            full ? atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed) : 0;
+        const void *me = launches ? (const void *)&nvs_tls_launches : NULL;
+        rec->ring_launches[slot] = me && rec->last_recorder == me ? launches : 0;
+        rec->last_recorder = me;
         rec->count++;
         nvs_quota_checkpoint(rec->dev);
     }
 }
 
 /* ring_mu held, the ring at depth < NVS_RING (ring_depth): poll its oldest checkpoints with
- * ring_mu let go until fewer than `depth` are queued (1), for at most DEPTH_WAIT_NS past the bound
- * (0: the ring takes more, as without the bound). Bounded because the queued work may wait for a
- * later call of this very thread (a stream wait on a value it writes next, a host function that
- * waits for it), which a ring of NVS_RING let it make and one of depth 1 would not. */
+ * ring_mu let go until fewer than `depth` are queued (1). The queued work may wait for a later
+ * call of this very thread (a stream wait on a value it writes next, a host function that waits
+ * for it), which a ring of NVS_RING let it make and one of depth 1 would not; so each time the
+ * oldest has not finished within the bound plus DEPTH_WAIT_NS, one more checkpoint may be queued,
+ * for this launch only, up to NVS_RING (0: the ring's own wait takes over). Letting the whole ring
+ * fill at the first such wait undid the depth whenever another context's time slice held our
+ * oldest kernel past it. */
 #define DEPTH_WAIT_NS 2000000ull /* 2 ms */
 static int wait_for_depth(nvs_ctxrec *rec, unsigned depth)
 {
     uint32_t bound_us = atomic_load_explicit(&rec->dev->queue_bound_us, memory_order_relaxed);
-    uint64_t deadline = nvs_now_ns() + (uint64_t)bound_us * 1000u + DEPTH_WAIT_NS;
+    uint64_t step = (uint64_t)bound_us * 1000u + DEPTH_WAIT_NS;
+    uint64_t deadline = nvs_now_ns() + step;
     unsigned spins = 0;
     for (;;) {
         nvs_retire_done(rec);
         if ((unsigned)rec->count < depth) return 1;
-        if (nvs_now_ns() >= deadline) return 0;
+        if (nvs_now_ns() >= deadline) {
+            if (++depth >= NVS_RING) return 0;
+            deadline += step;
+            continue;
+        }
         pthread_mutex_unlock(&rec->ring_mu);
         if (++spins < 64) {
 #if defined(__x86_64__)
@@ -259,7 +276,7 @@ static void wait_for_room(nvs_ctxrec *rec, unsigned depth)
  * anywhere (the usual case) this is done in a "no capture" section: no cuStreamIsCapturing, no
  * capture-mode exchange. While captures are in progress it is skipped on capturing streams, and
  * our queries run in relaxed capture mode. */
-NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int full)
+NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, unsigned launches)
 {
     if (!nvs_ckpt_interval) return; /* off: reached only when the thread's counter wraps */
     if (per_thread && s == NULL) s = CU_STREAM_PER_THREAD;
@@ -268,14 +285,14 @@ NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int fu
     pthread_mutex_lock(&rec->ring_mu);
     CUstreamCaptureMode old = quiet ? -1 : nvs_relaxed_begin();
     nvs_retire_done(rec);
-    unsigned depth = full ? ring_depth(rec) : NVS_RING; /* a sync point's own: never held back */
+    unsigned depth = launches ? ring_depth(rec) : NVS_RING; /* a sync point's own: never held back */
     if ((unsigned)rec->count >= depth) {
         uint64_t t0 = nvs_now_ns();
         wait_for_room(rec, depth);
         NVS_TRACE("device %d: in-flight bound reached, waited %.3f ms", rec->dev->ordinal,
                   (double)(nvs_now_ns() - t0) / 1e6);
     }
-    record_checkpoint(rec, s, full);
+    record_checkpoint(rec, s, launches);
     nvs_relaxed_end(old);
     pthread_mutex_unlock(&rec->ring_mu);
     if (quiet) nvs_nocap_leave();

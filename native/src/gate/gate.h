@@ -23,9 +23,10 @@
 
 /* gate.c: the slow path and the drain; checkpoint.c: the checkpoints. */
 int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread) NVS_HIDDEN; /* 1 = pass through */
-/* full: recorded after a whole interval of the thread's launches (the hot path); 0 for one that
- * ends a span early (a synchronisation, a drain, a throttle), never a reason to space them out. */
-void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, int full) NVS_HIDDEN;
+/* launches: the thread's stream calls on rec since its last checkpoint, once they reached the
+ * interval (the hot path); 0 for one that ends a span early (a synchronisation, a drain, a
+ * throttle), never a reason to space them out. */
+void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, unsigned launches) NVS_HIDDEN;
 uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
 /* checkpoint.c, for a drain: wait for every checkpoint of rec (returns how many); or, after a
  * whole-context synchronisation, retire them all as done. Both make an idle point. */
@@ -97,8 +98,9 @@ static inline __attribute__((always_inline)) void nvs_gate_end(nvs_gate *g, CUre
     if (s != NVS_NOSTREAM && r == CUDA_SUCCESS &&
         NVS_UNLIKELY(++nvs_tls_launches >=
                      atomic_load_explicit(&g->rec->ckpt_interval, memory_order_relaxed))) {
+        unsigned launches = nvs_tls_launches;
         nvs_tls_launches = 0;
-        nvs_checkpoint(g->rec, s, per_thread, 1);
+        nvs_checkpoint(g->rec, s, per_thread, launches);
     }
 }
 
