@@ -134,3 +134,25 @@ def test_the_bound_holds_a_launch_back_for_a_while_only(world, recorder):
         free = max(t, free) + kernel_us * 1000
     print(f"most queued ahead of a launch: {most:.0f} us")
     assert most >= 3 * kernel_us  # the host got ahead of the GPU by several kernels
+
+
+def test_two_threads_launching_on_one_context_stay_within_the_bound(world, recorder):
+    """The bound is on the context's queue, whichever threads fill it: two threads launching in
+    turn on one context stay within it together. (A span's launch count is the recording thread's
+    own and is believed only after that thread's own checkpoint; on this mock the threads take
+    turns in runs long enough that the count was right either way.)"""
+    loop = ["ctx", "0", "launch", "15000"]
+    app = world.app("init", "ctx", "0", "thread", "{", *loop, "}", "thread", "{", *loop, "}",
+                    "join", "ctxsync", env={"MOCK_CUDA_KERNEL_US": KERNEL_US, "NVSHARE_DEBUG": 1})
+    time.sleep(0.4)
+    recorder.queue_bound(0, BOUND_US)
+    t_on = time.monotonic()
+    _applied(app, 1)
+    time.sleep(0.8)
+    t_end = time.monotonic()
+    assert app.finish(90) == 0, app.stderr()
+    q = _backlog(world, app.pid)
+    during = _between(q, t_on + 0.2, t_end)
+    print(f"backlog during {max(during):.0f} us over {len(during)} launches")
+    assert len(during) > 1000  # both threads were launching throughout
+    assert max(during) <= BOUND_US + SLACK_US
