@@ -7,6 +7,7 @@ backlog a launch finds is what the GPU still has to run when it is made."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -114,8 +115,8 @@ def test_kernels_longer_than_a_span_are_held_to_the_bound_too(world, recorder):
 def test_the_bound_holds_a_launch_back_for_a_while_only(world, recorder):
     """Kernels far longer than the bound: holding each launch until the kernel before it finished
     would keep the thread one call ahead of the GPU, and work that waits for a later call of the
-    same thread (a stream wait on a value it writes next) would never finish. So the bound holds a
-    launch back for the bound plus 2 ms at most; then the ring takes more, as without a bound."""
+    same thread (a stream wait on a value it writes next) would never finish. So each bound plus
+    2 ms a launch waits lets one more kernel join the queue, up to the ring's 8."""
     kernel_us = 20000
     # a few kernels first, so that the bound knows how long one takes; then a burst
     app = world.app("init", "ctx", "0", "launch", "1", "pause", "launch", "4", "ctxsync",
@@ -156,3 +157,41 @@ def test_two_threads_launching_on_one_context_stay_within_the_bound(world, recor
     print(f"backlog during {max(during):.0f} us over {len(during)} launches")
     assert len(during) > 1000  # both threads were launching throughout
     assert max(during) <= BOUND_US + SLACK_US
+
+
+def test_a_short_kernel_among_long_ones_keeps_the_depth(world, recorder, tmp_path):
+    """1 ms kernels under a 2 ms bound (one queued behind the running one), whose spans then
+    measure 1.0 and 0.1 ms in turn, as a training step of matrix products and elementwise kernels
+    does. The ring's depth keeps the host one checkpoint ahead; judged by that depth, a 0.1 ms span
+    looked far under its share and doubled the interval, past where the depth applies, and 8 spans
+    of two kernels queued (17 ms)."""
+    span = tmp_path / "span"
+    app = world.app("init", "ctx", "0", "launch", "4500", "ctxsync",
+                    env={"MOCK_CUDA_KERNEL_US": LONG_KERNEL_US, "NVSHARE_DEBUG": 1,
+                         "MOCK_CUDA_EVENT_SPAN_FILE": str(span)})
+    time.sleep(0.4)
+    recorder.queue_bound(0, BOUND_US)
+    t_on = time.monotonic()
+    _applied(app, 1)
+    time.sleep(max(0.0, t_on + 1.5 - time.monotonic()))  # what was queued before it runs out
+    stop, t_mix = threading.Event(), time.monotonic()
+
+    def alternate_spans():
+        while not stop.is_set():
+            span.write_text("0.1")
+            time.sleep(0.001)
+            span.write_text("1.0")
+            time.sleep(0.006)
+    writer = threading.Thread(target=alternate_spans)
+    writer.start()
+    time.sleep(1.0)
+    stop.set()
+    writer.join()
+    span.unlink()
+    assert app.finish(60) == 0, app.stderr()
+    q = _long_backlog(world, app.pid)
+    calm = _between(q, t_on + 1.2, t_mix)
+    mixed = _between(q, t_mix + 0.05, t_mix + 1.0)
+    print(f"backlog calm {max(calm):.0f} us, mixed {max(mixed):.0f} us")
+    assert max(calm) <= BOUND_US + LONG_KERNEL_US
+    assert len(mixed) > 200 and max(mixed) <= BOUND_US + LONG_KERNEL_US

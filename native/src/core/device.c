@@ -24,6 +24,7 @@ nvs_global nvs_g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALI
 NVS_TLS CUcontext nvs_tls_ctx;
 NVS_TLS nvs_ctxrec *nvs_tls_rec;
 NVS_TLS unsigned nvs_tls_launches;
+NVS_TLS const nvs_ctxrec *nvs_tls_count_rec;
 
 static _Atomic int cv_ready;
 
@@ -180,6 +181,7 @@ nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
         }
     }
     others_back(rec->dev);
+    if (rec != nvs_tls_rec) nvs_tls_count_rec = NULL; /* the thread's count now spans two */
     nvs_tls_ctx = ctx;
     nvs_tls_rec = rec;
     return rec;
@@ -296,5 +298,6 @@ void nvs_devices_reset_after_fork(void)
     nvs_g.client_state = NVS_CLIENT_NONE;
     nvs_tls_ctx = NULL;
     nvs_tls_rec = NULL;
+    nvs_tls_count_rec = NULL;
     nvs_tls_launches = 0;
 }

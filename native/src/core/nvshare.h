@@ -234,6 +234,9 @@ extern nvs_global nvs_g NVS_HIDDEN;
 extern NVS_TLS CUcontext nvs_tls_ctx NVS_HIDDEN;
 extern NVS_TLS nvs_ctxrec *nvs_tls_rec NVS_HIDDEN;
 extern NVS_TLS unsigned nvs_tls_launches NVS_HIDDEN;
+/* The context record whose checkpoint last set nvs_tls_launches to 0, while the thread has
+ * launched on no other since (NULL: it has; checkpoint.c's record_checkpoint). */
+extern NVS_TLS const nvs_ctxrec *nvs_tls_count_rec NVS_HIDDEN;
 
 void nvs_devices_init(void) NVS_HIDDEN;                   /* at library init */
 nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx) NVS_HIDDEN;     /* slow path of the TLS cache */

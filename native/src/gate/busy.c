@@ -187,6 +187,7 @@ static void add_busy(nvs_ctxrec *rec, float ms)
 /* ring_mu held. An idle point: the next span begins at the next kernel launch's start event. */
 void nvs_busy_mark_idle(nvs_ctxrec *rec)
 {
+    rec->last_recorder = NULL; /* the next span's own time begins here: a cut (checkpoint.c) */
     if (!nvs_busy_measured()) return;
     span_close(rec->dev);
     nvs_hold_burst_edge(rec->dev, 0);

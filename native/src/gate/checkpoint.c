@@ -65,7 +65,7 @@ static int timed_checkpoints(void)
  * another process (whose time slices its spans also hold: a drain waits for them too) came down to
  * a checkpoint every few launches, and each request waited for its own kernels on a full ring.
  * Spans retire a ring behind the interval that is current, so the two directions differ. Only a
- * span of at least the current interval's launches may double it: judging every retired span by the current
+ * span of the current interval's launches may double it: judging every retired span by the current
  * interval doubled it once per span while the ring still held short ones (100 us kernels went from
  * 1 to 128 launches a checkpoint before the first long span came back, and 100 ms were queued
  * instead of 20); and a span cut short by a drain's checkpoint, recorded just before the launching
@@ -85,6 +85,11 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned launches, unsigne
     /* A latency-sensitive client shares the GPU: its requests wait at most this for our queue. */
     uint32_t bound_us = atomic_load_explicit(&rec->dev->queue_bound_us, memory_order_relaxed);
     if (bound_us && target > bound_us / 1000.0f) target = bound_us / 1000.0f;
+    /* Under a bound, judged as if the ring were full whatever its depth now: ring_depth keeps a
+     * client of long kernels one or two checkpoints deep, and judged by that depth one short span
+     * among them (an elementwise kernel between two matrix products) doubled the interval out of
+     * ring_depth's reach, so that 8 spans of two long kernels queued (17 ms under a 2 ms bound). */
+    if (bound_us) depth = NVS_RING;
     float share = target / (float)(depth ? depth : 1); /* this span's part of the target */
     unsigned cur = atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed), next = cur;
     if (ms > share) {
@@ -93,7 +98,7 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned launches, unsigne
         double fit = (double)held * share / (double)ms; /* the interval that fits */
         next = base > 1 ? base / 2 : 1;
         if (fit < next) next = fit >= 1 ? (unsigned)fit : 1;
-    } else if (ms < share / 4 && launches >= cur) {
+    } else if (ms < share / 4 && launches == cur) {
         next = cur >= nvs_ckpt_interval / 2 ? nvs_ckpt_interval : cur * 2;
     }
     if (next == cur) return;
@@ -175,10 +180,10 @@ static unsigned judged_depth(nvs_ctxrec *rec, unsigned now_queued)
     return rec->peak_depth;
 }
 
-/* ring_mu held. Retire the checkpoints that completed, oldest first. */
-void nvs_retire_done(nvs_ctxrec *rec)
+/* ring_mu held. Retire the checkpoints that completed, oldest first, their spans judged at
+ * `depth`. */
+static void retire_ready(nvs_ctxrec *rec, unsigned depth)
 {
-    unsigned depth = judged_depth(rec, (unsigned)rec->count);
     while (rec->count > 0) {
         CUresult q = nvs_drv.cuEventQuery(rec->ring[rec->head]);
         if (q == CUDA_ERROR_NOT_READY) break;
@@ -186,12 +191,20 @@ void nvs_retire_done(nvs_ctxrec *rec)
     }
 }
 
+/* ring_mu held. Retire the checkpoints that completed (one retirement pass: judged_depth). */
+void nvs_retire_done(nvs_ctxrec *rec)
+{
+    retire_ready(rec, judged_depth(rec, (unsigned)rec->count));
+}
+
 /* ring_mu held, the ring not full: record a checkpoint on s into the next slot. What the span
- * it ends holds is known only when the checkpoint before it was this thread's own and whole: the
- * thread's count began there. After a cut (a drain's or a synchronisation's checkpoint, recorded
- * between this thread's launches) or another thread's checkpoint, the span holds fewer of this
- * thread's launches than it counted. Another thread's launches without a checkpoint of its own
- * can still fall into a span: they make its launches look longer, never shorter. */
+ * it ends holds is known only when the checkpoint before it was this thread's own and whole, and
+ * the thread has launched on no other context since (its count is per thread, nvs_tls_count_rec):
+ * the count began there. After a cut (a drain's or a synchronisation's checkpoint, or an idle
+ * point: nvs_busy_mark_idle), another thread's checkpoint, or launches on another context, the span
+ * holds fewer of this thread's launches on this context than it counted. Another thread's
+ * launches without a checkpoint of its own can still fall into a span: they make its launches look
+ * longer, never shorter. */
 static void record_checkpoint(nvs_ctxrec *rec, CUstream s, unsigned launches)
 {
     int slot = (rec->head + rec->count) % NVS_RING;
@@ -203,8 +216,10 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s, unsigned launches)
     if (rec->ring[slot] && nvs_drv.cuEventRecord(rec->ring[slot], s) == CUDA_SUCCESS) {
         nvs_busy_tag(rec, slot);
         const void *me = launches ? (const void *)&nvs_tls_launches : NULL;
-        rec->ring_launches[slot] = me && rec->last_recorder == me ? launches : 0;
+        int counted_here = me && rec->last_recorder == me && nvs_tls_count_rec == rec;
+        rec->ring_launches[slot] = counted_here ? launches : 0;
         rec->last_recorder = me;
+        if (me) nvs_tls_count_rec = rec; /* the hot path has just set the count to 0 */
         rec->count++;
         nvs_quota_checkpoint(rec->dev);
     }
@@ -213,24 +228,28 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s, unsigned launches)
 /* ring_mu held, the ring at depth < NVS_RING (ring_depth): poll its oldest checkpoints with
  * ring_mu let go until fewer than `depth` are queued (1). The queued work may wait for a later
  * call of this very thread (a stream wait on a value it writes next, a host function that waits
- * for it), which a ring of NVS_RING let it make and one of depth 1 would not; so each time the
- * oldest has not finished within the bound plus DEPTH_WAIT_NS, one more checkpoint may be queued,
- * for this launch only, up to NVS_RING (0: the ring's own wait takes over). Letting the whole ring
- * fill at the first such wait undid the depth whenever another context's time slice held our
- * oldest kernel past it. */
+ * for it), which a ring of NVS_RING let it make and one of depth 1 would not; so each bound plus
+ * DEPTH_WAIT_NS this launch has waited lets one more checkpoint be queued, for this launch only, up
+ * to NVS_RING (0: the ring's own wait takes over; also when the bound was lifted meanwhile).
+ * Letting the whole ring fill at the first such wait undid the depth whenever another context's
+ * time slice held our oldest kernel past it. */
 #define DEPTH_WAIT_NS 2000000ull /* 2 ms */
 static int wait_for_depth(nvs_ctxrec *rec, unsigned depth)
 {
-    uint32_t bound_us = atomic_load_explicit(&rec->dev->queue_bound_us, memory_order_relaxed);
-    uint64_t step = (uint64_t)bound_us * 1000u + DEPTH_WAIT_NS;
-    uint64_t deadline = nvs_now_ns() + step;
+    uint64_t waited_to = nvs_now_ns();
     unsigned spins = 0;
     for (;;) {
-        nvs_retire_done(rec);
+        /* Not a retirement pass of judged_depth's: polled every few microseconds, the passes
+         * brought a host's peak down 32 times as fast as its checkpoints would. The spans are
+         * judged as under any bound (adapt_interval). */
+        retire_ready(rec, NVS_RING);
         if ((unsigned)rec->count < depth) return 1;
-        if (nvs_now_ns() >= deadline) {
+        uint32_t bound_us = atomic_load_explicit(&rec->dev->queue_bound_us, memory_order_relaxed);
+        if (!bound_us) return 0; /* lifted meanwhile: the ring's own rule */
+        uint64_t step_ns = (uint64_t)bound_us * 1000u + DEPTH_WAIT_NS;
+        if (nvs_now_ns() >= waited_to + step_ns) {
             if (++depth >= NVS_RING) return 0;
-            deadline += step;
+            waited_to += step_ns;
             continue;
         }
         pthread_mutex_unlock(&rec->ring_mu);
