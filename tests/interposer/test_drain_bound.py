@@ -205,3 +205,26 @@ def test_a_drain_synchronises_every_context_of_the_device(world, recorder):
     assert f"{contexts} context(s)" in app.stderr()
     app.resume()
     assert app.finish() == 0
+
+
+def test_a_thread_taking_turns_between_two_gpus_checkpoints_on_both(world, recorder):
+    """Launches are counted per thread and context: a thread that launches on GPU 0 and GPU 1 in
+    turn (one model's layers on each) gets a checkpoint every interval of its launches on each.
+    With one count for the thread, the count reached the interval only on GPU 1's launches (every
+    8th launch is always the second GPU's), and GPU 0 had no in-flight bound."""
+    turns = 200
+    steps = ["init"] + ["ctx", 0, "launch", 1, "ctx", 1, "launch", 1] * turns
+    app = world.run(*steps, env={"NVSHARE_DRAIN_TARGET_MS": 0, "NVSHARE_MAX_INFLIGHT": 64,
+                                 "NVSHARE_IDLE_RELEASE_MS": 0, "MOCK_CUDA_DEVICES": 2})
+    launches = {d: 0 for d in (0, 1)}
+    gaps = {0: [], 1: []}
+    for e in sorted(world.log.entries(app.pid), key=lambda e: e["t0"]):
+        if e["fn"] == "cuLaunchKernel" and e["ret"] == 0:
+            launches[e["dev"]] += 1
+        elif e["fn"] == "cuEventRecord":
+            gaps[e["dev"]].append(launches[e["dev"]])
+            launches[e["dev"]] = 0
+    print("launches between checkpoints:", {d: sorted(set(g)) for d, g in gaps.items()})
+    for dev in (0, 1):
+        assert len(gaps[dev]) == turns // 8, (dev, gaps[dev])  # 64 / 8 launches apart
+        assert set(gaps[dev]) == {8}, (dev, gaps[dev])

@@ -26,6 +26,40 @@ NVS_TLS nvs_ctxrec *nvs_tls_rec;
 NVS_TLS unsigned nvs_tls_launches;
 NVS_TLS const nvs_ctxrec *nvs_tls_count_rec;
 
+/* The thread's launch counts on the contexts it left, so that each context's checkpoints come
+ * every ckpt_interval of the thread's launches there: with one count for all, a thread taking
+ * turns between two GPUs (layers of one model on each) checkpointed only on the GPU whose launch
+ * made the count reach the interval (every 128th launch, always on the second GPU), and the first
+ * had no in-flight bound at all. A context past the last few the thread left starts again at 0
+ * (a later checkpoint, never an early one; the span's count then stays unknown). */
+#define LEFT_COUNTS 4
+static NVS_TLS struct left_count {
+    const nvs_ctxrec *rec;
+    unsigned launches;
+    int counted_here; /* nvs_tls_count_rec was rec when it left */
+} left_counts[LEFT_COUNTS];
+static NVS_TLS unsigned left_next;
+
+/* The TLS-miss path: the thread's current context is now `to`'s (another than nvs_tls_rec's). */
+static void switch_launch_count(const nvs_ctxrec *to)
+{
+    const nvs_ctxrec *from = nvs_tls_rec;
+    struct left_count *put = NULL;
+    for (int k = 0; k < LEFT_COUNTS && from; k++)
+        if (left_counts[k].rec == from || (!put && !left_counts[k].rec)) put = &left_counts[k];
+    if (from && !put) put = &left_counts[left_next++ % LEFT_COUNTS];
+    if (put) *put = (struct left_count){from, nvs_tls_launches, nvs_tls_count_rec == from};
+    nvs_tls_launches = 0;
+    nvs_tls_count_rec = NULL;
+    for (int k = 0; k < LEFT_COUNTS; k++)
+        if (left_counts[k].rec == to) {
+            nvs_tls_launches = left_counts[k].launches;
+            nvs_tls_count_rec = left_counts[k].counted_here ? to : NULL;
+            left_counts[k].rec = NULL;
+            break;
+        }
+}
+
 static _Atomic int cv_ready;
 
 /* nvs_g.cv waits use CLOCK_MONOTONIC; set it up once (lazily, never in a constructor). */
@@ -181,7 +215,7 @@ nvs_ctxrec *nvs_ctx_lookup(CUcontext ctx)
         }
     }
     others_back(rec->dev);
-    if (rec != nvs_tls_rec) nvs_tls_count_rec = NULL; /* the thread's count now spans two */
+    if (rec != nvs_tls_rec) switch_launch_count(rec);
     nvs_tls_ctx = ctx;
     nvs_tls_rec = rec;
     return rec;
@@ -300,4 +334,5 @@ void nvs_devices_reset_after_fork(void)
     nvs_tls_rec = NULL;
     nvs_tls_count_rec = NULL;
     nvs_tls_launches = 0;
+    memset(left_counts, 0, sizeof(left_counts)); /* the parent's records are gone */
 }

@@ -234,8 +234,8 @@ extern nvs_global nvs_g NVS_HIDDEN;
 extern NVS_TLS CUcontext nvs_tls_ctx NVS_HIDDEN;
 extern NVS_TLS nvs_ctxrec *nvs_tls_rec NVS_HIDDEN;
 extern NVS_TLS unsigned nvs_tls_launches NVS_HIDDEN;
-/* The context record whose checkpoint last set nvs_tls_launches to 0, while the thread has
- * launched on no other since (NULL: it has; checkpoint.c's record_checkpoint). */
+/* The context record whose checkpoint last set nvs_tls_launches to 0 (NULL: not known). The count
+ * is the thread's on its current context: device.c keeps the counts of the contexts it left. */
 extern NVS_TLS const nvs_ctxrec *nvs_tls_count_rec NVS_HIDDEN;
 
 void nvs_devices_init(void) NVS_HIDDEN;                   /* at library init */

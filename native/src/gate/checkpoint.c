@@ -199,10 +199,10 @@ void nvs_retire_done(nvs_ctxrec *rec)
 
 /* ring_mu held, the ring not full: record a checkpoint on s into the next slot. What the span
  * it ends holds is known only when the checkpoint before it was this thread's own and whole, and
- * the thread has launched on no other context since (its count is per thread, nvs_tls_count_rec):
- * the count began there. After a cut (a drain's or a synchronisation's checkpoint, or an idle
- * point: nvs_busy_mark_idle), another thread's checkpoint, or launches on another context, the span
- * holds fewer of this thread's launches on this context than it counted. Another thread's
+ * the thread's count on this context began there (nvs_tls_count_rec; device.c keeps a count per
+ * context it left, and may lose one). After a cut (a drain's or a synchronisation's checkpoint,
+ * or an idle point: nvs_busy_mark_idle) or another thread's checkpoint, the span holds fewer of
+ * this thread's launches than it counted. Another thread's
  * launches without a checkpoint of its own can still fall into a span: they make its launches look
  * longer, never shorter. */
 static void record_checkpoint(nvs_ctxrec *rec, CUstream s, unsigned launches)
