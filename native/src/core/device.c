@@ -30,8 +30,11 @@ NVS_TLS const nvs_ctxrec *nvs_tls_count_rec;
  * every ckpt_interval of the thread's launches there: with one count for all, a thread taking
  * turns between two GPUs (layers of one model on each) checkpointed only on the GPU whose launch
  * made the count reach the interval (every 128th launch, always on the second GPU), and the first
- * had no in-flight bound at all. A context past the last few the thread left starts again at 0
- * (a later checkpoint, never an early one; the span's count then stays unknown). */
+ * had no in-flight bound at all. A context switched to whose count was not kept (the thread's
+ * first launch there, or one of more than LEFT_COUNTS it went round) checkpoints at its next
+ * launch, unlabelled:
+ * started at 0 instead, a thread going round 5 GPUs or more, a launch or two on each, never
+ * reached the interval on any. */
 #define LEFT_COUNTS 4
 static NVS_TLS struct left_count {
     const nvs_ctxrec *rec;
@@ -40,16 +43,17 @@ static NVS_TLS struct left_count {
 } left_counts[LEFT_COUNTS];
 static NVS_TLS unsigned left_next;
 
-/* The TLS-miss path: the thread's current context is now `to`'s (another than nvs_tls_rec's). */
+/* The TLS-miss path (a context switch: nvs_ctx_lookup): the thread's current context is now
+ * `to`'s, another than nvs_tls_rec's. */
 static void switch_launch_count(const nvs_ctxrec *to)
 {
     const nvs_ctxrec *from = nvs_tls_rec;
-    struct left_count *put = NULL;
-    for (int k = 0; k < LEFT_COUNTS && from; k++)
-        if (left_counts[k].rec == from || (!put && !left_counts[k].rec)) put = &left_counts[k];
-    if (from && !put) put = &left_counts[left_next++ % LEFT_COUNTS];
-    if (put) *put = (struct left_count){from, nvs_tls_launches, nvs_tls_count_rec == from};
-    nvs_tls_launches = 0;
+    unsigned from_launches = nvs_tls_launches;
+    int from_counted = from && nvs_tls_count_rec == from;
+    /* `to`'s count first, so that its slot is free for `from`'s */
+    unsigned ival = atomic_load_explicit(&to->ckpt_interval, memory_order_relaxed);
+    /* not kept: a checkpoint at the next launch (the thread's first context: from 0) */
+    nvs_tls_launches = from && ival ? ival - 1 : 0;
     nvs_tls_count_rec = NULL;
     for (int k = 0; k < LEFT_COUNTS; k++)
         if (left_counts[k].rec == to) {
@@ -58,6 +62,12 @@ static void switch_launch_count(const nvs_ctxrec *to)
             left_counts[k].rec = NULL;
             break;
         }
+    if (!from) return;
+    struct left_count *put = NULL;
+    for (int k = 0; k < LEFT_COUNTS; k++)
+        if (left_counts[k].rec == from || (!put && !left_counts[k].rec)) put = &left_counts[k];
+    if (!put) put = &left_counts[left_next++ % LEFT_COUNTS]; /* round robin, not the oldest */
+    *put = (struct left_count){from, from_launches, from_counted};
 }
 
 static _Atomic int cv_ready;

@@ -199,6 +199,7 @@ struct nvs_ctxrec {
      * another thread's checkpoint), and who recorded the last checkpoint and how. */
     unsigned ring_launches[NVS_RING];
     const void *last_recorder; /* the recording thread's nvs_tls_launches; NULL: a cut */
+    unsigned captures_seen;    /* nvs_captures_begun at the last checkpoint */
     unsigned peak_depth, below_peak; /* checkpoint.c: how far ahead of the GPU this host has been lately */
     float one_launch_ms[NVS_RING]; /* checkpoint.c: the last spans of one launch each (GPU ms) */
     unsigned one_launch_n;          /* how many were recorded (the next slot: n % NVS_RING) */

@@ -35,6 +35,7 @@
 #define SECTION_WAIT_MS 1000u
 
 _Atomic int nvs_captures;
+_Atomic unsigned nvs_captures_begun;
 _Atomic int nvs_nocap_users;
 
 /* Wait (bounded) until no thread is inside a "no capture" section. nvs_captures is already up, so
@@ -65,6 +66,7 @@ static void wait_for_sections(const char *what)
 
 static void capture_counted(const char *what)
 {
+    atomic_fetch_add_explicit(&nvs_captures_begun, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&nvs_captures, 1, memory_order_seq_cst);
     wait_for_sections(what);
 }

@@ -11,6 +11,9 @@
  * the driver's cuStreamBeginCapture* is called (uncounted if it fails) until cuStreamEndCapture
  * returns CUDA_SUCCESS or CUDA_ERROR_STREAM_CAPTURE_INVALIDATED; never below 0. */
 extern _Atomic int nvs_captures NVS_HIDDEN;
+/* Captures begun since the process started (counted as above, never decremented): whether one
+ * began between two looks (checkpoint.c: captured launches are counted but never run). */
+extern _Atomic unsigned nvs_captures_begun NVS_HIDDEN;
 /* Threads inside a "no capture" section (below). */
 extern _Atomic int nvs_nocap_users NVS_HIDDEN;
 

@@ -202,7 +202,10 @@ void nvs_retire_done(nvs_ctxrec *rec)
  * the thread's count on this context began there (nvs_tls_count_rec; device.c keeps a count per
  * context it left, and may lose one). After a cut (a drain's or a synchronisation's checkpoint,
  * or an idle point: nvs_busy_mark_idle) or another thread's checkpoint, the span holds fewer of
- * this thread's launches than it counted. Another thread's
+ * this thread's launches than it counted; and launches into a capture are counted but do not run,
+ * so a capture begun since the last checkpoint, or still in progress, leaves the span unknown too.
+ * Launches on several streams may overlap, so a span can take less than its launches in turn
+ * would; only its launches are known. Another thread's
  * launches without a checkpoint of its own can still fall into a span: they make its launches look
  * longer, never shorter. */
 static void record_checkpoint(nvs_ctxrec *rec, CUstream s, unsigned launches)
@@ -216,7 +219,10 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s, unsigned launches)
     if (rec->ring[slot] && nvs_drv.cuEventRecord(rec->ring[slot], s) == CUDA_SUCCESS) {
         nvs_busy_tag(rec, slot);
         const void *me = launches ? (const void *)&nvs_tls_launches : NULL;
-        int counted_here = me && rec->last_recorder == me && nvs_tls_count_rec == rec;
+        unsigned captures = atomic_load_explicit(&nvs_captures_begun, memory_order_relaxed);
+        int counted_here = me && rec->last_recorder == me && nvs_tls_count_rec == rec &&
+                           captures == rec->captures_seen && !nvs_capture_any();
+        rec->captures_seen = captures;
         rec->ring_launches[slot] = counted_here ? launches : 0;
         rec->last_recorder = me;
         if (me) nvs_tls_count_rec = rec; /* the hot path has just set the count to 0 */
@@ -318,8 +324,8 @@ NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, unsign
 }
 
 /* Client thread, in a "no capture" section, the context current: a checkpoint on the legacy stream
- * (the end of the open busy span, as the drain's own) unless that would wait: ring_mu is held by an
- * application thread waiting for a full ring, or the ring is full. A bounded drain must not wait
+ * (the end of the open busy span, as the drain's own) unless that would wait: ring_mu is held
+ * elsewhere (briefly: a wait for room lets it go), or the ring is full. A bounded drain must not wait
  * there: the oldest checkpoint may lie behind a collective whose peer never comes. Returns 1 when
  * it recorded one. */
 int nvs_checkpoint_try(nvs_ctxrec *rec)
