@@ -113,7 +113,7 @@ void nvs_unreserve_locked(nvs_dev *d, uint64_t size, int other)
 static CUresult alloc_managed(nvs_dev *d, CUdeviceptr *dptr, size_t size, unsigned flags, int kind,
                               const char *what, int relaxed)
 {
-    if (nvs_alloc_pending()) nvs_alloc_reap(1);
+    if (nvs_alloc_pending()) nvs_alloc_reap();
     if (nvs_reserve(d, size, 0, what) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     nvs_fn_cuMemAllocManaged real = NVS_REAL(cuMemAllocManaged, NVS_IDX_cuMemAllocManaged);
     CUresult r;
@@ -145,7 +145,7 @@ static CUresult alloc_converted(nvs_dev *d, CUdeviceptr *dptr, size_t size, cons
 {
     if (!nvs_vmm_usable(d))
         return alloc_managed(d, dptr, size, CU_MEM_ATTACH_GLOBAL, KIND_CONVERTED, what, relaxed);
-    if (nvs_alloc_pending()) nvs_alloc_reap(1);
+    if (nvs_alloc_pending()) nvs_alloc_reap();
     return nvs_vmm_alloc(d, size, dptr, what);
 }
 

@@ -16,7 +16,6 @@
  * driver frees it, and its host copy goes with it.
  */
 #include <stdlib.h>
-#include <time.h>
 
 #include "core/nvshare.h"
 #include "hooks/dispatch.h"
@@ -39,14 +38,7 @@ typedef struct {
 /* Deferred frees (nvs_amu). */
 static deferred_t *dq;
 static size_t dq_n, dq_cap;
-static size_t dq_reaping;     /* taken out of dq by a reap, not freed yet (nvs_amu) */
-static _Atomic int dq_pending; /* dq_n + dq_reaping */
-
-/* nvs_amu held: dq_n or dq_reaping changed. */
-static void pending_changed(void)
-{
-    atomic_store(&dq_pending, (int)(dq_n + dq_reaping));
-}
+static _Atomic int dq_pending;
 
 int nvs_alloc_pending(void)
 {
@@ -134,7 +126,7 @@ CUresult nvs_h_cuMemFree_v2(int idx, int per_thread, CUdeviceptr dptr)
     (void)per_thread;
     nvs_fn_cuMemFree_v2 real = NVS_REAL(cuMemFree_v2, idx);
     if (!real) return nvs_missing(idx);
-    if (nvs_alloc_pending()) nvs_alloc_reap(0);
+    if (nvs_alloc_pending()) nvs_alloc_reap();
     if (!dptr) return real(dptr);
     nvs_ptr_entry e;
     int ours = free_ours(dptr, &e);
@@ -200,7 +192,7 @@ static int defer_locked(deferred_t item)
     }
     if (dq_n >= dq_cap) return 0;
     dq[dq_n++] = item;
-    pending_changed();
+    atomic_store(&dq_pending, (int)dq_n);
     return 1;
 }
 
@@ -258,7 +250,7 @@ CUresult nvs_h_cuMemFreeAsync(int idx, int per_thread, CUdeviceptr dptr, CUstrea
 {
     nvs_fn_cuMemFreeAsync real = NVS_REAL(cuMemFreeAsync, idx);
     if (!real) return nvs_missing(idx);
-    if (nvs_alloc_pending()) nvs_alloc_reap(0);
+    if (nvs_alloc_pending()) nvs_alloc_reap();
     if (!dptr) return real(dptr, hStream);
     pthread_mutex_lock(&nvs_amu);
     nvs_ptr_entry *e = nvs_ptrtab_find(&nvs_small, dptr);
@@ -285,37 +277,15 @@ CUresult nvs_h_cuMemFreeAsync(int idx, int per_thread, CUdeviceptr dptr, CUstrea
     return CUDA_SUCCESS;
 }
 
-/* An allocation's reap waits this long at most for frees another thread's reap has taken (the
- * client thread's, woken by cuMemFreeAsync): a free that waits for a move of the swap store can
- * take a while, and nothing must wait on it forever. */
-#define REAP_WAIT_NS 200000000ull /* 200 ms */
-
-/* nvs_amu held: wait, with it let go, until no other reap has frees in hand (or REAP_WAIT_NS). */
-static void wait_for_other_reaps(void)
-{
-    uint64_t until = nvs_now_ns() + REAP_WAIT_NS;
-    while (dq_reaping && nvs_now_ns() < until && !atomic_load(&nvs_exiting)) {
-        pthread_mutex_unlock(&nvs_amu);
-        struct timespec ts = {0, 100 * 1000};
-        nanosleep(&ts, NULL);
-        pthread_mutex_lock(&nvs_amu);
-    }
-}
-
 /* Free the deferred pointers whose event completed. Any thread; our calls run in relaxed capture
- * mode and in the context the pointer was freed in. for_alloc: an allocation asks, and waits for
- * the frees another thread's reap has taken to be done too: after cuMemFreeAsync and a stream
- * synchronisation, the program's next allocation counts on that memory (a cap, a full GPU), and
- * found it still counted while the client thread was freeing it. The client thread never waits
- * (a free may wait for a move it runs). */
-void nvs_alloc_reap(int for_alloc)
+ * mode and in the context the pointer was freed in. */
+void nvs_alloc_reap(void)
 {
     if (!nvs_alloc_pending() || atomic_load(&nvs_exiting)) return;
     deferred_t ready[32];
     for (;;) {
         size_t n = 0;
         pthread_mutex_lock(&nvs_amu);
-        if (for_alloc) wait_for_other_reaps();
         CUstreamCaptureMode old = nvs_relaxed_begin();
         for (size_t i = 0; i < dq_n && n < 32;) {
             if (nvs_drv.cuEventQuery(dq[i].ev) == CUDA_ERROR_NOT_READY) {
@@ -326,8 +296,7 @@ void nvs_alloc_reap(int for_alloc)
             dq[i] = dq[--dq_n];
         }
         nvs_relaxed_end(old);
-        dq_reaping += n;
-        pending_changed();
+        atomic_store(&dq_pending, (int)dq_n);
         pthread_mutex_unlock(&nvs_amu);
         if (!n) return;
         CUcontext prev = NULL;
@@ -341,10 +310,6 @@ void nvs_alloc_reap(int for_alloc)
                       (unsigned long long)ready[i].ptr, (unsigned long long)ready[i].size,
                       ready[i].dev, r);
         }
-        pthread_mutex_lock(&nvs_amu);
-        dq_reaping -= n;
-        pending_changed();
-        pthread_mutex_unlock(&nvs_amu);
         if (n < 32) return;
     }
 }
@@ -370,6 +335,5 @@ CUresult nvs_h_cuMemRelease(int idx, int per_thread, CUmemGenericAllocationHandl
 void nvs_free_reset_after_fork(void)
 {
     dq_n = 0;
-    dq_reaping = 0;
     atomic_store(&dq_pending, 0);
 }

@@ -8,8 +8,7 @@
 
 #include "core/nvshare.h"
 
-/* free deferred frees whose stream work finished (for_alloc: also wait for another reap's) */
-void nvs_alloc_reap(int for_alloc) NVS_HIDDEN;
+void nvs_alloc_reap(void) NVS_HIDDEN;   /* free deferred frees whose stream work finished */
 int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
 /* Calls fn for every managed allocation counted on device `dev` (converted, the program's own
  * cuMemAllocManaged, kept; not VMM), never one swapped out (the swap store moves those), with the

@@ -321,7 +321,7 @@ static int run_drain(nvs_dev *d)
 static void reap_deferred_frees(uint64_t now)
 {
     if (nvs_alloc_pending() && now >= next_reap_ns) {
-        nvs_alloc_reap(0);
+        nvs_alloc_reap();
         next_reap_ns = now + REAP_PERIOD;
     }
 }
