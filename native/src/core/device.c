@@ -34,8 +34,9 @@ NVS_TLS const nvs_ctxrec *nvs_tls_count_rec;
  * first launch there, or one of more than LEFT_COUNTS it went round) checkpoints at its next
  * launch, unlabelled:
  * started at 0 instead, a thread going round 5 GPUs or more, a launch or two on each, never
- * reached the interval on any. */
-#define LEFT_COUNTS 4
+ * reached the interval on any, and with 4 kept, a thread going round 6 GPUs checkpointed every
+ * call. */
+#define LEFT_COUNTS 8 /* the GPUs of a node, mostly; 16 bytes each */
 static NVS_TLS struct left_count {
     const nvs_ctxrec *rec;
     unsigned launches;

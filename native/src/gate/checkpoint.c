@@ -220,9 +220,11 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s, unsigned launches)
         nvs_busy_tag(rec, slot);
         const void *me = launches ? (const void *)&nvs_tls_launches : NULL;
         unsigned captures = atomic_load_explicit(&nvs_captures_begun, memory_order_relaxed);
+        int capturing = nvs_capture_any();
         int counted_here = me && rec->last_recorder == me && nvs_tls_count_rec == rec &&
-                           captures == rec->captures_seen && !nvs_capture_any();
-        rec->captures_seen = captures;
+                           captures == rec->captures_seen && !capturing;
+        /* a capture in progress now may take launches of the next span too, and end in it */
+        rec->captures_seen = capturing ? captures - 1 : captures;
         rec->ring_launches[slot] = counted_here ? launches : 0;
         rec->last_recorder = me;
         if (me) nvs_tls_count_rec = rec; /* the hot path has just set the count to 0 */
@@ -303,7 +305,8 @@ static void wait_for_room(nvs_ctxrec *rec, unsigned depth)
  * our queries run in relaxed capture mode. */
 NVS_COLD void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, unsigned launches)
 {
-    if (!nvs_ckpt_interval) return; /* off: reached only when the thread's counter wraps */
+    if (!nvs_ckpt_interval) return; /* off: reached when the thread's counter wraps, or at its
+                                     * first launch on a context whose count it did not keep */
     if (per_thread && s == NULL) s = CU_STREAM_PER_THREAD;
     int quiet = nvs_nocap_enter();
     if (!quiet && nvs_stream_capturing(s, 0)) return;
