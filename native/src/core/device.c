@@ -31,11 +31,9 @@ NVS_TLS const nvs_ctxrec *nvs_tls_count_rec;
  * turns between two GPUs (layers of one model on each) checkpointed only on the GPU whose launch
  * made the count reach the interval (every 128th launch, always on the second GPU), and the first
  * had no in-flight bound at all. A context switched to whose count was not kept (the thread's
- * first launch there, or one of more than LEFT_COUNTS it went round) checkpoints at its next
- * launch, unlabelled:
- * started at 0 instead, a thread going round 5 GPUs or more, a launch or two on each, never
- * reached the interval on any, and with 4 kept, a thread going round 6 GPUs checkpointed every
- * call. */
+ * first launch there, or one of more than LEFT_COUNTS it goes round) checkpoints at its next
+ * launch, unlabelled: started at 0, a thread going round more contexts than are kept, a launch or
+ * two on each, would never reach the interval on any. */
 #define LEFT_COUNTS 8 /* the GPUs of a node, mostly; 16 bytes each */
 static NVS_TLS struct left_count {
     const nvs_ctxrec *rec;

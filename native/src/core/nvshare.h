@@ -195,8 +195,8 @@ struct nvs_ctxrec {
     int head, count;
     CUevent spare;   /* the last checkpoint retired (ring_mu): the start of the next span */
     int spare_valid; /* it completed, and nothing (a drain, an error) came between */
-    /* checkpoint.c: the launches a span holds (0: not known: cut short, or after a cut or
-     * another thread's checkpoint), and who recorded the last checkpoint and how. */
+    /* checkpoint.c: the launches a span holds (0: not known: cut short, after a cut, another
+     * thread's checkpoint or a capture), and who recorded the last checkpoint and how. */
     unsigned ring_launches[NVS_RING];
     const void *last_recorder; /* the recording thread's nvs_tls_launches; NULL: a cut */
     unsigned captures_seen;    /* nvs_captures_begun at the last checkpoint */
