@@ -15,6 +15,9 @@ Programs: bench/scheduling/inference_worker.py (a fp16 transformer encoder serve
   bounded, so that the server's preemption drains little);
 - any arm with a scheduler as ARM@MS (--arms latency_sensitive@0.5,latency_sensitive@0.2): that
   arm with its own --latency-queue-ms, so that bounds are compared beside the same alone arms;
+- any library arm as ARM+LABEL (with --compare LABEL=PATH): that arm with another libnvshare.so
+  (an older tree's, built the same way), so that two libraries are compared in one run, on one
+  machine (the scheduler is this tree's; the protocol is the same);
 - diagnostic arms (not run by default, --arms): auto_keep_lock, as auto with the server never
   giving the lock up (NVSHARE_IDLE_RELEASE_MS=0: no handoff per request); ungated, both under the
   library with no scheduler (the interposer's own cost while the two run together).
@@ -94,20 +97,48 @@ def arm_order(reps: int, arms=ARMS) -> list[tuple[int, str]]:
 
 
 def arm_base(arm: str) -> str:
-    """The arm's kind: "latency_sensitive@0.2" is latency_sensitive with its own queue bound."""
-    return arm.partition("@")[0]
+    """The arm's kind: "latency_sensitive@0.2+old" is latency_sensitive with its own queue bound
+    and the library --compare names old."""
+    return arm.partition("+")[0].partition("@")[0]
 
 
 def arm_bound_ms(arm: str) -> float | None:
     """The --latency-queue-ms an arm named KIND@MS gives its scheduler (None: the run's)."""
-    _, sep, ms = arm.partition("@")
+    _, sep, ms = arm.partition("+")[0].partition("@")
     return float(ms) if sep else None
 
 
+def arm_label(arm: str) -> str | None:
+    """The --compare label of an arm named KIND+LABEL (None: this tree's library)."""
+    _, sep, label = arm.partition("+")
+    return label if sep else None
+
+
+def arm_library(arm: str, lib: Path | None, compare: dict[str, Path]) -> Path | None:
+    """The libnvshare.so an arm runs with: the one --compare names for its label, else lib (None
+    in a dry run: no library at all)."""
+    label = arm_label(arm)
+    return compare[label] if lib is not None and label is not None else lib
+
+
+LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def _label_ok(label: str) -> bool:
+    return 0 < len(label) <= 32 and set(label) <= LABEL_CHARS  # part of file names (--trace)
+
+
 def _arm_item(text: str) -> str:
+    text, plus, label = text.partition("+")
+    if plus and not _label_ok(label):
+        raise argparse.ArgumentTypeError(f"arm {text}+{label!r}: a label is 1-32 of A-Z a-z 0-9 _ . -")
+    suffix = f"+{label}" if plus else ""
     base, sep, ms = text.partition("@")
     if base not in ALL_ARMS:
         raise argparse.ArgumentTypeError(f"unknown arm {text!r}; the arms: {', '.join(ALL_ARMS)}")
+    if plus and base not in LIBRARY_ARMS:
+        raise argparse.ArgumentTypeError(f"arm {text}{suffix!s}: only an arm under the library takes "
+                                         f"+LABEL (another library, --compare)")
     if sep:
         if LIBRARY_ARMS.get(base, (None,))[0] is None:
             raise argparse.ArgumentTypeError(f"arm {text!r}: only an arm with a scheduler takes @MS "
@@ -118,8 +149,8 @@ def _arm_item(text: str) -> str:
             bound = 0.0
         if not bound > 0:
             raise argparse.ArgumentTypeError(f"arm {text!r}: @MS must be a positive number of milliseconds")
-        return f"{base}@{bound:g}"
-    return base
+        return f"{base}@{bound:g}{suffix}"
+    return base + suffix
 
 
 def arm_list(text: str) -> tuple[str, ...]:
@@ -152,6 +183,14 @@ def _env(arm: str, role: str, lib: Path | None, sock: Path | None, cfg: dict,
             extra["NVSHARE_DEBUG"] = 1
     extra.update(cfg.get("lib_env", {}).get(role, {}))
     return harness.library_env(lib, sock, gpu_memory=GPU_MEMORY, **extra)
+
+
+def compare_item(text: str) -> tuple[str, Path]:
+    """--compare LABEL=PATH -> (label, path)."""
+    label, sep, path = text.partition("=")
+    if not sep or not path or not _label_ok(label):
+        raise argparse.ArgumentTypeError(f"not LABEL=PATH (a label is 1-32 of A-Z a-z 0-9 _ . -): {text!r}")
+    return label, Path(path)
 
 
 def lib_env_item(text: str) -> tuple[tuple[str, ...], str, str]:
@@ -230,11 +269,13 @@ def run(args) -> dict:
     else:
         require_safe_gpu()
         python, lib = torch_python(), harness.library_path()
+    compare = dict(args.compare or [])
     out = {"params": {"requests": args.requests, "reps": args.reps, "server_priority": SERVER_PRIORITY,
                       "tq": TQ, "gpu_memory": GPU_MEMORY,
                       "server_idle_release_ms": args.server_idle_release_ms,
                       "latency_queue_ms": args.latency_queue_ms, "dry_run": args.dry_run,
-                      "arms": list(args.arms), "trainer": args.trainer},
+                      "arms": list(args.arms), "trainer": args.trainer,
+                      "compare": {label: str(path) for label, path in compare.items()}},
            "configs": []}
     lib_env: dict[str, dict[str, str]] = {}
     for roles, key, value in args.lib_env or []:
@@ -263,7 +304,8 @@ def run(args) -> dict:
                         f"(repetition {rep + 1}/{args.reps}, ~{duration:.0f} s)")
             trace = args.trace / f"{arm}-{config['layers']}-{config['mean_ms']:g}-{rep}.json" \
                 if args.trace else None
-            runs.setdefault(arm, []).append(run_arm(arm, cfg, python, lib, args.dry_run, trace))
+            runs.setdefault(arm, []).append(run_arm(arm, cfg, python, arm_library(arm, lib, compare),
+                                                    args.dry_run, trace))
         arms = summarise(runs)
         print(table(config, arms), flush=True)
         out["configs"].append({**config, "arms": arms,
@@ -285,11 +327,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arms", type=arm_list, default=ARMS,
                    help=f"a comma list of arms to run (the baselines always run); default: {', '.join(ARMS)};"
                         f" diagnostic: {', '.join(DIAGNOSTIC_ARMS)}; an arm with a scheduler as ARM@MS runs"
-                        f" with that --latency-queue-ms (e.g. latency_sensitive@0.5,latency_sensitive@0.2)")
+                        f" with that --latency-queue-ms (e.g. latency_sensitive@0.5,latency_sensitive@0.2);"
+                        f" an arm under the library as ARM+LABEL runs with --compare's LABEL library")
     p.add_argument("--server-idle-release-ms", type=int, default=SERVER_IDLE_RELEASE_MS,
                    help=f"the server's NVSHARE_IDLE_RELEASE_MS under the library ({SERVER_IDLE_RELEASE_MS})")
     p.add_argument("--latency-queue-ms", type=positive(float), metavar="MS",
                    help="the schedulers' --latency-queue-ms (their default when left out)")
+    p.add_argument("--compare", type=compare_item, action="append", metavar="LABEL=PATH",
+                   help="another libnvshare.so, for the arms named ARM+LABEL (an older tree's, built the "
+                        "same way: same run, same machine)")
     p.add_argument("--lib-env", type=lib_env_item, action="append", metavar="[ROLE:]KEY=VALUE",
                    help="an extra variable for the programs under the library (server: or trainer: only)")
     p.add_argument("--native-role", choices=("server", "trainer"), action="append",
@@ -310,7 +356,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    labels = dict(args.compare or [])
+    for arm in args.arms:
+        if arm_label(arm) is not None and arm_label(arm) not in labels:
+            parser.error(f"arm {arm}: no --compare {arm_label(arm)}=PATH")
+    for label, path in labels.items():
+        if not args.dry_run and not path.is_file():
+            parser.error(f"--compare {label}={path}: no such file")
     if args.trace:
         args.trace.mkdir(parents=True, exist_ok=True)
     args.requests = args.requests or (1000 if args.quick else 2000)

@@ -4,6 +4,7 @@ result, and a dry run end to end (stand-in programs, a real scheduler per librar
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -100,6 +101,40 @@ def test_arms_of_one_kind_with_their_own_queue_bounds_run_beside_the_same_alone_
                 "latency_sensitive@-1", "latency_sensitive@x", "bogus@1"):
         with pytest.raises(Exception, match="arm"):
             inf.arm_list(bad)
+
+
+def test_an_arm_may_run_another_library_beside_this_trees():
+    arms = inf.arm_list("latency_sensitive+old,latency_sensitive,latency_sensitive@2+old,ungated+b.1")
+    assert arms == ("server_alone", "training_alone", "latency_sensitive+old", "latency_sensitive",
+                    "latency_sensitive@2+old", "ungated+b.1")
+    assert [inf.arm_label(a) for a in arms[2:]] == ["old", None, "old", "b.1"]
+    assert [inf.arm_bound_ms(a) for a in arms[2:]] == [None, None, 2.0, None]
+    assert {inf.arm_base(a) for a in arms[2:]} == {"latency_sensitive", "ungated"}
+    ours, old = Path("/ours/libnvshare.so"), Path("/old/libnvshare.so")
+    assert inf.arm_library("latency_sensitive@2+old", ours, {"old": old}) == old
+    assert inf.arm_library("latency_sensitive@2", ours, {"old": old}) == ours
+    assert inf.arm_library("latency_sensitive+old", None, {"old": old}) is None  # a dry run
+    for bad in ("server_alone+old", "native+old", "latency_sensitive+", "latency_sensitive+a/b",
+                "latency_sensitive+" + "x" * 33, "bogus+old"):
+        with pytest.raises(Exception, match="arm"):
+            inf.arm_list(bad)
+
+
+def test_an_arm_of_another_library_needs_it_named(tmp_path):
+    out = tmp_path / "r.json"
+    with pytest.raises(SystemExit):  # no --compare old=...
+        inf.main(["--dry-run", "--quick", "--arms", "latency_sensitive+old", "--json", str(out)])
+    with pytest.raises(SystemExit):  # not a file (checked unless a dry run)
+        inf.main(["--quick", "--arms", "latency_sensitive+old", "--compare",
+                  f"old={tmp_path / 'missing.so'}", "--json", str(out)])
+    with pytest.raises(SystemExit):
+        inf.main(["--dry-run", "--compare", "no-equals-sign", "--json", str(out)])
+    assert inf.main(["--dry-run", "--quick", "--requests", "5", "--arms",
+                     "latency_sensitive,latency_sensitive+old", "--compare", "old=/old/libnvshare.so",
+                     "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["params"]["compare"] == {"old": "/old/libnvshare.so"}
+    assert {"latency_sensitive", "latency_sensitive+old"} <= set(result["configs"][0]["arms"])
 
 
 class _FakeScheduler:
