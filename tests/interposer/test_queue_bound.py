@@ -26,14 +26,15 @@ BOUND_US = 2000
 SLACK_US = 3 * KERNEL_US
 
 
-def _backlog(world, pid: int) -> list[tuple[int, int]]:
-    """(submission ns, GPU time queued ahead of it in us) of each launch, in order."""
+def _backlog(world, pid: int, kernel_us: int = KERNEL_US) -> list[tuple[int, int]]:
+    """(submission ns, GPU time queued ahead of it in us) of each launch, in order, each launch
+    queueing kernel_us (the app's MOCK_CUDA_KERNEL_US)."""
     out, free = [], 0
     for e in sorted(world.log.entries(pid, fn="cuLaunchKernel"), key=lambda e: e["t0"]):
         if e.get("ret", 0) != 0:
             continue
         out.append((e["t0"], max(0, free - e["t0"]) / 1000))
-        free = max(e["t0"], free) + KERNEL_US * 1000
+        free = max(e["t0"], free) + kernel_us * 1000
     return out
 
 
@@ -81,16 +82,6 @@ def test_the_queue_stays_within_the_bound_and_grows_back_when_it_is_lifted(world
 LONG_KERNEL_US = 1000
 
 
-def _long_backlog(world, pid: int) -> list[tuple[int, int]]:
-    out, free = [], 0
-    for e in sorted(world.log.entries(pid, fn="cuLaunchKernel"), key=lambda e: e["t0"]):
-        if e.get("ret", 0) != 0:
-            continue
-        out.append((e["t0"], max(0, free - e["t0"]) / 1000))
-        free = max(e["t0"], free) + LONG_KERNEL_US * 1000
-    return out
-
-
 def test_kernels_longer_than_a_span_are_held_to_the_bound_too(world, recorder):
     """A training job's kernels are each longer than the bound's share of a checkpoint span, so it
     checkpoints every launch; the ring of checkpoints alone would still let NVS_RING kernels queue
@@ -103,7 +94,7 @@ def test_kernels_longer_than_a_span_are_held_to_the_bound_too(world, recorder):
     t_on = time.monotonic()
     _applied(app, 1)
     assert app.finish(60) == 0, app.stderr()
-    q = _long_backlog(world, app.pid)
+    q = _backlog(world, app.pid, LONG_KERNEL_US)
     before = _between(q, t_on - 0.3, t_on)
     # what was queued before the bound (about a second of it) runs out first
     during = _between(q, t_on + 1.3, t_on + 2.0)
@@ -127,12 +118,8 @@ def test_the_bound_holds_a_launch_back_for_a_while_only(world, recorder):
     _applied(app, 1)
     app.resume()
     assert app.finish(60) == 0, app.stderr()
-    launches = sorted((e["t0"] for e in world.log.entries(app.pid, fn="cuLaunchKernel")
-                       if e.get("ret", 0) == 0))[5:]  # the burst
-    free, most = 0, 0.0
-    for t in launches:
-        most = max(most, max(0, free - t) / 1000)
-        free = max(t, free) + kernel_us * 1000
+    burst = _backlog(world, app.pid, kernel_us)[5:]  # the first 5 ran out before it (ctxsync)
+    most = max(q for _, q in burst)
     print(f"most queued ahead of a launch: {most:.0f} us")
     assert most >= 3 * kernel_us  # the host got ahead of the GPU by several kernels
 
@@ -189,7 +176,7 @@ def test_a_short_kernel_among_long_ones_keeps_the_depth(world, recorder, tmp_pat
     writer.join()
     span.unlink()
     assert app.finish(60) == 0, app.stderr()
-    q = _long_backlog(world, app.pid)
+    q = _backlog(world, app.pid, LONG_KERNEL_US)
     calm = _between(q, t_on + 1.2, t_mix)
     mixed = _between(q, t_mix + 0.05, t_mix + 1.0)
     print(f"backlog calm {max(calm):.0f} us, mixed {max(mixed):.0f} us")
