@@ -6,7 +6,6 @@
  */
 #include <limits.h>
 #include <stdio.h>
-#include <time.h>
 
 #include "core/nvshare.h"
 #include "gate/busy.h"
@@ -261,14 +260,7 @@ static int wait_for_depth(nvs_ctxrec *rec, unsigned depth)
             continue;
         }
         pthread_mutex_unlock(&rec->ring_mu);
-        if (++spins < 64) {
-#if defined(__x86_64__)
-            __builtin_ia32_pause();
-#endif
-        } else {
-            struct timespec ts = {0, 20 * 1000}; /* well under a kernel that fills a span */
-            nanosleep(&ts, NULL);
-        }
+        nvs_pause_briefly(&spins);
         pthread_mutex_lock(&rec->ring_mu);
     }
 }

@@ -59,7 +59,7 @@ NVS_COLD int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread)
     return 0;
 }
 
-static void pause_briefly(unsigned *spins)
+void nvs_pause_briefly(unsigned *spins)
 {
     if (++*spins < 256) {
 #if defined(__x86_64__)
@@ -86,7 +86,7 @@ uint64_t nvs_drain(nvs_dev *d)
     uint64_t t0 = nvs_now_ns();
     atomic_store_explicit(&d->may_run, 0, memory_order_seq_cst);
     unsigned spins = 0;
-    while (atomic_load_explicit(&d->inflight, memory_order_seq_cst) != 0) pause_briefly(&spins);
+    while (atomic_load_explicit(&d->inflight, memory_order_seq_cst) != 0) nvs_pause_briefly(&spins);
     uint64_t t1 = nvs_now_ns();
 
     int n = 0;

@@ -28,6 +28,9 @@ int nvs_gate_wait(nvs_dev *d, CUstream s, int per_thread) NVS_HIDDEN; /* 1 = pas
  * throttle), never a reason to space them out. */
 void nvs_checkpoint(nvs_ctxrec *rec, CUstream s, int per_thread, unsigned launches) NVS_HIDDEN;
 uint64_t nvs_drain(nvs_dev *d) NVS_HIDDEN; /* returns the time it took, ns */
+/* gate.c: one step of a polled wait (spins counts them): a pause, later a short sleep, later a
+ * longer one. */
+void nvs_pause_briefly(unsigned *spins) NVS_HIDDEN;
 /* checkpoint.c, for a drain: wait for every checkpoint of rec (returns how many); or, after a
  * whole-context synchronisation, retire them all as done. Both make an idle point. */
 int nvs_checkpoints_wait(nvs_ctxrec *rec) NVS_HIDDEN;
