@@ -28,9 +28,9 @@ NVS_TLS const nvs_ctxrec *nvs_tls_count_rec;
 
 /* The thread's launch counts on the contexts it left, so that each context's checkpoints come
  * every ckpt_interval of the thread's launches there: with one count for all, a thread taking
- * turns between two GPUs (layers of one model on each) checkpointed only on the GPU whose launch
- * made the count reach the interval (every 128th launch, always on the second GPU), and the first
- * had no in-flight bound at all. A context switched to whose count was not kept (the thread's
+ * turns between two GPUs (layers of one model on each) would checkpoint only on the GPU whose
+ * launch makes the count reach the interval (with an even interval, always the second), and the
+ * first would have no in-flight bound at all. A context switched to whose count was not kept (the thread's
  * first launch there, or one of more than LEFT_COUNTS it goes round) checkpoints at its next
  * launch, unlabelled: started at 0, a thread going round more contexts than are kept, a launch or
  * two on each, would never reach the interval on any. */

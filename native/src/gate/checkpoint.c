@@ -68,8 +68,7 @@ static int timed_checkpoints(void)
  * interval doubled it once per span while the ring still held short ones (100 us kernels went from
  * 1 to 128 launches a checkpoint before the first long span came back, and 100 ms were queued
  * instead of 20); and a span cut short by a drain's checkpoint, recorded just before the launching
- * thread's own, held no launch and doubled the interval at every drop, so that a bounded client
- * came back from each drop with twice the bound queued. A long span halves at once, every time: the
+ * thread's own, holds no launch and must not double it either. A long span halves at once, every time: the
  * current interval, or the smaller one it held, and straight to the interval that fits: halving alone took a whole ring of
  * retirements, so a program that began at 128 launches a checkpoint of 1 ms kernels still had
  * about 1 s queued a second in. A queue longer than the target delays a drain and, under a compute
@@ -86,8 +85,8 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned launches, unsigne
     if (bound_us && target > bound_us / 1000.0f) target = bound_us / 1000.0f;
     /* Under a bound, judged as if the ring were full whatever its depth now: ring_depth keeps a
      * client of long kernels one or two checkpoints deep, and judged by that depth one short span
-     * among them (an elementwise kernel between two matrix products) doubled the interval out of
-     * ring_depth's reach, so that 8 spans of two long kernels queued (17 ms under a 2 ms bound). */
+     * among them (an elementwise kernel between two matrix products) would double the interval out
+     * of ring_depth's reach, and a ring of spans of two long kernels each would queue. */
     if (bound_us) depth = NVS_RING;
     float share = target / (float)(depth ? depth : 1); /* this span's part of the target */
     unsigned cur = atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed), next = cur;
@@ -237,9 +236,8 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s, unsigned launches)
  * call of this very thread (a stream wait on a value it writes next, a host function that waits
  * for it), which a ring of NVS_RING let it make and one of depth 1 would not; so each bound plus
  * DEPTH_WAIT_NS this launch has waited lets one more checkpoint be queued, for this launch only, up
- * to NVS_RING (0: the ring's own wait takes over; also when the bound was lifted meanwhile).
- * Letting the whole ring fill at the first such wait undid the depth whenever another context's
- * time slice held our oldest kernel past it. */
+ * to NVS_RING (0: the ring's own wait takes over; also when the bound was lifted meanwhile). Not
+ * the whole ring at once: another context's time slice can hold our oldest kernel past a step. */
 #define DEPTH_WAIT_NS 2000000ull /* 2 ms */
 static int wait_for_depth(nvs_ctxrec *rec, unsigned depth)
 {
@@ -247,8 +245,8 @@ static int wait_for_depth(nvs_ctxrec *rec, unsigned depth)
     unsigned spins = 0;
     for (;;) {
         /* Not a retirement pass of judged_depth's: polled every few microseconds, the passes
-         * brought a host's peak down 32 times as fast as its checkpoints would. The spans are
-         * judged as under any bound (adapt_interval). */
+         * would bring a host's peak down far faster than its checkpoints do. The spans are judged
+         * as under any bound (adapt_interval). */
         retire_ready(rec, NVS_RING);
         if ((unsigned)rec->count < depth) return 1;
         uint32_t bound_us = atomic_load_explicit(&rec->dev->queue_bound_us, memory_order_relaxed);
