@@ -4,10 +4,13 @@ granularity (the mock's: 2 MiB), small ones slots of a shared chunk; frees give 
 (a chunk once it is empty); an allocation the GPU has no room for waits for room, then fails with
 CUDA_ERROR_OUT_OF_MEMORY; where the device or the settings rule VMM out, allocations are managed."""
 
+import time
+
 import pytest
 
 from xpushare.wire.protocol import MessageType
 
+from .harness import poll
 from .swap_steps import theirs as _theirs
 
 MIB = 1 << 20
@@ -70,6 +73,57 @@ def test_an_async_free_gives_the_range_back_once_the_stream_reached_it(world, sc
     (unmap,) = [e for e in log.entries(app.pid, "cuMemUnmap") if e["ptr"] == alloc["ptr"]]
     (free,) = app.steps("freeasync")
     assert free["ret"] == 0 and unmap["t0"] >= free["t"] - 10**9
+
+
+def _free_in_hand_then_alloc(world, gpu_bytes):
+    """cuMemFreeAsync wakes the client thread, which frees the range once the stream reached it;
+    that free is held inside the driver's cuMemRelease, its 4 MiB still taken, while the program,
+    its stream synchronised, allocates 4 MiB on a GPU of `gpu_bytes`, then pauses again (so that
+    it outlives the free). Returns the app (paused before its allocation, the free in hand) and the
+    hold file."""
+    hold = world.dir / "hold"
+    app = world.app("init", "ctx", 0, "stream", "allocasync", "3M", "freeasync", "last",
+                    "streamsync", "pause", "alloc", "4M", "pause",
+                    env={"MOCK_CUDA_TOTAL_MEM": gpu_bytes, "NVSHARE_GPU_MEMORY": "64M",
+                         "NVSHARE_ALLOC_WAIT_MS": 0, "MOCK_CUDA_HOLD_FILE": hold,
+                         "MOCK_CUDA_HOLD_BEFORE_RELEASE": 1, "NVSHARE_CONTEXT_RESERVE": 0})
+    app.paused()
+    poll(lambda: world.log.entries(app.pid, "mock_hold", of="cuMemRelease"), timeout=20,
+         what="the client thread's free of the range, held inside the driver")
+    return app, hold
+
+
+def _finish_after_the_free(world, app):
+    """The time the held free was done; the app, paused after its allocation, then ends."""
+    app.paused(nth=2)
+    (release,) = poll(lambda: [e for e in world.log.entries(app.pid, "cuMemRelease") if e["ret"] == 0],
+                      timeout=20, what="the free, let go")
+    app.resume()
+    assert app.finish() == 0
+    return release["t1"]
+
+
+def test_an_allocation_without_room_waits_for_the_free_another_thread_has_in_hand(world, sched):
+    """4 MiB + 4 MiB do not fit the 6 MiB GPU, but the program freed the first 4 MiB and reached
+    that point of its stream: the allocation that finds no room waits for the free in hand, then
+    succeeds. Before, it failed with CUDA_ERROR_OUT_OF_MEMORY beside a free still under way."""
+    app, hold = _free_in_hand_then_alloc(world, "6M")
+    app.resume()
+    time.sleep(0.05)  # the allocation has found no room and waits (at most 200 ms)
+    hold.touch()
+    released = _finish_after_the_free(world, app)
+    (alloc,) = app.steps("alloc")
+    assert alloc["ret"] == 0
+    assert released <= alloc["t"], "the allocation came back before the free was done"
+
+
+def test_an_allocation_with_room_never_waits_for_another_threads_free(world, sched):
+    """The same on a GPU with room for both: the allocation returns while the free is held."""
+    app, hold = _free_in_hand_then_alloc(world, "64M")
+    app.resume()
+    (alloc,) = poll(lambda: app.steps("alloc"), timeout=20, what="the allocation, the free still held")
+    hold.touch()
+    assert alloc["ret"] == 0 and alloc["t"] < _finish_after_the_free(world, app)
 
 
 def test_the_cap_refuses_before_the_driver_is_asked(world, sched):

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "core/nvshare.h"
+#include "gate/gate.h"
 #include "hooks/dispatch.h"
 #include "memory/alloc.h"
 #include "memory/memory.h"
@@ -38,7 +39,8 @@ typedef struct {
 /* Deferred frees (nvs_amu). */
 static deferred_t *dq;
 static size_t dq_n, dq_cap;
-static _Atomic int dq_pending;
+static size_t dq_in_hand;      /* taken out of dq by a reap, not freed yet (nvs_amu) */
+static _Atomic int dq_pending; /* dq_n: what a reap would find */
 
 int nvs_alloc_pending(void)
 {
@@ -277,12 +279,13 @@ CUresult nvs_h_cuMemFreeAsync(int idx, int per_thread, CUdeviceptr dptr, CUstrea
     return CUDA_SUCCESS;
 }
 
-/* Free the deferred pointers whose event completed. Any thread; our calls run in relaxed capture
- * mode and in the context the pointer was freed in. */
-void nvs_alloc_reap(void)
+/* Free the deferred pointers whose event completed; returns how many. Any thread; our calls run in
+ * relaxed capture mode and in the context the pointer was freed in. */
+int nvs_alloc_reap(void)
 {
-    if (!nvs_alloc_pending() || atomic_load(&nvs_exiting)) return;
+    if (!nvs_alloc_pending() || atomic_load(&nvs_exiting)) return 0;
     deferred_t ready[32];
+    int freed = 0;
     for (;;) {
         size_t n = 0;
         pthread_mutex_lock(&nvs_amu);
@@ -297,8 +300,9 @@ void nvs_alloc_reap(void)
         }
         nvs_relaxed_end(old);
         atomic_store(&dq_pending, (int)dq_n);
+        dq_in_hand += n;
         pthread_mutex_unlock(&nvs_amu);
-        if (!n) return;
+        if (!n) return freed;
         CUcontext prev = NULL;
         nvs_drv.cuCtxGetCurrent(&prev);
         for (size_t i = 0; i < n; i++) {
@@ -310,8 +314,37 @@ void nvs_alloc_reap(void)
                       (unsigned long long)ready[i].ptr, (unsigned long long)ready[i].size,
                       ready[i].dev, r);
         }
-        if (n < 32) return;
+        pthread_mutex_lock(&nvs_amu);
+        dq_in_hand -= n;
+        pthread_mutex_unlock(&nvs_amu);
+        freed += (int)n;
+        if (n < 32) return freed;
     }
+}
+
+/* How long an allocation that found no room waits at most for frees another thread's reap has in
+ * hand: such a free waits for a move of the swap store first, and nothing may wait on it forever. */
+#define IN_HAND_WAIT_NS 200000000ull /* 200 ms */
+
+/* An allocation found no room on the GPU. The frees another thread's reap has in hand (often the
+ * client thread's, which cuMemFreeAsync wakes) were the program's to reuse once its stream was
+ * synchronised (they left the count at cuMemFreeAsync already, but hold their memory until the
+ * driver released it): wait for them, then say whether the allocation should try again. Asked only
+ * after the driver found no room, so that an allocation with room never waits for a reap. */
+int nvs_alloc_wait_frees_in_hand(void)
+{
+    int freed = nvs_alloc_reap(); /* what this thread can free itself first */
+    uint64_t until = nvs_now_ns() + IN_HAND_WAIT_NS;
+    pthread_mutex_lock(&nvs_amu);
+    int waited = dq_in_hand != 0;
+    unsigned spins = 0;
+    while (dq_in_hand && nvs_now_ns() < until && !atomic_load(&nvs_exiting)) {
+        pthread_mutex_unlock(&nvs_amu);
+        nvs_pause_briefly(&spins);
+        pthread_mutex_lock(&nvs_amu);
+    }
+    pthread_mutex_unlock(&nvs_amu);
+    return freed || waited;
 }
 
 /* As cuMemFree_v2: the entry leaves the table before the driver may reuse the handle. */
@@ -335,5 +368,6 @@ CUresult nvs_h_cuMemRelease(int idx, int per_thread, CUmemGenericAllocationHandl
 void nvs_free_reset_after_fork(void)
 {
     dq_n = 0;
+    dq_in_hand = 0;
     atomic_store(&dq_pending, 0);
 }

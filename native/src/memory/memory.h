@@ -8,8 +8,12 @@
 
 #include "core/nvshare.h"
 
-void nvs_alloc_reap(void) NVS_HIDDEN;   /* free deferred frees whose stream work finished */
+int nvs_alloc_reap(void) NVS_HIDDEN;    /* free deferred frees whose stream work finished: how many */
 int nvs_alloc_pending(void) NVS_HIDDEN; /* deferred frees waiting */
+/* The driver found no room for an allocation: wait (bounded) for the frees another thread's reap
+ * has in hand; 1 when this thread freed some or there were some, and the allocation should try
+ * again. */
+int nvs_alloc_wait_frees_in_hand(void) NVS_HIDDEN;
 /* Calls fn for every managed allocation counted on device `dev` (converted, the program's own
  * cuMemAllocManaged, kept; not VMM), never one swapped out (the swap store moves those), with the
  * table mutex held: a concurrent free waits, so no range can be handed to another allocation while

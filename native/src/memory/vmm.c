@@ -135,6 +135,8 @@ void nvs_vmm_unmap(CUdeviceptr va, uint64_t size, uint64_t h)
 static CUresult map_waiting(nvs_dev *d, CUdeviceptr va, uint64_t size, uint64_t *h, const char *what)
 {
     CUresult r = nvs_vmm_map(d->ordinal, va, size, h);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && nvs_alloc_wait_frees_in_hand())
+        r = nvs_vmm_map(d->ordinal, va, size, h); /* another thread's frees are done */
     if (r != CUDA_ERROR_OUT_OF_MEMORY || !nvs_cfg.alloc_wait_ms) return r;
     nvs_mark_dirty(d); /* the scheduler hears the footprint that needs the room */
     uint64_t t0 = nvs_now_ns(), until = t0 + (uint64_t)nvs_cfg.alloc_wait_ms * 1000000ull;

@@ -31,6 +31,7 @@ long mock_pitch_align = 32;
 int mock_log_fd = -1;
 int mock_reuse = 0;
 char mock_hold_file[512];
+int mock_hold_before_release = 0;
 size_t mock_vmm_granularity = 2ull << 20;
 int mock_vmm = 1;
 static volatile int g_initialized = 0;
@@ -66,6 +67,7 @@ void mock_init_once(void)
     if ((s = getenv("MOCK_CUDA_PITCH_ALIGN")) && *s) mock_pitch_align = atol(s);
     if ((s = getenv("MOCK_CUDA_REUSE")) && *s) mock_reuse = atoi(s) != 0;
     if ((s = getenv("MOCK_CUDA_HOLD_FILE")) && *s) snprintf(mock_hold_file, sizeof mock_hold_file, "%s", s);
+    if ((s = getenv("MOCK_CUDA_HOLD_BEFORE_RELEASE")) && *s) mock_hold_before_release = atoi(s) != 0;
     mock_vmm_granularity = mock_parse_size(getenv("MOCK_CUDA_VMM_GRANULARITY"), 2ull << 20);
     if ((s = getenv("MOCK_CUDA_DEVICE_NAMES")) && *s) {
         for (int p = 0; p < MAX_DEVICES && s; p++) {

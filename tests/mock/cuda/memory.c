@@ -75,8 +75,10 @@ static void release_map(uintptr_t ptr, size_t maplen)
     pthread_mutex_unlock(&mock_mu);
 }
 
-/* MOCK_CUDA_HOLD_FILE: the memory or handle `what` is released; wait until the file exists. */
-void mock_hold_after_release(const char *fn, unsigned long long what)
+/* MOCK_CUDA_HOLD_FILE: the memory or handle `what` is released (with MOCK_CUDA_HOLD_BEFORE_RELEASE,
+ * cuMemRelease's handle is about to be: its bytes stay taken meanwhile); wait until the file
+ * exists. */
+void mock_hold_at_release(const char *fn, unsigned long long what)
 {
     if (!mock_hold_file[0]) return;
     long long t0 = mock_now_ns();
@@ -181,7 +183,7 @@ static CUresult do_free(const char *fn, CUdeviceptr dptr, int async, CUstream s)
         if (async && !mock_stream_is_special(s) && s->capture_status == CAPTURE_STATUS_ACTIVE) captured = 1;
         release_map(a->ptr, a->maplen);
         free(a);
-        if (!async) mock_hold_after_release(fn, (unsigned long long)dptr);
+        if (!async) mock_hold_at_release(fn, (unsigned long long)dptr);
     }
     mock_log_line(fn, t0, mock_now_ns(), mock_cur_dev(), r, ",\"ptr\":%llu,\"size\":%zu,\"kind\":\"%s\"%s%s",
                   (unsigned long long)dptr, size, kind >= 0 ? kind_names[kind] : "unknown", err,

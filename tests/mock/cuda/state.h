@@ -86,6 +86,7 @@ MOCK_HIDDEN extern long mock_pitch_align;
 MOCK_HIDDEN extern int mock_log_fd;
 MOCK_HIDDEN extern int mock_reuse;
 MOCK_HIDDEN extern char mock_hold_file[512];
+MOCK_HIDDEN extern int mock_hold_before_release;
 MOCK_HIDDEN extern size_t mock_vmm_granularity;
 MOCK_HIDDEN extern int mock_vmm;
 
@@ -213,7 +214,7 @@ MOCK_HIDDEN CUresult mock_gate_end(struct gate *g, CUresult r, const char *extra
 /* memory.c */
 MOCK_HIDDEN struct alloc *mock_find_alloc_locked(uintptr_t p, size_t n);
 MOCK_HIDDEN int mock_is_mock_range(const void *p, size_t n);
-MOCK_HIDDEN void mock_hold_after_release(const char *fn, unsigned long long what);
+MOCK_HIDDEN void mock_hold_at_release(const char *fn, unsigned long long what);
 
 /* host.c */
 MOCK_HIDDEN int mock_pinned_span(const void *p, size_t n);

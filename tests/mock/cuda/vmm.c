@@ -75,6 +75,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     CUresult r = mock_need_init();
     size_t size = 0;
     int dev = -1;
+    if (!r && mock_hold_before_release) mock_hold_at_release("cuMemRelease", handle);
     if (!r) {
         pthread_mutex_lock(&mock_mu);
         struct vmm **pp = &g_vmms;
@@ -92,7 +93,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
             if (mock_reuse && g_nfreed_handles < MAX_FREED_HANDLES) g_freed_handles[g_nfreed_handles++] = handle;
         }
         pthread_mutex_unlock(&mock_mu);
-        if (!r) mock_hold_after_release("cuMemRelease", handle);
+        if (!r && !mock_hold_before_release) mock_hold_at_release("cuMemRelease", handle);
     }
     mock_log_line("cuMemRelease", t0, mock_now_ns(), dev, r, ",\"handle\":%llu,\"size\":%zu,\"kind\":\"vmm\"",
                   handle, size);
