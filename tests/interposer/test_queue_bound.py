@@ -26,16 +26,22 @@ BOUND_US = 2000
 SLACK_US = 3 * KERNEL_US
 
 
-def _backlog(world, pid: int, kernel_us: int = KERNEL_US) -> list[tuple[int, int]]:
-    """(submission ns, GPU time queued ahead of it in us) of each launch, in order, each launch
-    queueing kernel_us (the app's MOCK_CUDA_KERNEL_US)."""
+def _timeline(world, pid: int, kernel_us) -> list[tuple[int, int, int]]:
+    """(submission ns, GPU time queued ahead of it in us, GPU idle time before it in us) of each
+    launch, in order, the launches queueing kernel_us (the app's MOCK_CUDA_KERNEL_US: one time,
+    or a list of them in turn)."""
+    times = kernel_us if isinstance(kernel_us, (list, tuple)) else [kernel_us]
     out, free = [], 0
-    for e in sorted(world.log.entries(pid, fn="cuLaunchKernel"), key=lambda e: e["t0"]):
-        if e.get("ret", 0) != 0:
-            continue
-        out.append((e["t0"], max(0, free - e["t0"]) / 1000))
-        free = max(e["t0"], free) + kernel_us * 1000
+    launches = [e for e in world.log.entries(pid, fn="cuLaunchKernel") if e.get("ret", 0) == 0]
+    for i, e in enumerate(sorted(launches, key=lambda e: e["t0"])):
+        out.append((e["t0"], max(0, free - e["t0"]) / 1000, max(0, e["t0"] - free) / 1000 if free else 0))
+        free = max(e["t0"], free) + times[i % len(times)] * 1000
     return out
+
+
+def _backlog(world, pid: int, kernel_us: int = KERNEL_US) -> list[tuple[int, int]]:
+    """(submission ns, GPU time queued ahead of it in us) of each launch, in order."""
+    return [(t, q) for t, q, _ in _timeline(world, pid, kernel_us)]
 
 
 def _between(backlog, a: float, b: float) -> list[float]:
@@ -182,3 +188,28 @@ def test_a_short_kernel_among_long_ones_keeps_the_depth(world, recorder, tmp_pat
     print(f"backlog calm {max(calm):.0f} us, mixed {max(mixed):.0f} us")
     assert max(calm) <= BOUND_US + LONG_KERNEL_US
     assert len(mixed) > 200 and max(mixed) <= BOUND_US + LONG_KERNEL_US
+
+
+def test_a_small_kernel_after_each_large_one_stays_within_the_bound(world, recorder):
+    """A training step's large kernels (300 us) each followed by a small one (10 us), under a
+    500 us bound: one large kernel fits, so the client checkpoints every launch and each launch
+    waits for the large kernel before it. The small kernels' spans are far under their share; had
+    they doubled the interval, spans of two kernels would have been out of the depth's reach and a
+    ring of them queued (2.4 ms). And the GPU is not starved meanwhile: it has the small kernel to
+    run while the host comes back, and the next large one follows it at once."""
+    pattern = [300, 10]
+    app = world.app("init", "ctx", "0", "launch", "8000", "ctxsync",
+                    env={"MOCK_CUDA_KERNEL_US": ",".join(map(str, pattern)), "NVSHARE_DEBUG": 1})
+    time.sleep(0.3)
+    recorder.queue_bound(0, 500)
+    t_on = time.monotonic()
+    _applied(app, 1)
+    assert app.finish(60) == 0, app.stderr()
+    line = _timeline(world, app.pid, pattern)
+    during = [(t, q, idle) for t, q, idle in line if int((t_on + 0.5) * 1e9) <= t]
+    assert len(during) > 1000
+    wall_us = (during[-1][0] - during[0][0]) / 1000
+    idle_share = sum(idle for _, _, idle in during) / wall_us
+    print(f"GPU idle {idle_share:.1%} of {wall_us / 1e3:.0f} ms, most queued {max(q for _, q, _ in during):.0f} us")
+    assert max(q for _, q, _ in during) <= 500 + 300
+    assert idle_share < 0.06

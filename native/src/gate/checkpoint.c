@@ -5,7 +5,9 @@
  * oldest when the ring is as deep as allowed; and what a drain asks of the ring (gate.c).
  */
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "core/nvshare.h"
 #include "gate/busy.h"
@@ -47,6 +49,17 @@ void nvs_ckpt_quota_on(void)
 static int timed_checkpoints(void)
 {
     return nvs_cfg.drain_target_ms != 0;
+}
+
+/* ring_mu held: the longest of the last NVS_RING spans of one launch (ring_depth's window), 0 when
+ * none was measured. */
+static float longest_one_launch(const nvs_ctxrec *rec)
+{
+    unsigned n = rec->one_launch_n < NVS_RING ? rec->one_launch_n : NVS_RING;
+    float longest = 0;
+    for (unsigned k = 0; k < n; k++)
+        if (rec->one_launch_ms[k] > longest) longest = rec->one_launch_ms[k];
+    return longest;
 }
 
 /* ring_mu held. `ms`: what the work queued between two consecutive completed checkpoints of the
@@ -96,7 +109,13 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned launches, unsigne
         double fit = (double)held * share / (double)ms; /* the interval that fits */
         next = base > 1 ? base / 2 : 1;
         if (fit < next) next = fit >= 1 ? (unsigned)fit : 1;
-    } else if (ms < share / 4 && launches == cur) {
+    } else if (ms < share / 4 && launches == cur &&
+               /* Nor, under a bound, from one launch while the last NVS_RING one-launch spans hold
+                * a kernel of half a share or more: a span of two would hold it and one more, past
+                * the share, and the ring of such spans is out of ring_depth's reach (a 10 us
+                * kernel after each 300 us one went back and forth between one and two launches a
+                * checkpoint, and 2.4 ms were queued under a 0.5 ms bound). */
+               !(bound_us && cur == 1 && longest_one_launch(rec) > share / 2)) {
         next = cur >= nvs_ckpt_interval / 2 ? nvs_ckpt_interval : cur * 2;
     }
     if (next == cur) return;
@@ -120,10 +139,7 @@ static unsigned ring_depth(const nvs_ctxrec *rec)
     if (!bound_us || rec->one_launch_n == 0 ||
         atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed) != 1)
         return NVS_RING;
-    unsigned n = rec->one_launch_n < NVS_RING ? rec->one_launch_n : NVS_RING;
-    float longest = 0;
-    for (unsigned k = 0; k < n; k++)
-        if (rec->one_launch_ms[k] > longest) longest = rec->one_launch_ms[k];
+    float longest = longest_one_launch(rec);
     if (longest <= 0) return NVS_RING;
     float fits = (float)bound_us / 1000.0f / longest;
     if (fits >= NVS_RING + 1) return NVS_RING;
@@ -239,9 +255,32 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s, unsigned launches)
  * to NVS_RING (0: the ring's own wait takes over; also when the bound was lifted meanwhile). Not
  * the whole ring at once: another context's time slice can hold our oldest kernel past a step. */
 #define DEPTH_WAIT_NS 2000000ull /* 2 ms */
+/* The first DEPTH_SPIN_NS of a depth wait spin, yielding the core now and then, rather than sleep:
+ * at depth 1 the GPU runs only the kernel queued behind the one waited for, often an elementwise
+ * kernel of microseconds, and a sleep's wake-up (nvs_pause_briefly's 20 us asked, about 70 us
+ * with the timer slack, later 500 us) left the GPU idle that long after each large kernel. A
+ * launch then waits as cudaDeviceSynchronize does by default (spinning while cores are free);
+ * past that, for kernels of milliseconds, short sleeps. */
+#define DEPTH_SPIN_NS 1000000ull /* 1 ms */
+static void pause_in_depth_wait(unsigned *spins, uint64_t began)
+{
+    if (nvs_now_ns() - began >= DEPTH_SPIN_NS) {
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+        return;
+    }
+    if (++*spins % 64 == 0) {
+        sched_yield();
+        return;
+    }
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
+
 static int wait_for_depth(nvs_ctxrec *rec, unsigned depth)
 {
-    uint64_t waited_to = nvs_now_ns();
+    uint64_t began = nvs_now_ns(), waited_to = began;
     unsigned spins = 0;
     for (;;) {
         /* Not a retirement pass of judged_depth's: polled every few microseconds, the passes
@@ -258,7 +297,7 @@ static int wait_for_depth(nvs_ctxrec *rec, unsigned depth)
             continue;
         }
         pthread_mutex_unlock(&rec->ring_mu);
-        nvs_pause_briefly(&spins);
+        pause_in_depth_wait(&spins, began);
         pthread_mutex_lock(&rec->ring_mu);
     }
 }

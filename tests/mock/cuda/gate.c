@@ -93,7 +93,7 @@ CUresult mock_gate_end(struct gate *g, CUresult r, const char *extra_fmt, ...)
     long k = 0;
     if (!g->captured && !r && mock_kernel_us > 0 && g->stream != (CUstream)~(uintptr_t)0) {
         if (g->collective) mock_tl_collective(mock_phys_of(mock_cur_dev()), mock_cur_dev(), mock_kernel_us, &k);
-        else mock_tl_queue(mock_kernel_us);
+        else mock_tl_queue(mock_next_kernel_us());
     }
     char extra[256] = "";
     if (extra_fmt) {

@@ -21,6 +21,28 @@ size_t mock_total_mem = 16ull << 30;
 long mock_work_us = 0;
 long mock_sync_us = 0;
 long mock_kernel_us = 0;
+/* MOCK_CUDA_KERNEL_US as a list: the gated calls' GPU times in turn */
+#define KERNEL_US_MAX 16
+static long kernel_us_list[KERNEL_US_MAX];
+static int kernel_us_n;
+static unsigned long kernel_us_next; /* __atomic */
+
+long mock_next_kernel_us(void)
+{
+    if (kernel_us_n <= 1) return mock_kernel_us;
+    return kernel_us_list[__atomic_fetch_add(&kernel_us_next, 1, __ATOMIC_RELAXED) % (unsigned long)kernel_us_n];
+}
+
+static void parse_kernel_us(const char *s)
+{
+    kernel_us_n = 0;
+    for (char *end; *s && kernel_us_n < KERNEL_US_MAX; s = *end == ',' ? end + 1 : end) {
+        long us = strtol(s, &end, 10);
+        if (end == s || us <= 0) break;
+        kernel_us_list[kernel_us_n++] = us;
+    }
+    mock_kernel_us = kernel_us_n ? kernel_us_list[0] : 0;
+}
 long mock_prefetch_us = 0;
 long mock_pin_us = 0;
 long mock_pin_fail_at = 0, mock_pin_fail_to = 0;
@@ -52,7 +74,7 @@ void mock_init_once(void)
     mock_total_mem = mock_parse_size(getenv("MOCK_CUDA_TOTAL_MEM"), 16ull << 30);
     if ((s = getenv("MOCK_CUDA_WORK_US")) && *s) mock_work_us = atol(s);
     if ((s = getenv("MOCK_CUDA_SYNC_US")) && *s) mock_sync_us = atol(s);
-    if ((s = getenv("MOCK_CUDA_KERNEL_US")) && *s) mock_kernel_us = atol(s);
+    if ((s = getenv("MOCK_CUDA_KERNEL_US")) && *s) parse_kernel_us(s);
     if ((s = getenv("MOCK_CUDA_PREFETCH_US")) && *s) mock_prefetch_us = atol(s);
     if ((s = getenv("MOCK_CUDA_PIN_US")) && *s) mock_pin_us = atol(s);
     if ((s = getenv("MOCK_CUDA_PIN_FAIL_AT")) && *s) {

@@ -76,6 +76,7 @@ MOCK_HIDDEN extern size_t mock_total_mem;
 MOCK_HIDDEN extern long mock_work_us;
 MOCK_HIDDEN extern long mock_sync_us;
 MOCK_HIDDEN extern long mock_kernel_us;             /* MOCK_CUDA_KERNEL_US: the modelled GPU, 0 = off */
+MOCK_HIDDEN long mock_next_kernel_us(void);         /* its times in turn (a list: one each call) */
 MOCK_HIDDEN extern long mock_prefetch_us;
 MOCK_HIDDEN extern long mock_pin_us;
 MOCK_HIDDEN extern long mock_pin_fail_at, mock_pin_fail_to;
