@@ -194,6 +194,10 @@ static void *gpu_thread(void *arg)
             nanosleep(&ms, NULL);
         }
         long long end = later(last, c.start) + c.us * 1000ll;
+        /* logged before the waiters are woken: a process that synchronised on it may exit at once */
+        if (g.log)
+            g.log("mock_collective", c.start, end, c.dev, 0,
+                  ",\"k\":%ld,\"rank\":%d,\"world\":%d,\"last_start\":%lld", k, c.rank, g.world, last);
 
         pthread_mutex_lock(&g.mu);
         struct coll *done = &g.colls[k];
@@ -203,9 +207,6 @@ static void *gpu_thread(void *arg)
         else g.free_ns = end + done->after;
         pthread_cond_broadcast(&g.resolved_cv);
         pthread_mutex_unlock(&g.mu);
-        if (g.log)
-            g.log("mock_collective", c.start, end, c.dev, 0,
-                  ",\"k\":%ld,\"rank\":%d,\"world\":%d,\"last_start\":%lld", k, c.rank, g.world, last);
     }
     return NULL;
 }
