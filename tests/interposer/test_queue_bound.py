@@ -190,15 +190,21 @@ def test_a_short_kernel_among_long_ones_keeps_the_depth(world, recorder, tmp_pat
     assert len(mixed) > 200 and max(mixed) <= BOUND_US + LONG_KERNEL_US
 
 
-def test_a_small_kernel_after_each_large_one_stays_within_the_bound(world, recorder):
-    """A training step's large kernels (300 us) each followed by a small one (10 us), under a
-    500 us bound: one large kernel fits, so the client checkpoints every launch and each launch
-    waits for the large kernel before it. The small kernels' spans are far under their share; had
-    they doubled the interval, spans of two kernels would have been out of the depth's reach and a
-    ring of them queued (2.4 ms). And the GPU is not starved meanwhile: it has the small kernel to
-    run while the host comes back, and the next large one follows it at once."""
-    pattern = [300, 10]
-    app = world.app("init", "ctx", "0", "launch", "8000", "ctxsync",
+# (kernel times in turn, steps, the GPU's idle share at most: None where the host is slower than
+# the small kernels, as the mock's launches are than 2 us ones)
+@pytest.mark.parametrize("pattern, steps, max_idle", [([300, 10], 4000, 0.1),
+                                                      ([300] + [2] * 15, 3000, None)],
+                         ids=["one-small-each", "fifteen-small-each"])
+def test_small_kernels_after_each_large_one_stay_within_the_bound(world, recorder, pattern, steps,
+                                                                  max_idle):
+    """A training step's large kernels (300 us) each followed by small ones (10 us; or 15 of 2 us,
+    more than the ring's window of one-launch spans), under a 500 us bound: one large kernel fits,
+    so the client checkpoints every launch and a launch waits for the large kernel before it. The
+    small kernels' spans are far under their share; had they doubled the interval, spans of
+    several kernels would have been out of the depth's reach and a ring of them queued (2.4 ms; with
+    15 small kernels 0.5-0.8 ms, past the bound, when the large one was forgotten after 8). And
+    the GPU is not starved meanwhile: it has the small kernel to run while the host comes back."""
+    app = world.app("init", "ctx", "0", "launch", str(steps * len(pattern)), "ctxsync",
                     env={"MOCK_CUDA_KERNEL_US": ",".join(map(str, pattern)), "NVSHARE_DEBUG": 1})
     time.sleep(0.3)
     recorder.queue_bound(0, 500)
@@ -210,6 +216,7 @@ def test_a_small_kernel_after_each_large_one_stays_within_the_bound(world, recor
     assert len(during) > 1000
     wall_us = (during[-1][0] - during[0][0]) / 1000
     idle_share = sum(idle for _, _, idle in during) / wall_us
-    print(f"GPU idle {idle_share:.1%} of {wall_us / 1e3:.0f} ms, most queued {max(q for _, q, _ in during):.0f} us")
-    assert max(q for _, q, _ in during) <= 500 + 300
-    assert idle_share < 0.06
+    most = max(q for _, q, _ in during)
+    print(f"GPU idle {idle_share:.1%} of {wall_us / 1e3:.0f} ms, most queued {most:.0f} us")
+    assert most <= 500  # at one launch a checkpoint and depth 1: the large kernel and a small one
+    assert max_idle is None or idle_share < max_idle

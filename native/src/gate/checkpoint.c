@@ -51,6 +51,25 @@ static int timed_checkpoints(void)
     return nvs_cfg.drain_target_ms != 0;
 }
 
+/* One-launch spans a long one is remembered for when the interval would double: a training step
+ * has a large kernel every few dozen launches (after each matrix product its elementwise kernels,
+ * the optimiser's at the end), and forgotten after NVS_RING of them the interval doubled again in
+ * the run of small ones, and spans holding a large kernel and more queued past the bound. A
+ * client whose kernels all became small doubles again this many spans later. */
+#define LONG_SPAN_MEMORY 64u
+
+/* ring_mu held: a span of one launch retired, `ms` long. */
+static void remember_long_span(nvs_ctxrec *rec, float ms)
+{
+    if (ms >= rec->long_span_ms) {
+        rec->long_span_ms = ms;
+        rec->long_span_left = LONG_SPAN_MEMORY;
+    } else if (rec->long_span_left && --rec->long_span_left == 0) {
+        rec->long_span_ms = ms; /* forgotten: the newest is the longest known now */
+        rec->long_span_left = LONG_SPAN_MEMORY;
+    }
+}
+
 /* ring_mu held: the longest of the last NVS_RING spans of one launch (ring_depth's window), 0 when
  * none was measured. */
 static float longest_one_launch(const nvs_ctxrec *rec)
@@ -110,12 +129,13 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned launches, unsigne
         next = base > 1 ? base / 2 : 1;
         if (fit < next) next = fit >= 1 ? (unsigned)fit : 1;
     } else if (ms < share / 4 && launches == cur &&
-               /* Nor, under a bound, from one launch while the last NVS_RING one-launch spans hold
-                * a kernel of half a share or more: a span of two would hold it and one more, past
-                * the share, and the ring of such spans is out of ring_depth's reach (a 10 us
-                * kernel after each 300 us one went back and forth between one and two launches a
-                * checkpoint, and 2.4 ms were queued under a 0.5 ms bound). */
-               !(bound_us && cur == 1 && longest_one_launch(rec) > share / 2)) {
+               /* Nor, under a bound, from one launch while a recent one-launch span (within
+                * LONG_SPAN_MEMORY) held a kernel of half a share or more: a span of two would hold
+                * it and one more, past the share, and the ring of such spans is out of
+                * ring_depth's reach (a 10 us kernel after each 300 us one went back and forth
+                * between one and two launches a checkpoint, and 2.4 ms were queued under a 0.5 ms
+                * bound). */
+               !(bound_us && cur == 1 && rec->long_span_ms > share / 2)) {
         next = cur >= nvs_ckpt_interval / 2 ? nvs_ckpt_interval : cur * 2;
     }
     if (next == cur) return;
@@ -163,8 +183,10 @@ static void retire_oldest(nvs_ctxrec *rec, CUresult q, unsigned depth)
          * every launch and a full ring: its requests would wait for their own kernels. */
         float own = nvs_busy_retired(rec, h, span ? ms : -1);
         if (own >= 0) adapt_interval(rec, own, rec->ring_launches[h], depth);
-        if (own >= 0 && rec->ring_launches[h] == 1) /* ring_depth's window */
+        if (own >= 0 && rec->ring_launches[h] == 1) { /* ring_depth's window */
             rec->one_launch_ms[rec->one_launch_n++ % NVS_RING] = own;
+            remember_long_span(rec, own);
+        }
         rec->ring[rec->head] = rec->spare;
         rec->spare = ev;
         rec->spare_valid = 1;
@@ -255,33 +277,39 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s, unsigned launches)
  * to NVS_RING (0: the ring's own wait takes over; also when the bound was lifted meanwhile). Not
  * the whole ring at once: another context's time slice can hold our oldest kernel past a step. */
 #define DEPTH_WAIT_NS 2000000ull /* 2 ms */
-/* The first DEPTH_SPIN_NS of a depth wait spin, yielding the core now and then, rather than sleep:
- * at depth 1 the GPU runs only the kernel queued behind the one waited for, often an elementwise
- * kernel of microseconds, and a sleep's wake-up (nvs_pause_briefly's 20 us asked, about 70 us
- * with the timer slack, later 500 us) left the GPU idle that long after each large kernel. A
- * launch then waits as cudaDeviceSynchronize does by default (spinning while cores are free);
- * past that, for kernels of milliseconds, short sleeps. */
+/* With ring_mu let go, wait a little for `awaited` (the checkpoint whose completion brings the
+ * ring under the depth), then come back to look again under ring_mu. The first DEPTH_SPIN_NS of a
+ * depth wait spin rather than sleep: at depth 1 the GPU runs only the kernel queued behind the one
+ * waited for, often an elementwise kernel of microseconds, and a sleep's wake-up (20 us asked,
+ * about 70 us with the timer slack) left the GPU idle that long after each large kernel. The spin
+ * queries the one event without ring_mu, so the client thread and the context's other threads get
+ * the mutex between its looks (a few microseconds apart); the event object may be retired and
+ * recorded again by another thread meanwhile, which the look under ring_mu sees. It yields the
+ * core every SPIN_YIELD pauses, as cudaDeviceSynchronize waits by default. Past DEPTH_SPIN_NS
+ * (kernels of milliseconds) it sleeps, 20 us a time, 200 us after DEPTH_NAP_NS. */
 #define DEPTH_SPIN_NS 1000000ull /* 1 ms */
-static void pause_in_depth_wait(unsigned *spins, uint64_t began)
+#define DEPTH_NAP_NS 10000000ull /* 10 ms */
+#define SPIN_YIELD 64
+static void pause_for_checkpoint(CUevent awaited, uint64_t began)
 {
-    if (nvs_now_ns() - began >= DEPTH_SPIN_NS) {
-        struct timespec ts = {0, 20000};
+    uint64_t waited = nvs_now_ns() - began;
+    if (waited >= DEPTH_SPIN_NS) {
+        struct timespec ts = {0, waited >= DEPTH_NAP_NS ? 200000 : 20000};
         nanosleep(&ts, NULL);
         return;
     }
-    if (++*spins % 64 == 0) {
-        sched_yield();
-        return;
-    }
+    for (unsigned k = 0; k < SPIN_YIELD; k++) {
+        if (awaited && nvs_drv.cuEventQuery(awaited) != CUDA_ERROR_NOT_READY) return;
 #if defined(__x86_64__)
-    __builtin_ia32_pause();
+        __builtin_ia32_pause();
 #endif
+    }
+    sched_yield();
 }
 
 static int wait_for_depth(nvs_ctxrec *rec, unsigned depth)
 {
     uint64_t began = nvs_now_ns(), waited_to = began;
-    unsigned spins = 0;
     for (;;) {
         /* Not a retirement pass of judged_depth's: polled every few microseconds, the passes
          * would bring a host's peak down far faster than its checkpoints do. The spans are judged
@@ -296,8 +324,9 @@ static int wait_for_depth(nvs_ctxrec *rec, unsigned depth)
             waited_to += step_ns;
             continue;
         }
+        CUevent awaited = rec->ring[(rec->head + rec->count - depth) % NVS_RING];
         pthread_mutex_unlock(&rec->ring_mu);
-        pause_in_depth_wait(&spins, began);
+        pause_for_checkpoint(awaited, began);
         pthread_mutex_lock(&rec->ring_mu);
     }
 }
