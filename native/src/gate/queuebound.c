@@ -79,7 +79,8 @@ unsigned nvs_bound_ring_depth(const nvs_ctxrec *rec)
  * ring under the depth), then come back to look again under ring_mu. The first DEPTH_SPIN_NS of a
  * depth wait spin rather than sleep: at depth 1 the GPU runs only the kernel queued behind the one
  * waited for, often an elementwise kernel of microseconds, and a sleep's wake-up (20 us asked,
- * about 70 us with the timer slack) left the GPU idle that long after each large kernel. The spin
+ * about 70 us with the timer slack) may leave it idle for the rest (on the H100 the training's
+ * throughput did not measurably change either way: docs/benchmarks.md, 2026-12-08). The spin
  * queries the one event without ring_mu, so the client thread and the context's other threads get
  * the mutex between its looks (a few microseconds apart); the event object may be retired and
  * recorded again by another thread meanwhile, which the look under ring_mu sees. It yields the
