@@ -85,10 +85,11 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned launches, unsigne
     /* A latency-sensitive client shares the GPU: its requests wait at most this for our queue. */
     uint32_t bound_us = atomic_load_explicit(&rec->dev->queue_bound_us, memory_order_relaxed);
     if (bound_us && target > bound_us / 1000.0f) target = bound_us / 1000.0f;
-    /* Under a bound, judged as if the ring were full whatever its depth now: ring_depth keeps a
-     * client of long kernels one or two checkpoints deep, and judged by that depth one short span
-     * among them (an elementwise kernel between two matrix products) would double the interval out
-     * of ring_depth's reach, and a ring of spans of two long kernels each would queue. */
+    /* Under a bound, judged as if the ring were full whatever its depth now: the bound's depth
+     * (queuebound.c) keeps a client of long kernels one or two checkpoints deep, and judged by that
+     * depth one short span among them (an elementwise kernel between two matrix products) would
+     * double the interval out of the depth's reach, and a ring of spans of two long kernels each
+     * would queue. */
     if (bound_us) depth = NVS_RING;
     float share = target / (float)(depth ? depth : 1); /* this span's part of the target */
     unsigned cur = atomic_load_explicit(&rec->ckpt_interval, memory_order_relaxed), next = cur;
@@ -102,7 +103,7 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned launches, unsigne
                /* Nor, under a bound, from one launch while a recent one-launch span (within
                 * LONG_SPAN_MEMORY) held a kernel of half a share or more: a span of two would hold
                 * it and one more, past the share, and the ring of such spans is out of
-                * ring_depth's reach (a 10 us kernel after each 300 us one went back and forth
+                * the depth's reach (a 10 us kernel after each 300 us one went back and forth
                 * between one and two launches a checkpoint, and 2.4 ms were queued under a 0.5 ms
                 * bound). */
                !(bound_us && cur == 1 && nvs_bound_holds_one_launch(rec, share))) {
@@ -214,9 +215,9 @@ static void record_checkpoint(nvs_ctxrec *rec, CUstream s, unsigned launches)
     }
 }
 
-/* ring_mu held, the ring at `depth` (ring_depth) or full: wait for its oldest checkpoint with
- * ring_mu let go, and come back with it held and a free slot (fewer than `depth` queued, unless
- * that took too long: then only a free slot). Waiting under ring_mu starved the client thread:
+/* ring_mu held, the ring at `depth` (nvs_bound_ring_depth) or full: wait for its oldest checkpoint
+ * with ring_mu let go, and come back with it held and a free slot (fewer than `depth` queued,
+ * unless that took too long: then only a free slot). Waiting under ring_mu starved the client thread:
  * glibc's mutex is not fair, and a thread that takes it again straight after each wait (one launch
  * later, on a full ring) kept the client thread's retirement out for hundreds of ms, long enough for a compute
  * limit's debt to run up to 15 times its bucket. The oldest event may be retired by another thread

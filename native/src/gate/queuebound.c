@@ -67,8 +67,8 @@ unsigned nvs_bound_ring_depth(const nvs_ctxrec *rec)
     return fits >= 2 ? (unsigned)fits - 1 : 1;
 }
 
-/* ring_mu held, the ring at depth < NVS_RING (nvs_bound_ring_depth): poll its oldest checkpoints with
- * ring_mu let go until fewer than `depth` are queued (1). The queued work may wait for a later
+/* ring_mu held, the ring at depth < NVS_RING (nvs_bound_ring_depth): poll its oldest checkpoints
+ * with ring_mu let go until fewer than `depth` are queued (1). The queued work may wait for a later
  * call of this very thread (a stream wait on a value it writes next, a host function that waits
  * for it), which a ring of NVS_RING let it make and one of depth 1 would not; so each bound plus
  * DEPTH_WAIT_NS this launch has waited lets one more checkpoint be queued, for this launch only, up
