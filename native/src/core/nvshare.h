@@ -203,7 +203,7 @@ struct nvs_ctxrec {
     unsigned peak_depth, below_peak; /* checkpoint.c: how far ahead of the GPU this host has been lately */
     float one_launch_ms[NVS_RING]; /* checkpoint.c: the last spans of one launch each (GPU ms) */
     unsigned one_launch_n;          /* how many were recorded (the next slot: n % NVS_RING) */
-    /* checkpoint.c: the longest one-launch span of the last LONG_SPAN_MEMORY or so, and how many
+    /* queuebound.c: the longest one-launch span of the last LONG_SPAN_MEMORY or so, and how many
      * one-launch spans more it is remembered for */
     float long_span_ms;
     unsigned long_span_left;

@@ -14,7 +14,10 @@
  * has a large kernel every few dozen launches (after each matrix product its elementwise kernels,
  * the optimiser's at the end), and forgotten after NVS_RING of them the interval doubled again in
  * the run of small ones, and spans holding a large kernel and more queued past the bound. A
- * client whose kernels all became small doubles again this many spans later. */
+ * client whose kernels all became small doubles again this many spans later. The depth keeps to
+ * the last NVS_RING spans: a ring of one-launch checkpoints holds only the large kernels among its
+ * own last NVS_RING launches, and judged by one long gone the small ones behind it would each wait
+ * for the one before. */
 #define LONG_SPAN_MEMORY 64u
 
 void nvs_bound_one_launch_span(nvs_ctxrec *rec, float ms)
