@@ -102,10 +102,9 @@ static void adapt_interval(nvs_ctxrec *rec, float ms, unsigned launches, unsigne
     } else if (ms < share / 4 && launches == cur &&
                /* Nor, under a bound, from one launch while a recent one-launch span (within
                 * LONG_SPAN_MEMORY) held a kernel of half a share or more: a span of two would hold
-                * it and one more, past the share, and the ring of such spans is out of
-                * the depth's reach (a 10 us kernel after each 300 us one went back and forth
-                * between one and two launches a checkpoint, and 2.4 ms were queued under a 0.5 ms
-                * bound). */
+                * it and one more, past the share, and the ring of such spans is out of the
+                * depth's reach (a small kernel after each large one sent the interval back and
+                * forth between one and two launches, and a ring of such pairs queued). */
                !(bound_us && cur == 1 && nvs_bound_holds_one_launch(rec, share))) {
         next = cur >= nvs_ckpt_interval / 2 ? nvs_ckpt_interval : cur * 2;
     }
